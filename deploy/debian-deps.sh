@@ -1,0 +1,53 @@
+#!/bin/sh
+# Installs the Debian 12 packages lockd needs that are missing; a no-op when
+# all are present. Groups: build (compile and run), test (servers and tools
+# for `make test`), bench (etcd for `make bench`).
+set -eu
+
+pkgs_build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libhiredis-dev libzookeeper-mt-dev default-libmysqlclient-dev"
+pkgs_test="python3 curl procps redis-server zookeeper mariadb-server faketime yamllint shellcheck"
+pkgs_bench="etcd-server etcd-client redis-tools"
+
+want=""
+for group in "$@"; do
+    case "$group" in
+    build) want="$want $pkgs_build" ;;
+    test) want="$want $pkgs_test" ;;
+    bench) want="$want $pkgs_bench" ;;
+    *) echo "debian-deps.sh: unknown group '$group'" >&2; exit 2 ;;
+    esac
+done
+
+missing=""
+for p in $want; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        exec sudo -n "$0" "$@"
+    fi
+    echo "lockd: these Debian packages are missing:$missing" >&2
+    echo "lockd: run 'sudo make deps' (or install them with apt-get) and try again." >&2
+    exit 1
+fi
+
+echo "lockd: installing:$missing"
+# Keep the packaged servers (redis, mariadb, zookeeper) from starting as
+# system services: the tests start their own on loopback in temp dirs.
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod +x "$policy"
+    made_policy=1
+fi
+cleanup() { [ "$made_policy" = 1 ] && rm -f "$policy"; }
+trap cleanup EXIT
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+# shellcheck disable=SC2086
+apt-get install -y -q --no-install-recommends $missing

@@ -1,0 +1,326 @@
+"""tests/e2e/harness.py - what every end-to-end scenario stands on.
+
+- Lockd: one build/lockd process on a free loopback port, on a given backend.
+- http(): one HTTP request over a fresh connection (or a kept-alive Client),
+  answered as a Response with .status, .headers, .json, .text.
+- scenario(): registers a test; its name is a sentence. A scenario takes one
+  argument, the Context for the backend it runs on.
+- Server: the base of the real backing servers (Redis, ZooKeeper, MariaDB)
+  that tests/e2e/server_<name>.py start on loopback in a temp dir.
+
+Only Python's standard library is used: the suite runs on a bare Debian 12.
+"""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LOCKD_BIN = os.environ.get("LOCKD_BIN", os.path.join(ROOT, "build", "lockd"))
+
+SCENARIOS = []
+
+
+def scenario(name, backends=None, slow=False):
+    """Register fn as a scenario. backends: None = every backend, else the
+    list of backend names it runs on."""
+
+    def wrap(fn):
+        SCENARIOS.append({"name": name, "fn": fn, "backends": backends, "slow": slow})
+        return fn
+
+    return wrap
+
+
+class Fail(AssertionError):
+    pass
+
+
+def check(cond, msg="check failed"):
+    if not cond:
+        raise Fail(msg)
+
+
+def eq(got, want, what="value"):
+    if got != want:
+        raise Fail("%s: got %r, want %r" % (what, got, want))
+
+
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, timeout=15.0, host="127.0.0.1"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = {k.lower(): v for k, v in headers}
+        self.body = body
+        self.text = body.decode("utf-8", "replace")
+        try:
+            self.json = json.loads(self.text) if body else None
+        except ValueError:
+            self.json = None
+
+    def header(self, name):
+        return self.headers.get(name.lower())
+
+    def error_code(self):
+        try:
+            return self.json["error"]["code"]
+        except (TypeError, KeyError):
+            return None
+
+    def __repr__(self):
+        return "<%d %s>" % (self.status, self.text[:200])
+
+
+def _encode_body(body):
+    if body is None:
+        return None
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode()
+    return json.dumps(body).encode()
+
+
+class Client:
+    """A kept-alive HTTP/1.1 connection to one lockd."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=30.0):
+        self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None):
+        data = _encode_body(body)
+        hdrs = dict(headers or {})
+        if data is not None and "Content-Type" not in hdrs:
+            hdrs["Content-Type"] = "application/json"
+        try:
+            self.conn.request(method, path, body=data, headers=hdrs)
+            r = self.conn.getresponse()
+            return Response(r.status, r.getheaders(), r.read())
+        except Exception:
+            self.conn.close()
+            raise
+
+    def close(self):
+        self.conn.close()
+
+
+def http(port, method, path, body=None, headers=None, timeout=30.0):
+    c = Client(port, timeout=timeout)
+    try:
+        return c.request(method, path, body, headers)
+    finally:
+        c.close()
+
+
+def raw(port, data, timeout=5.0, read=True):
+    """Send raw bytes, return what the server answers until it closes or the
+    timeout passes (b"" if nothing)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        if not read:
+            return b""
+        out = b""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            out += chunk
+            if b"\r\n\r\n" in out:
+                head, _, rest = out.partition(b"\r\n\r\n")
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        if len(rest) >= int(line.split(b":")[1]):
+                            return out
+        return out
+    finally:
+        s.close()
+
+
+class Lockd:
+    """One lockd process. Output goes to a log file in the run's temp dir."""
+
+    def __init__(self, backend_url, args=(), env=None, port=None, tmpdir=None, wrapper=None):
+        self.backend_url = backend_url
+        self.port = port or free_port()
+        self.args = list(args)
+        self.env = dict(env or {})
+        self.wrapper = list(wrapper or [])
+        self.tmpdir = tmpdir or tempfile.mkdtemp(prefix="lockd-e2e-")
+        self.proc = None
+        self.log_path = None
+
+    def start(self, wait_ready=True, timeout=15.0):
+        env = dict(os.environ)
+        env.update(self.env)
+        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+        self.log_path = os.path.join(self.tmpdir, "lockd-%d.log" % self.port)
+        log = open(self.log_path, "ab")
+        cmd = self.wrapper + [LOCKD_BIN, "--listen", "127.0.0.1:%d" % self.port,
+                              "--backend", self.backend_url] + self.args
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env)
+        log.close()
+        if wait_ready:
+            if not wait_port(self.port, timeout):
+                raise Fail("lockd did not listen on %d: %s" % (self.port, self.log_tail()))
+        return self
+
+    def log_tail(self, n=4000):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def request(self, method, path, body=None, headers=None, timeout=30.0):
+        return http(self.port, method, path, body, headers, timeout)
+
+    def client(self, timeout=30.0):
+        return Client(self.port, timeout=timeout)
+
+    def acquire(self, key, **params):
+        return self.request("POST", "/locks/" + key, params or None)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def stop(self, timeout=15.0):
+        """SIGTERM and wait; returns the exit code (None if it had to be
+        killed)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        return self.proc.returncode
+
+    def kill9(self):
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait()
+
+    def sanitizer_report(self):
+        """The sanitizer's report in the log, if any ('' if none)."""
+        text = self.log_tail(200000)
+        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                       "runtime error:", "WARNING: ThreadSanitizer"):
+            i = text.find(marker)
+            if i >= 0:
+                return text[max(0, i - 200):i + 3000]
+        return ""
+
+
+class Server:
+    """A real backing server on loopback. Subclasses (server_<name>.py) set
+    self.url (the lockd --backend URL) in start()."""
+
+    name = "base"
+    url = None
+
+    def __init__(self, tmpdir):
+        self.tmpdir = tmpdir
+        self.proc = None
+
+    def start(self):
+        raise NotImplementedError
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill9(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
+    def restart(self):
+        """Start again on the same port and data dir after stop()/kill9()."""
+        self.start()
+
+
+class Context:
+    """What a scenario gets: the backend it runs on, a running lockd on it,
+    and a way to start more lockd instances on the same store."""
+
+    def __init__(self, backend, server, lockd, tmpdir):
+        self.backend = backend  # "memory", "redis", "zookeeper", "mysql"
+        self.server = server  # Server or None (memory)
+        self.lockd = lockd
+        self.tmpdir = tmpdir
+        self.extra = []
+        self.seq = 0
+
+    @property
+    def url(self):
+        return self.server.url if self.server is not None else "memory://"
+
+    def key(self, hint="k"):
+        """A key no other scenario uses (stores outlive one scenario)."""
+        self.seq += 1
+        return "%s-%d-%d-%d" % (hint, os.getpid(), int(time.time() * 1000) % 10**9, self.seq)
+
+    def new_lockd(self, args=(), env=None, wrapper=None, start=True):
+        ld = Lockd(self.url, args=args, env=env, tmpdir=self.tmpdir, wrapper=wrapper)
+        self.extra.append(ld)
+        if start:
+            ld.start()
+        return ld
+
+    def cleanup(self):
+        for ld in self.extra:
+            if ld.alive():
+                ld.stop(5)
+        self.extra = []
+
+
+def log(msg):
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""tests/run.py - runs every test: the unit test programs, then the
+end-to-end scenarios (tests/e2e/test_*.py) on every backend built in, each
+against a real server started on loopback in a temp dir. Prints one line
+per test and ends with "N passed, N failed".
+
+  python3 tests/run.py [--backend NAME]... [-k SUBSTRING] [--no-unit] [--quick]
+
+Environment: LOCKD_BIN (default build/lockd), LOCKD_BUILD (default build).
+"""
+
+import argparse
+import glob
+import importlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, "e2e"))
+
+import harness  # noqa: E402
+
+BACKENDS = ["memory", "redis", "zookeeper", "mysql"]
+SCENARIO_TIMEOUT = 180
+
+
+class Timeout(Exception):
+    pass
+
+
+def on_alarm(signum, frame):
+    raise Timeout("scenario ran over %d s" % SCENARIO_TIMEOUT)
+
+
+def run_units(build, passed, failed):
+    for exe in sorted(glob.glob(os.path.join(build, "tests", "unit", "test_*"))):
+        if exe.endswith((".o", ".d")) or not os.access(exe, os.X_OK):
+            continue
+        name = os.path.basename(exe)
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run([exe], capture_output=True, text=True, timeout=600)
+            out = p.stdout + p.stderr
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            out, rc = "timed out", -1
+        m = re.findall(r"^(\d+) passed, (\d+) failed", out, re.M)
+        np, nf = (int(m[-1][0]), int(m[-1][1])) if m else (0, 1)
+        if rc != 0 and nf == 0:
+            nf = 1
+        passed[0] += np
+        failed[0] += nf
+        status = "ok" if nf == 0 else "FAIL"
+        print("%-4s unit: %s (%d passed, %d failed, %.1fs)" % (status, name, np, nf, time.monotonic() - t0))
+        if nf:
+            print("\n".join("     " + line for line in out.splitlines()[-60:]))
+        sys.stdout.flush()
+
+
+def backend_built(name):
+    if name == "memory":
+        return True
+    return os.path.exists(os.path.join(ROOT, "backends", name + ".c")) and os.path.exists(
+        os.path.join(HERE, "e2e", "server_%s.py" % name))
+
+
+def run_backend(backend, scenarios, passed, failed, failures):
+    tmpdir = tempfile.mkdtemp(prefix="lockd-test-%s-" % backend)
+    server = None
+    lockd = None
+    try:
+        if backend != "memory":
+            mod = importlib.import_module("server_" + backend)
+            server = mod.make(tmpdir)
+            server.start()
+        url = server.url if server is not None else "memory://"
+        lockd = harness.Lockd(url, tmpdir=tmpdir).start()
+        for sc in scenarios:
+            name = "%s: %s" % (backend, sc["name"])
+            ctx = harness.Context(backend, server, lockd, tmpdir)
+            t0 = time.monotonic()
+            signal.alarm(SCENARIO_TIMEOUT)
+            err = None
+            try:
+                sc["fn"](ctx)
+            except Exception as e:  # noqa: BLE001 - a failing scenario is data
+                err = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])
+            finally:
+                signal.alarm(0)
+                try:
+                    ctx.cleanup()
+                except Exception:  # noqa: BLE001
+                    pass
+            if err is None and not lockd.alive():
+                err = "lockd died: " + lockd.log_tail()
+            if err is not None:
+                failed[0] += 1
+                failures.append(name)
+                print("FAIL %s (%.1fs)\n%s" % (name, time.monotonic() - t0,
+                                               "\n".join("     " + line for line in err.splitlines())))
+                if not lockd.alive():
+                    lockd = harness.Lockd(url, tmpdir=tmpdir).start()
+            else:
+                passed[0] += 1
+                print("ok   %s (%.1fs)" % (name, time.monotonic() - t0))
+            sys.stdout.flush()
+        # the main instance must leave cleanly: exit 0, no sanitizer report
+        name = "%s: lockd exits 0 on SIGTERM after the suite, with no sanitizer report" % backend
+        rc = lockd.stop(20)
+        report = lockd.sanitizer_report()
+        if rc == 0 and not report:
+            passed[0] += 1
+            print("ok   " + name)
+        else:
+            failed[0] += 1
+            failures.append(name)
+            print("FAIL %s: exit %r\n%s" % (name, rc, report or lockd.log_tail()))
+    except Exception as e:  # noqa: BLE001 - set-up failure counts as one failure
+        failed[0] += 1
+        failures.append("%s: set-up" % backend)
+        print("FAIL %s: set-up: %s" % (backend, "".join(traceback.format_exception(type(e), e, e.__traceback__))))
+    finally:
+        if lockd is not None and lockd.alive():
+            lockd.kill9()
+        if server is not None:
+            try:
+                server.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", action="append", help="run only on this backend (repeatable)")
+    ap.add_argument("-k", dest="filter", help="run only scenarios whose name contains this")
+    ap.add_argument("--no-unit", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="skip scenarios marked slow")
+    opts = ap.parse_args()
+    signal.signal(signal.SIGALRM, on_alarm)
+
+    passed, failed, failures = [0], [0], []
+    build = os.environ.get("LOCKD_BUILD", os.path.join(ROOT, "build"))
+    if not opts.no_unit and not opts.filter:
+        run_units(build, passed, failed)
+
+    for path in sorted(glob.glob(os.path.join(HERE, "e2e", "test_*.py"))):
+        importlib.import_module(os.path.splitext(os.path.basename(path))[0])
+
+    for backend in BACKENDS:
+        if opts.backend and backend not in opts.backend:
+            continue
+        if not backend_built(backend):
+            print("skip %s: adapter not built in" % backend)
+            continue
+        scs = [s for s in harness.SCENARIOS
+               if (s["backends"] is None or backend in s["backends"])
+               and (not opts.filter or opts.filter in s["name"])
+               and not (opts.quick and s["slow"])]
+        if not scs:
+            continue
+        run_backend(backend, scs, passed, failed, failures)
+
+    if failures:
+        print("\nfailed:\n" + "\n".join("  " + f for f in failures))
+    print("%d passed, %d failed" % (passed[0], failed[0]))
+    return 0 if failed[0] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
