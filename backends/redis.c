@@ -1,0 +1,1150 @@
+/*
+ * backends/redis.c - lock store on Redis (hiredis 0.14). A held key is one
+ * hash (token digest, fence, TTL, owner) with a PX expiry, so Redis frees
+ * it by itself; a per-key fence counter never expires. Every state change
+ * is one Lua script run with EVALSHA, so every check-and-change is atomic
+ * in Redis and judged by Redis's clock. One hiredis context per worker
+ * thread (under a pthread key); a subscriber thread on its own connection
+ * hears releases made through other lockd instances and wakes waiters.
+ *
+ * Layout, for a prefix P (default "lockd:") and a lockd key K (raw bytes):
+ *   P "lock:{" K "}"    hash  t = sha1hex(token), f = fence, ttl, [o = owner]
+ *   P "fence:{" K "}"   integer, INCRed by every grant, never expires
+ *   channel P "released:" db   PUBLISHed with K by every release
+ * P and the fixed words around K make the mapping injective: K is what is
+ * left after stripping them, and "lock:" and "fence:" never collide.
+ */
+#include "backends/backend.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "service/log.h"
+
+#define REDIS_BE_DEFAULT_HOST       "127.0.0.1"
+#define REDIS_BE_DEFAULT_PORT       6379
+#define REDIS_BE_DEFAULT_PREFIX     "lockd:"
+#define REDIS_BE_PREFIX_MAX         256
+#define REDIS_BE_CONNECT_TIMEOUT_MS 500
+#define REDIS_BE_TIMEOUT_MS         1000
+#define REDIS_BE_TIMEOUT_MAX_MS     60000
+#define REDIS_BE_BACKOFF_MIN_MS     50
+#define REDIS_BE_BACKOFF_MAX_MS     1000
+#define REDIS_BE_SUB_POLL_MS        100 /* how soon close() stops the
+                                           subscriber */
+#define REDIS_BE_SUB_PING_MS        5000 /* idle subscriber checks its link */
+#define REDIS_BE_LOG_EVERY_MS       1000 /* rate limit of repeated warnings */
+/* prefix + "fence:{" + key + "}" */
+#define REDIS_BE_KEYBUF (REDIS_BE_PREFIX_MAX + 8 + LOCK_KEY_MAX + 1)
+
+enum redis_be_script {
+    SCRIPT_ACQUIRE = 0,
+    SCRIPT_RENEW,
+    SCRIPT_RELEASE,
+    SCRIPT_INSPECT,
+    SCRIPT_COUNT,
+};
+
+/*
+ * The scripts. The token never reaches Redis's memory in clear: the hash
+ * keeps sha1hex(token), and tokens are compared as digests. TIME comes
+ * before writes in acquire, which Redis < 5 allows only after
+ * replicate_commands() (a no-op from Redis 5 on). Fences are written with
+ * %.0f: Lua numbers are doubles, exact below 2^53, and %.0f never switches
+ * to exponent notation.
+ */
+static const char *const redis_be_scripts[SCRIPT_COUNT] = {
+    /* acquire: KEYS lock, fence; ARGV token, ttl_ms, has_owner, owner.
+     * {1, fence, ttl, expires_at} granted, {0, pttl} held. A retry of an
+     * acquire whose reply was lost finds its own token and is granted
+     * again, with the same fence. */
+    "if redis.replicate_commands then redis.replicate_commands() end\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local h = redis.sha1hex(ARGV[1])\n"
+    "local cur = redis.call('HMGET', KEYS[1], 't', 'f', 'ttl')\n"
+    "if cur[1] then\n"
+    "  local pttl = redis.call('PTTL', KEYS[1])\n"
+    "  if cur[1] == h then\n"
+    "    return {1, tonumber(cur[2]), tonumber(cur[3]), now + pttl}\n"
+    "  end\n"
+    "  return {0, pttl}\n"
+    "end\n"
+    "local f = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
+    "if f >= 9007199254740991 then\n"
+    "  return redis.error_reply('ERR lockd fence counter exhausted')\n"
+    "end\n"
+    "f = redis.call('INCR', KEYS[2])\n"
+    "local fs = string.format('%.0f', f)\n"
+    "if ARGV[3] == '1' then\n"
+    "  redis.call('HSET', KEYS[1], 't', h, 'f', fs, 'ttl', ARGV[2],"
+    " 'o', ARGV[4])\n"
+    "else\n"
+    "  redis.call('HSET', KEYS[1], 't', h, 'f', fs, 'ttl', ARGV[2])\n"
+    "end\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "return {1, f, tonumber(ARGV[2]), now + tonumber(ARGV[2])}\n",
+
+    /* renew: KEYS lock; ARGV token, ttl_ms ("0" = the stored TTL).
+     * {1, fence, ttl, expires_at}, {0} free, {-1} another token. */
+    "local cur = redis.call('HMGET', KEYS[1], 't', 'f', 'ttl')\n"
+    "if not cur[1] then return {0} end\n"
+    "if cur[1] ~= redis.sha1hex(ARGV[1]) then return {-1} end\n"
+    "local ttl = ARGV[2]\n"
+    "if ttl == '0' then\n"
+    "  ttl = cur[3]\n"
+    "else\n"
+    "  redis.call('HSET', KEYS[1], 'ttl', ttl)\n"
+    "end\n"
+    "redis.call('PEXPIRE', KEYS[1], ttl)\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "return {1, tonumber(cur[2]), tonumber(ttl), now + tonumber(ttl)}\n",
+
+    /* release: KEYS lock; ARGV token, channel, key. 1 released, 0 free,
+     * -1 another token. */
+    "local cur = redis.call('HGET', KEYS[1], 't')\n"
+    "if not cur then return 0 end\n"
+    "if cur ~= redis.sha1hex(ARGV[1]) then return -1 end\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
+    "return 1\n",
+
+    /* inspect: KEYS lock. {1, fence, pttl, expires_at, owner or nil},
+     * {0} free. */
+    "local cur = redis.call('HMGET', KEYS[1], 'f', 'o')\n"
+    "if not cur[1] then return {0} end\n"
+    "local pttl = redis.call('PTTL', KEYS[1])\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "return {1, tonumber(cur[1]), pttl, now + pttl, cur[2]}\n",
+};
+
+struct redis_be;
+
+extern const struct backend_ops redis_be_ops;
+
+/* One worker thread's connection, kept under be->tls. */
+struct redis_conn {
+    struct redis_be *be;    /* borrowed */
+    redisContext *ctx;      /* owned; NULL while disconnected */
+    int64_t retry_at_ms;    /* monotonic: no reconnect before this */
+    int64_t backoff_ms;     /* 0 after a success */
+    char sha[SCRIPT_COUNT][41];
+    struct redis_conn *prev; /* in be->conns, under be->lock */
+    struct redis_conn *next;
+};
+
+struct redis_be {
+    struct backend base; /* first */
+    struct backend_hooks hooks;
+    char *host;          /* owned */
+    int port;
+    char *user;          /* owned; NULL: AUTH with the password only */
+    char *password;      /* owned; NULL: no AUTH */
+    unsigned db;
+    char *prefix;        /* owned */
+    size_t prefix_len;
+    char *channel;       /* owned: prefix "released:" db */
+    struct timeval connect_tv;
+    struct timeval cmd_tv;
+
+    pthread_key_t tls;        /* struct redis_conn * of this thread */
+    pthread_mutex_t lock;     /* guards conns and the sub_* fields */
+    struct redis_conn *conns; /* every thread's connection, so close() can
+                                 free those of threads still alive */
+    pthread_cond_t sub_cond;  /* signalled on sub_tried and stopping */
+    bool sub_tried;           /* the subscriber made its first attempt */
+    pthread_t sub_thread;
+    bool sub_started;
+    atomic_bool stopping;
+
+    atomic_int up;              /* last state logged: -1 unknown, 0, 1 */
+    _Atomic int64_t last_log_ms; /* for redis_be_warn() */
+};
+
+/* ---- small helpers ---- */
+
+/* Warn at most once a second: a down Redis must not flood the log. */
+static void redis_be_warn(struct redis_be *be, const char *what,
+                          const char *detail)
+{
+    int64_t now = backend_mono_ms();
+    int64_t last = atomic_load_explicit(&be->last_log_ms,
+                                        memory_order_relaxed);
+
+    if (now - last < REDIS_BE_LOG_EVERY_MS && last != 0)
+        return;
+    if (!atomic_compare_exchange_strong(&be->last_log_ms, &last, now))
+        return;
+    log_warn("redis: %s: %s", what, detail);
+}
+
+static void redis_be_mark(struct redis_be *be, int up, const char *detail)
+{
+    int was = atomic_exchange(&be->up, up);
+
+    if (was == up)
+        return;
+    if (up)
+        log_info("redis: connected to %s:%d", be->host, be->port);
+    else
+        log_warn("redis: %s:%d unavailable: %s", be->host, be->port, detail);
+}
+
+static struct timeval redis_be_tv(uint64_t ms)
+{
+    struct timeval tv;
+
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
+    return tv;
+}
+
+/* Build prefix kind "{" key "}" into buf (REDIS_BE_KEYBUF bytes). */
+static size_t redis_be_key(const struct redis_be *be, const char *kind,
+                           const char *key, size_t key_len, char *buf)
+{
+    size_t kl = strlen(kind), n = 0;
+
+    memcpy(buf + n, be->prefix, be->prefix_len);
+    n += be->prefix_len;
+    memcpy(buf + n, kind, kl);
+    n += kl;
+    buf[n++] = '{';
+    memcpy(buf + n, key, key_len);
+    n += key_len;
+    buf[n++] = '}';
+    return n;
+}
+
+static bool reply_is_int(const redisReply *r, size_t i)
+{
+    return r->type == REDIS_REPLY_ARRAY && i < r->elements &&
+           r->element[i]->type == REDIS_REPLY_INTEGER;
+}
+
+/* ---- connections ---- */
+
+/*
+ * Connect and authenticate: a context with command timeouts, or NULL (and
+ * why in err). Blocks at most the connect timeout plus one command timeout
+ * per round trip.
+ */
+static redisContext *redis_be_dial(struct redis_be *be, char *err,
+                                   size_t errlen)
+{
+    redisContext *c = redisConnectWithTimeout(be->host, be->port,
+                                              be->connect_tv);
+    redisReply *r;
+
+    if (c == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (c->err != 0) {
+        snprintf(err, errlen, "connect: %s", c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    if (redisSetTimeout(c, be->cmd_tv) != REDIS_OK) {
+        snprintf(err, errlen, "cannot set timeouts: %s", c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    if (be->password == NULL)
+        return c;
+    if (be->user != NULL) {
+        const char *argv[] = { "AUTH", be->user, be->password };
+        size_t lens[] = { 4, strlen(be->user), strlen(be->password) };
+        r = redisCommandArgv(c, 3, argv, lens);
+    } else {
+        const char *argv[] = { "AUTH", be->password };
+        size_t lens[] = { 4, strlen(be->password) };
+        r = redisCommandArgv(c, 2, argv, lens);
+    }
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "AUTH: %s",
+                 r != NULL ? r->str : c->errstr);
+        freeReplyObject(r);
+        redisFree(c);
+        return NULL;
+    }
+    freeReplyObject(r);
+    return c;
+}
+
+/* Dial, SELECT the database and load the scripts, in one round trip. */
+static int redis_be_conn_open(struct redis_be *be, struct redis_conn *cn,
+                              char *err, size_t errlen)
+{
+    redisContext *c = redis_be_dial(be, err, errlen);
+    char db[16];
+    int n = 0, rc = 0;
+
+    if (c == NULL)
+        return -1;
+    snprintf(db, sizeof(db), "%u", be->db);
+    if (be->db != 0) {
+        const char *argv[] = { "SELECT", db };
+        size_t lens[] = { 6, strlen(db) };
+        if (redisAppendCommandArgv(c, 2, argv, lens) != REDIS_OK)
+            goto fail;
+        n++;
+    }
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        const char *argv[] = { "SCRIPT", "LOAD", redis_be_scripts[i] };
+        size_t lens[] = { 6, 4, strlen(redis_be_scripts[i]) };
+        if (redisAppendCommandArgv(c, 3, argv, lens) != REDIS_OK)
+            goto fail;
+    }
+    for (int i = 0; i < n + SCRIPT_COUNT; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(c, (void **)&r) != REDIS_OK || r == NULL)
+            goto fail;
+        if (i < n) { /* SELECT */
+            if (r->type == REDIS_REPLY_ERROR) {
+                snprintf(err, errlen, "SELECT %s: %s", db, r->str);
+                rc = -1;
+            }
+        } else if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+            snprintf(err, errlen, "SCRIPT LOAD: %s",
+                     r->type == REDIS_REPLY_ERROR ? r->str
+                                                  : "unexpected reply");
+            rc = -1;
+        } else {
+            memcpy(cn->sha[i - n], r->str, 40);
+            cn->sha[i - n][40] = '\0';
+        }
+        freeReplyObject(r);
+    }
+    if (rc != 0) {
+        redisFree(c);
+        return -1;
+    }
+    cn->ctx = c;
+    return 0;
+fail:
+    snprintf(err, errlen, "%s", c->errstr[0] != '\0' ? c->errstr
+                                                     : "I/O error");
+    redisFree(c);
+    return -1;
+}
+
+static void redis_be_conn_free(struct redis_conn *cn)
+{
+    if (cn == NULL)
+        return;
+    if (cn->ctx != NULL)
+        redisFree(cn->ctx);
+    free(cn);
+}
+
+/* pthread key destructor: a worker thread exits. */
+static void redis_be_conn_destroy(void *p)
+{
+    struct redis_conn *cn = p;
+    struct redis_be *be = cn->be;
+
+    pthread_mutex_lock(&be->lock);
+    if (cn->prev != NULL)
+        cn->prev->next = cn->next;
+    else
+        be->conns = cn->next;
+    if (cn->next != NULL)
+        cn->next->prev = cn->prev;
+    pthread_mutex_unlock(&be->lock);
+    redis_be_conn_free(cn);
+}
+
+/* This thread's connection state (created on first use), or NULL. */
+static struct redis_conn *redis_be_conn(struct redis_be *be)
+{
+    struct redis_conn *cn = pthread_getspecific(be->tls);
+
+    if (cn != NULL)
+        return cn;
+    cn = calloc(1, sizeof(*cn));
+    if (cn == NULL)
+        return NULL;
+    cn->be = be;
+    if (pthread_setspecific(be->tls, cn) != 0) {
+        free(cn);
+        return NULL;
+    }
+    pthread_mutex_lock(&be->lock);
+    cn->next = be->conns;
+    if (be->conns != NULL)
+        be->conns->prev = cn;
+    be->conns = cn;
+    pthread_mutex_unlock(&be->lock);
+    return cn;
+}
+
+/* The context broke (I/O error, timeout, protocol error): drop it and
+ * hold off reconnecting a little, longer each time. */
+static void redis_be_conn_fail(struct redis_be *be, struct redis_conn *cn,
+                               const char *why)
+{
+    if (cn->ctx != NULL) {
+        redisFree(cn->ctx);
+        cn->ctx = NULL;
+    }
+    cn->backoff_ms = cn->backoff_ms == 0 ? REDIS_BE_BACKOFF_MIN_MS
+                                         : cn->backoff_ms * 2;
+    if (cn->backoff_ms > REDIS_BE_BACKOFF_MAX_MS)
+        cn->backoff_ms = REDIS_BE_BACKOFF_MAX_MS;
+    cn->retry_at_ms = backend_mono_ms() + cn->backoff_ms;
+    redis_be_mark(be, 0, why);
+}
+
+/* Make sure cn has a context: 0, or -1 while Redis cannot be reached. */
+static int redis_be_conn_ready(struct redis_be *be, struct redis_conn *cn)
+{
+    char err[256];
+
+    if (cn->ctx != NULL)
+        return 0;
+    if (backend_mono_ms() < cn->retry_at_ms)
+        return -1;
+    if (redis_be_conn_open(be, cn, err, sizeof(err)) != 0) {
+        redis_be_conn_fail(be, cn, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Did the command fail because the server had closed the connection (a
+ * Redis restart, an idle timeout) rather than time out? */
+static bool redis_be_closed_by_peer(const redisContext *c, int saved_errno)
+{
+    if (c->err == REDIS_ERR_EOF)
+        return true;
+    return c->err == REDIS_ERR_IO &&
+           (saved_errno == ECONNRESET || saved_errno == EPIPE);
+}
+
+/*
+ * Run one command on this thread's connection: the reply (caller frees;
+ * may be an error reply), or NULL when Redis is unavailable. A context the
+ * server had closed is reopened and the command sent once more: each
+ * command here is safe to repeat (acquire recognises its own token).
+ */
+static redisReply *redis_be_command(struct redis_be *be, int argc,
+                                    const char **argv, const size_t *lens)
+{
+    struct redis_conn *cn = redis_be_conn(be);
+    redisReply *r;
+    bool reused;
+    int saved;
+
+    if (cn == NULL)
+        return NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        reused = cn->ctx != NULL;
+        if (redis_be_conn_ready(be, cn) != 0)
+            return NULL;
+        errno = 0;
+        r = redisCommandArgv(cn->ctx, argc, argv, lens);
+        saved = errno;
+        if (r != NULL && cn->ctx->err == 0) {
+            cn->backoff_ms = 0;
+            redis_be_mark(be, 1, NULL);
+            return r;
+        }
+        freeReplyObject(r);
+        if (reused && attempt == 0 &&
+            redis_be_closed_by_peer(cn->ctx, saved)) {
+            redisFree(cn->ctx);
+            cn->ctx = NULL; /* reconnect at once, no backoff */
+            continue;
+        }
+        {
+            char why[sizeof(cn->ctx->errstr)];
+            if (cn->ctx->err == REDIS_ERR_IO &&
+                (saved == EAGAIN || saved == EWOULDBLOCK))
+                snprintf(why, sizeof(why), "command timed out");
+            else
+                snprintf(why, sizeof(why), "%s",
+                         cn->ctx->errstr[0] != '\0' ? cn->ctx->errstr
+                                                     : "I/O error");
+            redis_be_conn_fail(be, cn, why); /* frees the context */
+        }
+        return NULL;
+    }
+    return NULL;
+}
+
+/*
+ * Run script s with nkeys keys then the other arguments (args[i] of
+ * lens[i] bytes; at most 8 in all). EVALSHA first; EVAL when Redis lost
+ * the script (SCRIPT FLUSH), which also caches it again. NULL or an error
+ * reply are logged and answered NULL.
+ */
+static redisReply *redis_be_script(struct redis_be *be,
+                                   enum redis_be_script s,
+                                   int nkeys,
+                                   int nargs,
+                                   const char **args,
+                                   const size_t *lens)
+{
+    const char *argv[3 + 8];
+    size_t argl[3 + 8];
+    char nk[4];
+    struct redis_conn *cn = redis_be_conn(be);
+    redisReply *r;
+
+    if (cn == NULL || nargs > 8)
+        return NULL;
+    snprintf(nk, sizeof(nk), "%d", nkeys);
+    argv[2] = nk;
+    argl[2] = strlen(nk);
+    for (int i = 0; i < nargs; i++) {
+        argv[3 + i] = args[i];
+        argl[3 + i] = lens[i];
+    }
+    if (redis_be_conn_ready(be, cn) != 0)
+        return NULL;
+    /* cn->sha is filled once the context is up; a reconnect inside
+     * redis_be_command() reloads the same scripts, same digests. */
+    argv[0] = "EVALSHA";
+    argl[0] = 7;
+    argv[1] = cn->sha[s];
+    argl[1] = 40;
+    r = redis_be_command(be, 3 + nargs, argv, argl);
+    if (r != NULL && r->type == REDIS_REPLY_ERROR &&
+        strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        freeReplyObject(r);
+        argv[0] = "EVAL";
+        argl[0] = 4;
+        argv[1] = redis_be_scripts[s];
+        argl[1] = strlen(redis_be_scripts[s]);
+        r = redis_be_command(be, 3 + nargs, argv, argl);
+    }
+    if (r == NULL)
+        return NULL;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* LOADING, READONLY, MISCONF, BUSY, OOM...: never a grant */
+        redis_be_warn(be, "script error", r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    if (r->type != REDIS_REPLY_ARRAY && r->type != REDIS_REPLY_INTEGER) {
+        redis_be_warn(be, "script", "unexpected reply type");
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* ---- the subscriber ---- */
+
+static void redis_be_sub_sleep(struct redis_be *be, int64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&be->lock);
+    while (!atomic_load(&be->stopping))
+        if (pthread_cond_timedwait(&be->sub_cond, &be->lock, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&be->lock);
+}
+
+static void redis_be_sub_tried(struct redis_be *be)
+{
+    pthread_mutex_lock(&be->lock);
+    be->sub_tried = true;
+    pthread_cond_broadcast(&be->sub_cond);
+    pthread_mutex_unlock(&be->lock);
+}
+
+/* One message from the channel: ["message", channel, key]. */
+static void redis_be_sub_handle(struct redis_be *be, const redisReply *r)
+{
+    const redisReply *kind, *key;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+        return;
+    kind = r->element[0];
+    key = r->element[2];
+    if (kind->type != REDIS_REPLY_STRING || kind->len != 7 ||
+        memcmp(kind->str, "message", 7) != 0)
+        return;
+    if (key->type != REDIS_REPLY_STRING || key->len == 0 ||
+        key->len > LOCK_KEY_MAX)
+        return;
+    if (be->hooks.notify != NULL)
+        be->hooks.notify(be->hooks.arg, key->str, key->len);
+}
+
+/*
+ * Read the subscription until it breaks or close() asks. Polls with a short
+ * timeout so stopping is noticed; an idle link is checked with PING now and
+ * then (a subscribed connection may PING) so a dead peer is noticed too.
+ */
+static void redis_be_sub_read(struct redis_be *be, redisContext *c)
+{
+    int64_t last_rx = backend_mono_ms();
+    bool ping_out = false;
+
+    while (!atomic_load(&be->stopping)) {
+        redisReply *r = NULL;
+        struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+        int n;
+
+        if (redisGetReplyFromReader(c, (void **)&r) != REDIS_OK)
+            return;
+        if (r != NULL) {
+            redis_be_sub_handle(be, r);
+            freeReplyObject(r);
+            continue;
+        }
+        n = poll(&pfd, 1, REDIS_BE_SUB_POLL_MS);
+        if (n < 0 && errno != EINTR)
+            return;
+        if (n > 0) {
+            if (redisBufferRead(c) != REDIS_OK)
+                return;
+            last_rx = backend_mono_ms();
+            ping_out = false;
+            continue;
+        }
+        if (backend_mono_ms() - last_rx < REDIS_BE_SUB_PING_MS)
+            continue;
+        if (ping_out)
+            return; /* no answer to the last PING in a whole period */
+        {
+            const char *argv[] = { "PING" };
+            size_t lens[] = { 4 };
+            int done = 0;
+            if (redisAppendCommandArgv(c, 1, argv, lens) != REDIS_OK)
+                return;
+            while (!done)
+                if (redisBufferWrite(c, &done) != REDIS_OK)
+                    return;
+        }
+        ping_out = true;
+        last_rx = backend_mono_ms();
+    }
+}
+
+static void *redis_be_sub_main(void *arg)
+{
+    struct redis_be *be = arg;
+    int64_t backoff = 0;
+    char err[256];
+
+    while (!atomic_load(&be->stopping)) {
+        redisContext *c = redis_be_dial(be, err, sizeof(err));
+        redisReply *r = NULL;
+
+        if (c != NULL) {
+            const char *argv[] = { "SUBSCRIBE", be->channel };
+            size_t lens[] = { 9, strlen(be->channel) };
+            r = redisCommandArgv(c, 2, argv, lens);
+            if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+                snprintf(err, sizeof(err), "SUBSCRIBE: %s",
+                         r != NULL && r->type == REDIS_REPLY_ERROR
+                             ? r->str
+                             : c->errstr);
+                freeReplyObject(r);
+                redisFree(c);
+                c = NULL;
+            } else {
+                freeReplyObject(r);
+            }
+        }
+        if (c != NULL) {
+            log_debug("redis: subscribed to the release channel");
+            backoff = 0;
+            redis_be_sub_tried(be);
+            redis_be_sub_read(be, c);
+            redisFree(c);
+            if (!atomic_load(&be->stopping))
+                log_debug("redis: release subscription lost; resubscribing");
+            /* releases published while we were away are not heard: their
+             * waiters retry at the holder's expiry (the HELD hint) */
+        } else {
+            redis_be_sub_tried(be);
+            log_debug("redis: subscriber: %s", err);
+        }
+        backoff = backoff == 0 ? REDIS_BE_BACKOFF_MIN_MS : backoff * 2;
+        if (backoff > REDIS_BE_BACKOFF_MAX_MS)
+            backoff = REDIS_BE_BACKOFF_MAX_MS;
+        redis_be_sub_sleep(be, backoff);
+    }
+    return NULL;
+}
+
+/* ---- URL ---- */
+
+static int redis_be_parse_hosts(struct redis_be *be, const char *hosts)
+{
+    const char *port = NULL;
+    size_t hl;
+    uint64_t v;
+
+    if (hosts == NULL || hosts[0] == '\0') {
+        be->host = strdup(REDIS_BE_DEFAULT_HOST);
+        be->port = REDIS_BE_DEFAULT_PORT;
+        return be->host != NULL ? 0 : -1;
+    }
+    if (strchr(hosts, ',') != NULL)
+        return -1; /* one primary only */
+    if (hosts[0] == '[') {
+        const char *close = strchr(hosts, ']');
+        if (close == NULL || close == hosts + 1)
+            return -1;
+        if (close[1] == ':')
+            port = close + 2;
+        else if (close[1] != '\0')
+            return -1;
+        be->host = strndup(hosts + 1, (size_t)(close - hosts - 1));
+    } else {
+        const char *colon = strrchr(hosts, ':');
+        if (colon != NULL && strchr(hosts, ':') == colon) {
+            port = colon + 1;
+            hl = (size_t)(colon - hosts);
+        } else {
+            hl = strlen(hosts); /* bare IPv6 address or a host */
+        }
+        if (hl == 0)
+            return -1;
+        be->host = strndup(hosts, hl);
+    }
+    if (be->host == NULL)
+        return -1;
+    be->port = REDIS_BE_DEFAULT_PORT;
+    if (port != NULL) {
+        if (backend_parse_u64(port, 1, 65535, &v) != 0)
+            return -1;
+        be->port = (int)v;
+    }
+    return 0;
+}
+
+static enum backend_result redis_be_parse_url(struct redis_be *be,
+                                              const char *url)
+{
+    static const char *const allowed[] = { "prefix", "connect_timeout_ms",
+                                           "timeout_ms", NULL };
+    struct backend_url u;
+    enum backend_result res = BACKEND_INVALID;
+    const char *bad = NULL, *v;
+    uint64_t n;
+
+    if (backend_url_parse(url, &u) != 0) {
+        log_error("redis: malformed URL");
+        return BACKEND_INVALID;
+    }
+    if (strcmp(u.scheme, "redis") != 0)
+        goto out;
+    if (backend_url_check_params(&u, allowed, &bad) != 0) {
+        log_error("redis: unknown URL option '%s' (known: prefix, "
+                  "connect_timeout_ms, timeout_ms)", bad);
+        goto out;
+    }
+    if (redis_be_parse_hosts(be, u.hosts) != 0) {
+        log_error("redis: bad host or port in the URL");
+        goto out;
+    }
+    if (u.user != NULL && u.password == NULL) {
+        log_error("redis: URL has a user but no password "
+                  "(use redis://:password@host)");
+        goto out;
+    }
+    if (u.password != NULL) {
+        be->password = strdup(u.password);
+        if (be->password == NULL)
+            goto nomem;
+        if (u.user != NULL && u.user[0] != '\0') {
+            be->user = strdup(u.user);
+            if (be->user == NULL)
+                goto nomem;
+        }
+    }
+    if (u.path != NULL) {
+        if (backend_parse_u64(u.path, 0, INT_MAX, &n) != 0) {
+            log_error("redis: the URL path must be a database number");
+            goto out;
+        }
+        be->db = (unsigned)n;
+    }
+    v = backend_url_param(&u, "prefix");
+    if (v == NULL)
+        v = REDIS_BE_DEFAULT_PREFIX;
+    if (strlen(v) > REDIS_BE_PREFIX_MAX) {
+        log_error("redis: prefix longer than %d bytes", REDIS_BE_PREFIX_MAX);
+        goto out;
+    }
+    be->prefix = strdup(v);
+    if (be->prefix == NULL)
+        goto nomem;
+    be->prefix_len = strlen(be->prefix);
+    n = REDIS_BE_CONNECT_TIMEOUT_MS;
+    v = backend_url_param(&u, "connect_timeout_ms");
+    if (v != NULL && backend_parse_u64(v, 1, REDIS_BE_TIMEOUT_MAX_MS, &n)) {
+        log_error("redis: connect_timeout_ms must be 1..%d",
+                  REDIS_BE_TIMEOUT_MAX_MS);
+        goto out;
+    }
+    be->connect_tv = redis_be_tv(n);
+    n = REDIS_BE_TIMEOUT_MS;
+    v = backend_url_param(&u, "timeout_ms");
+    if (v != NULL && backend_parse_u64(v, 1, REDIS_BE_TIMEOUT_MAX_MS, &n)) {
+        log_error("redis: timeout_ms must be 1..%d", REDIS_BE_TIMEOUT_MAX_MS);
+        goto out;
+    }
+    be->cmd_tv = redis_be_tv(n);
+    {
+        size_t len = be->prefix_len + 32;
+        be->channel = malloc(len);
+        if (be->channel == NULL)
+            goto nomem;
+        snprintf(be->channel, len, "%sreleased:%u", be->prefix, be->db);
+    }
+    res = BACKEND_OK;
+    goto out;
+nomem:
+    res = BACKEND_NO_MEMORY;
+out:
+    backend_url_cleanup(&u);
+    return res;
+}
+
+/* ---- operations ---- */
+
+static void redis_be_close(struct backend *b);
+static enum backend_result redis_be_ping(struct backend *b);
+
+static enum backend_result redis_be_open(const char *url,
+                                         const struct backend_hooks *hooks,
+                                         struct backend **out)
+{
+    struct redis_be *be = calloc(1, sizeof(*be));
+    enum backend_result r;
+    struct timespec ts;
+    int64_t wait_ms;
+
+    *out = NULL;
+    if (be == NULL)
+        return BACKEND_NO_MEMORY;
+    be->base.ops = &redis_be_ops;
+    if (hooks != NULL)
+        be->hooks = *hooks;
+    atomic_init(&be->up, -1);
+    atomic_init(&be->stopping, false);
+    atomic_init(&be->last_log_ms, 0);
+    if (pthread_mutex_init(&be->lock, NULL) != 0) {
+        free(be);
+        return BACKEND_NO_MEMORY;
+    }
+    if (pthread_cond_init(&be->sub_cond, NULL) != 0) {
+        pthread_mutex_destroy(&be->lock);
+        free(be);
+        return BACKEND_NO_MEMORY;
+    }
+    if (pthread_key_create(&be->tls, redis_be_conn_destroy) != 0) {
+        pthread_cond_destroy(&be->sub_cond);
+        pthread_mutex_destroy(&be->lock);
+        free(be);
+        return BACKEND_NO_MEMORY;
+    }
+    r = redis_be_parse_url(be, url);
+    if (r != BACKEND_OK) {
+        redis_be_close(&be->base);
+        return r;
+    }
+    if (pthread_create(&be->sub_thread, NULL, redis_be_sub_main, be) != 0) {
+        redis_be_close(&be->base);
+        return BACKEND_NO_MEMORY;
+    }
+    be->sub_started = true;
+
+    /* Give the subscriber one attempt, so that releases through other
+     * instances are heard from the first request on; a Redis that is
+     * down is not an error here. */
+    wait_ms = (int64_t)be->connect_tv.tv_sec * 1000 +
+              be->connect_tv.tv_usec / 1000 +
+              (int64_t)be->cmd_tv.tv_sec * 1000 + be->cmd_tv.tv_usec / 1000;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(wait_ms / 1000) + 1;
+    pthread_mutex_lock(&be->lock);
+    while (!be->sub_tried)
+        if (pthread_cond_timedwait(&be->sub_cond, &be->lock, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&be->lock);
+    if (redis_be_ping(&be->base) != BACKEND_OK)
+        log_warn("redis: %s:%d not reachable yet; requests answer 503 "
+                 "until it is", be->host, be->port);
+    *out = &be->base;
+    return BACKEND_OK;
+}
+
+static enum backend_result redis_be_acquire(struct backend *b,
+                                            const struct lock_req *req,
+                                            struct lock_grant *out)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    char lock[REDIS_BE_KEYBUF], fence[REDIS_BE_KEYBUF], ttl[24];
+    const char *args[6];
+    size_t lens[6];
+    redisReply *r;
+    enum backend_result res = BACKEND_UNAVAILABLE;
+
+    if (req->key_len == 0 || req->key_len > LOCK_KEY_MAX)
+        return BACKEND_NOT_FOUND;
+    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    args[0] = lock;
+    lens[0] = redis_be_key(be, "lock:", req->key, req->key_len, lock);
+    args[1] = fence;
+    lens[1] = redis_be_key(be, "fence:", req->key, req->key_len, fence);
+    args[2] = req->token;
+    lens[2] = strlen(req->token);
+    args[3] = ttl;
+    lens[3] = strlen(ttl);
+    args[4] = req->owner != NULL ? "1" : "0";
+    lens[4] = 1;
+    args[5] = req->owner != NULL ? req->owner : "";
+    lens[5] = req->owner != NULL ? strlen(req->owner) : 0;
+    r = redis_be_script(be, SCRIPT_ACQUIRE, 2, 6, args, lens);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    if (reply_is_int(r, 0) && r->element[0]->integer == 1 && r->elements == 4 &&
+        reply_is_int(r, 1) && reply_is_int(r, 2) && reply_is_int(r, 3) &&
+        r->element[1]->integer > 0 &&
+        (uint64_t)r->element[1]->integer <= LOCK_FENCE_MAX &&
+        r->element[2]->integer > 0) {
+        out->fence = (uint64_t)r->element[1]->integer;
+        out->ttl_ms = (uint64_t)r->element[2]->integer;
+        out->expires_at_ms = r->element[3]->integer;
+        res = BACKEND_OK;
+    } else if (reply_is_int(r, 0) && r->element[0]->integer == 0 &&
+               reply_is_int(r, 1)) {
+        long long pttl = r->element[1]->integer;
+        out->retry_ms = pttl > 0 ? (uint64_t)pttl : (pttl == 0 ? 1 : 0);
+        res = BACKEND_HELD;
+    } else {
+        redis_be_warn(be, "acquire", "unexpected reply");
+    }
+    freeReplyObject(r);
+    return res;
+}
+
+static enum backend_result redis_be_renew(struct backend *b,
+                                          const struct lock_req *req,
+                                          struct lock_grant *out)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    char lock[REDIS_BE_KEYBUF], ttl[24];
+    const char *args[3];
+    size_t lens[3];
+    redisReply *r;
+    enum backend_result res = BACKEND_UNAVAILABLE;
+
+    if (req->key_len == 0 || req->key_len > LOCK_KEY_MAX)
+        return BACKEND_NOT_FOUND;
+    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    args[0] = lock;
+    lens[0] = redis_be_key(be, "lock:", req->key, req->key_len, lock);
+    args[1] = req->token;
+    lens[1] = strlen(req->token);
+    args[2] = ttl;
+    lens[2] = strlen(ttl);
+    r = redis_be_script(be, SCRIPT_RENEW, 1, 3, args, lens);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    if (!reply_is_int(r, 0)) {
+        redis_be_warn(be, "renew", "unexpected reply");
+    } else if (r->element[0]->integer == 0) {
+        res = BACKEND_NOT_FOUND;
+    } else if (r->element[0]->integer == -1) {
+        res = BACKEND_MISMATCH;
+    } else if (r->element[0]->integer == 1 && r->elements == 4 &&
+               reply_is_int(r, 1) && reply_is_int(r, 2) &&
+               reply_is_int(r, 3) && r->element[1]->integer > 0 &&
+               r->element[2]->integer > 0) {
+        out->fence = (uint64_t)r->element[1]->integer;
+        out->ttl_ms = (uint64_t)r->element[2]->integer;
+        out->expires_at_ms = r->element[3]->integer;
+        res = BACKEND_OK;
+    } else {
+        redis_be_warn(be, "renew", "unexpected reply");
+    }
+    freeReplyObject(r);
+    return res;
+}
+
+static enum backend_result redis_be_release(struct backend *b,
+                                            const struct lock_req *req)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    char lock[REDIS_BE_KEYBUF];
+    const char *args[4];
+    size_t lens[4];
+    redisReply *r;
+    enum backend_result res = BACKEND_UNAVAILABLE;
+
+    if (req->key_len == 0 || req->key_len > LOCK_KEY_MAX)
+        return BACKEND_NOT_FOUND;
+    args[0] = lock;
+    lens[0] = redis_be_key(be, "lock:", req->key, req->key_len, lock);
+    args[1] = req->token;
+    lens[1] = strlen(req->token);
+    args[2] = be->channel;
+    lens[2] = strlen(be->channel);
+    args[3] = req->key;
+    lens[3] = req->key_len;
+    r = redis_be_script(be, SCRIPT_RELEASE, 1, 4, args, lens);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    if (r->type != REDIS_REPLY_INTEGER)
+        redis_be_warn(be, "release", "unexpected reply");
+    else if (r->integer == 1)
+        res = BACKEND_OK;
+    else if (r->integer == 0)
+        res = BACKEND_NOT_FOUND;
+    else if (r->integer == -1)
+        res = BACKEND_MISMATCH;
+    else
+        redis_be_warn(be, "release", "unexpected reply");
+    freeReplyObject(r);
+    /* wake local waiters now; the published message will wake them again
+     * (spurious is fine) and reaches the other instances */
+    if (res == BACKEND_OK && be->hooks.notify != NULL)
+        be->hooks.notify(be->hooks.arg, req->key, req->key_len);
+    return res;
+}
+
+static enum backend_result redis_be_inspect(struct backend *b,
+                                            const char *key,
+                                            size_t key_len,
+                                            struct lock_info *out)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    char lock[REDIS_BE_KEYBUF];
+    const char *args[1];
+    size_t lens[1];
+    redisReply *r;
+    enum backend_result res = BACKEND_UNAVAILABLE;
+
+    if (key_len == 0 || key_len > LOCK_KEY_MAX)
+        return BACKEND_NOT_FOUND;
+    args[0] = lock;
+    lens[0] = redis_be_key(be, "lock:", key, key_len, lock);
+    r = redis_be_script(be, SCRIPT_INSPECT, 1, 1, args, lens);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    if (!reply_is_int(r, 0)) {
+        redis_be_warn(be, "inspect", "unexpected reply");
+    } else if (r->element[0]->integer == 0) {
+        res = BACKEND_NOT_FOUND;
+    } else if (r->element[0]->integer == 1 && r->elements >= 4 &&
+               reply_is_int(r, 1) && reply_is_int(r, 2) &&
+               reply_is_int(r, 3) && r->element[1]->integer > 0) {
+        long long pttl = r->element[2]->integer;
+        out->fence = (uint64_t)r->element[1]->integer;
+        out->ttl_ms = pttl >= 1 ? (uint64_t)pttl : 1; /* held: >= 1 */
+        out->expires_at_ms = r->element[3]->integer;
+        out->has_owner = false;
+        if (r->elements >= 5 && r->element[4]->type == REDIS_REPLY_STRING) {
+            size_t n = r->element[4]->len;
+            if (n > LOCK_OWNER_MAX)
+                n = LOCK_OWNER_MAX;
+            memcpy(out->owner, r->element[4]->str, n);
+            out->owner[n] = '\0';
+            out->has_owner = true;
+        }
+        res = BACKEND_OK;
+    } else {
+        redis_be_warn(be, "inspect", "unexpected reply");
+    }
+    freeReplyObject(r);
+    return res;
+}
+
+static enum backend_result redis_be_ping(struct backend *b)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    const char *argv[] = { "PING" };
+    size_t lens[] = { 4 };
+    redisReply *r = redis_be_command(be, 1, argv, lens);
+    enum backend_result res = BACKEND_UNAVAILABLE;
+
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    if (r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0)
+        res = BACKEND_OK;
+    else
+        redis_be_warn(be, "PING", r->type == REDIS_REPLY_ERROR
+                                      ? r->str
+                                      : "unexpected reply");
+    freeReplyObject(r);
+    return res;
+}
+
+static void redis_be_close(struct backend *b)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    struct redis_conn *cn, *next;
+
+    if (be == NULL)
+        return;
+    if (be->sub_started) {
+        pthread_mutex_lock(&be->lock);
+        atomic_store(&be->stopping, true);
+        pthread_cond_broadcast(&be->sub_cond);
+        pthread_mutex_unlock(&be->lock);
+        pthread_join(be->sub_thread, NULL);
+    }
+    /* Threads still alive keep their value under the key, but once the
+     * key is deleted no destructor runs: free every connection here. */
+    pthread_key_delete(be->tls);
+    pthread_mutex_lock(&be->lock);
+    cn = be->conns;
+    be->conns = NULL;
+    pthread_mutex_unlock(&be->lock);
+    for (; cn != NULL; cn = next) {
+        next = cn->next;
+        redis_be_conn_free(cn);
+    }
+    pthread_cond_destroy(&be->sub_cond);
+    pthread_mutex_destroy(&be->lock);
+    free(be->host);
+    free(be->user);
+    free(be->password);
+    free(be->prefix);
+    free(be->channel);
+    free(be);
+}
+
+const struct backend_ops redis_be_ops = {
+    .scheme = "redis",
+    .caps = BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
+    .open = redis_be_open,
+    .acquire = redis_be_acquire,
+    .renew = redis_be_renew,
+    .release = redis_be_release,
+    .inspect = redis_be_inspect,
+    .cancel_wait = NULL,
+    .ping = redis_be_ping,
+    .held_count = NULL,
+    .close = redis_be_close,
+};
