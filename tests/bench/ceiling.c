@@ -1,0 +1,126 @@
+/*
+ * tests/bench/ceiling.c - the HTTP ceiling for `make bench`: a minimal
+ * libmicrohttpd server with lockd's daemon flags (internal thread pool of
+ * nproc threads, epoll, suspend/resume allowed) that answers POST with a
+ * fixed 201 grant body and DELETE with a fixed 200 body, doing no other
+ * work. lockd on the memory backend is measured against it.
+ *
+ *   ceiling PORT [THREADS]     (runs until SIGTERM or SIGINT)
+ */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char grant_body[] =
+    "{\"key\":\"bench-0-0\",\"token\":\"0123456789abcdef0123456789abcdef\","
+    "\"fence\":1,\"ttl_ms\":30000,\"expires_at\":\"2026-11-21T12:00:30.123Z\"}";
+static const char release_body[] = "{\"key\":\"bench-0-0\",\"released\":true}";
+static const char other_body[] =
+    "{\"error\":{\"code\":\"not_found\",\"message\":\"no such route\"}}";
+
+static struct MHD_Response *grant_resp;   /* shared by every thread */
+static struct MHD_Response *release_resp; /* shared by every thread */
+static struct MHD_Response *other_resp;   /* shared by every thread */
+static int req_marker;                    /* address marks "seen" */
+
+static struct MHD_Response *fixed(const char *body, size_t len)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, (void *)(uintptr_t)body, MHD_RESPMEM_PERSISTENT);
+
+    if (r == NULL ||
+        MHD_add_response_header(r, "Content-Type", "application/json") !=
+            MHD_YES) {
+        fprintf(stderr, "ceiling: cannot build a response\n");
+        exit(1);
+    }
+    return r;
+}
+
+static enum MHD_Result on_request(void *cls,
+                                  struct MHD_Connection *conn,
+                                  const char *url,
+                                  const char *method,
+                                  const char *version,
+                                  const char *upload_data,
+                                  size_t *upload_size,
+                                  void **req_cls)
+{
+    (void)cls;
+    (void)url;
+    (void)version;
+    (void)upload_data;
+    if (*req_cls == NULL) { /* headers only: wait for the body */
+        *req_cls = &req_marker;
+        return MHD_YES;
+    }
+    if (*upload_size != 0) { /* take the body, look at nothing */
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (strcmp(method, "POST") == 0)
+        return MHD_queue_response(conn, MHD_HTTP_CREATED, grant_resp);
+    if (strcmp(method, "DELETE") == 0)
+        return MHD_queue_response(conn, MHD_HTTP_OK, release_resp);
+    return MHD_queue_response(conn, MHD_HTTP_NOT_FOUND, other_resp);
+}
+
+int main(int argc, char **argv)
+{
+    struct sockaddr_in addr;
+    struct MHD_Daemon *d;
+    long threads = sysconf(_SC_NPROCESSORS_ONLN);
+    long port;
+    sigset_t set;
+    int sig;
+
+    if (argc < 2 || argc > 3) {
+        fprintf(stderr, "usage: ceiling PORT [THREADS]\n");
+        return 2;
+    }
+    port = strtol(argv[1], NULL, 10);
+    if (argc == 3)
+        threads = strtol(argv[2], NULL, 10);
+    if (port <= 0 || port > 65535 || threads < 1) {
+        fprintf(stderr, "ceiling: bad port or thread count\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    /* blocked before the pool starts: only sigwait() below sees them */
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    grant_resp = fixed(grant_body, sizeof grant_body - 1);
+    release_resp = fixed(release_body, sizeof release_body - 1);
+    other_resp = fixed(other_body, sizeof other_body - 1);
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                             MHD_ALLOW_SUSPEND_RESUME,
+                         (uint16_t)port, NULL, NULL, on_request, NULL,
+                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)threads,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)60000,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
+                         MHD_OPTION_END);
+    if (d == NULL) {
+        fprintf(stderr, "ceiling: cannot listen on 127.0.0.1:%ld\n", port);
+        return 1;
+    }
+    fprintf(stderr, "ceiling: listening on 127.0.0.1:%ld, %ld threads\n", port,
+            threads);
+    sigwait(&set, &sig);
+    MHD_stop_daemon(d);
+    MHD_destroy_response(grant_resp);
+    MHD_destroy_response(release_resp);
+    MHD_destroy_response(other_resp);
+    return 0;
+}
