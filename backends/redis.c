@@ -6,10 +6,13 @@
  * in Redis and judged by Redis's clock. One hiredis context per worker
  * thread (under a pthread key); a subscriber thread on its own connection
  * hears releases made through other lockd instances and wakes waiters.
+ * Waiters queue in Redis (BACKEND_CAP_QUEUE): FIFO across every instance.
  *
  * Layout, for a prefix P (default "lockd:") and a lockd key K (raw bytes):
  *   P "lock:{" K "}"    hash  t = sha1hex(token), f = fence, ttl, [o = owner]
  *   P "fence:{" K "}"   integer, INCRed by every grant, never expires
+ *   P "queue:{" K "}"   list of waiter ids, first come first served
+ *   P "qdl:{" K "}"     hash waiter id -> its deadline (unix ms)
  *   channel P "released:" db   PUBLISHed with K by every release
  * P and the fixed words around K make the mapping injective: K is what is
  * left after stripping them, and "lock:" and "fence:" never collide.
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -44,7 +48,8 @@
                                            subscriber */
 #define REDIS_BE_SUB_PING_MS        5000 /* idle subscriber checks its link */
 #define REDIS_BE_LOG_EVERY_MS       1000 /* rate limit of repeated warnings */
-/* prefix + "fence:{" + key + "}" */
+#define REDIS_BE_WAITER_MAX        48 /* instance id ':' waiter id */
+/* prefix + "fence:{" + key + "}", the longest kind */
 #define REDIS_BE_KEYBUF (REDIS_BE_PREFIX_MAX + 8 + LOCK_KEY_MAX + 1)
 
 enum redis_be_script {
@@ -52,6 +57,7 @@ enum redis_be_script {
     SCRIPT_RENEW,
     SCRIPT_RELEASE,
     SCRIPT_INSPECT,
+    SCRIPT_CANCEL,
     SCRIPT_COUNT,
 };
 
@@ -64,21 +70,65 @@ enum redis_be_script {
  * to exponent notation.
  */
 static const char *const redis_be_scripts[SCRIPT_COUNT] = {
-    /* acquire: KEYS lock, fence; ARGV token, ttl_ms, has_owner, owner.
-     * {1, fence, ttl, expires_at} granted, {0, pttl} held. A retry of an
-     * acquire whose reply was lost finds its own token and is granted
-     * again, with the same fence. */
+    /* acquire: KEYS lock, fence, queue, deadlines; ARGV token, ttl_ms,
+     * has_owner, owner, waiter ("" = try once), its deadline (unix ms),
+     * this instance's waiter prefix. {1, fence, ttl, expires_at} granted;
+     * {0, retry_ms, behind, ours} held, or free with an earlier waiter
+     * first (behind = 1; ours = 1 when that waiter is this instance's).
+     * A retry of an acquire whose reply was lost finds its own token and
+     * is granted again, with the same fence. Waiters whose deadline (plus
+     * a grace for clock skew) passed are dropped from the head: their
+     * lockd would have cancelled them, so it is gone. */
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local grace = 1000\n"
+    "local uid = ARGV[5]\n"
+    "local head = redis.call('LINDEX', KEYS[3], 0)\n"
+    "while head do\n"
+    "  local dl = tonumber(redis.call('HGET', KEYS[4], head) or '0')\n"
+    "  if dl + grace >= now then break end\n"
+    "  redis.call('LPOP', KEYS[3])\n"
+    "  redis.call('HDEL', KEYS[4], head)\n"
+    "  head = redis.call('LINDEX', KEYS[3], 0)\n"
+    "end\n"
+    "if uid ~= '' and redis.call('HEXISTS', KEYS[4], uid) == 0 then\n"
+    "  redis.call('RPUSH', KEYS[3], uid)\n"
+    "  redis.call('HSET', KEYS[4], uid, ARGV[6])\n"
+    "  local keep = tonumber(ARGV[6]) + grace - now\n"
+    "  if keep < grace then keep = grace end\n"
+    "  if redis.call('PTTL', KEYS[3]) < keep then\n"
+    "    redis.call('PEXPIRE', KEYS[3], keep)\n"
+    "    redis.call('PEXPIRE', KEYS[4], keep)\n"
+    "  end\n"
+    "  if not head then head = uid end\n"
+    "end\n"
     "local h = redis.sha1hex(ARGV[1])\n"
     "local cur = redis.call('HMGET', KEYS[1], 't', 'f', 'ttl')\n"
     "if cur[1] then\n"
     "  local pttl = redis.call('PTTL', KEYS[1])\n"
     "  if cur[1] == h then\n"
+    "    if uid ~= '' then\n"
+    "      redis.call('LREM', KEYS[3], 0, uid)\n"
+    "      redis.call('HDEL', KEYS[4], uid)\n"
+    "    end\n"
     "    return {1, tonumber(cur[2]), tonumber(cur[3]), now + pttl}\n"
     "  end\n"
-    "  return {0, pttl}\n"
+    "  return {0, pttl, 0, 0}\n"
+    "end\n"
+    "if head and head ~= uid then\n"
+    "  local dl = tonumber(redis.call('HGET', KEYS[4], head) or '0')\n"
+    "  local hint = dl + grace - now\n"
+    "  if hint < 1 then hint = 1 end\n"
+    "  local ours = 0\n"
+    "  if string.sub(head, 1, string.len(ARGV[7])) == ARGV[7] then\n"
+    "    ours = 1\n"
+    "  end\n"
+    "  return {0, hint, 1, ours}\n"
+    "end\n"
+    "if uid ~= '' then\n"
+    "  redis.call('LPOP', KEYS[3])\n"
+    "  redis.call('HDEL', KEYS[4], uid)\n"
     "end\n"
     "local f = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
     "if f >= 9007199254740991 then\n"
@@ -128,9 +178,24 @@ static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "return {1, tonumber(cur[1]), pttl, now + pttl, cur[2]}\n",
+
+    /* cancel: KEYS queue, deadlines, lock; ARGV waiter, channel, key.
+     * Leaves the queue; if the key is free and others wait, tells them. */
+    "local n = redis.call('LREM', KEYS[1], 0, ARGV[1])\n"
+    "redis.call('HDEL', KEYS[2], ARGV[1])\n"
+    "if n > 0 and redis.call('EXISTS', KEYS[3]) == 0 and\n"
+    "   redis.call('LLEN', KEYS[1]) > 0 then\n"
+    "  redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
+    "end\n"
+    "return n\n",
 };
 
 struct redis_be;
+
+/* A waiter's place in a key's queue: lock_waiter.be_data. */
+struct redis_be_wait {
+    char id[REDIS_BE_WAITER_MAX]; /* this instance's id ':' waiter->id */
+};
 
 extern const struct backend_ops redis_be_ops;
 
@@ -156,6 +221,7 @@ struct redis_be {
     char *prefix;        /* owned */
     size_t prefix_len;
     char *channel;       /* owned: prefix "released:" db */
+    char instance[20];   /* random hex id ':', prefixes our waiters' ids */
     struct timeval connect_tv;
     struct timeval cmd_tv;
 
@@ -487,7 +553,7 @@ static redisReply *redis_be_command(struct redis_be *be, int argc,
 
 /*
  * Run script s with nkeys keys then the other arguments (args[i] of
- * lens[i] bytes; at most 8 in all). EVALSHA first; EVAL when Redis lost
+ * lens[i] bytes; at most 12 in all). EVALSHA first; EVAL when Redis lost
  * the script (SCRIPT FLUSH), which also caches it again. NULL or an error
  * reply are logged and answered NULL.
  */
@@ -498,13 +564,13 @@ static redisReply *redis_be_script(struct redis_be *be,
                                    const char **args,
                                    const size_t *lens)
 {
-    const char *argv[3 + 8];
-    size_t argl[3 + 8];
+    const char *argv[3 + 12];
+    size_t argl[3 + 12];
     char nk[4];
     struct redis_conn *cn = redis_be_conn(be);
     redisReply *r;
 
-    if (cn == NULL || nargs > 8)
+    if (cn == NULL || nargs > 12)
         return NULL;
     snprintf(nk, sizeof(nk), "%d", nkeys);
     argv[2] = nk;
@@ -867,6 +933,17 @@ static enum backend_result redis_be_open(const char *url,
         free(be);
         return BACKEND_NO_MEMORY;
     }
+    {
+        unsigned char rnd[8];
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+            redis_be_close(&be->base);
+            return BACKEND_NO_MEMORY;
+        }
+        for (size_t i = 0; i < sizeof(rnd); i++)
+            snprintf(be->instance + 2 * i, 3, "%02x", rnd[i]);
+        be->instance[16] = ':';
+        be->instance[17] = '\0';
+    }
     r = redis_be_parse_url(be, url);
     if (r != BACKEND_OK) {
         redis_be_close(&be->base);
@@ -898,35 +975,78 @@ static enum backend_result redis_be_open(const char *url,
     return BACKEND_OK;
 }
 
+/* The waiter's queue id, made on its first acquire; NULL: no memory. */
+static struct redis_be_wait *redis_be_wait_get(struct redis_be *be,
+                                               struct lock_waiter *w)
+{
+    struct redis_be_wait *bw = w->be_data;
+
+    if (bw != NULL)
+        return bw;
+    bw = calloc(1, sizeof(*bw));
+    if (bw == NULL)
+        return NULL;
+    snprintf(bw->id, sizeof(bw->id), "%s%llu", be->instance,
+             (unsigned long long)w->id);
+    w->be_data = bw;
+    return bw;
+}
+
+static void redis_be_wait_free(struct lock_waiter *w)
+{
+    free(w->be_data);
+    w->be_data = NULL;
+}
+
 static enum backend_result redis_be_acquire(struct backend *b,
                                             const struct lock_req *req,
                                             struct lock_grant *out)
 {
     struct redis_be *be = (struct redis_be *)b;
-    char lock[REDIS_BE_KEYBUF], fence[REDIS_BE_KEYBUF], ttl[24];
-    const char *args[6];
-    size_t lens[6];
+    char lock[REDIS_BE_KEYBUF], fence[REDIS_BE_KEYBUF];
+    char queue[REDIS_BE_KEYBUF], qdl[REDIS_BE_KEYBUF];
+    char ttl[24], deadline[24];
+    const char *args[11];
+    size_t lens[11];
+    struct redis_be_wait *bw = NULL;
     redisReply *r;
     enum backend_result res = BACKEND_UNAVAILABLE;
 
     if (req->key_len == 0 || req->key_len > LOCK_KEY_MAX)
         return BACKEND_NOT_FOUND;
+    if (req->waiter != NULL) {
+        bw = redis_be_wait_get(be, req->waiter);
+        if (bw == NULL)
+            return BACKEND_NO_MEMORY;
+    }
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    snprintf(deadline, sizeof(deadline), "%lld",
+             req->waiter != NULL ? (long long)req->waiter->deadline_ms : 0LL);
     args[0] = lock;
     lens[0] = redis_be_key(be, "lock:", req->key, req->key_len, lock);
     args[1] = fence;
     lens[1] = redis_be_key(be, "fence:", req->key, req->key_len, fence);
-    args[2] = req->token;
-    lens[2] = strlen(req->token);
-    args[3] = ttl;
-    lens[3] = strlen(ttl);
-    args[4] = req->owner != NULL ? "1" : "0";
-    lens[4] = 1;
-    args[5] = req->owner != NULL ? req->owner : "";
-    lens[5] = req->owner != NULL ? strlen(req->owner) : 0;
-    r = redis_be_script(be, SCRIPT_ACQUIRE, 2, 6, args, lens);
+    args[2] = queue;
+    lens[2] = redis_be_key(be, "queue:", req->key, req->key_len, queue);
+    args[3] = qdl;
+    lens[3] = redis_be_key(be, "qdl:", req->key, req->key_len, qdl);
+    args[4] = req->token;
+    lens[4] = strlen(req->token);
+    args[5] = ttl;
+    lens[5] = strlen(ttl);
+    args[6] = req->owner != NULL ? "1" : "0";
+    lens[6] = 1;
+    args[7] = req->owner != NULL ? req->owner : "";
+    lens[7] = req->owner != NULL ? strlen(req->owner) : 0;
+    args[8] = bw != NULL ? bw->id : "";
+    lens[8] = strlen(args[8]);
+    args[9] = deadline;
+    lens[9] = strlen(deadline);
+    args[10] = be->instance;
+    lens[10] = strlen(be->instance);
+    r = redis_be_script(be, SCRIPT_ACQUIRE, 4, 11, args, lens);
     if (r == NULL)
-        return BACKEND_UNAVAILABLE;
+        return BACKEND_UNAVAILABLE; /* the waiter keeps its place, if any */
     if (reply_is_int(r, 0) && r->element[0]->integer == 1 && r->elements == 4 &&
         reply_is_int(r, 1) && reply_is_int(r, 2) && reply_is_int(r, 3) &&
         r->element[1]->integer > 0 &&
@@ -936,16 +1056,63 @@ static enum backend_result redis_be_acquire(struct backend *b,
         out->ttl_ms = (uint64_t)r->element[2]->integer;
         out->expires_at_ms = r->element[3]->integer;
         res = BACKEND_OK;
+        if (req->waiter != NULL)
+            redis_be_wait_free(req->waiter); /* out of the queue */
     } else if (reply_is_int(r, 0) && r->element[0]->integer == 0 &&
-               reply_is_int(r, 1)) {
-        long long pttl = r->element[1]->integer;
-        out->retry_ms = pttl > 0 ? (uint64_t)pttl : (pttl == 0 ? 1 : 0);
+               r->elements == 4 && reply_is_int(r, 1) &&
+               reply_is_int(r, 2) && reply_is_int(r, 3)) {
+        long long hint = r->element[1]->integer;
+        out->retry_ms = hint > 0 ? (uint64_t)hint : (hint == 0 ? 1 : 0);
+        /* behind one of ours: waitq may hold them in another order and
+         * passes the turn on; behind another instance's waiter, every one
+         * of ours is behind too, so none needs trying until told */
+        out->behind = r->element[2]->integer == 1 &&
+                      r->element[3]->integer == 1;
         res = BACKEND_HELD;
     } else {
         redis_be_warn(be, "acquire", "unexpected reply");
     }
     freeReplyObject(r);
     return res;
+}
+
+static enum backend_result redis_be_cancel_wait(struct backend *b,
+                                                const char *key,
+                                                size_t key_len,
+                                                struct lock_waiter *waiter)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    struct redis_be_wait *bw = waiter->be_data;
+    char queue[REDIS_BE_KEYBUF], qdl[REDIS_BE_KEYBUF], lock[REDIS_BE_KEYBUF];
+    const char *args[6];
+    size_t lens[6];
+    redisReply *r;
+
+    if (bw == NULL)
+        return BACKEND_OK;
+    if (key_len == 0 || key_len > LOCK_KEY_MAX) {
+        redis_be_wait_free(waiter);
+        return BACKEND_OK;
+    }
+    args[0] = queue;
+    lens[0] = redis_be_key(be, "queue:", key, key_len, queue);
+    args[1] = qdl;
+    lens[1] = redis_be_key(be, "qdl:", key, key_len, qdl);
+    args[2] = lock;
+    lens[2] = redis_be_key(be, "lock:", key, key_len, lock);
+    args[3] = bw->id;
+    lens[3] = strlen(bw->id);
+    args[4] = be->channel;
+    lens[4] = strlen(be->channel);
+    args[5] = key;
+    lens[5] = key_len;
+    r = redis_be_script(be, SCRIPT_CANCEL, 3, 6, args, lens);
+    /* unreachable: the place is dropped when its deadline passes */
+    redis_be_wait_free(waiter);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    freeReplyObject(r);
+    return BACKEND_OK;
 }
 
 static enum backend_result redis_be_renew(struct backend *b,
@@ -1137,13 +1304,13 @@ static void redis_be_close(struct backend *b)
 
 const struct backend_ops redis_be_ops = {
     .scheme = "redis",
-    .caps = BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
+    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
     .open = redis_be_open,
     .acquire = redis_be_acquire,
     .renew = redis_be_renew,
     .release = redis_be_release,
     .inspect = redis_be_inspect,
-    .cancel_wait = NULL,
+    .cancel_wait = redis_be_cancel_wait,
     .ping = redis_be_ping,
     .held_count = NULL,
     .close = redis_be_close,

@@ -498,6 +498,94 @@ static void test_restart_keeps_holders_and_fences(void)
     CHECK_EQ(rel(be_main, "rs1", TOK_B), BACKEND_OK);
 }
 
+static enum backend_result acq_w(struct backend *be, const char *key,
+                                 const char *tok, struct lock_waiter *w,
+                                 struct lock_grant *g)
+{
+    struct lock_req req = { .key = key, .key_len = strlen(key),
+                            .token = tok, .ttl_ms = 5000, .waiter = w };
+    memset(g, 0, sizeof(*g));
+    return redis_be_ops.acquire(be, &req, g);
+}
+
+static void test_queue_is_fifo_and_try_once_waits_its_turn(void)
+{
+    struct lock_waiter w1 = { .id = 101, .deadline_ms = backend_now_ms() + 5000 };
+    struct lock_waiter w2 = { .id = 102, .deadline_ms = backend_now_ms() + 5000 };
+    struct lock_grant g;
+
+    CHECK_EQ(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ(acq_w(be_main, "q1", TOK_B, &w1, &g), BACKEND_HELD);
+    CHECK(w1.be_data != NULL);
+    CHECK(!g.behind);
+    CHECK(g.retry_ms > 4000);
+    CHECK_EQ(acq_w(be_main, "q1", "cccccccccccccccccccccccccccccccc", &w2, &g),
+             BACKEND_HELD);
+    CHECK_EQ(rel(be_main, "q1", TOK_A), BACKEND_OK);
+    /* free, but w1 came first: neither w2 nor a try-once gets it */
+    CHECK_EQ(acq_w(be_main, "q1", "cccccccccccccccccccccccccccccccc", &w2, &g),
+             BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK(g.retry_ms >= 1);
+    CHECK_EQ(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_HELD);
+    CHECK_EQ(acq_w(be_main, "q1", TOK_B, &w1, &g), BACKEND_OK);
+    CHECK(w1.be_data == NULL);
+    CHECK_EQ(rel(be_main, "q1", TOK_B), BACKEND_OK);
+    CHECK_EQ(acq_w(be_main, "q1", "cccccccccccccccccccccccccccccccc", &w2, &g),
+             BACKEND_OK);
+    CHECK(w2.be_data == NULL);
+    CHECK_EQ(rel(be_main, "q1", "cccccccccccccccccccccccccccccccc"), BACKEND_OK);
+    CHECK_EQ(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ(rel(be_main, "q1", TOK_A), BACKEND_OK);
+}
+
+static void test_cancel_wait_passes_the_turn_and_notifies(void)
+{
+    struct backend *other = open_be(url);
+    struct lock_waiter w1 = { .id = 201, .deadline_ms = backend_now_ms() + 5000 };
+    struct lock_waiter w2 = { .id = 202, .deadline_ms = backend_now_ms() + 5000 };
+    struct lock_grant g;
+    int64_t t0;
+
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    CHECK_EQ(acq(be_main, "c1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ(acq_w(other, "c1", TOK_B, &w1, &g), BACKEND_HELD);
+    CHECK_EQ(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_HELD);
+    CHECK_EQ(rel(be_main, "c1", TOK_A), BACKEND_OK);
+    /* behind another instance's waiter: not "behind one of ours" */
+    CHECK_EQ(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_HELD);
+    CHECK(!g.behind);
+    note_reset();
+    CHECK_EQ(redis_be_ops.cancel_wait(other, "c1", 2, &w1), BACKEND_OK);
+    CHECK(w1.be_data == NULL);
+    t0 = backend_mono_ms();
+    while (!noted("c1") && backend_mono_ms() - t0 < 2000)
+        sleep_ms(5);
+    CHECK(noted("c1")); /* the next waiter hears its turn came */
+    CHECK_EQ(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_OK);
+    CHECK_EQ(rel(be_main, "c1", TOK_B), BACKEND_OK);
+    redis_be_ops.close(other);
+}
+
+static void test_dead_waiters_are_dropped_after_their_deadline(void)
+{
+    struct lock_waiter w1 = { .id = 301, .deadline_ms = backend_now_ms() + 100 };
+    struct lock_grant g;
+
+    CHECK_EQ(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ(acq_w(be_main, "d1", TOK_B, &w1, &g), BACKEND_HELD);
+    CHECK_EQ(rel(be_main, "d1", TOK_A), BACKEND_OK);
+    CHECK_EQ(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_HELD);
+    CHECK(g.retry_ms >= 1 && g.retry_ms <= 1100);
+    /* w1's lockd is gone: its place goes after deadline + grace (1 s) */
+    sleep_ms(1200);
+    CHECK_EQ(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ(rel(be_main, "d1", TOK_A), BACKEND_OK);
+    free(w1.be_data);
+}
+
 static const struct {
     const char *name;
     void (*fn)(void);
@@ -518,6 +606,12 @@ static const struct {
       test_prefixes_are_separate_namespaces },
     { "test_release_notifies_every_instance",
       test_release_notifies_every_instance },
+    { "test_queue_is_fifo_and_try_once_waits_its_turn",
+      test_queue_is_fifo_and_try_once_waits_its_turn },
+    { "test_cancel_wait_passes_the_turn_and_notifies",
+      test_cancel_wait_passes_the_turn_and_notifies },
+    { "test_dead_waiters_are_dropped_after_their_deadline",
+      test_dead_waiters_are_dropped_after_their_deadline },
     { "test_stopped_redis_answers_unavailable_in_time",
       test_stopped_redis_answers_unavailable_in_time },
     { "test_restart_keeps_holders_and_fences",
