@@ -26,7 +26,9 @@ endif
 ADAPTERS := $(filter redis zookeeper mysql,$(basename $(notdir $(wildcard backends/*.c))))
 CFLAGS   += $(foreach a,$(ADAPTERS),-DLOCKD_WITH_$(shell echo $(a) | tr a-z A-Z))
 
-SRCS     := $(wildcard service/*.c api/*.c backends/*.c)
+# `make ADAPTERS=` builds without them.
+UNBUILT  := $(patsubst %,backends/%.c,$(filter-out $(ADAPTERS),redis zookeeper mysql))
+SRCS     := $(filter-out $(UNBUILT),$(wildcard service/*.c api/*.c backends/*.c))
 OBJS     := $(patsubst %.c,$(BUILD)/%.o,$(SRCS))
 LIBOBJS  := $(filter-out $(BUILD)/service/main.o,$(OBJS))
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)

@@ -74,6 +74,9 @@ struct lock_grant {
     int64_t expires_at_ms; /* unix ms by the store's clock, informational */
     uint64_t retry_ms;     /* BACKEND_HELD only: when a retry may succeed
                               (the holder's remaining TTL); 0 = unknown */
+    bool behind;           /* BACKEND_HELD with a waiter on a queueing
+                              store: no one holds the key, but an earlier
+                              waiter in the store's queue goes first */
 };
 
 struct lock_info {

@@ -1,0 +1,457 @@
+/*
+ * api/codec.c - keys, parameters and JSON replies, with API.md's
+ * strictness: a typo never becomes a default, a field given twice is an
+ * error, integers are integers.
+ */
+#include "api/codec.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode s into a new string of *len bytes (NUL-terminated, but
+ * may hold NULs); NULL on a bad escape or no memory (*bad tells which). */
+static char *percent_decode(const char *s, size_t *len, bool *bad)
+{
+    size_t n = strlen(s), j = 0;
+    char *out = malloc(n + 1);
+
+    *bad = false;
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '%') {
+            out[j++] = s[i];
+            continue;
+        }
+        int hi = i + 1 < n ? hexval(s[i + 1]) : -1;
+        int lo = i + 2 < n ? hexval(s[i + 2]) : -1;
+        if (hi < 0 || lo < 0) {
+            free(out);
+            *bad = true;
+            return NULL;
+        }
+        out[j++] = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    out[j] = '\0';
+    *len = j;
+    return out;
+}
+
+bool codec_utf8_valid(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+
+    while (i < len) {
+        unsigned char c = s[i];
+        size_t n;
+        uint32_t cp;
+
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            n = 1;
+            cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            n = 2;
+            cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return false; /* continuation byte, 0xc0/0xc1 or > 0xf4 */
+        }
+        for (size_t k = 1; k <= n; k++) {
+            if (i + k >= len || (s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += n + 1;
+    }
+    return true;
+}
+
+static bool has_control(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            return true;
+    }
+    return false;
+}
+
+enum api_error codec_decode_key(const char *raw, char **out, size_t *len,
+                                char *msg, size_t msglen)
+{
+    bool bad;
+    char *key;
+
+    *out = NULL;
+    if (*raw == '\0') {
+        snprintf(msg, msglen, "the lock key is empty");
+        return API_INVALID_KEY;
+    }
+    key = percent_decode(raw, len, &bad);
+    if (key == NULL) {
+        snprintf(msg, msglen, bad ? "the lock key has a malformed percent "
+                                    "escape"
+                                  : "out of memory");
+        return bad ? API_INVALID_KEY : API_INTERNAL;
+    }
+    if (*len == 0 || *len > LOCK_KEY_MAX) {
+        snprintf(msg, msglen, "the lock key must be 1 to %d bytes, not %zu",
+                 LOCK_KEY_MAX, *len);
+    } else if (!codec_utf8_valid(key, *len)) {
+        snprintf(msg, msglen, "the lock key is not valid UTF-8");
+    } else if (has_control(key, *len)) {
+        snprintf(msg, msglen, "the lock key contains a control character");
+    } else {
+        *out = key;
+        return API_OK;
+    }
+    free(key);
+    return API_INVALID_KEY;
+}
+
+void codec_params_cleanup(struct api_params *p)
+{
+    free(p->owner);
+    free(p->token);
+    memset(p, 0, sizeof(*p));
+}
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} param_names[] = {
+    { "ttl_ms", API_P_TTL_MS },
+    { "wait_ms", API_P_WAIT_MS },
+    { "owner", API_P_OWNER },
+    { "token", API_P_TOKEN },
+};
+
+static unsigned param_bit(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof(param_names) / sizeof(param_names[0]); i++)
+        if (strlen(param_names[i].name) == len &&
+            memcmp(param_names[i].name, name, len) == 0)
+            return param_names[i].bit;
+    return 0;
+}
+
+static bool *has_of(struct api_params *p, unsigned bit)
+{
+    switch (bit) {
+    case API_P_TTL_MS:
+        return &p->has_ttl_ms;
+    case API_P_WAIT_MS:
+        return &p->has_wait_ms;
+    case API_P_OWNER:
+        return &p->has_owner;
+    default:
+        return &p->has_token;
+    }
+}
+
+/* Print name into msg readably, even if it holds junk bytes. */
+static void quote_name(char *dst, size_t cap, const char *name, size_t len)
+{
+    size_t j = 0;
+
+    for (size_t i = 0; i < len && j + 5 < cap; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c < 0x20 || c >= 0x7f || c == '\'')
+            j += (size_t)snprintf(dst + j, cap - j, "\\x%02x", c);
+        else
+            dst[j++] = (char)c;
+        if (i == 63 && len > 64) {
+            snprintf(dst + j, cap - j, "...");
+            j += 3;
+            break;
+        }
+    }
+    dst[j] = '\0';
+}
+
+/* Store one value: from the query (str), or from JSON (json). */
+static enum api_error set_param(struct api_params *p, unsigned bit,
+                                const char *str, size_t slen, json_t *json,
+                                uint64_t max_ttl, uint64_t max_wait,
+                                char *msg, size_t msglen)
+{
+    const char *name = bit == API_P_TTL_MS    ? "ttl_ms"
+                       : bit == API_P_WAIT_MS ? "wait_ms"
+                       : bit == API_P_OWNER   ? "owner"
+                                              : "token";
+    bool *has = has_of(p, bit);
+
+    if (*has) {
+        snprintf(msg, msglen, "parameter '%s' is given twice", name);
+        return API_INVALID_PARAMETER;
+    }
+    *has = true;
+    if (bit == API_P_TTL_MS || bit == API_P_WAIT_MS) {
+        uint64_t v = 0, min = bit == API_P_TTL_MS ? 1 : 0;
+        uint64_t max = bit == API_P_TTL_MS ? max_ttl : max_wait;
+        if (json != NULL) {
+            if (!json_is_integer(json)) {
+                snprintf(msg, msglen, "'%s' must be an integer", name);
+                return API_INVALID_PARAMETER;
+            }
+            json_int_t iv = json_integer_value(json);
+            if (iv < 0 || (uint64_t)iv < min || (uint64_t)iv > max) {
+                snprintf(msg, msglen, "'%s' must be from %llu to %llu", name,
+                         (unsigned long long)min, (unsigned long long)max);
+                return API_INVALID_PARAMETER;
+            }
+            v = (uint64_t)iv;
+        } else if (slen != strlen(str) ||
+                   backend_parse_u64(str, min, max, &v) != 0) {
+            snprintf(msg, msglen,
+                     "'%s' must be an integer from %llu to %llu", name,
+                     (unsigned long long)min, (unsigned long long)max);
+            return API_INVALID_PARAMETER;
+        }
+        if (bit == API_P_TTL_MS)
+            p->ttl_ms = v;
+        else
+            p->wait_ms = v;
+        return API_OK;
+    }
+    if (json != NULL) {
+        if (!json_is_string(json)) {
+            snprintf(msg, msglen, "'%s' must be a string", name);
+            return API_INVALID_PARAMETER;
+        }
+        str = json_string_value(json);
+        slen = json_string_length(json);
+    }
+    if (memchr(str, '\0', slen) != NULL || !codec_utf8_valid(str, slen)) {
+        snprintf(msg, msglen, "'%s' must be valid UTF-8 without NUL", name);
+        return API_INVALID_PARAMETER;
+    }
+    if (bit == API_P_OWNER) {
+        if (slen > LOCK_OWNER_MAX || has_control(str, slen)) {
+            snprintf(msg, msglen,
+                     "'owner' must be at most %d bytes, without control "
+                     "characters",
+                     LOCK_OWNER_MAX);
+            return API_INVALID_PARAMETER;
+        }
+        p->owner = strndup(str, slen);
+        return p->owner != NULL ? API_OK : API_INTERNAL;
+    }
+    p->token = strndup(str, slen);
+    return p->token != NULL ? API_OK : API_INTERNAL;
+}
+
+static enum api_error parse_query(const struct api_request *rq,
+                                  unsigned allowed, uint64_t max_ttl,
+                                  uint64_t max_wait, struct api_params *p,
+                                  char *msg, size_t msglen)
+{
+    char qname[300];
+
+    for (size_t i = 0; i < rq->nquery; i++) {
+        size_t nlen = 0, vlen = 0;
+        bool bad;
+        char *name = percent_decode(rq->query[i].name, &nlen, &bad);
+        char *value = NULL;
+        enum api_error err = API_INVALID_PARAMETER;
+        unsigned bit;
+
+        if (name == NULL) {
+            snprintf(msg, msglen, bad ? "a query parameter name has a "
+                                        "malformed percent escape"
+                                      : "out of memory");
+            return bad ? API_INVALID_PARAMETER : API_INTERNAL;
+        }
+        quote_name(qname, sizeof(qname), name, nlen);
+        bit = param_bit(name, nlen);
+        if (bit == 0 || (allowed & bit) == 0) {
+            snprintf(msg, msglen, "unknown parameter '%s'", qname);
+        } else if (rq->query[i].value == NULL) {
+            snprintf(msg, msglen, "parameter '%s' needs a value", qname);
+        } else {
+            value = percent_decode(rq->query[i].value, &vlen, &bad);
+            if (value == NULL)
+                snprintf(msg, msglen,
+                         bad ? "parameter '%s' has a malformed percent escape"
+                             : "out of memory",
+                         qname);
+            else
+                err = set_param(p, bit, value, vlen, NULL, max_ttl, max_wait,
+                                msg, msglen);
+            if (value == NULL && !bad)
+                err = API_INTERNAL;
+        }
+        free(value);
+        free(name);
+        if (err != API_OK)
+            return err;
+    }
+    return API_OK;
+}
+
+static enum api_error parse_body(const struct api_request *rq,
+                                 unsigned allowed, uint64_t max_ttl,
+                                 uint64_t max_wait, struct api_params *p,
+                                 char *msg, size_t msglen)
+{
+    json_error_t jerr;
+    json_t *root, *value;
+    const char *name;
+    enum api_error err = API_OK;
+    char qname[300];
+
+    if (rq->body_len == 0)
+        return API_OK; /* all defaults */
+    root = json_loadb(rq->body, rq->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        switch (json_error_code(&jerr)) {
+        case json_error_duplicate_key:
+            snprintf(msg, msglen, "a field is given twice in the JSON body");
+            return API_INVALID_PARAMETER;
+        case json_error_numeric_overflow:
+            snprintf(msg, msglen, "a number in the JSON body is out of range");
+            return API_INVALID_PARAMETER;
+        case json_error_out_of_memory:
+            snprintf(msg, msglen, "out of memory");
+            return API_INTERNAL;
+        default:
+            snprintf(msg, msglen, "the body is not valid JSON: %s (at byte "
+                                  "%d)",
+                     jerr.text, jerr.position);
+            return API_INVALID_JSON;
+        }
+    }
+    if (!json_is_object(root)) {
+        snprintf(msg, msglen, "the body must be a JSON object");
+        json_decref(root);
+        return API_INVALID_JSON;
+    }
+    json_object_foreach(root, name, value)
+    {
+        size_t nlen = strlen(name);
+        unsigned bit = param_bit(name, nlen);
+        if (bit == 0 || (allowed & bit) == 0) {
+            quote_name(qname, sizeof(qname), name, nlen);
+            snprintf(msg, msglen, "unknown field '%s'", qname);
+            err = API_INVALID_PARAMETER;
+            break;
+        }
+        err = set_param(p, bit, NULL, 0, value, max_ttl, max_wait, msg,
+                        msglen);
+        if (err != API_OK)
+            break;
+    }
+    json_decref(root);
+    return err;
+}
+
+enum api_error codec_parse_params(const struct api_request *rq,
+                                  unsigned allowed,
+                                  uint64_t max_ttl,
+                                  uint64_t max_wait,
+                                  struct api_params *p,
+                                  char *msg,
+                                  size_t msglen)
+{
+    enum api_error err;
+
+    memset(p, 0, sizeof(*p));
+    err = parse_body(rq, allowed, max_ttl, max_wait, p, msg, msglen);
+    if (err == API_OK)
+        err = parse_query(rq, allowed, max_ttl, max_wait, p, msg, msglen);
+    for (size_t i = 0; err == API_OK && i < rq->nlock_tokens; i++) {
+        if ((allowed & API_P_TOKEN) == 0) {
+            snprintf(msg, msglen, "the Lock-Token header is not used here");
+            err = API_INVALID_PARAMETER;
+            break;
+        }
+        err = set_param(p, API_P_TOKEN, rq->lock_tokens[i],
+                        strlen(rq->lock_tokens[i]), NULL, max_ttl, max_wait,
+                        msg, msglen);
+    }
+    if (err != API_OK)
+        codec_params_cleanup(p);
+    return err;
+}
+
+void codec_format_time(int64_t unix_ms, char *buf, size_t buflen)
+{
+    time_t secs = (time_t)(unix_ms / 1000);
+    struct tm tm;
+
+    gmtime_r(&secs, &tm);
+    snprintf(buf, buflen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+             tm.tm_min, tm.tm_sec, (int)(unix_ms % 1000));
+}
+
+static void set_body(struct api_response *resp, json_t *root)
+{
+    free(resp->body);
+    resp->body = NULL;
+    resp->len = 0;
+    if (root != NULL)
+        resp->body = json_dumps(root, JSON_COMPACT);
+    if (resp->body == NULL) {
+        /* out of memory: a fixed answer that needs no allocation from us */
+        static const char oom[] = "{\"error\":{\"code\":\"internal_error\","
+                                  "\"message\":\"out of memory\"}}";
+        resp->status = 500;
+        resp->body = strdup(oom);
+        resp->len = resp->body != NULL ? sizeof(oom) - 1 : 0;
+    } else {
+        resp->len = strlen(resp->body);
+    }
+    resp->content_type = "application/json";
+}
+
+void codec_error(struct api_response *resp, enum api_error e,
+                 const char *message)
+{
+    json_t *root =
+        json_pack("{s:{s:s,s:s}}", "error", "code", api_error_code(e),
+                  "message", message != NULL ? message : api_error_message(e));
+
+    resp->status = api_error_status(e);
+    set_body(resp, root);
+    json_decref(root);
+}
+
+void codec_reply(struct api_response *resp, unsigned status, const char *fmt,
+                 ...)
+{
+    va_list ap;
+    json_t *root;
+
+    va_start(ap, fmt);
+    root = json_vpack_ex(NULL, 0, fmt, ap);
+    va_end(ap);
+    resp->status = status;
+    set_body(resp, root);
+    json_decref(root);
+}

@@ -1,0 +1,97 @@
+/*
+ * api/codec.h - the request and response as api/ sees them (no
+ * libmicrohttpd here), and the JSON and parameter codec with API.md's
+ * strictness: keys, body fields, query parameters and the Lock-Token
+ * header.
+ */
+#ifndef API_CODEC_H
+#define API_CODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/errors.h"
+#include "backends/backend.h"
+#include "service/metrics.h"
+
+#define API_TOKEN_LEN 32 /* hex characters of a token lockd makes */
+
+struct api_param { /* one query parameter, as received */
+    const char *name;  /* '+' already a space, still percent-encoded */
+    const char *value; /* same; NULL when the parameter had no '=' */
+};
+
+struct api_request { /* everything borrowed from the server for the call */
+    const char *method;
+    const char *path; /* raw, still percent-encoded, without the query */
+    const char *body;
+    size_t body_len;
+    const struct api_param *query;
+    size_t nquery;
+    const char *const *lock_tokens; /* every Lock-Token header value */
+    size_t nlock_tokens;
+    const char *authorization; /* NULL when absent */
+    bool shutting_down;
+};
+
+struct api_response {
+    unsigned status;
+    char *body; /* owned, malloc'ed; the server hands it to MHD */
+    size_t len;
+    const char *content_type; /* static */
+    const char *allow;        /* static; NULL = no Allow header */
+    unsigned retry_after;     /* seconds; 0 = no Retry-After header */
+    bool www_authenticate;
+    enum metrics_route route;
+};
+
+/* Parameters of one lock request, each with whether it was given. */
+struct api_params {
+    bool has_ttl_ms, has_wait_ms, has_owner, has_token;
+    uint64_t ttl_ms;
+    uint64_t wait_ms;
+    char *owner; /* owned */
+    char *token; /* owned */
+};
+
+#define API_P_TTL_MS  0x1u
+#define API_P_WAIT_MS 0x2u
+#define API_P_OWNER   0x4u
+#define API_P_TOKEN   0x8u
+
+/* Percent-decode the path after "/locks/" into a new key (*out, caller
+ * frees) and validate it: API_INVALID_KEY with a message in msg. */
+enum api_error codec_decode_key(const char *raw, char **out, size_t *len,
+                                char *msg, size_t msglen);
+
+/* Collect the parameters in allowed (API_P_*) from the query, the JSON body
+ * and (for the token) the Lock-Token header; anything else, anything given
+ * twice, a wrong type or an out-of-range value is an error with a message
+ * in msg. On error p is cleaned up; on success the caller calls
+ * codec_params_cleanup(). max_ttl and max_wait bound the integers. */
+enum api_error codec_parse_params(const struct api_request *rq,
+                                  unsigned allowed,
+                                  uint64_t max_ttl,
+                                  uint64_t max_wait,
+                                  struct api_params *p,
+                                  char *msg,
+                                  size_t msglen);
+void codec_params_cleanup(struct api_params *p);
+
+/* True if s[0..len) is valid UTF-8 (no overlongs, surrogates or code
+ * points past U+10FFFF). */
+bool codec_utf8_valid(const char *s, size_t len);
+
+/* Format unix ms as RFC 3339 UTC with milliseconds into buf (>= 32). */
+void codec_format_time(int64_t unix_ms, char *buf, size_t buflen);
+
+/* Fill resp with a JSON body: an error (message NULL = the default). */
+void codec_error(struct api_response *resp, enum api_error e,
+                 const char *message);
+/* Fill resp from a pack of (key, JSON value) built with jansson's
+ * json_pack format and arguments; 500 when out of memory. */
+void codec_reply(struct api_response *resp, unsigned status, const char *fmt,
+                 ...);
+
+#endif /* API_CODEC_H */

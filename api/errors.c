@@ -1,0 +1,83 @@
+/*
+ * api/errors.c - status, code and default message for every API error.
+ */
+#include "api/errors.h"
+
+#define API_ERROR_STATUS(name, status, code) status,
+static const unsigned error_status[] = { API_ERRORS(API_ERROR_STATUS) };
+#undef API_ERROR_STATUS
+
+#define API_ERROR_CODE(name, status, code) code,
+static const char *const error_code[] = { API_ERRORS(API_ERROR_CODE) };
+#undef API_ERROR_CODE
+
+unsigned api_error_status(enum api_error e)
+{
+    return (unsigned)e < API_ERROR_COUNT ? error_status[e] : 500;
+}
+
+const char *api_error_code(enum api_error e)
+{
+    return (unsigned)e < API_ERROR_COUNT ? error_code[e] : "internal_error";
+}
+
+const char *api_error_message(enum api_error e)
+{
+    switch (e) {
+    case API_OK:
+        return "ok";
+    case API_INVALID_KEY:
+        return "the lock key is invalid";
+    case API_INVALID_JSON:
+        return "the request body is not a JSON object";
+    case API_INVALID_PARAMETER:
+        return "a parameter is invalid";
+    case API_MISSING_TOKEN:
+        return "a lock token is required (Lock-Token header, token query "
+               "parameter or token field)";
+    case API_UNAUTHORIZED:
+        return "valid credentials are required (Authorization: Bearer)";
+    case API_LOCK_NOT_FOUND:
+        return "the lock is not held (never acquired, released or expired)";
+    case API_NOT_FOUND:
+        return "no such route";
+    case API_METHOD_NOT_ALLOWED:
+        return "method not allowed on this route";
+    case API_LOCK_HELD:
+        return "the lock is held by someone else";
+    case API_TOKEN_MISMATCH:
+        return "the lock is held under another token";
+    case API_BODY_TOO_LARGE:
+        return "the request body is too large";
+    case API_INTERNAL:
+        return "internal error (out of memory)";
+    case API_BACKEND_UNAVAILABLE:
+        return "the lock backend is unavailable; retry later";
+    case API_SHUTTING_DOWN:
+        return "this lockd instance is shutting down; retry on another";
+    case API_ERROR_COUNT:
+        break;
+    }
+    return "internal error";
+}
+
+enum api_error api_error_from(enum backend_result r)
+{
+    switch (r) {
+    case BACKEND_OK:
+        return API_OK;
+    case BACKEND_HELD:
+        return API_LOCK_HELD;
+    case BACKEND_NOT_FOUND:
+        return API_LOCK_NOT_FOUND;
+    case BACKEND_MISMATCH:
+        return API_TOKEN_MISMATCH;
+    case BACKEND_UNAVAILABLE:
+        return API_BACKEND_UNAVAILABLE;
+    case BACKEND_NO_MEMORY:
+        return API_INTERNAL;
+    case BACKEND_INVALID:
+        return API_INTERNAL;
+    }
+    return API_INTERNAL;
+}

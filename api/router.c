@@ -1,0 +1,140 @@
+/*
+ * api/router.c - method + path to handler. Routes are a fixed table; the
+ * lock routes share the key decoding and the optional bearer check.
+ */
+#include "api/router.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOCKS_PREFIX "/locks/"
+#define ALLOW_LOCKS  "GET, HEAD, POST, PUT, DELETE"
+#define ALLOW_OPS    "GET, HEAD"
+
+static bool is_get(const char *method)
+{
+    return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+}
+
+static void not_allowed(struct api_response *resp, const char *allow)
+{
+    char msg[128];
+
+    snprintf(msg, sizeof(msg), "method not allowed here; allowed: %s",
+             allow);
+    codec_error(resp, API_METHOD_NOT_ALLOWED, msg);
+    resp->allow = allow;
+}
+
+/* Constant-time check of "Authorization: Bearer <token>". */
+static bool authorized(const struct api_config *cfg,
+                       const struct api_request *rq)
+{
+    const char *h = rq->authorization;
+
+    if (cfg->auth_token == NULL)
+        return true;
+    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    return backend_token_eq(h, cfg->auth_token);
+}
+
+static enum api_action route_lock(const struct api_config *cfg,
+                                  const struct api_request *rq,
+                                  struct api_response *resp,
+                                  struct api_acquire *acq)
+{
+    const char *m = rq->method;
+    enum metrics_route route;
+    char msg[256];
+    char *key = NULL;
+    size_t key_len = 0;
+    enum api_error err;
+
+    if (strcmp(m, "POST") == 0)
+        route = METRICS_ROUTE_ACQUIRE;
+    else if (strcmp(m, "PUT") == 0)
+        route = METRICS_ROUTE_RENEW;
+    else if (strcmp(m, "DELETE") == 0)
+        route = METRICS_ROUTE_RELEASE;
+    else if (is_get(m))
+        route = METRICS_ROUTE_INSPECT;
+    else {
+        not_allowed(resp, ALLOW_LOCKS);
+        return API_ACTION_REPLY;
+    }
+    resp->route = route;
+    if (!authorized(cfg, rq)) {
+        codec_error(resp, API_UNAUTHORIZED, NULL);
+        resp->www_authenticate = true;
+        return API_ACTION_REPLY;
+    }
+    if (rq->shutting_down) {
+        codec_error(resp, API_SHUTTING_DOWN, NULL);
+        resp->retry_after = 1;
+        return API_ACTION_REPLY;
+    }
+    err = codec_decode_key(rq->path + strlen(LOCKS_PREFIX), &key, &key_len,
+                           msg, sizeof(msg));
+    if (err != API_OK) {
+        codec_error(resp, err, msg);
+        return API_ACTION_REPLY;
+    }
+    switch (route) {
+    case METRICS_ROUTE_ACQUIRE:
+        /* key is handed over to acq, even on error */
+        if (handle_acquire_parse(cfg, rq, key, key_len, acq, resp) != API_OK)
+            return API_ACTION_REPLY;
+        return API_ACTION_ACQUIRE;
+    case METRICS_ROUTE_RENEW:
+        handle_renew(cfg, rq, key, key_len, resp);
+        break;
+    case METRICS_ROUTE_RELEASE:
+        handle_release(cfg, rq, key, key_len, resp);
+        break;
+    default:
+        handle_inspect(cfg, rq, key, key_len, resp);
+        break;
+    }
+    free(key);
+    return API_ACTION_REPLY;
+}
+
+enum api_action router_dispatch(const struct api_config *cfg,
+                                const struct api_request *rq,
+                                struct api_response *resp,
+                                struct api_acquire *acq)
+{
+    const char *path = rq->path;
+
+    memset(resp, 0, sizeof(*resp));
+    resp->route = METRICS_ROUTE_OTHER;
+    if (strncmp(path, LOCKS_PREFIX, strlen(LOCKS_PREFIX)) == 0)
+        return route_lock(cfg, rq, resp, acq);
+
+    if (strcmp(path, "/healthz") == 0)
+        resp->route = METRICS_ROUTE_HEALTHZ;
+    else if (strcmp(path, "/readyz") == 0)
+        resp->route = METRICS_ROUTE_READYZ;
+    else if (strcmp(path, "/metrics") == 0)
+        resp->route = METRICS_ROUTE_METRICS;
+    else {
+        codec_error(resp, API_NOT_FOUND, NULL);
+        return API_ACTION_REPLY;
+    }
+    if (!is_get(rq->method)) {
+        not_allowed(resp, ALLOW_OPS);
+        return API_ACTION_REPLY;
+    }
+    if (resp->route == METRICS_ROUTE_HEALTHZ)
+        handle_healthz(resp);
+    else if (resp->route == METRICS_ROUTE_READYZ)
+        handle_readyz(cfg, rq->shutting_down, resp);
+    else
+        handle_metrics(cfg, resp);
+    return API_ACTION_REPLY;
+}

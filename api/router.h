@@ -1,0 +1,22 @@
+/*
+ * api/router.h - method and path to handler: the routes of API.md, 404
+ * for the rest, 405 with Allow for a wrong method, 401 when auth is set.
+ */
+#ifndef API_ROUTER_H
+#define API_ROUTER_H
+
+#include "api/handlers.h"
+
+enum api_action {
+    API_ACTION_REPLY = 0, /* resp is the answer */
+    API_ACTION_ACQUIRE,   /* run acq (maybe waiting), then
+                             handle_acquire_reply() */
+};
+
+/* Route rq. The caller cleans up resp (and acq, for API_ACTION_ACQUIRE). */
+enum api_action router_dispatch(const struct api_config *cfg,
+                                const struct api_request *rq,
+                                struct api_response *resp,
+                                struct api_acquire *acq);
+
+#endif /* API_ROUTER_H */

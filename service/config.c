@@ -1,0 +1,278 @@
+/*
+ * service/config.c - flags and environment into struct config. One table
+ * lists every option once: its flag, its variable, its help line and how
+ * its value is parsed, so --help, the environment and the flags agree.
+ */
+#include "service/config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/backend.h"
+
+enum opt_kind { OPT_STRING, OPT_U64, OPT_UINT, OPT_LEVEL, OPT_FORMAT };
+
+struct opt {
+    const char *flag; /* without the leading "--" */
+    const char *env;
+    enum opt_kind kind;
+    uint64_t min, max; /* for numbers */
+    const char *help;
+};
+
+static const struct opt opts[] = {
+    { "listen", "LOCKD_LISTEN", OPT_STRING, 0, 0,
+      "address to serve HTTP on, host:port or [v6]:port "
+      "(default 127.0.0.1:8080)" },
+    { "backend", "LOCKD_BACKEND", OPT_STRING, 0, 0,
+      "lock store URL: memory://, redis://..., zookeeper://..., "
+      "mysql://... (default memory://)" },
+    { "threads", "LOCKD_THREADS", OPT_UINT, 1, 256,
+      "HTTP worker threads (default: the number of cores)" },
+    { "default-ttl-ms", "LOCKD_DEFAULT_TTL_MS", OPT_U64, 1, LOCK_FENCE_MAX,
+      "TTL of an acquire that gives none (default 30000)" },
+    { "max-ttl-ms", "LOCKD_MAX_TTL_MS", OPT_U64, 1, LOCK_FENCE_MAX,
+      "largest ttl_ms accepted (default 86400000)" },
+    { "max-wait-ms", "LOCKD_MAX_WAIT_MS", OPT_U64, 0, LOCK_FENCE_MAX,
+      "largest wait_ms accepted (default 300000)" },
+    { "max-body-bytes", "LOCKD_MAX_BODY_BYTES", OPT_U64, 2, 1048576,
+      "largest request body; larger gets 413 (default 8192)" },
+    { "max-connections", "LOCKD_MAX_CONNECTIONS", OPT_UINT, 16, 1000000,
+      "open HTTP connections at most, waiters included (default 16000)" },
+    { "log-level", "LOCKD_LOG_LEVEL", OPT_LEVEL, 0, 0,
+      "debug, info, warn or error (default info)" },
+    { "log-format", "LOCKD_LOG_FORMAT", OPT_FORMAT, 0, 0,
+      "text or json (default text)" },
+    { "auth-token-file", "LOCKD_AUTH_TOKEN_FILE", OPT_STRING, 0, 0,
+      "file whose first line is a bearer token that /locks requests must "
+      "send (Authorization: Bearer ...); default: no auth" },
+};
+#define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: lockd [options]\n"
+            "       lockd --check-health [URL]\n\n"
+            "lockd serves distributed locks over HTTP/JSON.\n"
+            "Every option is also an environment variable; the flag wins.\n\n");
+    for (size_t i = 0; i < NOPTS; i++)
+        fprintf(f, "  --%-18s %-22s %s\n", opts[i].flag, opts[i].env,
+                opts[i].help);
+    fprintf(f,
+            "  --%-18s %-22s %s\n  --%-18s %-22s %s\n  --%-18s %-22s %s\n\n"
+            "backends built in: %s\n",
+            "check-health [URL]", "",
+            "GET URL (default http://<listen>/healthz); exit 0 on 200, "
+            "else 1",
+            "help", "", "print this help and exit", "version", "",
+            "print the version and exit", backend_schemes());
+}
+
+static int split_listen(struct config *c)
+{
+    const char *s = c->listen, *colon;
+    size_t hlen;
+
+    if (s[0] == '[') {
+        const char *end = strchr(s, ']');
+        if (end == NULL || end[1] != ':')
+            return -1;
+        hlen = (size_t)(end - s - 1);
+        s++;
+        colon = end + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL || memchr(s, ':', (size_t)(colon - s)) != NULL)
+            return -1;
+        hlen = (size_t)(colon - s);
+    }
+    if (hlen == 0 || hlen >= sizeof(c->listen_host))
+        return -1;
+    memcpy(c->listen_host, s, hlen);
+    c->listen_host[hlen] = '\0';
+    uint64_t port;
+    if (backend_parse_u64(colon + 1, 1, 65535, &port) != 0)
+        return -1;
+    snprintf(c->listen_port, sizeof(c->listen_port), "%u", (unsigned)port);
+    return 0;
+}
+
+static int set_opt(struct config *c, const struct opt *o, const char *v,
+                   const char *source)
+{
+    uint64_t n = 0;
+
+    switch (o->kind) {
+    case OPT_STRING:
+        if (*v == '\0')
+            goto bad;
+        if (strcmp(o->flag, "listen") == 0)
+            c->listen = v;
+        else if (strcmp(o->flag, "backend") == 0)
+            c->backend = v;
+        else
+            c->auth_token_file = v;
+        return 0;
+    case OPT_U64:
+    case OPT_UINT:
+        if (backend_parse_u64(v, o->min, o->max, &n) != 0) {
+            fprintf(stderr,
+                    "lockd: %s: '%s' is not an integer from %llu to %llu\n",
+                    source, v, (unsigned long long)o->min,
+                    (unsigned long long)o->max);
+            return -1;
+        }
+        if (strcmp(o->flag, "threads") == 0)
+            c->threads = (unsigned)n;
+        else if (strcmp(o->flag, "default-ttl-ms") == 0)
+            c->default_ttl_ms = n;
+        else if (strcmp(o->flag, "max-ttl-ms") == 0)
+            c->max_ttl_ms = n;
+        else if (strcmp(o->flag, "max-wait-ms") == 0)
+            c->max_wait_ms = n;
+        else if (strcmp(o->flag, "max-body-bytes") == 0)
+            c->max_body_bytes = n;
+        else
+            c->max_connections = (unsigned)n;
+        return 0;
+    case OPT_LEVEL:
+        if (log_level_parse(v, &c->log_level) != 0)
+            goto bad;
+        return 0;
+    case OPT_FORMAT:
+        if (log_format_parse(v, &c->log_format) != 0)
+            goto bad;
+        return 0;
+    }
+bad:
+    fprintf(stderr, "lockd: %s: invalid value '%s' (%s)\n", source, v,
+            o->help);
+    return -1;
+}
+
+static int read_token_file(struct config *c)
+{
+    FILE *f = fopen(c->auth_token_file, "r");
+    char line[1024];
+    size_t n;
+
+    if (f == NULL) {
+        fprintf(stderr, "lockd: --auth-token-file %s: %s\n",
+                c->auth_token_file, strerror(errno));
+        return -1;
+    }
+    if (fgets(line, sizeof(line), f) == NULL)
+        line[0] = '\0';
+    fclose(f);
+    n = strcspn(line, "\r\n");
+    line[n] = '\0';
+    if (n < 16) {
+        fprintf(stderr,
+                "lockd: --auth-token-file %s: the token must be at least 16 "
+                "characters\n",
+                c->auth_token_file);
+        return -1;
+    }
+    c->auth_token = strdup(line);
+    return c->auth_token != NULL ? 0 : -1;
+}
+
+enum config_result config_load(struct config *c, int argc, char **argv)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+    memset(c, 0, sizeof(*c));
+    c->listen = "127.0.0.1:8080";
+    c->backend = "memory://";
+    c->threads = ncpu > 0 ? (unsigned)ncpu : 2;
+    c->default_ttl_ms = 30000;
+    c->max_ttl_ms = 86400000;
+    c->max_wait_ms = 300000;
+    c->max_body_bytes = 8192;
+    c->max_connections = 16000;
+    c->log_level = LOG_LEVEL_INFO;
+    c->log_format = LOG_FORMAT_TEXT;
+
+    for (size_t i = 0; i < NOPTS; i++) {
+        const char *v = getenv(opts[i].env);
+        if (v != NULL && set_opt(c, &opts[i], v, opts[i].env) != 0)
+            return CONFIG_ERROR;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL, *eq;
+        size_t k, nlen;
+
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return CONFIG_EXIT;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("lockd %s (backends: %s)\n", LOCKD_VERSION,
+                   backend_schemes());
+            return CONFIG_EXIT;
+        }
+        if (strcmp(a, "--check-health") == 0) {
+            c->check_health = true;
+            if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                c->check_health_url = argv[++i];
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "lockd: unexpected argument '%s' (see --help)\n",
+                    a);
+            return CONFIG_ERROR;
+        }
+        a += 2;
+        eq = strchr(a, '=');
+        nlen = eq != NULL ? (size_t)(eq - a) : strlen(a);
+        for (k = 0; k < NOPTS; k++)
+            if (strlen(opts[k].flag) == nlen &&
+                strncmp(opts[k].flag, a, nlen) == 0)
+                break;
+        if (k == NOPTS) {
+            fprintf(stderr, "lockd: unknown option '%s' (see --help)\n",
+                    argv[i]);
+            return CONFIG_ERROR;
+        }
+        if (eq != NULL) {
+            v = eq + 1;
+        } else if (i + 1 < argc) {
+            v = argv[++i];
+        } else {
+            fprintf(stderr, "lockd: option '--%s' needs a value\n",
+                    opts[k].flag);
+            return CONFIG_ERROR;
+        }
+        if (set_opt(c, &opts[k], v, argv[i]) != 0)
+            return CONFIG_ERROR;
+    }
+
+    if (split_listen(c) != 0) {
+        fprintf(stderr,
+                "lockd: --listen '%s' must be host:port or [v6addr]:port\n",
+                c->listen);
+        return CONFIG_ERROR;
+    }
+    if (c->check_health)
+        return CONFIG_OK;
+    if (c->default_ttl_ms > c->max_ttl_ms) {
+        fprintf(stderr,
+                "lockd: --default-ttl-ms %llu is above --max-ttl-ms %llu\n",
+                (unsigned long long)c->default_ttl_ms,
+                (unsigned long long)c->max_ttl_ms);
+        return CONFIG_ERROR;
+    }
+    if (c->auth_token_file != NULL && read_token_file(c) != 0)
+        return CONFIG_ERROR;
+    return CONFIG_OK;
+}
+
+void config_cleanup(struct config *c)
+{
+    free(c->auth_token);
+    c->auth_token = NULL;
+}

@@ -1,0 +1,43 @@
+/*
+ * service/config.h - every option as a command-line flag and a LOCKD_*
+ * environment variable (the flag wins), validated into one struct config.
+ */
+#ifndef SERVICE_CONFIG_H
+#define SERVICE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "service/log.h"
+
+struct config {
+    const char *listen;         /* "host:port", as given */
+    char listen_host[256];      /* parsed from listen */
+    char listen_port[16];
+    const char *backend;        /* backend URL, borrowed from argv/env */
+    unsigned threads;           /* libmicrohttpd worker threads */
+    uint64_t default_ttl_ms;
+    uint64_t max_ttl_ms;
+    uint64_t max_wait_ms;
+    uint64_t max_body_bytes;
+    unsigned max_connections;
+    enum log_level log_level;
+    enum log_format log_format;
+    const char *auth_token_file; /* NULL: no auth */
+    char *auth_token;            /* owned: the file's first line */
+    bool check_health;           /* --check-health mode */
+    const char *check_health_url; /* NULL: derived from listen */
+};
+
+enum config_result {
+    CONFIG_OK = 0,
+    CONFIG_EXIT,  /* --help or --version printed: exit 0 */
+    CONFIG_ERROR, /* message printed to stderr: exit 2 */
+};
+
+/* Fill c from argv and the environment. Strings are borrowed from argv and
+ * environ, except auth_token. */
+enum config_result config_load(struct config *c, int argc, char **argv);
+void config_cleanup(struct config *c);
+
+#endif /* SERVICE_CONFIG_H */

@@ -1,0 +1,188 @@
+/*
+ * service/log.c - leveled logging to stderr, as text or JSON lines. Each
+ * message is formatted into one buffer and written with one write(2), so
+ * lines from different threads never interleave.
+ */
+#include "service/log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOG_LINE_MAX 4096
+
+static enum log_level log_min = LOG_LEVEL_INFO;     /* frozen before threads */
+static enum log_format log_fmt = LOG_FORMAT_TEXT;   /* frozen before threads */
+
+static const char *const level_names[] = { "debug", "info", "warn", "error" };
+
+void log_setup(enum log_level level, enum log_format format)
+{
+    log_min = level;
+    log_fmt = format;
+}
+
+int log_level_parse(const char *name, enum log_level *out)
+{
+    for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
+        if (strcmp(name, level_names[i]) == 0) {
+            *out = (enum log_level)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int log_format_parse(const char *name, enum log_format *out)
+{
+    if (strcmp(name, "text") == 0)
+        *out = LOG_FORMAT_TEXT;
+    else if (strcmp(name, "json") == 0)
+        *out = LOG_FORMAT_JSON;
+    else
+        return -1;
+    return 0;
+}
+
+int log_enabled(enum log_level level)
+{
+    return level >= log_min;
+}
+
+/* Append s to buf at *pos, JSON-escaped (json) or with control bytes
+ * escaped (text), never past cap - 1. */
+static void put_escaped(char *buf, size_t cap, size_t *pos, const char *s,
+                        int json)
+{
+    for (; *s != '\0' && *pos + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (json && (c == '"' || c == '\\')) {
+            buf[(*pos)++] = '\\';
+            buf[(*pos)++] = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            *pos += (size_t)snprintf(buf + *pos, cap - *pos,
+                                     json ? "\\u%04x" : "\\x%02x", c);
+        } else {
+            buf[(*pos)++] = (char)c;
+        }
+    }
+    buf[*pos] = '\0';
+}
+
+static void put_raw(char *buf, size_t cap, size_t *pos, const char *s)
+{
+    int n = snprintf(buf + *pos, cap - *pos, "%s", s);
+    if (n > 0)
+        *pos += (size_t)n < cap - *pos ? (size_t)n : cap - *pos - 1;
+}
+
+static void put_time(char *buf, size_t cap, size_t *pos)
+{
+    struct timespec ts;
+    struct tm tm;
+    char tmp[96];
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    snprintf(tmp, sizeof(tmp), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
+             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+             tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    put_raw(buf, cap, pos, tmp);
+}
+
+static void emit(char *buf, size_t pos)
+{
+    size_t off = 0;
+
+    buf[pos++] = '\n';
+    while (off < pos) {
+        ssize_t n = write(STDERR_FILENO, buf + off, pos - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;
+        off += (size_t)n;
+    }
+}
+
+void log_msg(enum log_level level, const char *fmt, ...)
+{
+    char msg[LOG_LINE_MAX];
+    char line[LOG_LINE_MAX * 2];
+    size_t pos = 0;
+    va_list ap;
+    int json = log_fmt == LOG_FORMAT_JSON;
+
+    if (level < log_min)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap); /* truncation is acceptable */
+    va_end(ap);
+    if (json) {
+        put_raw(line, sizeof(line) - 1, &pos, "{\"time\":\"");
+        put_time(line, sizeof(line) - 1, &pos);
+        put_raw(line, sizeof(line) - 1, &pos, "\",\"level\":\"");
+        put_raw(line, sizeof(line) - 1, &pos, level_names[level]);
+        put_raw(line, sizeof(line) - 1, &pos, "\",\"msg\":\"");
+        put_escaped(line, sizeof(line) - 3, &pos, msg, 1);
+        put_raw(line, sizeof(line) - 1, &pos, "\"}");
+    } else {
+        put_time(line, sizeof(line) - 1, &pos);
+        put_raw(line, sizeof(line) - 1, &pos, " ");
+        put_raw(line, sizeof(line) - 1, &pos, level_names[level]);
+        put_raw(line, sizeof(line) - 1, &pos, " ");
+        put_escaped(line, sizeof(line) - 1, &pos, msg, 0);
+    }
+    emit(line, pos);
+}
+
+void log_access(const char *method,
+                const char *path,
+                unsigned status,
+                int64_t duration_us,
+                const char *request_id)
+{
+    char line[LOG_LINE_MAX];
+    char num[64];
+    size_t pos = 0;
+    size_t cap = sizeof(line) - 1;
+    int json = log_fmt == LOG_FORMAT_JSON;
+
+    if (LOG_LEVEL_INFO < log_min)
+        return;
+    if (json) {
+        put_raw(line, cap, &pos, "{\"time\":\"");
+        put_time(line, cap, &pos);
+        put_raw(line, cap, &pos, "\",\"level\":\"info\",\"msg\":\"access\","
+                                 "\"method\":\"");
+        put_escaped(line, cap - 200, &pos, method, 1);
+        put_raw(line, cap, &pos, "\",\"path\":\"");
+        put_escaped(line, cap - 200, &pos, path, 1);
+        snprintf(num, sizeof(num), "\",\"status\":%u,\"duration_ms\":%.3f",
+                 status, (double)duration_us / 1000.0);
+        put_raw(line, cap, &pos, num);
+        if (request_id != NULL) {
+            put_raw(line, cap, &pos, ",\"request_id\":\"");
+            put_escaped(line, cap - 4, &pos, request_id, 1);
+            put_raw(line, cap, &pos, "\"");
+        }
+        put_raw(line, cap, &pos, "}");
+    } else {
+        put_time(line, cap, &pos);
+        put_raw(line, cap, &pos, " info access ");
+        put_escaped(line, cap - 200, &pos, method, 0);
+        put_raw(line, cap, &pos, " ");
+        put_escaped(line, cap - 200, &pos, path, 0);
+        snprintf(num, sizeof(num), " %u %.3fms", status,
+                 (double)duration_us / 1000.0);
+        put_raw(line, cap, &pos, num);
+        if (request_id != NULL) {
+            put_raw(line, cap, &pos, " request_id=");
+            put_escaped(line, cap, &pos, request_id, 0);
+        }
+    }
+    emit(line, pos);
+}

@@ -1,0 +1,216 @@
+/*
+ * service/main.c - start-up and shutdown order.
+ *
+ * Start: configuration, logging, signals blocked in every thread, the
+ * backend (which may not be reachable yet: it recovers by itself), the wait
+ * queue, the HTTP server. Then the main thread sleeps in sigwait().
+ * SIGTERM or SIGINT: /readyz turns 503 and new requests get 503 at once,
+ * waiters are answered 503, requests in flight finish (8 s at most), then
+ * the server, the wait queue and the backend close, and lockd exits 0.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "api/handlers.h"
+#include "backends/backend.h"
+#include "service/config.h"
+#include "service/log.h"
+#include "service/metrics.h"
+#include "service/server.h"
+#include "service/waitq.h"
+
+#define DRAIN_MS 8000
+
+/* Raise the open-file limit to the hard limit: every waiter is a socket. */
+static void raise_nofile(struct config *c)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < c->max_connections + 64) {
+        unsigned n = rl.rlim_cur > 128 ? (unsigned)rl.rlim_cur - 64 : 64;
+        log_warn("open-file limit %llu: serving at most %u connections",
+                 (unsigned long long)rl.rlim_cur, n);
+        c->max_connections = n;
+    }
+}
+
+/* --check-health [URL]: GET it, exit 0 on 200. For container probes that
+ * have no curl. */
+static int check_health(const struct config *c)
+{
+    char host[256], port[16], path[512], req[1024], buf[64];
+    const char *url = c->check_health_url;
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+    struct timeval tv = { .tv_sec = 3 };
+    int fd = -1, ok = 0;
+    ssize_t n;
+
+    if (url == NULL) {
+        snprintf(host, sizeof(host), "%s",
+                 strcmp(c->listen_host, "0.0.0.0") == 0   ? "127.0.0.1"
+                 : strcmp(c->listen_host, "::") == 0      ? "::1"
+                                                          : c->listen_host);
+        snprintf(port, sizeof(port), "%s", c->listen_port);
+        snprintf(path, sizeof(path), "/healthz");
+    } else {
+        const char *p = url, *slash, *colon;
+        if (strncmp(p, "http://", 7) != 0) {
+            fprintf(stderr, "lockd: --check-health takes an http:// URL\n");
+            return 2;
+        }
+        p += 7;
+        slash = strchr(p, '/');
+        if (slash == NULL)
+            slash = p + strlen(p);
+        colon = memchr(p, ':', (size_t)(slash - p));
+        if (p[0] == '[') {
+            const char *end = memchr(p, ']', (size_t)(slash - p));
+            if (end == NULL) {
+                fprintf(stderr, "lockd: bad URL '%s'\n", url);
+                return 2;
+            }
+            snprintf(host, sizeof(host), "%.*s", (int)(end - p - 1), p + 1);
+            colon = end[1] == ':' ? end + 1 : NULL;
+        } else {
+            snprintf(host, sizeof(host), "%.*s",
+                     (int)((colon != NULL ? colon : slash) - p), p);
+        }
+        if (colon != NULL)
+            snprintf(port, sizeof(port), "%.*s", (int)(slash - colon - 1),
+                     colon + 1);
+        else
+            snprintf(port, sizeof(port), "80");
+        snprintf(path, sizeof(path), "%s", *slash != '\0' ? slash : "/");
+    }
+    if (getaddrinfo(host, port, &hints, &ai) != 0 || ai == NULL) {
+        fprintf(stderr, "lockd: cannot resolve %s:%s\n", host, port);
+        return 1;
+    }
+    fd = socket(ai->ai_family, SOCK_STREAM, 0);
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        int len = snprintf(req, sizeof(req),
+                           "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, host);
+        if (len > 0 && (size_t)len < sizeof(req) &&
+            write(fd, req, (size_t)len) == len) {
+            n = read(fd, buf, sizeof(buf) - 1);
+            if (n > 12) {
+                buf[n] = '\0';
+                ok = strncmp(buf + 9, "200", 3) == 0;
+            }
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    if (!ok)
+        fprintf(stderr, "lockd: %s:%s%s is not healthy\n", host, port, path);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    struct config cfg;
+    struct api_config api = { 0 };
+    struct backend *be = NULL;
+    struct waitq *q = NULL;
+    struct server *srv = NULL;
+    struct backend_hooks hooks = { 0 };
+    sigset_t sigs;
+    char err[512];
+    int sig = 0, rc = 0;
+
+    switch (config_load(&cfg, argc, argv)) {
+    case CONFIG_OK:
+        break;
+    case CONFIG_EXIT:
+        return 0;
+    case CONFIG_ERROR:
+        return 2;
+    }
+    if (cfg.check_health)
+        return check_health(&cfg);
+    log_setup(cfg.log_level, cfg.log_format);
+
+    /* Signals: SIGPIPE ignored (hiredis writes with plain write()); SIGTERM
+     * and SIGINT blocked here, so every thread inherits the mask and only
+     * sigwait() below receives them. */
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    raise_nofile(&cfg);
+    json_object_seed(0); /* before any thread uses jansson */
+
+    /* the backend's notify hook points at the wait queue, and the queue
+     * calls the backend: make the queue, open the backend, then bind */
+    q = waitq_new();
+    if (q == NULL) {
+        log_error("cannot start the wait queue: %s", strerror(errno));
+        rc = 1;
+        goto out;
+    }
+    hooks.notify = waitq_notify;
+    hooks.arg = q;
+    if (backend_open(cfg.backend, &hooks, &be, err, sizeof(err)) !=
+        BACKEND_OK) {
+        fprintf(stderr, "lockd: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    waitq_bind(q, be);
+    metrics_setup(LOCKD_VERSION, backend_scheme(be));
+    api.backend = be;
+    api.default_ttl_ms = cfg.default_ttl_ms;
+    api.max_ttl_ms = cfg.max_ttl_ms;
+    api.max_wait_ms = cfg.max_wait_ms;
+    api.auth_token = cfg.auth_token;
+
+    srv = server_start(&cfg, &api, q);
+    if (srv == NULL) {
+        rc = 1;
+        goto out;
+    }
+    log_info("lockd %s listening on %s, backend %s (fifo %s), %u threads",
+             LOCKD_VERSION, cfg.listen, backend_scheme(be),
+             (backend_caps(be) & BACKEND_CAP_QUEUE) != 0 ? "across instances"
+                                                         : "per instance",
+             cfg.threads);
+
+    while (sigwait(&sigs, &sig) != 0 || (sig != SIGTERM && sig != SIGINT))
+        ;
+    log_info("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    server_begin_shutdown(srv);
+    waitq_shutdown(q);
+    if (server_drain(srv, DRAIN_MS) != 0)
+        log_warn("requests still in flight after %d ms: closing them",
+                 DRAIN_MS);
+out:
+    server_stop(srv);
+    waitq_free(q);
+    backend_close(be);
+    config_cleanup(&cfg);
+    if (rc == 0)
+        log_info("stopped");
+    return rc;
+}

@@ -1,0 +1,477 @@
+/*
+ * service/server.c - the libmicrohttpd daemon and the glue between it and
+ * api/: per-request state in *req_cls, the body read up to
+ * --max-body-bytes, the request turned into a struct api_request, waiting
+ * acquires parked in the wait queue with their connection suspended, the
+ * answer turned into an MHD response, and the access log and metrics when
+ * the request completes.
+ */
+#include "service/server.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "api/router.h"
+#include "service/log.h"
+#include "service/metrics.h"
+
+#define MAX_QUERY_PARAMS 32
+#define MAX_LOCK_TOKENS  4
+#define REQUEST_ID_MAX   128
+
+struct server {
+    struct MHD_Daemon *daemon;
+    const struct config *cfg;
+    const struct api_config *api;
+    struct waitq *q;
+    _Atomic bool shutting_down;
+    _Atomic int64_t in_flight; /* requests begun and not completed */
+    _Atomic uint64_t next_request;
+    uint64_t request_salt; /* random, for generated request ids */
+};
+
+enum phase {
+    PHASE_READ = 0, /* reading the body */
+    PHASE_WAITING,  /* parked in the wait queue, connection suspended */
+};
+
+struct request { /* *req_cls: from the first call to completion */
+    struct server *srv;
+    struct MHD_Connection *conn;
+    int64_t start_us;
+    enum phase phase;
+    char *body; /* owned */
+    size_t len, cap;
+    bool too_large;
+    bool acquiring;         /* acq holds a parsed acquire */
+    bool granted;           /* a 201 for acq was queued */
+    unsigned status;        /* what was queued, for the log */
+    enum metrics_route route;
+    struct api_acquire acq; /* owned strings */
+    struct wq_waiter w;     /* req strings borrowed from acq */
+    char request_id[REQUEST_ID_MAX + 1];
+    char method[16];        /* for the access log */
+    char path[256];         /* for the access log, maybe truncated */
+};
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Keep paths and query values as sent: api/ decodes them itself, so that
+ * "%00" or "%2F" in a key are seen for what they are. */
+static size_t unescape_none(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    return strlen(s);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+
+    (void)cls;
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    msg[strcspn(msg, "\n")] = '\0';
+    log_debug("libmicrohttpd: %s", msg);
+}
+
+static bool request_id_ok(const char *s)
+{
+    size_t n = 0;
+
+    for (; s[n] != '\0'; n++)
+        if ((unsigned char)s[n] <= 0x20 || (unsigned char)s[n] >= 0x7f)
+            return false;
+    return n >= 1 && n <= REQUEST_ID_MAX;
+}
+
+static void set_request_id(struct request *r)
+{
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                "X-Request-Id");
+    uint64_t n;
+
+    if (h != NULL && request_id_ok(h)) {
+        snprintf(r->request_id, sizeof(r->request_id), "%s", h);
+        return;
+    }
+    n = atomic_fetch_add_explicit(&r->srv->next_request, 1,
+                                  memory_order_relaxed);
+    snprintf(r->request_id, sizeof(r->request_id), "%016llx",
+             (unsigned long long)(n ^ r->srv->request_salt));
+}
+
+static enum MHD_Result queue(struct request *r, struct api_response *resp)
+{
+    struct MHD_Response *mr;
+    enum MHD_Result ret;
+    char num[24];
+
+    /* MHD takes the body and frees it with free() */
+    mr = MHD_create_response_from_buffer(resp->len, resp->body,
+                                         MHD_RESPMEM_MUST_FREE);
+    if (mr == NULL) {
+        api_response_cleanup(resp);
+        return MHD_NO;
+    }
+    resp->body = NULL;
+    MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            resp->content_type != NULL ? resp->content_type
+                                                       : "application/json");
+    MHD_add_response_header(mr, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(mr, "X-Request-Id", r->request_id);
+    if (resp->allow != NULL)
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_ALLOW, resp->allow);
+    if (resp->retry_after > 0) {
+        snprintf(num, sizeof(num), "%u", resp->retry_after);
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_RETRY_AFTER, num);
+    }
+    if (resp->www_authenticate)
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer realm=\"lockd\"");
+    if (atomic_load(&r->srv->shutting_down))
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
+    r->status = resp->status;
+    r->route = resp->route;
+    ret = MHD_queue_response(r->conn, resp->status, mr);
+    MHD_destroy_response(mr);
+    return ret;
+}
+
+static enum MHD_Result queue_error(struct request *r, enum api_error e,
+                                   enum metrics_route route)
+{
+    struct api_response resp = { .route = route };
+
+    codec_error(&resp, e, NULL);
+    if (e == API_SHUTTING_DOWN || e == API_BACKEND_UNAVAILABLE)
+        resp.retry_after = 1;
+    return queue(r, &resp);
+}
+
+struct collect {
+    struct api_param query[MAX_QUERY_PARAMS];
+    size_t nquery;
+    const char *tokens[MAX_LOCK_TOKENS];
+    size_t ntokens;
+    bool overflow;
+};
+
+static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, const char *value)
+{
+    struct collect *c = cls;
+
+    (void)kind;
+    if (c->nquery == MAX_QUERY_PARAMS) {
+        c->overflow = true;
+        return MHD_NO;
+    }
+    c->query[c->nquery].name = key;
+    c->query[c->nquery].value = value;
+    c->nquery++;
+    return MHD_YES;
+}
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind,
+                                      const char *key, const char *value)
+{
+    struct collect *c = cls;
+
+    (void)kind;
+    if (strcasecmp(key, "Lock-Token") != 0)
+        return MHD_YES;
+    if (c->ntokens == MAX_LOCK_TOKENS) {
+        c->overflow = true;
+        return MHD_NO;
+    }
+    c->tokens[c->ntokens++] = value != NULL ? value : "";
+    return MHD_YES;
+}
+
+static void waiter_suspend(struct wq_waiter *w)
+{
+    struct request *r = w->arg;
+
+    r->phase = PHASE_WAITING;
+    MHD_suspend_connection(r->conn);
+}
+
+static void waiter_wake(struct wq_waiter *w)
+{
+    struct request *r = w->arg;
+
+    MHD_resume_connection(r->conn);
+}
+
+static int connection_fd(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+    return ci != NULL ? ci->connect_fd : -1;
+}
+
+/* The acquire's answer, once the wait queue is done with it. */
+static enum MHD_Result answer_acquire(struct request *r)
+{
+    struct api_response resp = { .route = METRICS_ROUTE_ACQUIRE };
+
+    if (r->w.shutting_down) {
+        return queue_error(r, API_SHUTTING_DOWN, METRICS_ROUTE_ACQUIRE);
+    }
+    handle_acquire_reply(&r->acq, r->w.result, &r->w.grant, &resp);
+    resp.route = METRICS_ROUTE_ACQUIRE;
+    if (r->w.result == BACKEND_OK)
+        r->granted = true; /* released in completed() if never delivered */
+    return queue(r, &resp);
+}
+
+static enum MHD_Result run_acquire(struct request *r)
+{
+    struct wq_waiter *w = &r->w;
+
+    memset(w, 0, sizeof(*w));
+    w->req.key = r->acq.key;
+    w->req.key_len = r->acq.key_len;
+    w->req.token = r->acq.token;
+    w->req.owner = r->acq.owner;
+    w->req.ttl_ms = r->acq.ttl_ms;
+    w->wait_ms = (int64_t)r->acq.wait_ms;
+    w->fd = w->wait_ms > 0 ? connection_fd(r->conn) : -1;
+    w->suspend = waiter_suspend;
+    w->wake = waiter_wake;
+    w->arg = r;
+    if (waitq_start(r->srv->q, w) == WQ_PARKED)
+        return MHD_YES; /* suspended; wake() resumes it */
+    return answer_acquire(r);
+}
+
+static enum MHD_Result dispatch(struct request *r, const char *url,
+                                const char *method)
+{
+    struct server *srv = r->srv;
+    struct collect c = { .nquery = 0 };
+    struct api_request rq = { 0 };
+    struct api_response resp;
+    enum api_action action;
+
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg,
+                              &c);
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &c);
+    if (c.overflow)
+        return queue_error(r, API_INVALID_PARAMETER, METRICS_ROUTE_OTHER);
+    rq.method = method;
+    rq.path = url;
+    rq.body = r->body != NULL ? r->body : "";
+    rq.body_len = r->len;
+    rq.query = c.query;
+    rq.nquery = c.nquery;
+    rq.lock_tokens = c.tokens;
+    rq.nlock_tokens = c.ntokens;
+    rq.authorization = MHD_lookup_connection_value(
+        r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    rq.shutting_down = atomic_load(&srv->shutting_down);
+
+    action = router_dispatch(srv->api, &rq, &resp, &r->acq);
+    if (action == API_ACTION_ACQUIRE) {
+        api_response_cleanup(&resp);
+        r->acquiring = true;
+        return run_acquire(r);
+    }
+    if (r->acq.key != NULL)
+        api_acquire_cleanup(&r->acq); /* an acquire that failed to parse */
+    return queue(r, &resp);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version,
+                                  const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
+{
+    struct server *srv = cls;
+    struct request *r = *req_cls;
+
+    (void)version;
+    if (r == NULL) {
+        const char *cl;
+        r = calloc(1, sizeof(*r));
+        if (r == NULL)
+            return MHD_NO; /* MHD closes the connection */
+        r->srv = srv;
+        r->conn = conn;
+        r->start_us = mono_us();
+        r->route = METRICS_ROUTE_OTHER;
+        snprintf(r->method, sizeof(r->method), "%s", method);
+        snprintf(r->path, sizeof(r->path), "%s", url); /* may truncate */
+        *req_cls = r;
+        atomic_fetch_add(&srv->in_flight, 1);
+        set_request_id(r);
+        cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                         MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl != NULL) {
+            uint64_t n;
+            if (backend_parse_u64(cl, 0, UINT64_MAX, &n) != 0 ||
+                n > srv->cfg->max_body_bytes) {
+                /* answer before reading: MHD then closes the connection */
+                r->too_large = true;
+                return queue_error(r, API_BODY_TOO_LARGE,
+                                   METRICS_ROUTE_OTHER);
+            }
+        }
+        return MHD_YES;
+    }
+    if (r->phase == PHASE_WAITING) {
+        r->phase = PHASE_READ;
+        return answer_acquire(r); /* resumed by the wait queue */
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (r->too_large || r->len + n > srv->cfg->max_body_bytes) {
+            r->too_large = true; /* keep reading, answer at the end */
+            return MHD_YES;
+        }
+        if (r->len + n + 1 > r->cap) {
+            size_t cap = r->len + n + 1;
+            char *nb = realloc(r->body, cap);
+            if (nb == NULL)
+                return MHD_NO;
+            r->body = nb;
+            r->cap = cap;
+        }
+        memcpy(r->body + r->len, upload_data, n);
+        r->len += n;
+        r->body[r->len] = '\0';
+        return MHD_YES;
+    }
+    if (r->too_large)
+        return queue_error(r, API_BODY_TOO_LARGE, METRICS_ROUTE_OTHER);
+    return dispatch(r, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn,
+                         void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct server *srv = cls;
+    struct request *r = *req_cls;
+    int64_t dur;
+
+    (void)conn;
+    if (r == NULL)
+        return;
+    *req_cls = NULL;
+    dur = mono_us() - r->start_us;
+    if (r->granted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        /* the client never got its grant: no lock may be held by nobody */
+        struct lock_req req = { .key = r->acq.key,
+                                .key_len = r->acq.key_len,
+                                .token = r->acq.token };
+        enum backend_result br = backend_release(srv->api->backend, &req);
+        log_info("released a grant whose client left before the answer "
+                 "(%s)",
+                 backend_result_str(br));
+    }
+    if (r->status == 0)
+        r->status = 499; /* the client left before an answer */
+    metrics_request(r->route, r->status, dur);
+    log_access(r->method, r->path, r->status, dur, r->request_id);
+    api_acquire_cleanup(&r->acq);
+    free(r->body);
+    free(r);
+    atomic_fetch_sub(&srv->in_flight, 1);
+}
+
+struct server *server_start(const struct config *cfg,
+                            const struct api_config *api,
+                            struct waitq *q)
+{
+    struct server *srv = calloc(1, sizeof(*srv));
+    struct addrinfo hints = { .ai_family = AF_UNSPEC,
+                              .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+    struct addrinfo *ai = NULL;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     MHD_USE_TURBO;
+    int err;
+
+    if (srv == NULL)
+        return NULL;
+    srv->cfg = cfg;
+    srv->api = api;
+    srv->q = q;
+    srv->request_salt = (uint64_t)mono_us() * 0x9e3779b97f4a7c15ULL;
+    err = getaddrinfo(cfg->listen_host, cfg->listen_port, &hints, &ai);
+    if (err != 0) {
+        log_error("cannot resolve --listen %s: %s", cfg->listen,
+                  gai_strerror(err));
+        free(srv);
+        return NULL;
+    }
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    srv->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
+        ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, cfg->threads,
+        MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
+        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)1024,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (srv->daemon == NULL) {
+        log_error("cannot listen on %s (in use, or not a local address?)",
+                  cfg->listen);
+        free(srv);
+        return NULL;
+    }
+    return srv;
+}
+
+void server_begin_shutdown(struct server *s)
+{
+    atomic_store(&s->shutting_down, true);
+}
+
+int server_drain(struct server *s, int64_t timeout_ms)
+{
+    int64_t end = mono_us() + timeout_ms * 1000;
+    struct timespec ts = { .tv_sec = 0, .tv_nsec = 10 * 1000000L };
+
+    while (atomic_load(&s->in_flight) > 0) {
+        if (mono_us() >= end)
+            return -1;
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+void server_stop(struct server *s)
+{
+    if (s == NULL)
+        return;
+    MHD_stop_daemon(s->daemon);
+    free(s);
+}
