@@ -1,0 +1,1260 @@
+/*
+ * backends/mysql.c - lock store on MySQL or MariaDB (MariaDB Connector/C).
+ * One row per held lock, keyed by the exact key bytes; every check-and-change
+ * is one short InnoDB transaction at READ COMMITTED on prepared statements;
+ * every expiry is judged by the database's clock (NOW(3)), never lockd's.
+ * Fences come from a one-row sequence bumped inside each granting
+ * transaction, so the rows of free keys can be deleted (by release, and by a
+ * reaper thread for expired ones) without a fence ever going back.
+ * One connection per thread, under a pthread key; no waiting queue in the
+ * store (FIFO within an instance) and no notifications from other
+ * instances: waiters there are retried at the holder's expiry (retry_ms)
+ * and at the wait queue's polling pace.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <errmsg.h>
+#include <mysql.h>
+#include <mysqld_error.h>
+
+#include "backends/backend.h"
+#include "service/log.h"
+#include "service/metrics.h"
+
+#define MYSQL_BE_DEFAULT_PORT       3306
+#define MYSQL_BE_DEFAULT_TABLE      "lockd_locks"
+#define MYSQL_BE_TABLE_MAX          48   /* leaves room for "_seq" in 64 */
+#define MYSQL_BE_CONNECT_TIMEOUT_MS 1000
+#define MYSQL_BE_RW_TIMEOUT_MS      2000
+#define MYSQL_BE_TIMEOUT_MAX_MS     3600000
+#define MYSQL_BE_ATTEMPTS           3    /* per operation, see run_op() */
+#define MYSQL_BE_FAST_FAIL_MS       100  /* a lost connection noticed this
+                                            fast is worth one more try */
+#define MYSQL_BE_BACKOFF_MIN_MS     50   /* between failed connects */
+#define MYSQL_BE_BACKOFF_MAX_MS     1000
+#define MYSQL_BE_REAP_EVERY_MS      1000
+#define MYSQL_BE_REAP_BATCH         100  /* rows per DELETE */
+#define MYSQL_BE_REAP_BUDGET_MS     200  /* per round, then sleep again */
+#define MYSQL_BE_IDLE_TRX_S         2    /* MariaDB kills a session idle in
+                                            a transaction this long */
+#define ER_CLIENT_INTERACTION_TIMEOUT 4031 /* MariaDB >= 10.3, not in every
+                                              Connector/C header */
+
+/* The database's clock in unix ms; the session's time zone is UTC. */
+#define NOW_MS "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+
+enum stmt_id {
+    ST_ACQ_READ,     /* lock the key's row if any; the clock either way */
+    ST_SEQ_BUMP,     /* next fence, read with mysql_stmt_insert_id() */
+    ST_ACQ_INSERT,   /* a key with no row: make one, locked */
+    ST_ACQ_TAKEOVER, /* write the grant into the locked row */
+    ST_RENEW,
+    ST_RENEW_READ,   /* the renewed row, still locked by ST_RENEW */
+    ST_RELEASE,
+    ST_HELD,         /* held by anyone? tells MISMATCH from NOT_FOUND */
+    ST_INSPECT,
+    ST_REAP,
+    ST_COUNT_HELD,
+    ST_COUNT,
+};
+
+/* "@T" stands for the locks table, quoted. */
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_ACQ_READ] = "SELECT " NOW_MS ", l.expires_at FROM (SELECT 1 AS one) d"
+                    " LEFT JOIN @T l ON l.lock_key = ? FOR UPDATE",
+    [ST_SEQ_BUMP] = "UPDATE @S SET v = LAST_INSERT_ID(v + 1) WHERE id = 1",
+    [ST_ACQ_INSERT] = "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms,"
+                      " expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+    [ST_ACQ_TAKEOVER] = "UPDATE @T SET token = ?, owner = ?, fence = ?,"
+                        " ttl_ms = ?, expires_at = ? WHERE lock_key = ?",
+    /* expires_at first: it must see the old ttl_ms when the new one is NULL
+       (MySQL assigns left to right) */
+    [ST_RENEW] = "UPDATE @T SET expires_at = " NOW_MS " + COALESCE(?, ttl_ms),"
+                 " ttl_ms = COALESCE(?, ttl_ms)"
+                 " WHERE lock_key = ? AND token = ? AND expires_at > " NOW_MS,
+    [ST_RENEW_READ] = "SELECT fence, ttl_ms, expires_at FROM @T"
+                      " WHERE lock_key = ?",
+    [ST_RELEASE] = "DELETE FROM @T WHERE lock_key = ? AND token = ?"
+                   " AND expires_at > " NOW_MS,
+    [ST_HELD] = "SELECT 1 FROM @T WHERE lock_key = ? AND expires_at > " NOW_MS,
+    [ST_INSPECT] = "SELECT fence, expires_at, expires_at - " NOW_MS ", owner"
+                   " FROM @T WHERE lock_key = ? AND expires_at > " NOW_MS,
+    [ST_REAP] = "DELETE FROM @T WHERE expires_at <= " NOW_MS
+                " ORDER BY expires_at LIMIT ?",
+    [ST_COUNT_HELD] = "SELECT COUNT(*) FROM @T WHERE expires_at > " NOW_MS,
+};
+
+/* The schema (deploy/mysql/schema.sql), run once per process while the
+ * tables are not known to exist. */
+static const char *const schema_sql[] = {
+    "CREATE TABLE IF NOT EXISTS @T ("
+    " lock_key VARBINARY(512) NOT NULL,"
+    " token VARBINARY(64) NOT NULL,"
+    " owner VARBINARY(128) NULL,"
+    " fence BIGINT UNSIGNED NOT NULL,"
+    " ttl_ms BIGINT UNSIGNED NOT NULL,"
+    " expires_at BIGINT NOT NULL,"
+    " PRIMARY KEY (lock_key),"
+    " KEY expires_at (expires_at)"
+    ") ENGINE = InnoDB",
+    "CREATE TABLE IF NOT EXISTS @S ("
+    " id TINYINT UNSIGNED NOT NULL,"
+    " v BIGINT UNSIGNED NOT NULL,"
+    " PRIMARY KEY (id)"
+    ") ENGINE = InnoDB",
+    "INSERT IGNORE INTO @S (id, v) VALUES (1, 0)",
+    "COMMIT",
+};
+
+struct mysql_be;
+
+extern const struct backend_ops mysql_be_ops; /* defined last */
+
+/* One thread's connection; created on the thread's first call, freed by the
+ * pthread key's destructor when the thread exits (or by close()). */
+struct mysql_conn {
+    struct mysql_be *be;
+    MYSQL *db;                    /* NULL while disconnected */
+    MYSQL_STMT *stmt[ST_COUNT];   /* prepared on first use; NULL before */
+    int64_t retry_at_ms;          /* monotonic: no connect attempt before */
+    int64_t backoff_ms;           /* after the next failed connect */
+    struct mysql_conn *prev;      /* in be->conns, under be->mu */
+    struct mysql_conn *next;
+};
+
+struct mysql_be {
+    struct backend base; /* first: the generic handle */
+    struct backend_hooks hooks;
+    char *host;          /* owned; NULL with a socket */
+    unsigned port;
+    char *user;          /* owned */
+    char *password;      /* owned; NULL when none */
+    char *database;      /* owned */
+    char *socket;        /* owned; NULL for TCP */
+    unsigned connect_timeout_s;
+    unsigned read_timeout_s;
+    unsigned write_timeout_s;
+    char *table;         /* owned, for messages */
+    char *sql[ST_COUNT]; /* owned: stmt_sql with the table names in */
+    char *schema[sizeof(schema_sql) / sizeof(schema_sql[0])]; /* owned */
+    atomic_bool schema_ok; /* the tables exist (as far as we know) */
+    atomic_bool down;      /* the last connect failed: log changes once */
+    pthread_key_t tls;     /* -> this thread's struct mysql_conn */
+    bool tls_made;
+    pthread_mutex_t mu;    /* guards conns and stop */
+    pthread_cond_t cond;   /* wakes the reaper to stop */
+    struct mysql_conn *conns;
+    bool stop;
+    pthread_t reaper;
+    bool reaper_started;
+};
+
+/* What one attempt at an operation came to; see run_op(). */
+enum attempt {
+    ATTEMPT_DONE,   /* *res holds the answer */
+    ATTEMPT_AGAIN,  /* rolled back (deadlock, duplicate key, schema made):
+                       nothing changed, may run again */
+    ATTEMPT_LOST,   /* the connection died before COMMIT: the server rolled
+                       back, nothing changed; may run again on a new one */
+    ATTEMPT_FAILED, /* unavailable; never retried */
+};
+
+/* Results of one statement run. */
+struct run_info {
+    bool found;        /* a row was fetched */
+    uint64_t affected; /* rows matched (CLIENT_FOUND_ROWS) */
+    uint64_t insert_id;
+};
+
+typedef enum attempt (*attempt_fn)(struct mysql_conn *c,
+                                   void *arg,
+                                   enum backend_result *res);
+
+static pthread_once_t mysql_be_once = PTHREAD_ONCE_INIT;
+static int mysql_be_lib_rc = -1;
+
+static void mysql_be_lib_init(void)
+{
+    /* Once per process: Connector/C must not be initialised twice, and
+       after mysql_library_end() never again, so it is never ended. */
+    mysql_be_lib_rc = mysql_library_init(0, NULL, NULL);
+}
+
+/* Replace @T and @S in tmpl by the quoted table and sequence names. */
+static char *sql_expand(const char *tmpl, const char *table)
+{
+    size_t tl = strlen(table), n = 0;
+    char *out, *p;
+
+    for (const char *s = tmpl; *s != '\0'; s++)
+        n += (s[0] == '@' && (s[1] == 'T' || s[1] == 'S')) ? tl + 8 : 1;
+    out = malloc(n + 1);
+    if (out == NULL)
+        return NULL;
+    p = out;
+    for (const char *s = tmpl; *s != '\0'; s++) {
+        if (s[0] == '@' && (s[1] == 'T' || s[1] == 'S')) {
+            *p++ = '`';
+            memcpy(p, table, tl);
+            p += tl;
+            if (s[1] == 'S') {
+                memcpy(p, "_seq", 4);
+                p += 4;
+            }
+            *p++ = '`';
+            s++;
+        } else {
+            *p++ = *s;
+        }
+    }
+    *p = '\0';
+    return out;
+}
+
+/* Bind helpers: the binds point at the caller's storage, used at execute. */
+static void bind_bytes(MYSQL_BIND *b,
+                       const char *p,
+                       size_t n,
+                       unsigned long *len)
+{
+    memset(b, 0, sizeof(*b));
+    *len = (unsigned long)n;
+    b->buffer_type = MYSQL_TYPE_STRING;
+    b->buffer = (void *)(uintptr_t)p; /* read only for input parameters */
+    b->buffer_length = *len;
+    b->length = len;
+}
+
+static void bind_null(MYSQL_BIND *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_NULL;
+}
+
+static void bind_u64(MYSQL_BIND *b, uint64_t *v)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_LONGLONG;
+    b->buffer = v;
+    b->is_unsigned = 1;
+}
+
+static void bind_i64(MYSQL_BIND *b, int64_t *v, my_bool *is_null)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_LONGLONG;
+    b->buffer = v;
+    b->is_null = is_null;
+}
+
+static void conn_drop(struct mysql_conn *c)
+{
+    for (int i = 0; i < ST_COUNT; i++) {
+        if (c->stmt[i] != NULL)
+            mysql_stmt_close(c->stmt[i]);
+        c->stmt[i] = NULL;
+    }
+    if (c->db != NULL)
+        mysql_close(c->db);
+    c->db = NULL;
+    c->retry_at_ms = 0; /* a lost connection may be replaced at once */
+}
+
+/* Runs one statement that carries no user data (session set-up, schema). */
+static unsigned conn_query(struct mysql_conn *c, const char *sql)
+{
+    if (mysql_real_query(c->db, sql, (unsigned long)strlen(sql)) != 0)
+        return mysql_errno(c->db) != 0 ? mysql_errno(c->db)
+                                       : CR_UNKNOWN_ERROR;
+    /* none of ours returns rows, but never leave a result unread */
+    MYSQL_RES *r = mysql_store_result(c->db);
+    if (r != NULL)
+        mysql_free_result(r);
+    return 0;
+}
+
+static int schema_ensure(struct mysql_conn *c)
+{
+    struct mysql_be *be = c->be;
+    size_t n = sizeof(be->schema) / sizeof(be->schema[0]);
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned err = conn_query(c, be->schema[i]);
+        if (err != 0) {
+            log_warn("mysql: cannot create table %s: %s (%u)", be->table,
+                     mysql_error(c->db), err);
+            mysql_rollback(c->db);
+            return -1;
+        }
+    }
+    atomic_store(&be->schema_ok, true);
+    return 0;
+}
+
+static int conn_connect(struct mysql_conn *c)
+{
+    struct mysql_be *be = c->be;
+    my_bool no = 0;
+    unsigned err;
+
+    c->db = mysql_init(NULL);
+    if (c->db == NULL)
+        return -1;
+    if (mysql_options(c->db, MYSQL_OPT_CONNECT_TIMEOUT,
+                      &be->connect_timeout_s) != 0 ||
+        mysql_options(c->db, MYSQL_OPT_READ_TIMEOUT, &be->read_timeout_s) !=
+            0 ||
+        mysql_options(c->db, MYSQL_OPT_WRITE_TIMEOUT, &be->write_timeout_s) !=
+            0 ||
+        mysql_options(c->db, MYSQL_OPT_RECONNECT, &no) != 0 ||
+        mysql_options(c->db, MYSQL_SET_CHARSET_NAME, "utf8mb4") != 0)
+        goto fail;
+    if (mysql_real_connect(c->db, be->socket != NULL ? "localhost" : be->host,
+                           be->user, be->password, be->database, be->port,
+                           be->socket, CLIENT_FOUND_ROWS) == NULL)
+        goto fail;
+    /* Autocommit off: each operation's first statement opens its
+       transaction and the operation ends it, saving a round trip. */
+    err = conn_query(c, "SET SESSION TRANSACTION ISOLATION LEVEL "
+                        "READ COMMITTED");
+    if (err == 0)
+        err = conn_query(c, "SET time_zone = '+00:00', autocommit = 0,"
+                            " innodb_lock_wait_timeout = 1");
+    if (err != 0)
+        goto fail;
+    /* MariaDB only: a lockd stopped in mid-transaction must not hold the
+       fence row for long. Plain MySQL has no such variable. */
+    (void)conn_query(c, "SET idle_transaction_timeout = 2");
+    if (!atomic_load(&be->schema_ok) && schema_ensure(c) != 0)
+        goto fail;
+    if (atomic_exchange(&be->down, false))
+        log_info("mysql: connected to %s again",
+                 be->socket != NULL ? be->socket : be->host);
+    return 0;
+fail:
+    if (!atomic_exchange(&be->down, true))
+        log_warn("mysql: cannot connect to %s: %s",
+                 be->socket != NULL ? be->socket : be->host,
+                 c->db != NULL ? mysql_error(c->db) : "out of memory");
+    conn_drop(c);
+    return -1;
+}
+
+static void conn_destroy(void *p)
+{
+    struct mysql_conn *c = p;
+    struct mysql_be *be = c->be;
+
+    pthread_mutex_lock(&be->mu);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        be->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    pthread_mutex_unlock(&be->mu);
+    conn_drop(c);
+    free(c);
+    mysql_thread_end();
+}
+
+/* This thread's connection, connected; NULL when the database cannot be
+ * reached now (or within the back-off after a failed connect). *fresh: it
+ * was connected by this call. */
+static struct mysql_conn *conn_get(struct mysql_be *be, bool *fresh)
+{
+    struct mysql_conn *c = pthread_getspecific(be->tls);
+    int64_t now;
+
+    *fresh = false;
+    if (c == NULL) {
+        c = calloc(1, sizeof(*c));
+        if (c == NULL)
+            return NULL;
+        c->be = be;
+        if (pthread_setspecific(be->tls, c) != 0) {
+            free(c);
+            return NULL;
+        }
+        pthread_mutex_lock(&be->mu);
+        c->next = be->conns;
+        if (be->conns != NULL)
+            be->conns->prev = c;
+        be->conns = c;
+        pthread_mutex_unlock(&be->mu);
+    }
+    if (c->db != NULL)
+        return c;
+    now = backend_mono_ms();
+    if (now < c->retry_at_ms)
+        return NULL;
+    if (conn_connect(c) != 0) {
+        c->backoff_ms = c->backoff_ms == 0 ? MYSQL_BE_BACKOFF_MIN_MS
+                        : c->backoff_ms * 2 > MYSQL_BE_BACKOFF_MAX_MS
+                            ? MYSQL_BE_BACKOFF_MAX_MS
+                            : c->backoff_ms * 2;
+        c->retry_at_ms = backend_mono_ms() + c->backoff_ms;
+        return NULL;
+    }
+    c->backoff_ms = 0;
+    *fresh = true;
+    return c;
+}
+
+/* Prepared statement id on c, prepared on first use; NULL and *err set on
+ * failure. */
+static MYSQL_STMT *conn_stmt(struct mysql_conn *c,
+                             enum stmt_id id,
+                             unsigned *err)
+{
+    MYSQL_STMT *st = c->stmt[id];
+    const char *sql = c->be->sql[id];
+
+    if (st != NULL)
+        return st;
+    st = mysql_stmt_init(c->db);
+    if (st == NULL) {
+        *err = CR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    if (mysql_stmt_prepare(st, sql, (unsigned long)strlen(sql)) != 0) {
+        *err = mysql_stmt_errno(st) != 0 ? mysql_stmt_errno(st)
+                                         : CR_UNKNOWN_ERROR;
+        if (*err < CR_MIN_ERROR || *err > CR_MAX_ERROR)
+            log_warn("mysql: cannot prepare statement %d: %s", (int)id,
+                     mysql_stmt_error(st));
+        mysql_stmt_close(st);
+        return NULL;
+    }
+    c->stmt[id] = st;
+    return st;
+}
+
+/* Execute statement id with params (NULL: none); with results, fetch at most
+ * one row into them. 0, or the client or server error number. */
+static unsigned stmt_run(struct mysql_conn *c,
+                         enum stmt_id id,
+                         MYSQL_BIND *params,
+                         MYSQL_BIND *results,
+                         struct run_info *info)
+{
+    unsigned err = 0;
+    MYSQL_STMT *st = conn_stmt(c, id, &err);
+    int rc;
+
+    memset(info, 0, sizeof(*info));
+    if (st == NULL)
+        return err;
+    if (params != NULL && mysql_stmt_bind_param(st, params) != 0)
+        goto fail;
+    if (mysql_stmt_execute(st) != 0)
+        goto fail;
+    info->affected = (uint64_t)mysql_stmt_affected_rows(st);
+    info->insert_id = (uint64_t)mysql_stmt_insert_id(st);
+    if (results == NULL)
+        return 0;
+    if (mysql_stmt_bind_result(st, results) != 0 ||
+        mysql_stmt_store_result(st) != 0)
+        goto fail;
+    rc = mysql_stmt_fetch(st);
+    if (rc == 1) {
+        err = mysql_stmt_errno(st);
+        mysql_stmt_free_result(st);
+        return err != 0 ? err : CR_UNKNOWN_ERROR;
+    }
+    info->found = rc == 0 || rc == MYSQL_DATA_TRUNCATED;
+    mysql_stmt_free_result(st);
+    return 0;
+fail:
+    err = mysql_stmt_errno(st);
+    return err != 0 ? err : CR_UNKNOWN_ERROR;
+}
+
+/* End the open transaction without keeping anything. */
+static void conn_rollback(struct mysql_conn *c)
+{
+    if (c->db != NULL && mysql_rollback(c->db) != 0)
+        conn_drop(c); /* the server rolls back when the session ends */
+}
+
+static bool err_is_lost(unsigned err)
+{
+    return (err >= CR_MIN_ERROR && err <= CR_MAX_ERROR) ||
+           err == ER_CONNECTION_KILLED || err == ER_SERVER_SHUTDOWN ||
+           err == ER_CLIENT_INTERACTION_TIMEOUT ||
+           err == ER_QUERY_INTERRUPTED || err == ER_NET_READ_INTERRUPTED;
+}
+
+/* Classify a failed statement inside an open transaction (before COMMIT)
+ * and leave c ready for the next attempt. */
+static enum attempt conn_failed(struct mysql_conn *c, unsigned err)
+{
+    struct mysql_be *be = c->be;
+
+    if (err_is_lost(err)) {
+        conn_drop(c);
+        return ATTEMPT_LOST;
+    }
+    switch (err) {
+    case ER_LOCK_DEADLOCK: /* the server rolled the transaction back */
+    case ER_DUP_ENTRY:     /* a racing acquire inserted the key first */
+        conn_rollback(c);
+        return ATTEMPT_AGAIN;
+    case ER_NO_SUCH_TABLE: /* dropped under us: make it again */
+        atomic_store(&be->schema_ok, false);
+        conn_rollback(c);
+        if (c->db != NULL && schema_ensure(c) == 0)
+            return ATTEMPT_AGAIN;
+        return ATTEMPT_FAILED;
+    case ER_LOCK_WAIT_TIMEOUT: /* a stuck session holds the row */
+        conn_rollback(c);
+        return ATTEMPT_FAILED;
+    default:
+        log_warn("mysql: statement failed: %s (%u)",
+                 c->db != NULL ? mysql_error(c->db) : "", err);
+        conn_rollback(c);
+        return ATTEMPT_FAILED;
+    }
+}
+
+/* COMMIT; on failure the outcome is unknown (the reply may be what was
+ * lost), so the answer is UNAVAILABLE and never a retry. */
+static enum attempt conn_commit(struct mysql_conn *c)
+{
+    if (mysql_commit(c->db) == 0)
+        return ATTEMPT_DONE;
+    log_warn("mysql: commit failed: %s (%u)", mysql_error(c->db),
+             mysql_errno(c->db));
+    conn_drop(c);
+    return ATTEMPT_FAILED;
+}
+
+/* Runs fn on this thread's connection. A deadlock or duplicate key is
+ * retried at once; a lost connection once more on a new connection, when
+ * the old one was reused and died quickly (typically: the server restarted
+ * since its last use). Never more than MYSQL_BE_ATTEMPTS tries. */
+static enum backend_result run_op(struct mysql_be *be, attempt_fn fn, void *arg)
+{
+    enum backend_result res = BACKEND_UNAVAILABLE;
+    bool retried_lost = false;
+
+    for (int i = 0; i < MYSQL_BE_ATTEMPTS; i++) {
+        bool fresh;
+        struct mysql_conn *c = conn_get(be, &fresh);
+        int64_t t0;
+        enum attempt a;
+
+        if (c == NULL)
+            return BACKEND_UNAVAILABLE;
+        t0 = backend_mono_ms();
+        a = fn(c, arg, &res);
+        switch (a) {
+        case ATTEMPT_DONE:
+            return res;
+        case ATTEMPT_AGAIN:
+            continue;
+        case ATTEMPT_LOST:
+            if (fresh || retried_lost ||
+                backend_mono_ms() - t0 > MYSQL_BE_FAST_FAIL_MS)
+                return BACKEND_UNAVAILABLE;
+            retried_lost = true;
+            continue;
+        case ATTEMPT_FAILED:
+            return BACKEND_UNAVAILABLE;
+        }
+    }
+    return BACKEND_UNAVAILABLE;
+}
+
+struct acquire_arg {
+    const struct lock_req *req;
+    struct lock_grant *out;
+};
+
+static enum attempt acquire_attempt(struct mysql_conn *c,
+                                    void *arg,
+                                    enum backend_result *res)
+{
+    struct acquire_arg *a = arg;
+    const struct lock_req *req = a->req;
+    struct mysql_be *be = c->be;
+    MYSQL_BIND p[6], r[2];
+    unsigned long klen, tlen, olen;
+    int64_t now = 0, expires = 0, new_expires = 0;
+    my_bool now_null = 0, exp_null = 0;
+    uint64_t fence = 0, ttl = req->ttl_ms;
+    struct run_info info;
+    unsigned err;
+    enum attempt done;
+    int tries = 0;
+
+    /* The parameters of the INSERT and of the UPDATE (same binds, in each
+       statement's order); new_expires and fence are filled in below. */
+    bind_bytes(&p[0], req->token, strlen(req->token), &tlen);
+    if (req->owner != NULL)
+        bind_bytes(&p[1], req->owner, strlen(req->owner), &olen);
+    else
+        bind_null(&p[1]);
+    bind_u64(&p[2], &fence);
+    bind_u64(&p[3], &ttl);
+    bind_i64(&p[4], &new_expires, NULL);
+    bind_bytes(&p[5], req->key, req->key_len, &klen);
+
+    /* 1. lock the key's row, or make it: locks are always taken row first,
+       then the sequence, so two acquires never wait for each other in a
+       circle */
+    for (;;) {
+        bind_i64(&r[0], &now, &now_null);
+        bind_i64(&r[1], &expires, &exp_null);
+        err = stmt_run(c, ST_ACQ_READ, &p[5], r, &info);
+        if (err != 0)
+            return conn_failed(c, err);
+        if (!info.found || now_null) {
+            conn_rollback(c);
+            log_warn("mysql: no clock from the database");
+            return ATTEMPT_FAILED;
+        }
+        if (!exp_null && expires > now) {
+            conn_rollback(c); /* answers HELD either way */
+            a->out->retry_ms = (uint64_t)(expires - now); /* its TTL left */
+            *res = BACKEND_HELD;
+            return ATTEMPT_DONE;
+        }
+        if (!exp_null)
+            break; /* expired: ours to take over, locked */
+        /* no row: insert it (fence 0 until step 3), which locks it; a
+           racing acquire that inserted first makes this a duplicate, and
+           reading again waits for its commit */
+        new_expires = now + (int64_t)ttl;
+        {
+            MYSQL_BIND q[6] = { p[5], p[0], p[1], p[2], p[3], p[4] };
+            err = stmt_run(c, ST_ACQ_INSERT, q, NULL, &info);
+        }
+        if (err == 0)
+            break;
+        if (err != ER_DUP_ENTRY || ++tries >= MYSQL_BE_ATTEMPTS)
+            return conn_failed(c, err);
+    }
+
+    /* 2. the next fence: bumped under the row lock, so above the fence of
+       every earlier grant of this key */
+    err = stmt_run(c, ST_SEQ_BUMP, NULL, NULL, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    fence = info.insert_id;
+    if (info.affected != 1 || fence == 0 || fence > LOCK_FENCE_MAX) {
+        log_error("mysql: fence sequence %s_seq is missing or exhausted",
+                  be->table);
+        if (info.affected != 1)
+            atomic_store(&be->schema_ok, false);
+        conn_rollback(c);
+        return ATTEMPT_FAILED;
+    }
+
+    /* 3. write the grant; the expiry counts from the database's clock */
+    new_expires = now + (int64_t)ttl;
+    err = stmt_run(c, ST_ACQ_TAKEOVER, p, NULL, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+
+    /* 4. commit: only now is the lock granted */
+    done = conn_commit(c);
+    if (done != ATTEMPT_DONE)
+        return done;
+    if (!exp_null)
+        metrics_lock_expired(1); /* we took over an expired lock */
+    a->out->fence = fence;
+    a->out->ttl_ms = ttl;
+    a->out->expires_at_ms = new_expires;
+    *res = BACKEND_OK;
+    return ATTEMPT_DONE;
+}
+
+/* After a renew or release matched nothing: is the key held by anyone?
+ * Then it is not ours (MISMATCH); else NOT_FOUND. Ends the transaction. */
+static enum attempt settle_unmatched(struct mysql_conn *c,
+                                     const struct lock_req *req,
+                                     enum backend_result *res)
+{
+    MYSQL_BIND p[1], r[1];
+    unsigned long klen;
+    int64_t one;
+    my_bool one_null = 0;
+    struct run_info info;
+    unsigned err;
+
+    bind_bytes(&p[0], req->key, req->key_len, &klen);
+    bind_i64(&r[0], &one, &one_null);
+    err = stmt_run(c, ST_HELD, p, r, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    conn_rollback(c);
+    *res = info.found ? BACKEND_MISMATCH : BACKEND_NOT_FOUND;
+    return ATTEMPT_DONE;
+}
+
+struct renew_arg {
+    const struct lock_req *req;
+    struct lock_grant *out;
+};
+
+static enum attempt renew_attempt(struct mysql_conn *c,
+                                  void *arg,
+                                  enum backend_result *res)
+{
+    struct renew_arg *a = arg;
+    const struct lock_req *req = a->req;
+    MYSQL_BIND p[4], r[3];
+    unsigned long klen, tlen;
+    uint64_t ttl = req->ttl_ms, fence = 0, ttl_now = 0;
+    int64_t expires = 0;
+    my_bool nulls[3] = { 0, 0, 0 };
+    struct run_info info;
+    unsigned err;
+    enum attempt done;
+
+    if (ttl == 0) { /* keep the TTL the lock last ran with */
+        bind_null(&p[0]);
+        bind_null(&p[1]);
+    } else {
+        bind_u64(&p[0], &ttl);
+        bind_u64(&p[1], &ttl);
+    }
+    bind_bytes(&p[2], req->key, req->key_len, &klen);
+    bind_bytes(&p[3], req->token, strlen(req->token), &tlen);
+    err = stmt_run(c, ST_RENEW, p, NULL, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    if (info.affected == 0)
+        return settle_unmatched(c, req, res);
+
+    /* the row is ours and locked until COMMIT */
+    memset(r, 0, sizeof(r));
+    bind_u64(&r[0], &fence);
+    r[0].is_null = &nulls[0];
+    bind_u64(&r[1], &ttl_now);
+    r[1].is_null = &nulls[1];
+    bind_i64(&r[2], &expires, &nulls[2]);
+    err = stmt_run(c, ST_RENEW_READ, &p[2], r, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    if (!info.found) { /* cannot happen under the row lock */
+        conn_rollback(c);
+        return ATTEMPT_FAILED;
+    }
+    done = conn_commit(c);
+    if (done != ATTEMPT_DONE)
+        return done;
+    a->out->fence = fence;
+    a->out->ttl_ms = ttl_now;
+    a->out->expires_at_ms = expires;
+    *res = BACKEND_OK;
+    return ATTEMPT_DONE;
+}
+
+static enum attempt release_attempt(struct mysql_conn *c,
+                                    void *arg,
+                                    enum backend_result *res)
+{
+    const struct lock_req *req = arg;
+    MYSQL_BIND p[2];
+    unsigned long klen, tlen;
+    struct run_info info;
+    unsigned err;
+    enum attempt done;
+
+    bind_bytes(&p[0], req->key, req->key_len, &klen);
+    bind_bytes(&p[1], req->token, strlen(req->token), &tlen);
+    err = stmt_run(c, ST_RELEASE, p, NULL, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    if (info.affected == 0)
+        return settle_unmatched(c, req, res);
+    done = conn_commit(c);
+    if (done != ATTEMPT_DONE)
+        return done;
+    *res = BACKEND_OK;
+    return ATTEMPT_DONE;
+}
+
+struct inspect_arg {
+    const char *key;
+    size_t key_len;
+    struct lock_info *out;
+};
+
+static enum attempt inspect_attempt(struct mysql_conn *c,
+                                    void *arg,
+                                    enum backend_result *res)
+{
+    struct inspect_arg *a = arg;
+    MYSQL_BIND p[1], r[4];
+    unsigned long klen, olen = 0;
+    uint64_t fence = 0;
+    int64_t expires = 0, left = 0;
+    my_bool nulls[4] = { 0, 0, 0, 0 };
+    my_bool trunc = 0;
+    char owner[LOCK_OWNER_MAX + 1];
+    struct run_info info;
+    unsigned err;
+
+    bind_bytes(&p[0], a->key, a->key_len, &klen);
+    bind_u64(&r[0], &fence);
+    r[0].is_null = &nulls[0];
+    bind_i64(&r[1], &expires, &nulls[1]);
+    bind_i64(&r[2], &left, &nulls[2]);
+    memset(&r[3], 0, sizeof(r[3]));
+    r[3].buffer_type = MYSQL_TYPE_STRING;
+    r[3].buffer = owner;
+    r[3].buffer_length = LOCK_OWNER_MAX;
+    r[3].length = &olen;
+    r[3].is_null = &nulls[3];
+    r[3].error = &trunc;
+    err = stmt_run(c, ST_INSPECT, p, r, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    conn_rollback(c);
+    if (!info.found) {
+        *res = BACKEND_NOT_FOUND;
+        return ATTEMPT_DONE;
+    }
+    a->out->fence = fence;
+    a->out->ttl_ms = left >= 1 ? (uint64_t)left : 1;
+    a->out->expires_at_ms = expires;
+    a->out->has_owner = !nulls[3];
+    if (a->out->has_owner) {
+        size_t n = olen < LOCK_OWNER_MAX ? olen : LOCK_OWNER_MAX;
+        memcpy(a->out->owner, owner, n);
+        a->out->owner[n] = '\0';
+    }
+    *res = BACKEND_OK;
+    return ATTEMPT_DONE;
+}
+
+static enum attempt ping_attempt(struct mysql_conn *c,
+                                 void *arg,
+                                 enum backend_result *res)
+{
+    (void)arg;
+    if (mysql_ping(c->db) != 0) {
+        conn_drop(c);
+        return ATTEMPT_LOST;
+    }
+    *res = BACKEND_OK;
+    return ATTEMPT_DONE;
+}
+
+static enum attempt count_attempt(struct mysql_conn *c,
+                                  void *arg,
+                                  enum backend_result *res)
+{
+    int64_t *count = arg;
+    MYSQL_BIND r[1];
+    my_bool is_null = 0;
+    struct run_info info;
+    unsigned err;
+
+    bind_i64(&r[0], count, &is_null);
+    err = stmt_run(c, ST_COUNT_HELD, NULL, r, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    conn_rollback(c);
+    if (!info.found || is_null)
+        *count = -1;
+    *res = BACKEND_OK;
+    return ATTEMPT_DONE;
+}
+
+/* Deletes up to MYSQL_BE_REAP_BATCH expired rows; *res is OK and *arg the
+ * number deleted. Fences stay safe: they come from the sequence, not the
+ * rows. */
+static enum attempt reap_attempt(struct mysql_conn *c,
+                                 void *arg,
+                                 enum backend_result *res)
+{
+    uint64_t *deleted = arg;
+    uint64_t batch = MYSQL_BE_REAP_BATCH;
+    MYSQL_BIND p[1];
+    struct run_info info;
+    unsigned err;
+    enum attempt done;
+
+    bind_u64(&p[0], &batch);
+    err = stmt_run(c, ST_REAP, p, NULL, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    done = conn_commit(c);
+    if (done != ATTEMPT_DONE)
+        return done;
+    *deleted = info.affected;
+    *res = BACKEND_OK;
+    return ATTEMPT_DONE;
+}
+
+static void *reaper_main(void *arg)
+{
+    struct mysql_be *be = arg;
+
+    pthread_mutex_lock(&be->mu);
+    while (!be->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += MYSQL_BE_REAP_EVERY_MS / 1000;
+        ts.tv_nsec += (long)(MYSQL_BE_REAP_EVERY_MS % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (!be->stop &&
+               pthread_cond_timedwait(&be->cond, &be->mu, &ts) != ETIMEDOUT)
+            ;
+        if (be->stop)
+            break;
+        pthread_mutex_unlock(&be->mu);
+
+        int64_t t0 = backend_mono_ms();
+        uint64_t deleted;
+        do {
+            deleted = 0;
+            if (run_op(be, reap_attempt, &deleted) != BACKEND_OK)
+                break;
+            if (deleted > 0)
+                metrics_lock_expired(deleted);
+        } while (deleted == MYSQL_BE_REAP_BATCH &&
+                 backend_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
+
+        pthread_mutex_lock(&be->mu);
+    }
+    pthread_mutex_unlock(&be->mu);
+    return NULL;
+}
+
+static void mysql_be_close(struct backend *base)
+{
+    struct mysql_be *be = (struct mysql_be *)base;
+
+    if (be == NULL)
+        return;
+    if (be->reaper_started) {
+        pthread_mutex_lock(&be->mu);
+        be->stop = true;
+        pthread_cond_signal(&be->cond);
+        pthread_mutex_unlock(&be->mu);
+        pthread_join(be->reaper, NULL); /* its key destructor ran */
+    }
+    if (be->tls_made) {
+        /* Threads still alive (this one, usually) keep a connection: close
+           them all; after pthread_key_delete no destructor runs. */
+        pthread_mutex_lock(&be->mu);
+        while (be->conns != NULL) {
+            struct mysql_conn *c = be->conns;
+            be->conns = c->next;
+            conn_drop(c);
+            free(c);
+        }
+        pthread_mutex_unlock(&be->mu);
+        pthread_setspecific(be->tls, NULL);
+        pthread_key_delete(be->tls);
+    }
+    pthread_cond_destroy(&be->cond);
+    pthread_mutex_destroy(&be->mu);
+    for (int i = 0; i < ST_COUNT; i++)
+        free(be->sql[i]);
+    for (size_t i = 0; i < sizeof(be->schema) / sizeof(be->schema[0]); i++)
+        free(be->schema[i]);
+    free(be->host);
+    free(be->user);
+    if (be->password != NULL)
+        explicit_bzero(be->password, strlen(be->password));
+    free(be->password);
+    free(be->database);
+    free(be->socket);
+    free(be->table);
+    free(be);
+}
+
+static int table_name_ok(const char *t)
+{
+    size_t n = strlen(t);
+
+    if (n == 0 || n > MYSQL_BE_TABLE_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = t[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              (ch >= '0' && ch <= '9') || ch == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s != NULL ? strdup(s) : NULL;
+}
+
+/* Millisecond option name into whole seconds (Connector/C's unit),
+ * rounded up. */
+static int opt_timeout(const struct backend_url *u,
+                       const char *name,
+                       uint64_t def_ms,
+                       unsigned *out_s)
+{
+    const char *v = backend_url_param(u, name);
+    uint64_t ms = def_ms;
+
+    if (v != NULL &&
+        backend_parse_u64(v, 1, MYSQL_BE_TIMEOUT_MAX_MS, &ms) != 0) {
+        log_error("mysql: %s must be 1..%d ms", name, MYSQL_BE_TIMEOUT_MAX_MS);
+        return -1;
+    }
+    *out_s = (unsigned)((ms + 999) / 1000);
+    return 0;
+}
+
+/* Fill be from url; BACKEND_INVALID with a logged reason, or NO_MEMORY. */
+static enum backend_result parse_url(struct mysql_be *be, const char *url)
+{
+    static const char *const allowed[] = {
+        "socket",           "connect_timeout_ms", "read_timeout_ms",
+        "write_timeout_ms", "table",              NULL,
+    };
+    struct backend_url u;
+    const char *bad = NULL, *v;
+    enum backend_result r = BACKEND_INVALID;
+    uint64_t port = MYSQL_BE_DEFAULT_PORT;
+
+    if (backend_url_parse(url, &u) != 0) {
+        log_error("mysql: malformed backend URL");
+        return BACKEND_INVALID;
+    }
+    if (strcmp(u.scheme, "mysql") != 0)
+        goto out;
+    if (backend_url_check_params(&u, allowed, &bad) != 0) {
+        log_error("mysql: unknown URL option '%s' (known: socket, "
+                  "connect_timeout_ms, read_timeout_ms, write_timeout_ms, "
+                  "table)",
+                  bad);
+        goto out;
+    }
+    if (u.user == NULL || u.user[0] == '\0') {
+        log_error("mysql: the URL needs a user: mysql://user[:password]@host"
+                  "[:port]/database");
+        goto out;
+    }
+    if (u.path == NULL || u.path[0] == '\0' || strchr(u.path, '/') != NULL) {
+        log_error("mysql: the URL needs a database: mysql://user@host/"
+                  "database");
+        goto out;
+    }
+    be->socket = dup_or_null(backend_url_param(&u, "socket"));
+    if (be->socket != NULL && be->socket[0] == '\0') {
+        log_error("mysql: socket= needs a path");
+        goto out;
+    }
+    if (u.hosts[0] == '\0' && be->socket == NULL) {
+        log_error("mysql: the URL needs a host (or ?socket=PATH)");
+        goto out;
+    }
+    if (u.hosts[0] != '\0') {
+        const char *h = u.hosts, *end, *colon;
+        if (h[0] == '[') { /* [v6]:port */
+            end = strchr(h, ']');
+            if (end == NULL || end == h + 1)
+                goto bad_host;
+            colon = end[1] == ':' ? end + 1 : NULL;
+            if (end[1] != '\0' && colon == NULL)
+                goto bad_host;
+            be->host = strndup(h + 1, (size_t)(end - h - 1));
+        } else {
+            colon = strchr(h, ':');
+            if (colon == h || strchr(h, ',') != NULL)
+                goto bad_host;
+            be->host = colon != NULL ? strndup(h, (size_t)(colon - h))
+                                     : strdup(h);
+        }
+        if (be->host == NULL) {
+            r = BACKEND_NO_MEMORY;
+            goto out;
+        }
+        if (colon != NULL &&
+            backend_parse_u64(colon + 1, 1, 65535, &port) != 0)
+            goto bad_host;
+    }
+    be->port = (unsigned)port;
+    v = backend_url_param(&u, "table");
+    if (v != NULL && !table_name_ok(v)) {
+        log_error("mysql: table= must be 1..%d letters, digits or '_'",
+                  MYSQL_BE_TABLE_MAX);
+        goto out;
+    }
+    be->table = strdup(v != NULL ? v : MYSQL_BE_DEFAULT_TABLE);
+    if (opt_timeout(&u, "connect_timeout_ms", MYSQL_BE_CONNECT_TIMEOUT_MS,
+                    &be->connect_timeout_s) != 0 ||
+        opt_timeout(&u, "read_timeout_ms", MYSQL_BE_RW_TIMEOUT_MS,
+                    &be->read_timeout_s) != 0 ||
+        opt_timeout(&u, "write_timeout_ms", MYSQL_BE_RW_TIMEOUT_MS,
+                    &be->write_timeout_s) != 0)
+        goto out;
+    be->user = strdup(u.user);
+    be->password = dup_or_null(u.password);
+    be->database = strdup(u.path);
+    if (be->table == NULL || be->user == NULL || be->database == NULL ||
+        (u.password != NULL && be->password == NULL) ||
+        (backend_url_param(&u, "socket") != NULL && be->socket == NULL)) {
+        r = BACKEND_NO_MEMORY;
+        goto out;
+    }
+    r = BACKEND_OK;
+    goto out;
+bad_host:
+    log_error("mysql: bad host in the URL: '%s' (want host[:port] or "
+              "[v6addr][:port])",
+              u.hosts);
+out:
+    if (u.password != NULL)
+        explicit_bzero(u.password, strlen(u.password));
+    backend_url_cleanup(&u);
+    return r;
+}
+
+static enum backend_result mysql_be_open(const char *url,
+                                         const struct backend_hooks *hooks,
+                                         struct backend **out)
+{
+    struct mysql_be *be;
+    enum backend_result r;
+
+    *out = NULL;
+    be = calloc(1, sizeof(*be));
+    if (be == NULL)
+        return BACKEND_NO_MEMORY;
+    be->base.ops = &mysql_be_ops;
+    if (hooks != NULL)
+        be->hooks = *hooks;
+    if (pthread_mutex_init(&be->mu, NULL) != 0) {
+        free(be);
+        return BACKEND_NO_MEMORY;
+    }
+    {
+        pthread_condattr_t ca;
+        int rc = pthread_condattr_init(&ca);
+        if (rc == 0)
+            rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        if (rc == 0)
+            rc = pthread_cond_init(&be->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        if (rc != 0) {
+            pthread_mutex_destroy(&be->mu);
+            free(be);
+            return BACKEND_NO_MEMORY;
+        }
+    }
+    r = parse_url(be, url);
+    if (r != BACKEND_OK)
+        goto fail;
+    r = BACKEND_NO_MEMORY;
+    for (int i = 0; i < ST_COUNT; i++) {
+        be->sql[i] = sql_expand(stmt_sql[i], be->table);
+        if (be->sql[i] == NULL)
+            goto fail;
+    }
+    for (size_t i = 0; i < sizeof(be->schema) / sizeof(be->schema[0]); i++) {
+        be->schema[i] = sql_expand(schema_sql[i], be->table);
+        if (be->schema[i] == NULL)
+            goto fail;
+    }
+    if (pthread_once(&mysql_be_once, mysql_be_lib_init) != 0 ||
+        mysql_be_lib_rc != 0) {
+        log_error("mysql: cannot initialise the client library");
+        goto fail;
+    }
+    if (pthread_key_create(&be->tls, conn_destroy) != 0)
+        goto fail;
+    be->tls_made = true;
+    if (pthread_create(&be->reaper, NULL, reaper_main, be) != 0)
+        goto fail;
+    be->reaper_started = true;
+    *out = &be->base;
+    return BACKEND_OK;
+fail:
+    mysql_be_close(&be->base);
+    return r;
+}
+
+static enum backend_result mysql_be_acquire(struct backend *base,
+                                            const struct lock_req *req,
+                                            struct lock_grant *out)
+{
+    struct acquire_arg a = { .req = req, .out = out };
+
+    /* req->waiter is ignored: no queue in the store (no CAP_QUEUE) */
+    return run_op((struct mysql_be *)base, acquire_attempt, &a);
+}
+
+static enum backend_result mysql_be_renew(struct backend *base,
+                                          const struct lock_req *req,
+                                          struct lock_grant *out)
+{
+    struct renew_arg a = { .req = req, .out = out };
+
+    return run_op((struct mysql_be *)base, renew_attempt, &a);
+}
+
+static enum backend_result mysql_be_release(struct backend *base,
+                                            const struct lock_req *req)
+{
+    struct mysql_be *be = (struct mysql_be *)base;
+    /* run_op() only takes a void *: the request is not changed */
+    enum backend_result r =
+        run_op(be, release_attempt, (void *)(uintptr_t)req);
+
+    if (r == BACKEND_OK && be->hooks.notify != NULL)
+        be->hooks.notify(be->hooks.arg, req->key, req->key_len);
+    return r;
+}
+
+static enum backend_result mysql_be_inspect(struct backend *base,
+                                            const char *key,
+                                            size_t key_len,
+                                            struct lock_info *out)
+{
+    struct inspect_arg a = { .key = key, .key_len = key_len, .out = out };
+
+    return run_op((struct mysql_be *)base, inspect_attempt, &a);
+}
+
+static enum backend_result mysql_be_ping(struct backend *base)
+{
+    return run_op((struct mysql_be *)base, ping_attempt, NULL);
+}
+
+static int64_t mysql_be_held_count(struct backend *base)
+{
+    int64_t count = -1;
+
+    if (run_op((struct mysql_be *)base, count_attempt, &count) != BACKEND_OK)
+        return -1;
+    return count;
+}
+
+const struct backend_ops mysql_be_ops = {
+    .scheme = "mysql",
+    .caps = BACKEND_CAP_DURABLE,
+    .open = mysql_be_open,
+    .acquire = mysql_be_acquire,
+    .renew = mysql_be_renew,
+    .release = mysql_be_release,
+    .inspect = mysql_be_inspect,
+    .cancel_wait = NULL,
+    .ping = mysql_be_ping,
+    .held_count = mysql_be_held_count,
+    .close = mysql_be_close,
+};
