@@ -1,0 +1,1309 @@
+"""tests/e2e/test_api.py - API.md's contract over real HTTP, on every
+backend: each status and error code, acquire / inspect / renew / release,
+parameters from body, query and header with their strictness rules, fences,
+TTLs, keys, the operational endpoints and the data-driven request cases in
+tests/data/requests/<case>/{request,expect}.
+
+The helpers at the top (paths, expectations, /metrics parsing, raw HTTP
+parsing) are shared with test_wait.py, test_hostile.py and
+test_lifecycle.py. Keys always come from ctx.key(): stores outlive one
+scenario.
+"""
+
+import calendar
+import math
+import os
+import re
+import socket
+import time
+import urllib.parse
+
+import harness
+from harness import Fail, check, eq
+
+TOKEN_RE = re.compile(r"^[0-9a-f]{32}$")
+EXPIRES_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+ALLOW_LOCKS = "GET, HEAD, POST, PUT, DELETE"
+ALLOW_OPS = "GET, HEAD"
+FENCE_LIMIT = 1 << 53
+DEFAULT_TTL_MS = 30000
+MAX_TTL_MS = 86400000
+MAX_WAIT_MS = 300000
+DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "data", "requests")
+
+
+# ---------------------------------------------------------------- helpers
+
+def quote(key, safe=""):
+    """Percent-encode a key (str or bytes) for the path; '/' too unless
+    safe says otherwise."""
+    return urllib.parse.quote(key, safe=safe)
+
+
+def path(key, query=None, safe=""):
+    p = "/locks/" + quote(key, safe)
+    if query is not None:
+        p += "?" + query
+    return p
+
+
+def content_type(r):
+    return (r.header("Content-Type") or "").split(";")[0].strip().lower()
+
+
+def expect_json(r, status, what="response"):
+    eq(r.status, status, "%s status (body %r)" % (what, r.text[:300]))
+    eq(content_type(r), "application/json", "%s Content-Type" % what)
+    check(isinstance(r.json, dict), "%s: body is not a JSON object: %r" % (what, r.text[:300]))
+    check(r.header("X-Request-Id"), "%s: no X-Request-Id" % what)
+    return r.json
+
+
+def expect_error(r, status, code, what="response"):
+    """status, JSON error body with code and a human message, X-Request-Id."""
+    if isinstance(code, str):
+        code = (code,)
+    body = expect_json(r, status, what)
+    err = body.get("error")
+    check(isinstance(err, dict), "%s: no error object in %r" % (what, r.text[:300]))
+    check(err.get("code") in code, "%s: error code %r, want %s (body %r)"
+          % (what, err.get("code"), "/".join(code), r.text[:300]))
+    msg = err.get("message")
+    check(isinstance(msg, str) and msg.strip(), "%s: no message in %r" % (what, r.text[:300]))
+    return err
+
+
+def parse_expires(s):
+    """RFC 3339 UTC with milliseconds -> unix seconds (float)."""
+    check(isinstance(s, str) and EXPIRES_RE.match(s), "expires_at %r is not YYYY-MM-DDTHH:MM:SS.mmmZ" % (s,))
+    t = time.strptime(s[:19], "%Y-%m-%dT%H:%M:%S")
+    return calendar.timegm(t) + int(s[20:23]) / 1000.0
+
+
+def check_fence(f, what="fence"):
+    check(isinstance(f, int) and not isinstance(f, bool), "%s %r is not an integer" % (what, f))
+    check(1 <= f < FENCE_LIMIT, "%s %r out of [1, 2^53)" % (what, f))
+
+
+def expect_grant(r, key, ttl_ms=None, status=201, what="grant", t_sent=None):
+    """A grant (201) or renewal (200) body: key, token, fence, ttl_ms,
+    expires_at ~ now + ttl_ms."""
+    body = expect_json(r, status, what)
+    eq(body.get("key"), key, what + " key")
+    check(isinstance(body.get("token"), str) and TOKEN_RE.match(body["token"]),
+          "%s token %r is not 32 lowercase hex chars" % (what, body.get("token")))
+    check_fence(body.get("fence"), what + " fence")
+    if ttl_ms is not None:
+        eq(body.get("ttl_ms"), ttl_ms, what + " ttl_ms")
+    ttl = body.get("ttl_ms")
+    check(isinstance(ttl, int) and ttl >= 1, "%s ttl_ms %r" % (what, ttl))
+    exp = parse_expires(body.get("expires_at"))
+    now = time.time()
+    lo = (t_sent if t_sent is not None else now - 2.0) + ttl / 1000.0 - 1.0
+    hi = now + ttl / 1000.0 + 1.0
+    check(lo <= exp <= hi, "%s expires_at %s is not now + ttl_ms (%d ms): off by %.3f s"
+          % (what, body.get("expires_at"), ttl, exp - (now + ttl / 1000.0)))
+    return body
+
+
+def req(ctx, method, key, body=None, query=None, headers=None, safe="", timeout=30.0):
+    return ctx.lockd.request(method, path(key, query, safe), body, headers, timeout=timeout)
+
+
+def acquire(ctx, key, what="acquire", **params):
+    r = ctx.lockd.request("POST", path(key), params or None)
+    return expect_grant(r, key, params.get("ttl_ms"), what=what)
+
+
+def release(ctx, key, token, what="release"):
+    r = ctx.lockd.request("DELETE", path(key), headers={"Lock-Token": token})
+    body = expect_json(r, 200, what)
+    eq(body.get("key"), key, what + " key")
+    eq(body.get("released"), True, what + " released")
+    return body
+
+
+def inspect(ctx, key):
+    return ctx.lockd.request("GET", path(key))
+
+
+def expect_held(ctx, key, fence=None, owner=None, what="inspect"):
+    r = inspect(ctx, key)
+    body = expect_json(r, 200, what)
+    eq(body.get("key"), key, what + " key")
+    eq(body.get("held"), True, what + " held")
+    check("token" not in body, "%s shows the token: %r" % (what, body))
+    if fence is not None:
+        eq(body.get("fence"), fence, what + " fence")
+    if owner is not None:
+        eq(body.get("owner"), owner, what + " owner")
+    return body
+
+
+def expect_free(ctx, key, what="inspect of a free key"):
+    expect_error(inspect(ctx, key), 404, "lock_not_found", what)
+
+
+def sleep_until(t):
+    d = t - time.monotonic()
+    if d > 0:
+        time.sleep(d)
+
+
+# /metrics: {(name, (("label","value"),...)): float}
+SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+-?\d+)?$')
+LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(,|$)')
+
+
+def parse_labels(s):
+    out = []
+    pos = 0
+    while pos < len(s):
+        m = LABEL_RE.match(s, pos)
+        if m is None:
+            raise Fail("bad label set {%s}" % s)
+        out.append((m.group(1), m.group(2)))
+        pos = m.end()
+    return tuple(sorted(out))
+
+
+def parse_metrics(text):
+    """Parse the Prometheus text format strictly enough to catch a broken
+    exposition: returns (samples, types)."""
+    samples = {}
+    types = {}
+    for n, line in enumerate(text.split("\n")):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] == "TYPE":
+                check(len(parts) == 4 and parts[3] in ("counter", "gauge", "histogram", "summary", "untyped"),
+                      "metrics line %d: bad TYPE line %r" % (n + 1, line))
+                check(parts[2] not in types, "metrics: TYPE of %s given twice" % parts[2])
+                types[parts[2]] = parts[3]
+            continue
+        m = SAMPLE_RE.match(line)
+        check(m is not None, "metrics line %d is not a sample: %r" % (n + 1, line))
+        name, labels, value = m.group(1), parse_labels(m.group(3) or ""), m.group(4)
+        try:
+            v = float(value)
+        except ValueError:
+            raise Fail("metrics line %d: bad value %r" % (n + 1, line))
+        family = re.sub(r"_(bucket|sum|count)$", "", name)
+        check(name in types or family in types, "metrics line %d: %s has no TYPE line before it" % (n + 1, name))
+        check((name, labels) not in samples, "metrics: sample %s%r given twice" % (name, labels))
+        samples[(name, labels)] = v
+    return samples, types
+
+
+def metrics(ctx, lockd=None):
+    r = (lockd or ctx.lockd).request("GET", "/metrics")
+    eq(r.status, 200, "/metrics status")
+    return parse_metrics(r.text)[0]
+
+
+def metric(samples, name, **labels):
+    """Sum of every sample of name whose labels include the given ones."""
+    total = 0.0
+    want = set(labels.items())
+    for (n, lab), v in samples.items():
+        if n == name and want <= set(lab):
+            total += v
+    return total
+
+
+def has_metric(samples, name, **labels):
+    want = set(labels.items())
+    return any(n == name and want <= set(lab) for (n, lab) in samples)
+
+
+def parse_http(buf):
+    """One HTTP response from the front of buf: (status, headers, body,
+    rest), or None if incomplete. Content-Length framing only (lockd always
+    sends it); a response to HEAD must be parsed by the caller."""
+    i = buf.find(b"\r\n\r\n")
+    if i < 0:
+        return None
+    head = buf[:i].decode("latin-1").split("\r\n")
+    m = re.match(r"HTTP/1\.[01] (\d{3})", head[0])
+    if m is None:
+        raise Fail("not an HTTP response: %r" % buf[:200])
+    headers = {}
+    for line in head[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    n = int(headers.get("content-length", "0"))
+    start = i + 4
+    if len(buf) < start + n:
+        return None
+    return int(m.group(1)), headers, buf[start:start + n], buf[start + n:]
+
+
+def raw_response(port, data, timeout=5.0):
+    """Send raw bytes; (status, headers, body) of the first response, or
+    None when the server closed or reset the connection without one."""
+    out = harness_raw(port, data, timeout)
+    if not out:
+        return None
+    p = parse_http(out)
+    if p is None:
+        raise Fail("incomplete HTTP response: %r" % out[:300])
+    return p[:3]
+
+
+def harness_raw(port, data, timeout=5.0):
+    try:
+        return harness.raw(port, data, timeout)
+    except (ConnectionResetError, BrokenPipeError):
+        return b""
+
+
+def raw_json(status_headers_body):
+    status, headers, body = status_headers_body
+    try:
+        import json
+        return json.loads(body.decode("utf-8"))
+    except ValueError:
+        raise Fail("body of %d is not JSON: %r" % (status, body[:200]))
+
+
+def http_request(method, target, body=b"", headers=None, version="HTTP/1.1"):
+    """Bytes of one request with Host and Content-Length (when a body)."""
+    if isinstance(target, str):
+        target = target.encode("utf-8")
+    hdrs = [b"Host: 127.0.0.1"]
+    for k, v in (headers or {}).items():
+        hdrs.append(k.encode() + b": " + (v if isinstance(v, bytes) else v.encode()))
+    if body:
+        hdrs.append(b"Content-Length: %d" % len(body))
+    return (method.encode() + b" " + target + b" " + version.encode() + b"\r\n"
+            + b"\r\n".join(hdrs) + b"\r\n\r\n" + body)
+
+
+# ------------------------------------------------------- acquire, grants
+
+@harness.scenario("acquire of a free key returns 201 with key, token, fence, ttl_ms and expires_at")
+def acquire_free(ctx):
+    key = ctx.key("acq")
+    t0 = time.time()
+    r = req(ctx, "POST", key, {"ttl_ms": 5000})
+    g = expect_grant(r, key, 5000, t_sent=t0)
+    eq(set(g), {"key", "token", "fence", "ttl_ms", "expires_at"}, "grant fields")
+    check(r.header("Retry-After") is None, "a grant carries Retry-After")
+    release(ctx, key, g["token"])
+
+
+@harness.scenario("acquire with an empty body or {} uses the default ttl of 30000 ms")
+def acquire_defaults(ctx):
+    for body in (None, b"", {}, b" {}\n"):
+        key = ctx.key("def")
+        r = ctx.lockd.request("POST", path(key), body)
+        g = expect_grant(r, key, DEFAULT_TTL_MS, what="acquire with body %r" % (body,))
+        held = expect_held(ctx, key, g["fence"])
+        check("owner" not in held, "inspect shows an owner none was given: %r" % held)
+        check(DEFAULT_TTL_MS - 5000 < held["ttl_ms"] <= DEFAULT_TTL_MS, "remaining ttl %r" % held["ttl_ms"])
+        release(ctx, key, g["token"])
+
+
+@harness.scenario("acquire of a held key returns 409 lock_held with retry_after_ms and Retry-After")
+def acquire_held(ctx):
+    key = ctx.key("held")
+    g = acquire(ctx, key, ttl_ms=10000, owner="first")
+    t0 = time.monotonic()
+    r = req(ctx, "POST", key, {"ttl_ms": 1000, "owner": "second"})
+    elapsed = time.monotonic() - t0
+    err = expect_error(r, 409, "lock_held")
+    ra = err.get("retry_after_ms")
+    check(isinstance(ra, int) and not isinstance(ra, bool), "retry_after_ms %r is not an integer" % (ra,))
+    check(8000 <= ra <= 10000, "retry_after_ms %r is not the holder's remaining ttl (~10000)" % ra)
+    eq(r.header("Retry-After"), str(math.ceil(ra / 1000.0)), "Retry-After")
+    check(elapsed < 1.0, "a try-once acquire of a held key took %.3f s" % elapsed)
+    expect_held(ctx, key, g["fence"], "first", "the holder after a conflict")
+    # wait_ms 0 explicitly: still try once
+    r = req(ctx, "POST", key, {"wait_ms": 0})
+    expect_error(r, 409, "lock_held", "acquire with wait_ms 0")
+    release(ctx, key, g["token"])
+
+
+@harness.scenario("Retry-After is retry_after_ms rounded up to whole seconds, at least 1")
+def retry_after_rounding(ctx):
+    for ttl in (150, 1000, 1500, 2500, 4001, 100000):
+        key = ctx.key("ra")
+        g = acquire(ctx, key, ttl_ms=ttl)
+        r = req(ctx, "POST", key)
+        if ttl == 150 and r.status == 201:  # expired already on a slow machine
+            release(ctx, key, r.json["token"])
+            continue
+        err = expect_error(r, 409, "lock_held", "conflict with a %d ms holder" % ttl)
+        ra = err.get("retry_after_ms")
+        check(isinstance(ra, int) and 1 <= ra <= ttl, "retry_after_ms %r for a holder of ttl %d" % (ra, ttl))
+        if ttl >= 1000:
+            check(ra >= ttl - 2000, "retry_after_ms %r is not the remaining ttl of a %d ms holder" % (ra, ttl))
+        eq(r.header("Retry-After"), str(max(1, math.ceil(ra / 1000.0))),
+           "Retry-After for retry_after_ms %d" % ra)
+        release(ctx, key, g["token"])
+
+
+@harness.scenario("tokens are 32 lowercase hex characters, different for every grant")
+def tokens_unique(ctx):
+    seen = set()
+    key = ctx.key("tok")
+    for _ in range(20):
+        g = acquire(ctx, key, ttl_ms=5000)
+        check(g["token"] not in seen, "token %s given twice" % g["token"])
+        seen.add(g["token"])
+        release(ctx, key, g["token"])
+    other = ctx.key("tok2")
+    g = acquire(ctx, other, ttl_ms=5000)
+    check(g["token"] not in seen, "token reused across keys")
+    release(ctx, other, g["token"])
+
+
+@harness.scenario("fences strictly increase across grants of a key, by release and by expiry")
+def fences_increase(ctx):
+    key = ctx.key("fence")
+    last = 0
+    for i in range(8):
+        g = acquire(ctx, key, ttl_ms=5000)
+        check(g["fence"] > last, "grant %d: fence %d not above %d" % (i, g["fence"], last))
+        last = g["fence"]
+        release(ctx, key, g["token"])
+    g = acquire(ctx, key, ttl_ms=100)
+    check(g["fence"] > last, "fence %d not above %d" % (g["fence"], last))
+    last = g["fence"]
+    time.sleep(0.35)
+    g = acquire(ctx, key, ttl_ms=5000, what="acquire after expiry")
+    check(g["fence"] > last, "after expiry: fence %d not above %d" % (g["fence"], last))
+    # another key's grants in between do not break the order of this one
+    other = ctx.key("fence2")
+    release(ctx, key, g["token"])
+    last = g["fence"]
+    for _ in range(3):
+        o = acquire(ctx, other, ttl_ms=5000)
+        release(ctx, other, o["token"])
+        g = acquire(ctx, key, ttl_ms=5000)
+        check(g["fence"] > last, "fence %d not above %d" % (g["fence"], last))
+        last = g["fence"]
+        release(ctx, key, g["token"])
+
+
+@harness.scenario("the largest ttl_ms and wait_ms are accepted and one more is 400 invalid_parameter")
+def limits_default(ctx):
+    key = ctx.key("max")
+    g = acquire(ctx, key, ttl_ms=MAX_TTL_MS)
+    check_fence(g["fence"])
+    release(ctx, key, g["token"])
+    t0 = time.monotonic()
+    r = req(ctx, "POST", key, {"ttl_ms": 1000, "wait_ms": MAX_WAIT_MS})
+    g = expect_grant(r, key, 1000, what="acquire with the largest wait_ms of a free key")
+    check(time.monotonic() - t0 < 2.0, "a waiting acquire of a free key was not granted at once")
+    release(ctx, key, g["token"])
+    r = req(ctx, "POST", key, {"ttl_ms": 1})
+    g = expect_grant(r, key, 1, what="acquire with ttl_ms 1")
+    for body in ({"ttl_ms": MAX_TTL_MS + 1}, {"wait_ms": MAX_WAIT_MS + 1}, {"ttl_ms": 0}):
+        k2 = ctx.key("max")
+        expect_error(req(ctx, "POST", k2, body), 400, "invalid_parameter", "acquire %r" % body)
+        expect_free(ctx, k2, "key after a rejected acquire")
+
+
+# -------------------------------------------------------------- inspect
+
+@harness.scenario("inspect of a held key shows fence, remaining ttl, expires_at and owner, never the token")
+def inspect_held(ctx):
+    key = ctx.key("insp")
+    g = acquire(ctx, key, ttl_ms=8000, owner="pod-a/worker-3")
+    body = expect_held(ctx, key, g["fence"], "pod-a/worker-3")
+    eq(set(body), {"key", "held", "fence", "ttl_ms", "expires_at", "owner"}, "inspect fields")
+    check(isinstance(body["ttl_ms"], int) and 1 <= body["ttl_ms"] <= 8000,
+          "remaining ttl_ms %r not in [1, 8000]" % body["ttl_ms"])
+    check(body["ttl_ms"] > 6000, "remaining ttl_ms %r right after an 8 s grant" % body["ttl_ms"])
+    check(g["token"] not in r_text(ctx, key), "inspect shows the token")
+    d = abs(parse_expires(body["expires_at"]) - parse_expires(g["expires_at"]))
+    check(d <= 1.0, "inspect expires_at %s vs grant %s" % (body["expires_at"], g["expires_at"]))
+    time.sleep(0.3)
+    later = expect_held(ctx, key, g["fence"])
+    check(later["ttl_ms"] < body["ttl_ms"], "remaining ttl did not go down: %r then %r"
+          % (body["ttl_ms"], later["ttl_ms"]))
+    # HEAD: same status, no body
+    r = ctx.lockd.request("HEAD", path(key))
+    eq(r.status, 200, "HEAD of a held key")
+    eq(r.body, b"", "HEAD body")
+    release(ctx, key, g["token"])
+    r = ctx.lockd.request("HEAD", path(key))
+    eq(r.status, 404, "HEAD of a free key")
+    eq(r.body, b"", "HEAD body")
+
+
+def r_text(ctx, key):
+    return inspect(ctx, key).text
+
+
+@harness.scenario("inspect shows owner only when one was given, and an empty owner when it was empty")
+def inspect_owner(ctx):
+    key = ctx.key("own")
+    g = acquire(ctx, key, ttl_ms=5000)
+    body = expect_held(ctx, key, g["fence"])
+    check("owner" not in body, "owner shown though none was given: %r" % body)
+    release(ctx, key, g["token"])
+    g = acquire(ctx, key, ttl_ms=5000, owner="")
+    expect_held(ctx, key, g["fence"], "")
+    release(ctx, key, g["token"])
+    for owner in ("x" * 128, "é" * 64, "ключ 🔒 \"q\" \\ / %2F", "\u0085 C1 control is not a control char"):
+        g = acquire(ctx, key, ttl_ms=5000, owner=owner)
+        expect_held(ctx, key, g["fence"], owner)
+        release(ctx, key, g["token"])
+
+
+@harness.scenario("inspect of a free key returns 404 lock_not_found")
+def inspect_free(ctx):
+    key = ctx.key("free")
+    expect_free(ctx, key)
+    g = acquire(ctx, key, ttl_ms=5000)
+    release(ctx, key, g["token"])
+    expect_free(ctx, key, "inspect after release")
+
+
+@harness.scenario("inspect takes no parameters: any query parameter or body field is 400 invalid_parameter")
+def inspect_no_params(ctx):
+    key = ctx.key("inp")
+    g = acquire(ctx, key, ttl_ms=5000)
+    for q in ("ttl_ms=5", "token=" + g["token"], "x=1", "owner"):
+        expect_error(req(ctx, "GET", key, query=q), 400, "invalid_parameter", "GET ?%s" % q)
+    expect_error(req(ctx, "GET", key, {"owner": "x"}), 400, "invalid_parameter", "GET with a body field")
+    expect_error(ctx.lockd.request("GET", path(key), headers={}, body={"token": g["token"]}), 400,
+                 "invalid_parameter", "GET with a token field")
+    expect_held(ctx, key, g["fence"])
+    release(ctx, key, g["token"])
+
+
+# ---------------------------------------------------------------- release
+
+@harness.scenario("release with the token frees the key and answers released true")
+def release_frees(ctx):
+    key = ctx.key("rel")
+    g = acquire(ctx, key, ttl_ms=10000)
+    r = req(ctx, "DELETE", key, headers={"Lock-Token": g["token"]})
+    body = expect_json(r, 200, "release")
+    eq(body, {"key": key, "released": True}, "release body")
+    expect_free(ctx, key, "inspect after release")
+    g2 = acquire(ctx, key, ttl_ms=1000, what="acquire after release")
+    check(g2["fence"] > g["fence"], "fence after release")
+    check(g2["token"] != g["token"], "same token after release")
+    release(ctx, key, g2["token"])
+
+
+@harness.scenario("release of a free key returns 404 lock_not_found, twice too")
+def release_free(ctx):
+    key = ctx.key("relfree")
+    expect_error(req(ctx, "DELETE", key, headers={"Lock-Token": "0" * 32}), 404, "lock_not_found")
+    g = acquire(ctx, key, ttl_ms=5000)
+    release(ctx, key, g["token"])
+    expect_error(req(ctx, "DELETE", key, headers={"Lock-Token": g["token"]}), 404, "lock_not_found",
+                 "second release")
+
+
+@harness.scenario("release or renew with another token returns 409 token_mismatch and keeps the lock")
+def mismatch(ctx):
+    key = ctx.key("mis")
+    g = acquire(ctx, key, ttl_ms=10000, owner="holder")
+    others = ["0" * 32, "f" * 32, g["token"][:-1], g["token"] + "0",
+              g["token"][:-1] + ("0" if g["token"][-1] != "0" else "1")]
+    if g["token"].upper() != g["token"]:
+        others.append(g["token"].upper())
+    for t in others:
+        for method in ("DELETE", "PUT"):
+            r = req(ctx, method, key, headers={"Lock-Token": t})
+            if t == g["token"].upper() or len(t) != 32:
+                check(r.status in (400, 409), "%s with token %r: %r" % (method, t, r))
+                expect_error(r, r.status, ("token_mismatch", "invalid_parameter"), "%s with %r" % (method, t))
+            else:
+                expect_error(r, 409, "token_mismatch", "%s with token %r" % (method, t))
+    expect_held(ctx, key, g["fence"], "holder", "holder after wrong tokens")
+    release(ctx, key, g["token"])
+
+
+@harness.scenario("release and renew without a token return 400 missing_token, and an empty token is missing")
+def missing_token(ctx):
+    key = ctx.key("mt")
+    g = acquire(ctx, key, ttl_ms=10000)
+    for method in ("DELETE", "PUT"):
+        expect_error(req(ctx, method, key), 400, "missing_token", "%s without token" % method)
+        expect_error(req(ctx, method, key, {}), 400, "missing_token", "%s with {}" % method)
+        expect_error(req(ctx, method, key, {"token": ""}), 400, "missing_token", "%s with token \"\"" % method)
+        expect_error(req(ctx, method, key, headers={"Lock-Token": ""}), 400, "missing_token",
+                     "%s with an empty Lock-Token" % method)
+    expect_held(ctx, key, g["fence"])
+    free = ctx.key("mt")
+    expect_error(req(ctx, "DELETE", free), 400, "missing_token", "release of a free key without a token")
+    release(ctx, key, g["token"])
+
+
+@harness.scenario("renew and release take the token from the Lock-Token header, the query or the body")
+def token_sources(ctx):
+    key = ctx.key("src")
+    for how in ("header", "lowercase header", "query", "body"):
+        for method in ("PUT", "DELETE"):
+            g = acquire(ctx, key, ttl_ms=5000)
+            t = g["token"]
+            if how == "header":
+                r = req(ctx, method, key, headers={"Lock-Token": t})
+            elif how == "lowercase header":
+                r = req(ctx, method, key, headers={"lock-token": t})
+            elif how == "query":
+                r = req(ctx, method, key, query="token=" + t)
+            else:
+                r = req(ctx, method, key, {"token": t})
+            if method == "PUT":
+                b = expect_grant(r, key, 5000, status=200, what="renew with the token in the " + how)
+                eq(b["token"], t, "renew token")
+                eq(b["fence"], g["fence"], "renew fence")
+                release(ctx, key, t)
+            else:
+                eq(expect_json(r, 200, "release with the token in the " + how).get("released"), True, "released")
+                expect_free(ctx, key)
+
+
+@harness.scenario("a token given twice (header and query, header and body, query and body) is 400 invalid_parameter")
+def token_twice(ctx):
+    key = ctx.key("tt")
+    g = acquire(ctx, key, ttl_ms=10000)
+    t = g["token"]
+    cases = [
+        ("header+query", None, "token=" + t, {"Lock-Token": t}),
+        ("header+body", {"token": t}, None, {"Lock-Token": t}),
+        ("query+body", {"token": t}, "token=" + t, None),
+        ("query twice", None, "token=%s&token=%s" % (t, t), None),
+        ("duplicate JSON key", b'{"token":"%s","token":"%s"}' % (t.encode(), t.encode()), None, None),
+    ]
+    for method in ("DELETE", "PUT"):
+        for what, body, query, headers in cases:
+            r = req(ctx, method, key, body, query, headers)
+            expect_error(r, 400, "invalid_parameter", "%s with the token in %s" % (method, what))
+    expect_held(ctx, key, g["fence"], what="lock after rejected releases")
+    release(ctx, key, t)
+
+
+@harness.scenario("release accepts only the token: ttl_ms, wait_ms, owner or unknown fields are 400 invalid_parameter")
+def release_params(ctx):
+    key = ctx.key("rp")
+    g = acquire(ctx, key, ttl_ms=10000)
+    t = g["token"]
+    for body in ({"token": t, "ttl_ms": 5}, {"token": t, "wait_ms": 5}, {"token": t, "owner": "x"},
+                 {"token": t, "force": True}, {"token": 5}, {"token": None}, {"token": [t]}):
+        expect_error(req(ctx, "DELETE", key, body), 400, "invalid_parameter", "release with %r" % body)
+    for q in ("ttl_ms=5", "force=1", "token"):
+        expect_error(req(ctx, "DELETE", key, query=q, headers={"Lock-Token": t}), 400, "invalid_parameter",
+                     "release ?%s" % q)
+    for body in (b"[]", b"token=" + t.encode(), b"\"" + t.encode() + b"\"", b"{"):
+        expect_error(req(ctx, "DELETE", key, body), 400, "invalid_json", "release with body %r" % body)
+    expect_held(ctx, key, g["fence"], what="lock after rejected releases")
+    release(ctx, key, t)
+
+
+# ------------------------------------------------------------------ renew
+
+@harness.scenario("renew keeps the fence and token and moves the expiry to now + ttl_ms")
+def renew_moves(ctx):
+    key = ctx.key("ren")
+    t0 = time.monotonic()
+    g = acquire(ctx, key, ttl_ms=600)
+    sleep_until(t0 + 0.3)
+    r = req(ctx, "PUT", key, {"token": g["token"]})
+    b = expect_grant(r, key, 600, status=200, what="renew")
+    eq(b["fence"], g["fence"], "renew fence")
+    eq(b["token"], g["token"], "renew token")
+    moved = parse_expires(b["expires_at"]) - parse_expires(g["expires_at"])
+    check(0.15 <= moved <= 1.5, "renew moved expires_at by %.3f s, want ~0.3 s" % moved)
+    sleep_until(t0 + 0.7)  # past the first expiry, before the renewed one
+    expect_held(ctx, key, g["fence"], what="inspect after the original ttl, renewed")
+    time.sleep(0.8)
+    expect_free(ctx, key, "inspect after the renewed ttl")
+
+
+@harness.scenario("renew with ttl_ms sets a new ttl and renew without ttl_ms keeps the last one")
+def renew_ttl(ctx):
+    key = ctx.key("rttl")
+    g = acquire(ctx, key, ttl_ms=4000)
+    t = g["token"]
+    b = expect_grant(req(ctx, "PUT", key, headers={"Lock-Token": t}), key, 4000, status=200,
+                     what="renew without ttl after the grant")
+    b = expect_grant(req(ctx, "PUT", key, {"token": t, "ttl_ms": 9000}), key, 9000, status=200,
+                     what="renew with ttl_ms 9000")
+    b = expect_grant(req(ctx, "PUT", key, query="token=" + t), key, 9000, status=200,
+                     what="renew without ttl after a renew with 9000")
+    held = expect_held(ctx, key, g["fence"])
+    check(held["ttl_ms"] > 7000, "remaining ttl %r after renew with the last ttl (9000)" % held["ttl_ms"])
+    b = expect_grant(req(ctx, "PUT", key, query="token=%s&ttl_ms=700" % t), key, 700, status=200,
+                     what="renew with ttl_ms 700 in the query")
+    b = expect_grant(req(ctx, "PUT", key, {"token": t}), key, 700, status=200, what="renew keeping 700")
+    eq(b["fence"], g["fence"], "fence")
+    time.sleep(1.0)
+    expect_free(ctx, key, "inspect after the shortened ttl")
+    for body in ({"token": t, "ttl_ms": 0}, {"token": t, "ttl_ms": MAX_TTL_MS + 1},
+                 {"token": t, "ttl_ms": "5"}, {"token": t, "wait_ms": 5}, {"token": t, "owner": "x"}):
+        expect_error(req(ctx, "PUT", key, body), 400, "invalid_parameter", "renew with %r" % body)
+
+
+@harness.scenario("renew of a free key returns 404 lock_not_found")
+def renew_free(ctx):
+    key = ctx.key("rfree")
+    expect_error(req(ctx, "PUT", key, headers={"Lock-Token": "a" * 32}), 404, "lock_not_found")
+    g = acquire(ctx, key, ttl_ms=5000)
+    release(ctx, key, g["token"])
+    expect_error(req(ctx, "PUT", key, headers={"Lock-Token": g["token"]}), 404, "lock_not_found",
+                 "renew after release")
+    expect_free(ctx, key, "inspect after a failed renew")
+
+
+@harness.scenario("rejected renews change nothing: the lock keeps its ttl and fence")
+def renew_rejected_no_change(ctx):
+    key = ctx.key("rnc")
+    g = acquire(ctx, key, ttl_ms=600)
+    t = g["token"]
+    t0 = time.monotonic()
+    for body in ({"token": t, "ttl_ms": 60000, "x": 1}, {"token": t, "ttl_ms": 60000, "owner": "y"}):
+        expect_error(req(ctx, "PUT", key, body), 400, "invalid_parameter", "renew with %r" % body)
+    expect_error(req(ctx, "PUT", key, {"ttl_ms": 60000}, query="token=" + t, headers={"Lock-Token": t}),
+                 400, "invalid_parameter", "renew with the token twice")
+    expect_error(req(ctx, "PUT", key, {"ttl_ms": 60000}, query="ttl_ms=60000&token=" + t),
+                 400, "invalid_parameter", "renew with ttl_ms twice")
+    check(time.monotonic() - t0 < 0.5, "rejections took too long to judge the ttl")
+    time.sleep(0.9)
+    expect_free(ctx, key, "a lock whose rejected renews asked for 60 s")
+
+
+# ------------------------------------------------------------ TTL expiry
+
+@harness.scenario("a lock expires after its ttl and the key can be acquired again with a higher fence")
+def ttl_expiry(ctx):
+    key = ctx.key("exp")
+    t0 = time.monotonic()
+    g = acquire(ctx, key, ttl_ms=500)
+    t1 = time.monotonic()
+    held = expect_held(ctx, key, g["fence"])
+    if time.monotonic() - t1 < 0.3:
+        check(1 <= held["ttl_ms"] <= 500, "remaining ttl %r" % held["ttl_ms"])
+    r = req(ctx, "POST", key, {"ttl_ms": 1000})
+    if time.monotonic() - t1 < 0.4:
+        expect_error(r, 409, "lock_held", "acquire before the ttl passed")
+    sleep_until(t1 + 0.5 + 0.15)
+    expect_free(ctx, key, "inspect after the ttl")
+    g2 = acquire(ctx, key, ttl_ms=1000, what="acquire after expiry")
+    check(g2["fence"] > g["fence"], "fence after expiry %d <= %d" % (g2["fence"], g["fence"]))
+    check(t1 - t0 < 5.0, "slow acquire")
+    release(ctx, key, g2["token"])
+
+
+@harness.scenario("a token stays dead after its lock expires, also when the key is granted again")
+def dead_token(ctx):
+    key = ctx.key("dead")
+    a = acquire(ctx, key, ttl_ms=200)
+    time.sleep(0.45)
+    expect_error(req(ctx, "PUT", key, headers={"Lock-Token": a["token"]}), 404, "lock_not_found",
+                 "renew of an expired lock")
+    expect_error(req(ctx, "DELETE", key, headers={"Lock-Token": a["token"]}), 404, "lock_not_found",
+                 "release of an expired lock")
+    b = acquire(ctx, key, ttl_ms=10000, owner="b", what="acquire after expiry")
+    check(b["fence"] > a["fence"], "fence")
+    expect_error(req(ctx, "PUT", key, headers={"Lock-Token": a["token"]}), 409, "token_mismatch",
+                 "renew with the dead token while b holds")
+    expect_error(req(ctx, "DELETE", key, {"token": a["token"]}), 409, "token_mismatch",
+                 "release with the dead token while b holds")
+    expect_held(ctx, key, b["fence"], "b", "b after the dead token's attempts")
+    release(ctx, key, b["token"])
+    expect_error(req(ctx, "PUT", key, headers={"Lock-Token": a["token"]}), 404, "lock_not_found",
+                 "renew with the dead token after b released")
+    c = acquire(ctx, key, ttl_ms=1000)
+    expect_error(req(ctx, "DELETE", key, headers={"Lock-Token": b["token"]}), 409, "token_mismatch",
+                 "release with b's released token while c holds")
+    release(ctx, key, c["token"])
+
+
+# ------------------------------------------------------------- parameters
+
+@harness.scenario("acquire reads ttl_ms, wait_ms and owner from the query string, with + as a space")
+def params_query(ctx):
+    key = ctx.key("pq")
+    r = req(ctx, "POST", key, query="ttl_ms=4321&wait_ms=0&owner=pod-a%2Fworker+3%20%C3%A9")
+    g = expect_grant(r, key, 4321)
+    expect_held(ctx, key, g["fence"], "pod-a/worker 3 é")
+    release(ctx, key, g["token"])
+
+
+@harness.scenario("acquire reads a JSON body whatever its Content-Type, and fields may be split between query and body")
+def params_body_ctype(ctx):
+    for ctype in ("application/json", "application/x-www-form-urlencoded", "text/plain",
+                  "application/json; charset=utf-8", "application/octet-stream"):
+        key = ctx.key("ct")
+        r = ctx.lockd.request("POST", path(key), {"ttl_ms": 3456, "owner": ctype},
+                              headers={"Content-Type": ctype})
+        g = expect_grant(r, key, 3456, what="acquire with Content-Type " + ctype)
+        expect_held(ctx, key, g["fence"], ctype)
+        release(ctx, key, g["token"])
+    # no Content-Type at all (curl --data-binary with -H 'Content-Type:')
+    key = ctx.key("ct")
+    resp = raw_response(ctx.lockd.port, http_request("POST", path(key), b'{"ttl_ms":2345}'))
+    check(resp is not None, "no answer to a body without Content-Type")
+    eq(resp[0], 201, "acquire without Content-Type (body %r)" % resp[2][:200])
+    g = raw_json(resp)
+    eq(g.get("ttl_ms"), 2345, "ttl_ms")
+    release(ctx, key, g["token"])
+    key = ctx.key("split")
+    r = req(ctx, "POST", key, {"ttl_ms": 2222}, query="owner=split")
+    g = expect_grant(r, key, 2222, what="acquire with ttl_ms in the body and owner in the query")
+    expect_held(ctx, key, g["fence"], "split")
+    release(ctx, key, g["token"])
+
+
+BAD_JSON_BODIES = [b"ttl_ms=5000", b"[]", b"[{}]", b"5", b"null", b"true", b'"x"', b" ", b"\n\t \r\n",
+                   b"{", b"}", b"{}x", b"{} {}", b"{}{}", b"{'ttl_ms':5000}", b'{"ttl_ms":5000,}',
+                   b'{"ttl_ms" 5000}', b'{ttl_ms:5000}', b'{"ttl_ms":5000', b"\x00", b"{\x00}"]
+
+BAD_PARAM_BODIES = [
+    b'{"ttl_ms":"5000"}', b'{"ttl_ms":5000.0}', b'{"ttl_ms":1e3}', b'{"ttl_ms":1E3}', b'{"ttl_ms":true}',
+    b'{"ttl_ms":null}', b'{"ttl_ms":[5000]}', b'{"ttl_ms":{}}', b'{"ttl_ms":0}', b'{"ttl_ms":-0}',
+    b'{"ttl_ms":-1}', b'{"ttl_ms":86400001}', b'{"ttl_ms":99999999999999999999}',
+    b'{"ttl_ms":18446744073709551617}', b'{"ttl_ms":9223372036854775807}', b'{"ttl_ms":-9223372036854775808}',
+    b'{"wait_ms":-1}', b'{"wait_ms":300001}', b'{"wait_ms":"0"}', b'{"wait_ms":0.5}', b'{"wait_ms":false}',
+    b'{"owner":5}', b'{"owner":null}', b'{"owner":["a"]}', b'{"owner":{}}', b'{"owner":true}',
+    b'{"owner":"' + b"x" * 129 + b'"}', b'{"owner":"' + "é".encode() * 64 + b'x"}',
+    b'{"owner":"a\\nb"}', b'{"owner":"a\\u0000b"}', b'{"owner":"\\u007f"}', b'{"owner":"\\u001f"}',
+    b'{"owner":"tab\\there"}',
+    b'{"ttl":5000}', b'{"TTL_MS":5000}', b'{"ttl_ms ":5000}', b'{"":1}', b'{"token":"' + b"a" * 32 + b'"}',
+    b'{"ttl_ms":5000,"extra":1}', b'{"ttl_ms":5000,"ttl_ms":5000}', b'{"owner":"a","owner":"a"}',
+    b'{"wait_ms":0,"wait_ms":1}',
+]
+
+BAD_QUERIES = ["ttl_ms", "ttl_ms=", "ttl_ms=abc", "ttl_ms=-1", "ttl_ms=%2B5", "ttl_ms=+5", "ttl_ms=5.0",
+               "ttl_ms=1e3", "ttl_ms=0", "ttl_ms=86400001", "ttl_ms=99999999999999999999999",
+               "ttl_ms=0x10", "ttl_ms=5%00", "ttl_ms=5000&ttl_ms=5000", "wait_ms=-1", "wait_ms=300001",
+               "wait_ms", "foo=1", "TTL_MS=5000", "owner", "owner=%zz", "owner=a%0Ab", "owner=%7F",
+               "owner=" + "x" * 129, "token=" + "a" * 32, "=5", "ttl_ms=5000&owner=a&owner=b",
+               "ttl_ms=%35%30%30%30&wait_ms=%"]
+
+
+@harness.scenario("acquire with a body that is not a JSON object returns 400 invalid_json and grants nothing")
+def bad_json(ctx):
+    for body in BAD_JSON_BODIES:
+        key = ctx.key("bj")
+        r = ctx.lockd.request("POST", path(key), body)
+        expect_error(r, 400, "invalid_json", "acquire with body %r" % body)
+        expect_free(ctx, key, "key after acquire with body %r" % body)
+
+
+@harness.scenario("acquire with a wrong type, out-of-range value, unknown or duplicate field returns 400 invalid_parameter")
+def bad_params(ctx):
+    for body in BAD_PARAM_BODIES:
+        key = ctx.key("bp")
+        r = ctx.lockd.request("POST", path(key), body)
+        # jansson refuses \u0000 at parse time: invalid_json is fair there
+        codes = ("invalid_parameter", "invalid_json") if b"\\u0000" in body else "invalid_parameter"
+        expect_error(r, 400, codes, "acquire with body %r" % body)
+        expect_free(ctx, key, "key after acquire with body %r" % body)
+
+
+@harness.scenario("acquire with a bad, unknown, valueless or repeated query parameter returns 400 invalid_parameter")
+def bad_queries(ctx):
+    for q in BAD_QUERIES:
+        key = ctx.key("bq")
+        r = req(ctx, "POST", key, query=q)
+        expect_error(r, 400, "invalid_parameter", "acquire ?%s" % q)
+        expect_free(ctx, key, "key after acquire ?%s" % q)
+
+
+@harness.scenario("a field given in both the query and the body returns 400 invalid_parameter")
+def query_and_body(ctx):
+    for q, body in (("ttl_ms=5000", {"ttl_ms": 5000}), ("owner=a", {"owner": "a"}),
+                    ("wait_ms=0", {"wait_ms": 0}), ("ttl_ms=5000", {"ttl_ms": 6000, "owner": "x"})):
+        key = ctx.key("qb")
+        expect_error(req(ctx, "POST", key, body, query=q), 400, "invalid_parameter",
+                     "acquire ?%s with body %r" % (q, body))
+        expect_free(ctx, key)
+
+
+# ------------------------------------------------------------------- keys
+
+@harness.scenario("a key with / is the same lock whether the slash is literal or %2F")
+def key_slash(ctx):
+    base = ctx.key("sl")
+    key = base + "/orders/42"
+    r = ctx.lockd.request("POST", "/locks/" + key, {"ttl_ms": 5000})
+    g = expect_grant(r, key, 5000, what="acquire of /locks/" + key)
+    r = ctx.lockd.request("POST", "/locks/" + key.replace("/", "%2F"))
+    expect_error(r, 409, "lock_held", "acquire of the %2F spelling")
+    r = ctx.lockd.request("POST", "/locks/" + base + "%2forders/42")
+    expect_error(r, 409, "lock_held", "acquire of the mixed spelling")
+    body = expect_json(ctx.lockd.request("GET", "/locks/" + key.replace("/", "%2F")), 200, "inspect")
+    eq(body.get("key"), key, "inspect key")
+    eq(body.get("fence"), g["fence"], "inspect fence")
+    r = ctx.lockd.request("DELETE", "/locks/" + base + "%2Forders%2F42", headers={"Lock-Token": g["token"]})
+    expect_json(r, 200, "release through %2F")
+    expect_free(ctx, key)
+
+
+@harness.scenario("keys are exact byte strings: no path, case or Unicode normalisation")
+def key_exact(ctx):
+    base = ctx.key("ex")
+    # (path as sent, key lockd must see)
+    spellings = [
+        ("/locks/" + base + "/x", base + "/x"),
+        ("/locks/" + base + "/../x", base + "/../x"),
+        ("/locks/" + base + "/./x", base + "/./x"),
+        ("/locks/" + base + "//x", base + "//x"),
+        ("/locks/" + base + "/x/", base + "/x/"),
+        ("/locks/" + base + "/X", base + "/X"),
+        ("/locks/" + base + "/%C3%A9", base + "/\u00e9"),          # NFC
+        ("/locks/" + base + "/e%CC%81", base + "/e\u0301"),        # NFD
+        ("/locks/" + base + "/a+b", base + "/a+b"),
+        ("/locks/" + base + "/a%20b", base + "/a b"),
+        ("/locks/" + base + "/%2541", base + "/%41"),
+        ("/locks/" + base + "/A", base + "/A"),
+        ("/locks/" + base + "/..", base + "/.."),
+        ("/locks/../" + base, "../" + base),
+        ("/locks/" + base + "/%2E%2E%2Fetc", base + "/../etc"),
+        ("/locks/" + base + "/%22q%22%5C%27%7B%7D%3C%3E%3F%23%26", base + "/\"q\"\\'{}<>?#&"),
+        ("/locks/" + base + "/%C2%85", base + "/\u0085"),          # C1 is not a control char in API.md
+    ]
+    grants = {}
+    for p, key in spellings:
+        r = ctx.lockd.request("POST", p, {"ttl_ms": 10000})
+        if key in grants:
+            expect_error(r, 409, "lock_held", "acquire of %s (same key %r)" % (p, key))
+            continue
+        g = expect_grant(r, key, 10000, what="acquire of %s" % p)
+        grants[key] = g
+    eq(len(grants), len(set(k for _, k in spellings)), "distinct keys")
+    for key, g in grants.items():
+        body = expect_held(ctx, key, g["fence"], what="inspect of %r" % key)
+        eq(body["key"], key, "key")
+    for key, g in grants.items():
+        release(ctx, key, g["token"])
+        expect_free(ctx, key)
+
+
+@harness.scenario("Unicode keys round-trip exactly, percent-encoded or raw UTF-8 in the path")
+def key_unicode(ctx):
+    key = ctx.key("uni") + "/ключ/日本語/🔒/ä ö"
+    g = acquire(ctx, key, ttl_ms=5000)
+    target = b"/locks/" + key.replace(" ", "%20").encode("utf-8")
+    resp = raw_response(ctx.lockd.port, http_request("GET", target))
+    check(resp is not None, "no answer to a raw UTF-8 path")
+    eq(resp[0], 200, "inspect through a raw UTF-8 path (body %r)" % resp[2][:200])
+    body = raw_json(resp)
+    eq(body.get("key"), key, "key")
+    eq(body.get("fence"), g["fence"], "fence")
+    release(ctx, key, g["token"])
+
+
+@harness.scenario("a key of 512 bytes is accepted and 513 bytes is 400 invalid_key")
+def key_length(ctx):
+    base = ctx.key("len") + "/"
+    cases = [
+        (base + "x" * (512 - len(base)), 201),
+        (base + "x" * (513 - len(base)), 400),
+        (base + "x" * (509 - len(base)) + "€", 201),   # 512 bytes, 3-byte char at the end
+        (base + "x" * (510 - len(base)) + "€", 400),   # 513 bytes
+        (base + "x" * (508 - len(base)) + "🔒", 201),   # 512 bytes, 4-byte char
+        (base + "x" * (4000 - len(base)), 400),
+        ("Z", 201),  # the shortest key; released at once
+    ]
+    for key, status in cases:
+        n = len(key.encode("utf-8"))
+        r = req(ctx, "POST", key, {"ttl_ms": 5000})
+        if status == 201:
+            g = expect_grant(r, key, 5000, what="acquire of a %d-byte key" % n)
+            release(ctx, key, g["token"])
+        else:
+            expect_error(r, 400, "invalid_key", "acquire of a %d-byte key" % n)
+            expect_error(req(ctx, "GET", key), 400, "invalid_key", "inspect of a %d-byte key" % n)
+    # 512 bytes written with percent-escapes: the limit is after decoding
+    key = base + "y" * (512 - len(base))
+    r = ctx.lockd.request("POST", "/locks/" + "".join("%%%02X" % b for b in key.encode()), {"ttl_ms": 5000})
+    g = expect_grant(r, key, 5000, what="acquire of a 512-byte key spelled with 1536 chars of escapes")
+    release(ctx, key, g["token"])
+
+
+BAD_UTF8 = ["%FF", "%C3%28", "%C0%AF", "%E0%80%AF", "%ED%A0%80", "%ED%BF%BF", "%F4%90%80%80", "%E2%82",
+            "%80", "%F8%88%80%80%80", "%FE", "%C1%BF"]
+CONTROL = ["%00", "%01", "%09", "%0A", "%0D", "%1B", "%1F", "%7F"]
+BAD_ESCAPES = ["%zz", "%4", "%", "%G1", "%%", "%2", "%%41", "%-1"]
+
+
+@harness.scenario("keys with bad UTF-8, control characters or bad percent escapes return 400 invalid_key")
+def key_invalid(ctx):
+    base = ctx.key("inv")
+    for kind, items in (("bad UTF-8", BAD_UTF8), ("control char", CONTROL), ("bad escape", BAD_ESCAPES)):
+        for esc in items:
+            for method in ("POST", "GET", "PUT", "DELETE"):
+                p = "/locks/" + base + esc
+                r = ctx.lockd.request(method, p, headers={"Lock-Token": "a" * 32})
+                expect_error(r, 400, "invalid_key", "%s %s (%s)" % (method, p, kind))
+        p = "/locks/" + esc
+        expect_error(ctx.lockd.request("POST", p), 400, "invalid_key", "POST %s" % p)
+    for p in ("/locks/",):
+        for method in ("POST", "GET", "PUT", "DELETE"):
+            expect_error(ctx.lockd.request(method, p, headers={"Lock-Token": "a" * 32}), 400, "invalid_key",
+                         "%s %s" % (method, p))
+    # raw bytes, not escaped: bad UTF-8 and a control char inside the path
+    for raw_key in (base.encode() + b"\xff", base.encode() + b"\xc0\xaf"):
+        resp = raw_response(ctx.lockd.port, http_request("POST", b"/locks/" + raw_key))
+        check(resp is not None, "no answer to raw bad UTF-8 in the path")
+        eq(resp[0], 400, "raw %r (body %r)" % (raw_key, resp[2][:200]))
+        eq(raw_json(resp).get("error", {}).get("code"), "invalid_key", "code for raw %r" % raw_key)
+
+
+# ------------------------------------------------------ routes, methods
+
+@harness.scenario("unknown methods get 405 method_not_allowed with an Allow header")
+def methods_405(ctx):
+    key = ctx.key("m")
+    for method in ("PATCH", "OPTIONS", "PROPFIND", "FOO", "TRACE"):
+        r = req(ctx, method, key)
+        expect_error(r, 405, "method_not_allowed", "%s /locks/key" % method)
+        eq(r.header("Allow"), ALLOW_LOCKS, "Allow for %s /locks/key" % method)
+    for p in ("/healthz", "/readyz", "/metrics"):
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            r = ctx.lockd.request(method, p)
+            expect_error(r, 405, "method_not_allowed", "%s %s" % (method, p))
+            eq(r.header("Allow"), ALLOW_OPS, "Allow for %s %s" % (method, p))
+    expect_free(ctx, key)
+
+
+@harness.scenario("paths that are no route return 404 not_found")
+def routes_404(ctx):
+    for p in ("/", "/locks", "/locks?ttl_ms=5", "/lock/x", "/locksx", "/LOCKS/x", "/Locks/x", "/healthz/x",
+              "/metricsx", "/readyz/", "/favicon.ico", "//locks/x", "/v1/locks/x"):
+        for method in ("GET", "POST"):
+            expect_error(ctx.lockd.request(method, p), 404, "not_found", "%s %s" % (method, p))
+    # a path under /locks/ that looks like a traversal is just a key
+    expect_error(ctx.lockd.request("GET", "/locks/../healthz"), 404, "lock_not_found", "GET /locks/../healthz")
+
+
+@harness.scenario("/healthz answers 200 status ok, GET and HEAD")
+def healthz(ctx):
+    r = ctx.lockd.request("GET", "/healthz")
+    eq(expect_json(r, 200, "/healthz"), {"status": "ok"}, "/healthz body")
+    r = ctx.lockd.request("HEAD", "/healthz")
+    eq(r.status, 200, "HEAD /healthz")
+    eq(r.body, b"", "HEAD /healthz body")
+
+
+@harness.scenario("/readyz answers 200 ready with the backend name and fifo scope")
+def readyz(ctx):
+    r = ctx.lockd.request("GET", "/readyz")
+    body = expect_json(r, 200, "/readyz")
+    eq(body.get("status"), "ready", "status")
+    eq(body.get("backend"), ctx.backend, "backend")
+    check(body.get("fifo") in ("store", "instance"), "fifo %r" % body.get("fifo"))
+    r = ctx.lockd.request("HEAD", "/readyz")
+    eq(r.status, 200, "HEAD /readyz")
+
+
+@harness.scenario("/metrics is Prometheus text with every documented family")
+def metrics_format(ctx):
+    r = ctx.lockd.request("GET", "/metrics")
+    eq(r.status, 200, "/metrics status")
+    eq((r.header("Content-Type") or "").replace(" ", ""), "text/plain;version=0.0.4;charset=utf-8",
+       "/metrics Content-Type")
+    check(r.header("X-Request-Id"), "/metrics has no X-Request-Id")
+    check(r.text.endswith("\n"), "exposition does not end with a newline")
+    samples, types = parse_metrics(r.text)
+    want = {"lockd_build_info": "gauge", "lockd_http_requests_total": "counter",
+            "lockd_http_request_duration_seconds": "histogram", "lockd_lock_grants_total": "counter",
+            "lockd_lock_renewals_total": "counter", "lockd_lock_releases_total": "counter",
+            "lockd_lock_expiries_total": "counter", "lockd_lock_conflicts_total": "counter",
+            "lockd_waiters": "gauge", "lockd_backend_operations_total": "counter",
+            "lockd_backend_errors_total": "counter",
+            "lockd_backend_operation_duration_seconds": "histogram"}
+    for name, typ in want.items():
+        eq(types.get(name), typ, "TYPE of " + name)
+    bi = [(lab, v) for (n, lab), v in samples.items() if n == "lockd_build_info"]
+    eq(len(bi), 1, "lockd_build_info samples")
+    labels = dict(bi[0][0])
+    eq(labels.get("backend"), ctx.backend, "lockd_build_info backend")
+    check(re.match(r"^\d+\.\d+\.\d+", labels.get("version", "")), "lockd_build_info version %r" % labels)
+    eq(bi[0][1], 1.0, "lockd_build_info value")
+    # histograms: cumulative buckets ending in +Inf == _count
+    for fam in ("lockd_http_request_duration_seconds", "lockd_backend_operation_duration_seconds"):
+        series = {}
+        for (n, lab), v in samples.items():
+            if n == fam + "_bucket":
+                d = dict(lab)
+                le = d.pop("le")
+                series.setdefault(tuple(sorted(d.items())), []).append((math.inf if le == "+Inf" else float(le), v))
+        check(series, "no buckets for " + fam)
+        for lab, buckets in series.items():
+            buckets.sort()
+            eq(buckets[-1][0], math.inf, fam + " last bucket")
+            for (_, a), (_, b) in zip(buckets, buckets[1:]):
+                check(a <= b, "%s%r buckets not cumulative" % (fam, lab))
+            eq(buckets[-1][1], samples.get((fam + "_count", lab)), "%s%r +Inf bucket vs _count" % (fam, lab))
+            check((fam + "_sum", lab) in samples, "%s%r has no _sum" % (fam, lab))
+    routes = {dict(lab).get("route") for (n, lab) in samples if n == "lockd_http_requests_total"}
+    check(routes <= {"acquire", "renew", "release", "inspect", "healthz", "readyz", "metrics", "other"},
+          "unknown route labels %r" % routes)
+    if ctx.backend == "memory":
+        check(has_metric(samples, "lockd_locks_held"), "memory: no lockd_locks_held gauge")
+
+
+@harness.scenario("/metrics counters move after traffic")
+def metrics_move(ctx):
+    before = metrics(ctx)
+    key = ctx.key("met")
+    g = acquire(ctx, key, ttl_ms=5000)
+    held_mid = metrics(ctx)
+    expect_error(req(ctx, "POST", key), 409, "lock_held")
+    expect_grant(req(ctx, "PUT", key, headers={"Lock-Token": g["token"]}), key, 5000, status=200, what="renew")
+    release(ctx, key, g["token"])
+    expect_free(ctx, key)
+    ctx.lockd.request("GET", "/nope")
+    after = metrics(ctx)
+
+    def d(name, **labels):
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    for name, want in (("lockd_lock_grants_total", 1), ("lockd_lock_conflicts_total", 1),
+                       ("lockd_lock_renewals_total", 1), ("lockd_lock_releases_total", 1)):
+        check(d(name) >= want, "%s moved by %r, want >= %d" % (name, d(name), want))
+    for route, status, want in (("acquire", "201", 1), ("acquire", "409", 1), ("renew", "200", 1),
+                                ("release", "200", 1), ("inspect", "404", 1), ("other", "404", 1),
+                                ("metrics", "200", 1)):
+        got = d("lockd_http_requests_total", route=route, status=status)
+        check(got >= want, "lockd_http_requests_total{route=%s,status=%s} moved by %r" % (route, status, got))
+    got = d("lockd_http_request_duration_seconds_count", route="acquire")
+    check(got >= 2, "acquire latency histogram count moved by %r" % got)
+    for op in ("acquire", "renew", "release", "inspect"):
+        got = d("lockd_backend_operations_total", op=op)
+        check(got >= 1, "lockd_backend_operations_total{op=%s} moved by %r" % (op, got))
+        check(has_metric(after, "lockd_backend_operations_total", backend=ctx.backend, op=op),
+              "no lockd_backend_operations_total{backend=%s,op=%s}" % (ctx.backend, op))
+    if has_metric(before, "lockd_locks_held"):
+        check(metric(held_mid, "lockd_locks_held") >= metric(before, "lockd_locks_held") + 1,
+              "lockd_locks_held did not count the held lock")
+
+
+@harness.scenario("lockd_lock_expiries_total counts a lock that expired", backends=["memory"])
+def metrics_expiry(ctx):
+    before = metric(metrics(ctx), "lockd_lock_expiries_total")
+    key = ctx.key("mexp")
+    acquire(ctx, key, ttl_ms=100)
+    time.sleep(0.4)
+    expect_free(ctx, key)
+    after = metric(metrics(ctx), "lockd_lock_expiries_total")
+    check(after >= before + 1, "lockd_lock_expiries_total %r -> %r" % (before, after))
+
+
+@harness.scenario("X-Request-Id is echoed when valid and generated otherwise, on every response")
+def request_id(ctx):
+    key = ctx.key("rid")
+    for p, method in ((path(key), "GET"), ("/healthz", "GET"), ("/nope", "GET"), ("/healthz", "POST"),
+                      (path(key), "PATCH"), ("/locks/%zz", "GET"), ("/metrics", "GET")):
+        r = ctx.lockd.request(method, p, headers={"X-Request-Id": "req-abc.123_XYZ:9/~"})
+        eq(r.header("X-Request-Id"), "req-abc.123_XYZ:9/~", "X-Request-Id of %s %s" % (method, p))
+    ids = set()
+    for _ in range(5):
+        rid = ctx.lockd.request("GET", "/healthz").header("X-Request-Id")
+        check(rid and 1 <= len(rid) <= 128 and all(33 <= ord(c) < 127 for c in rid),
+              "generated X-Request-Id %r" % rid)
+        ids.add(rid)
+    eq(len(ids), 5, "distinct generated request ids")
+    eq(ctx.lockd.request("GET", "/healthz", headers={"X-Request-Id": "a" * 128}).header("X-Request-Id"),
+       "a" * 128, "128-char X-Request-Id")
+    for bad in ("a" * 129, "has space", "tab\there"):
+        got = ctx.lockd.request("GET", "/healthz", headers={"X-Request-Id": bad}).header("X-Request-Id")
+        check(got and got != bad, "invalid X-Request-Id %r was echoed (%r)" % (bad, got))
+        check(1 <= len(got) <= 128 and " " not in got, "generated id %r" % got)
+    resp = raw_response(ctx.lockd.port, http_request("GET", "/healthz", headers={"X-Request-Id": b"caf\xc3\xa9"}))
+    check(resp is not None and resp[0] == 200, "healthz with a non-ASCII request id")
+    check(resp[1].get("x-request-id") and resp[1]["x-request-id"].encode("latin-1") != b"caf\xc3\xa9",
+          "non-ASCII X-Request-Id echoed")
+
+
+@harness.scenario("every response is JSON with Content-Type application/json, except /metrics")
+def content_types(ctx):
+    key = ctx.key("ct")
+    g = acquire(ctx, key, ttl_ms=5000)
+    for method, p, body, headers in (
+            ("GET", path(key), None, None), ("POST", path(key), None, None),
+            ("PUT", path(key), None, {"Lock-Token": g["token"]}), ("GET", "/healthz", None, None),
+            ("GET", "/readyz", None, None), ("GET", "/x", None, None), ("PATCH", path(key), None, None),
+            ("POST", path(key), b"[", None), ("DELETE", path(key), None, None),
+            ("DELETE", path(key), None, {"Lock-Token": g["token"]})):
+        r = ctx.lockd.request(method, p, body, headers)
+        expect_json(r, r.status, "%s %s" % (method, p))
+
+
+@harness.scenario("HTTP/1.0, keep-alive, chunked bodies and pipelined requests are served")
+def http_framing(ctx):
+    key = ctx.key("h10")
+    resp = raw_response(ctx.lockd.port, http_request("POST", path(key), b'{"ttl_ms":3000}', version="HTTP/1.0"))
+    check(resp is not None, "no answer to HTTP/1.0")
+    eq(resp[0], 201, "HTTP/1.0 acquire (%r)" % (resp[2][:200],))
+    g = raw_json(resp)
+    release(ctx, key, g["token"])
+    # chunked body
+    key = ctx.key("chunk")
+    body = b'{"ttl_ms":3333,"owner":"chunked"}'
+    data = (b"POST " + path(key).encode() + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            b"Content-Type: application/json\r\n\r\n" + b"%x\r\n" % 10 + body[:10] + b"\r\n"
+            + b"%x\r\n" % (len(body) - 10) + body[10:] + b"\r\n0\r\n\r\n")
+    resp = raw_response(ctx.lockd.port, data)
+    check(resp is not None, "no answer to a chunked body")
+    eq(resp[0], 201, "chunked acquire (%r)" % (resp[2][:200],))
+    g = raw_json(resp)
+    eq(g.get("ttl_ms"), 3333, "ttl_ms from a chunked body")
+    expect_held(ctx, key, g["fence"], "chunked")
+    # pipelined: three requests in one write, three answers in order
+    data = (http_request("GET", path(key)) + http_request("DELETE", path(key), headers={"Lock-Token": g["token"]})
+            + http_request("GET", path(key)))
+    s = socket.create_connection(("127.0.0.1", ctx.lockd.port), timeout=5)
+    try:
+        s.sendall(data)
+        buf = b""
+        answers = []
+        deadline = time.monotonic() + 5
+        while len(answers) < 3 and time.monotonic() < deadline:
+            p = parse_http(buf)
+            if p is not None:
+                answers.append(p[:3])
+                buf = p[3]
+                continue
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    finally:
+        s.close()
+    eq([a[0] for a in answers], [200, 200, 404], "statuses of three pipelined requests")
+    # keep-alive: many requests on one connection
+    c = ctx.lockd.client(timeout=10)
+    try:
+        for _ in range(20):
+            eq(c.request("GET", "/healthz").status, 200, "keep-alive healthz")
+    finally:
+        c.close()
+
+
+# ------------------------------------------------------ data-driven cases
+
+def load_case(d):
+    with open(os.path.join(d, "request"), "rb") as f:
+        text = f.read()
+    with open(os.path.join(d, "expect"), "r", encoding="utf-8") as f:
+        expect = {}
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                k, _, v = line.partition(" ")
+                expect[k] = v.strip()
+    head, _, body = text.partition(b"\n\n")
+    lines = head.split(b"\n")
+    method, _, target = lines[0].partition(b" ")
+    headers = {}
+    for h in lines[1:]:
+        k, _, v = h.partition(b":")
+        headers[k.strip().decode()] = v.strip()
+    if body.endswith(b"\n") and expect.get("keep_newline") != "yes":
+        body = body[:-1]
+    return method.decode(), target, headers, body, expect
+
+
+@harness.scenario("data-driven request cases in tests/data/requests answer as expected")
+def data_cases(ctx):
+    import json
+    cases = sorted(d for d in os.listdir(DATA_DIR)) if os.path.isdir(DATA_DIR) else []
+    check(len(cases) >= 10, "only %d cases in %s" % (len(cases), DATA_DIR))
+    failures = []
+    for name in cases:
+        d = os.path.join(DATA_DIR, name)
+        method, target, headers, body, expect = load_case(d)
+        key = ctx.key("dd")
+        target = target.replace(b"@KEY@", quote(key).encode())
+        expect = {k: v.replace("@KEY@", key) for k, v in expect.items()}
+        g = None
+        if expect.get("setup") == "held":
+            g = acquire(ctx, key, ttl_ms=10000)
+            target = target.replace(b"@TOKEN@", g["token"].encode())
+            body = body.replace(b"@TOKEN@", g["token"].encode())
+            headers = {k: v.replace(b"@TOKEN@", g["token"].encode()) for k, v in headers.items()}
+        resp = raw_response(ctx.lockd.port, http_request(method, target, body, headers))
+        problems = []
+        if resp is None:
+            problems.append("no answer")
+        else:
+            status, hdrs, rbody = resp
+            if str(status) != expect.get("status"):
+                problems.append("status %d, want %s" % (status, expect.get("status")))
+            try:
+                j = json.loads(rbody.decode("utf-8"))
+            except ValueError:
+                j = None
+                problems.append("body is not JSON: %r" % rbody[:200])
+            if "code" in expect:
+                got = j.get("error", {}).get("code") if isinstance(j, dict) else None
+                if got != expect["code"]:
+                    problems.append("code %r, want %s" % (got, expect["code"]))
+            for k, v in expect.items():
+                if k.startswith("json."):
+                    field = k[5:]
+                    want = json.loads(v)
+                    if not isinstance(j, dict) or j.get(field) != want:
+                        problems.append("%s = %r, want %r" % (field, j.get(field) if isinstance(j, dict) else None,
+                                                              want))
+                if k.startswith("header."):
+                    if hdrs.get(k[7:].lower()) != v:
+                        problems.append("header %s = %r, want %r" % (k[7:], hdrs.get(k[7:].lower()), v))
+        if expect.get("after") == "held":
+            r = inspect(ctx, key)
+            if r.status != 200 or (g is not None and r.json.get("fence") != g["fence"]):
+                problems.append("lock not held as before afterwards: %r" % r)
+        elif expect.get("after") == "free":
+            if inspect(ctx, key).status != 404:
+                problems.append("key not free afterwards")
+        if g is not None:
+            ctx.lockd.request("DELETE", path(key), headers={"Lock-Token": g["token"]})
+        elif resp is not None and resp[0] == 201:
+            try:
+                ctx.lockd.request("DELETE", path(key), headers={"Lock-Token": raw_json(resp)["token"]})
+            except Exception:  # noqa: BLE001 - cleanup only
+                pass
+        if problems:
+            failures.append("%s: %s" % (name, "; ".join(problems)))
+    check(not failures, "data-driven cases failed:\n  " + "\n  ".join(failures))
+
+
+# ------------------------------------------------ backend_unavailable
+
+@harness.scenario("a paused store gives 503 backend_unavailable with Retry-After 1, never a grant, and recovers",
+                  backends=["redis", "zookeeper", "mysql"], slow=True)
+def store_paused(ctx):
+    key = ctx.key("down")
+    g = acquire(ctx, key, ttl_ms=60000)
+    free = ctx.key("down")
+    ctx.server.pause()
+    try:
+        t0 = time.monotonic()
+        r = req(ctx, "POST", free, {"ttl_ms": 5000}, timeout=15)
+        check(time.monotonic() - t0 < 6.0, "acquire on a paused store took %.1f s" % (time.monotonic() - t0))
+        expect_error(r, 503, "backend_unavailable", "acquire on a paused store")
+        eq(r.header("Retry-After"), "1", "Retry-After of 503")
+        r = ctx.lockd.request("GET", "/readyz", timeout=15)
+        body = expect_json(r, 503, "/readyz on a paused store")
+        eq(body.get("status"), "unavailable", "readyz status")
+        check(isinstance(body.get("reason"), str) and body["reason"], "readyz reason")
+        # a waiting acquire whose last attempt met the unavailable store: 503 at its deadline, not 409
+        r = req(ctx, "POST", free, {"ttl_ms": 5000, "wait_ms": 1500}, timeout=20)
+        expect_error(r, 503, "backend_unavailable", "waiting acquire on a paused store")
+    finally:
+        ctx.server.resume()
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        if ctx.lockd.request("GET", "/readyz", timeout=15).status == 200:
+            break
+        time.sleep(0.2)
+    eq(ctx.lockd.request("GET", "/readyz").status, 200, "readyz after the store came back")
+    expect_free(ctx, free, "the key asked for while the store was paused")
+    expect_held(ctx, key, g["fence"], what="a lock held across the pause")
+    release(ctx, key, g["token"])
