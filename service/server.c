@@ -205,6 +205,42 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind,
     return MHD_YES;
 }
 
+struct framing {
+    unsigned content_lengths;
+    unsigned transfer_encodings;
+    const char *first_length;
+    bool conflict;
+};
+
+static enum MHD_Result check_framing(void *cls, enum MHD_ValueKind kind,
+                                     const char *key, const char *value)
+{
+    struct framing *f = cls;
+
+    (void)kind;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        if (f->content_lengths++ > 0 &&
+            (value == NULL || f->first_length == NULL ||
+             strcmp(value, f->first_length) != 0))
+            f->conflict = true;
+        f->first_length = value;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->transfer_encodings++;
+    }
+    return MHD_YES;
+}
+
+/* Requests whose body length is ambiguous are refused before their body is
+ * read: they are how requests get smuggled past proxies. */
+static bool framing_ambiguous(struct MHD_Connection *conn)
+{
+    struct framing f = { 0 };
+
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, check_framing, &f);
+    return f.conflict || (f.content_lengths > 0 && f.transfer_encodings > 0) ||
+           f.transfer_encodings > 1;
+}
+
 static void waiter_suspend(struct wq_waiter *w)
 {
     struct request *r = w->arg;
@@ -324,6 +360,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         *req_cls = r;
         atomic_fetch_add(&srv->in_flight, 1);
         set_request_id(r);
+        if (framing_ambiguous(conn)) {
+            struct api_response resp = { .route = METRICS_ROUTE_OTHER };
+            codec_error(&resp, API_INVALID_PARAMETER,
+                        "conflicting Content-Length / Transfer-Encoding "
+                        "headers");
+            return queue(r, &resp);
+        }
         cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                          MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl != NULL) {
