@@ -101,8 +101,8 @@ static bool has_control(const char *s, size_t len)
     return false;
 }
 
-enum api_error codec_decode_key(const char *raw, char **out, size_t *len,
-                                char *msg, size_t msglen)
+enum api_error codec_decode_key(
+    const char *raw, char **out, size_t *len, char *msg, size_t msglen)
 {
     bool bad;
     char *key;
@@ -114,9 +114,10 @@ enum api_error codec_decode_key(const char *raw, char **out, size_t *len,
     }
     key = percent_decode(raw, len, &bad);
     if (key == NULL) {
-        snprintf(msg, msglen, bad ? "the lock key has a malformed percent "
-                                    "escape"
-                                  : "out of memory");
+        snprintf(msg, msglen,
+                 bad ? "the lock key has a malformed percent "
+                       "escape"
+                     : "out of memory");
         return bad ? API_INVALID_KEY : API_INTERNAL;
     }
     if (*len == 0 || *len > LOCK_KEY_MAX) {
@@ -195,10 +196,15 @@ static void quote_name(char *dst, size_t cap, const char *name, size_t len)
 }
 
 /* Store one value: from the query (str), or from JSON (json). */
-static enum api_error set_param(struct api_params *p, unsigned bit,
-                                const char *str, size_t slen, json_t *json,
-                                uint64_t max_ttl, uint64_t max_wait,
-                                char *msg, size_t msglen)
+static enum api_error set_param(struct api_params *p,
+                                unsigned bit,
+                                const char *str,
+                                size_t slen,
+                                json_t *json,
+                                uint64_t max_ttl,
+                                uint64_t max_wait,
+                                char *msg,
+                                size_t msglen)
 {
     const char *name = bit == API_P_TTL_MS    ? "ttl_ms"
                        : bit == API_P_WAIT_MS ? "wait_ms"
@@ -228,9 +234,8 @@ static enum api_error set_param(struct api_params *p, unsigned bit,
             v = (uint64_t)iv;
         } else if (slen != strlen(str) ||
                    backend_parse_u64(str, min, max, &v) != 0) {
-            snprintf(msg, msglen,
-                     "'%s' must be an integer from %llu to %llu", name,
-                     (unsigned long long)min, (unsigned long long)max);
+            snprintf(msg, msglen, "'%s' must be an integer from %llu to %llu",
+                     name, (unsigned long long)min, (unsigned long long)max);
             return API_INVALID_PARAMETER;
         }
         if (bit == API_P_TTL_MS)
@@ -267,9 +272,12 @@ static enum api_error set_param(struct api_params *p, unsigned bit,
 }
 
 static enum api_error parse_query(const struct api_request *rq,
-                                  unsigned allowed, uint64_t max_ttl,
-                                  uint64_t max_wait, struct api_params *p,
-                                  char *msg, size_t msglen)
+                                  unsigned allowed,
+                                  uint64_t max_ttl,
+                                  uint64_t max_wait,
+                                  struct api_params *p,
+                                  char *msg,
+                                  size_t msglen)
 {
     char qname[300];
 
@@ -282,9 +290,10 @@ static enum api_error parse_query(const struct api_request *rq,
         unsigned bit;
 
         if (name == NULL) {
-            snprintf(msg, msglen, bad ? "a query parameter name has a "
-                                        "malformed percent escape"
-                                      : "out of memory");
+            snprintf(msg, msglen,
+                     bad ? "a query parameter name has a "
+                           "malformed percent escape"
+                         : "out of memory");
             return bad ? API_INVALID_PARAMETER : API_INTERNAL;
         }
         quote_name(qname, sizeof(qname), name, nlen);
@@ -315,9 +324,12 @@ static enum api_error parse_query(const struct api_request *rq,
 }
 
 static enum api_error parse_body(const struct api_request *rq,
-                                 unsigned allowed, uint64_t max_ttl,
-                                 uint64_t max_wait, struct api_params *p,
-                                 char *msg, size_t msglen)
+                                 unsigned allowed,
+                                 uint64_t max_ttl,
+                                 uint64_t max_wait,
+                                 struct api_params *p,
+                                 char *msg,
+                                 size_t msglen)
 {
     json_error_t jerr;
     json_t *root, *value;
@@ -340,8 +352,9 @@ static enum api_error parse_body(const struct api_request *rq,
             snprintf(msg, msglen, "out of memory");
             return API_INTERNAL;
         default:
-            snprintf(msg, msglen, "the body is not valid JSON: %s (at byte "
-                                  "%d)",
+            snprintf(msg, msglen,
+                     "the body is not valid JSON: %s (at byte "
+                     "%d)",
                      jerr.text, jerr.position);
             return API_INVALID_JSON;
         }
@@ -361,8 +374,7 @@ static enum api_error parse_body(const struct api_request *rq,
             err = API_INVALID_PARAMETER;
             break;
         }
-        err = set_param(p, bit, NULL, 0, value, max_ttl, max_wait, msg,
-                        msglen);
+        err = set_param(p, bit, NULL, 0, value, max_ttl, max_wait, msg, msglen);
         if (err != API_OK)
             break;
     }
@@ -430,7 +442,8 @@ static void set_body(struct api_response *resp, json_t *root)
     resp->content_type = "application/json";
 }
 
-void codec_error(struct api_response *resp, enum api_error e,
+void codec_error(struct api_response *resp,
+                 enum api_error e,
                  const char *message)
 {
     json_t *root =
@@ -442,7 +455,9 @@ void codec_error(struct api_response *resp, enum api_error e,
     json_decref(root);
 }
 
-void codec_reply(struct api_response *resp, unsigned status, const char *fmt,
+void codec_reply(struct api_response *resp,
+                 unsigned status,
+                 const char *fmt,
                  ...)
 {
     va_list ap;

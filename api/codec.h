@@ -17,7 +17,7 @@
 
 #define API_TOKEN_LEN 32 /* hex characters of a token lockd makes */
 
-struct api_param { /* one query parameter, as received */
+struct api_param {     /* one query parameter, as received */
     const char *name;  /* '+' already a space, still percent-encoded */
     const char *value; /* same; NULL when the parameter had no '=' */
 };
@@ -62,8 +62,8 @@ struct api_params {
 
 /* Percent-decode the path after "/locks/" into a new key (*out, caller
  * frees) and validate it: API_INVALID_KEY with a message in msg. */
-enum api_error codec_decode_key(const char *raw, char **out, size_t *len,
-                                char *msg, size_t msglen);
+enum api_error codec_decode_key(
+    const char *raw, char **out, size_t *len, char *msg, size_t msglen);
 
 /* Collect the parameters in allowed (API_P_*) from the query, the JSON body
  * and (for the token) the Lock-Token header; anything else, anything given
@@ -87,11 +87,14 @@ bool codec_utf8_valid(const char *s, size_t len);
 void codec_format_time(int64_t unix_ms, char *buf, size_t buflen);
 
 /* Fill resp with a JSON body: an error (message NULL = the default). */
-void codec_error(struct api_response *resp, enum api_error e,
+void codec_error(struct api_response *resp,
+                 enum api_error e,
                  const char *message);
 /* Fill resp from a pack of (key, JSON value) built with jansson's
  * json_pack format and arguments; 500 when out of memory. */
-void codec_reply(struct api_response *resp, unsigned status, const char *fmt,
+void codec_reply(struct api_response *resp,
+                 unsigned status,
+                 const char *fmt,
                  ...);
 
 #endif /* API_CODEC_H */

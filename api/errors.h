@@ -9,25 +9,27 @@
 #include "backends/backend.h"
 
 /* X(name, HTTP status, code) */
-#define API_ERRORS(X)                                                          \
-    X(API_OK, 200, "ok")                                                       \
-    X(API_INVALID_KEY, 400, "invalid_key")                                     \
-    X(API_INVALID_JSON, 400, "invalid_json")                                   \
-    X(API_INVALID_PARAMETER, 400, "invalid_parameter")                         \
-    X(API_MISSING_TOKEN, 400, "missing_token")                                 \
-    X(API_UNAUTHORIZED, 401, "unauthorized")                                   \
-    X(API_LOCK_NOT_FOUND, 404, "lock_not_found")                               \
-    X(API_NOT_FOUND, 404, "not_found")                                         \
-    X(API_METHOD_NOT_ALLOWED, 405, "method_not_allowed")                       \
-    X(API_LOCK_HELD, 409, "lock_held")                                         \
-    X(API_TOKEN_MISMATCH, 409, "token_mismatch")                               \
-    X(API_BODY_TOO_LARGE, 413, "body_too_large")                               \
-    X(API_INTERNAL, 500, "internal_error")                                     \
-    X(API_BACKEND_UNAVAILABLE, 503, "backend_unavailable")                     \
+#define API_ERRORS(X)                                      \
+    X(API_OK, 200, "ok")                                   \
+    X(API_INVALID_KEY, 400, "invalid_key")                 \
+    X(API_INVALID_JSON, 400, "invalid_json")               \
+    X(API_INVALID_PARAMETER, 400, "invalid_parameter")     \
+    X(API_MISSING_TOKEN, 400, "missing_token")             \
+    X(API_UNAUTHORIZED, 401, "unauthorized")               \
+    X(API_LOCK_NOT_FOUND, 404, "lock_not_found")           \
+    X(API_NOT_FOUND, 404, "not_found")                     \
+    X(API_METHOD_NOT_ALLOWED, 405, "method_not_allowed")   \
+    X(API_LOCK_HELD, 409, "lock_held")                     \
+    X(API_TOKEN_MISMATCH, 409, "token_mismatch")           \
+    X(API_BODY_TOO_LARGE, 413, "body_too_large")           \
+    X(API_INTERNAL, 500, "internal_error")                 \
+    X(API_BACKEND_UNAVAILABLE, 503, "backend_unavailable") \
     X(API_SHUTTING_DOWN, 503, "shutting_down")
 
 #define API_ERROR_ENUM(name, status, code) name,
-enum api_error { API_ERRORS(API_ERROR_ENUM) API_ERROR_COUNT };
+enum api_error {
+    API_ERRORS(API_ERROR_ENUM) API_ERROR_COUNT
+};
 #undef API_ERROR_ENUM
 
 unsigned api_error_status(enum api_error e);

@@ -51,8 +51,8 @@ static int make_token(char out[API_TOKEN_LEN + 1])
 }
 
 /* Set resp for a backend result that is not OK. */
-static void backend_error(struct api_response *resp, enum backend_result r,
-                          const char *key)
+static void
+backend_error(struct api_response *resp, enum backend_result r, const char *key)
 {
     enum api_error e = api_error_from(r);
     char msg[MSG_MAX];
@@ -103,8 +103,11 @@ enum api_error handle_acquire_parse(const struct api_config *cfg,
     return API_OK;
 }
 
-static void grant_reply(struct api_response *resp, unsigned status,
-                        const char *key, size_t key_len, const char *token,
+static void grant_reply(struct api_response *resp,
+                        unsigned status,
+                        const char *key,
+                        size_t key_len,
+                        const char *token,
                         const struct lock_grant *g)
 {
     char when[40];
@@ -146,9 +149,8 @@ static enum api_error parse_token_params(const struct api_config *cfg,
                                          struct api_response *resp)
 {
     char msg[MSG_MAX];
-    enum api_error err = codec_parse_params(rq, allowed, cfg->max_ttl_ms,
-                                            cfg->max_wait_ms, p, msg,
-                                            sizeof(msg));
+    enum api_error err = codec_parse_params(
+        rq, allowed, cfg->max_ttl_ms, cfg->max_wait_ms, p, msg, sizeof(msg));
 
     if (err != API_OK) {
         codec_error(resp, err, msg);
@@ -162,8 +164,10 @@ static enum api_error parse_token_params(const struct api_config *cfg,
     return API_OK;
 }
 
-void handle_renew(const struct api_config *cfg, const struct api_request *rq,
-                  const char *key, size_t key_len,
+void handle_renew(const struct api_config *cfg,
+                  const struct api_request *rq,
+                  const char *key,
+                  size_t key_len,
                   struct api_response *resp)
 {
     struct api_params p;
@@ -187,8 +191,10 @@ void handle_renew(const struct api_config *cfg, const struct api_request *rq,
 }
 
 void handle_release(const struct api_config *cfg,
-                    const struct api_request *rq, const char *key,
-                    size_t key_len, struct api_response *resp)
+                    const struct api_request *rq,
+                    const char *key,
+                    size_t key_len,
+                    struct api_response *resp)
 {
     struct api_params p;
     struct lock_req req = { 0 };
@@ -209,8 +215,10 @@ void handle_release(const struct api_config *cfg,
 }
 
 void handle_inspect(const struct api_config *cfg,
-                    const struct api_request *rq, const char *key,
-                    size_t key_len, struct api_response *resp)
+                    const struct api_request *rq,
+                    const char *key,
+                    size_t key_len,
+                    struct api_response *resp)
 {
     struct api_params p;
     struct lock_info info;
@@ -219,8 +227,8 @@ void handle_inspect(const struct api_config *cfg,
     enum api_error err;
     enum backend_result r;
 
-    err = codec_parse_params(rq, 0, cfg->max_ttl_ms, cfg->max_wait_ms, &p,
-                             msg, sizeof(msg));
+    err = codec_parse_params(rq, 0, cfg->max_ttl_ms, cfg->max_wait_ms, &p, msg,
+                             sizeof(msg));
     if (err != API_OK) {
         codec_error(resp, err, msg);
         return;
@@ -249,7 +257,8 @@ void handle_healthz(struct api_response *resp)
     codec_reply(resp, 200, "{s:s}", "status", "ok");
 }
 
-void handle_readyz(const struct api_config *cfg, bool shutting_down,
+void handle_readyz(const struct api_config *cfg,
+                   bool shutting_down,
                    struct api_response *resp)
 {
     const char *scheme = backend_scheme(cfg->backend);

@@ -20,7 +20,7 @@ struct api_acquire { /* a parsed acquire, for the server's wait queue */
     char *key;       /* owned, decoded */
     size_t key_len;
     char token[API_TOKEN_LEN + 1]; /* fresh, from getrandom */
-    char *owner;     /* owned; NULL when none */
+    char *owner;                   /* owned; NULL when none */
     uint64_t ttl_ms;
     uint64_t wait_ms;
 };
@@ -43,17 +43,24 @@ void handle_acquire_reply(const struct api_acquire *acq,
                           const struct lock_grant *g,
                           struct api_response *resp);
 
-void handle_renew(const struct api_config *cfg, const struct api_request *rq,
-                  const char *key, size_t key_len,
+void handle_renew(const struct api_config *cfg,
+                  const struct api_request *rq,
+                  const char *key,
+                  size_t key_len,
                   struct api_response *resp);
 void handle_release(const struct api_config *cfg,
-                    const struct api_request *rq, const char *key,
-                    size_t key_len, struct api_response *resp);
+                    const struct api_request *rq,
+                    const char *key,
+                    size_t key_len,
+                    struct api_response *resp);
 void handle_inspect(const struct api_config *cfg,
-                    const struct api_request *rq, const char *key,
-                    size_t key_len, struct api_response *resp);
+                    const struct api_request *rq,
+                    const char *key,
+                    size_t key_len,
+                    struct api_response *resp);
 void handle_healthz(struct api_response *resp);
-void handle_readyz(const struct api_config *cfg, bool shutting_down,
+void handle_readyz(const struct api_config *cfg,
+                   bool shutting_down,
                    struct api_response *resp);
 void handle_metrics(const struct api_config *cfg, struct api_response *resp);
 

@@ -21,8 +21,7 @@ static void not_allowed(struct api_response *resp, const char *allow)
 {
     char msg[128];
 
-    snprintf(msg, sizeof(msg), "method not allowed here; allowed: %s",
-             allow);
+    snprintf(msg, sizeof(msg), "method not allowed here; allowed: %s", allow);
     codec_error(resp, API_METHOD_NOT_ALLOWED, msg);
     resp->allow = allow;
 }
@@ -78,8 +77,8 @@ static enum api_action route_lock(const struct api_config *cfg,
         resp->retry_after = 1;
         return API_ACTION_REPLY;
     }
-    err = codec_decode_key(rq->path + strlen(LOCKS_PREFIX), &key, &key_len,
-                           msg, sizeof(msg));
+    err = codec_decode_key(rq->path + strlen(LOCKS_PREFIX), &key, &key_len, msg,
+                           sizeof(msg));
     if (err != API_OK) {
         codec_error(resp, err, msg);
         return API_ACTION_REPLY;

@@ -102,8 +102,7 @@ enum backend_result backend_open(const char *url,
         }
         return r;
     }
-    snprintf(err, errlen,
-             "unknown backend scheme in '%s' (built in: %s)", url,
+    snprintf(err, errlen, "unknown backend scheme in '%s' (built in: %s)", url,
              backend_schemes());
     return BACKEND_INVALID;
 }
@@ -333,9 +332,9 @@ static int url_parse_query(const char *q, struct backend_url *u)
                 cap = ncap;
             }
             u->names[u->nparams] = url_decode(q, nlen);
-            u->values[u->nparams] =
-                eq != NULL ? url_decode(eq + 1, len - nlen - 1)
-                           : url_decode("", 0);
+            u->values[u->nparams] = eq != NULL
+                                        ? url_decode(eq + 1, len - nlen - 1)
+                                        : url_decode("", 0);
             u->nparams++;
             if (u->names[u->nparams - 1] == NULL ||
                 u->values[u->nparams - 1] == NULL)
@@ -422,8 +421,7 @@ int backend_url_check_params(const struct backend_url *u,
     return 0;
 }
 
-int backend_parse_u64(const char *s, uint64_t min, uint64_t max,
-                      uint64_t *out)
+int backend_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
     uint64_t v = 0;
 

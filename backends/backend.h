@@ -18,25 +18,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LOCK_KEY_MAX    512 /* bytes, after percent-decoding */
-#define LOCK_OWNER_MAX  128 /* bytes */
-#define LOCK_TOKEN_MAX  64  /* bytes of a token lockd itself makes */
-#define LOCK_FENCE_MAX  ((UINT64_C(1) << 53) - 1)
+#define LOCK_KEY_MAX   512 /* bytes, after percent-decoding */
+#define LOCK_OWNER_MAX 128 /* bytes */
+#define LOCK_TOKEN_MAX 64  /* bytes of a token lockd itself makes */
+#define LOCK_FENCE_MAX ((UINT64_C(1) << 53) - 1)
 
-#define BACKEND_CAP_QUEUE  0x1u /* acquire() queues waiters in the store: FIFO
-                                   across all instances on that store */
-#define BACKEND_CAP_NOTIFY 0x2u /* releases and expiries through other
-                                   instances reach notify() */
+#define BACKEND_CAP_QUEUE                               \
+    0x1u /* acquire() queues waiters in the store: FIFO \
+            across all instances on that store */
+#define BACKEND_CAP_NOTIFY                                              \
+    0x2u                         /* releases and expiries through other \
+                                    instances reach notify() */
 #define BACKEND_CAP_DURABLE 0x4u /* locks and fences outlive this process */
 
 enum backend_result {
     BACKEND_OK = 0,
-    BACKEND_HELD,        /* another token holds the key (or waiters are ahead) */
-    BACKEND_NOT_FOUND,   /* free: never held, released or expired */
-    BACKEND_MISMATCH,    /* held, under another token */
+    BACKEND_HELD,      /* another token holds the key (or waiters are ahead) */
+    BACKEND_NOT_FOUND, /* free: never held, released or expired */
+    BACKEND_MISMATCH,  /* held, under another token */
     BACKEND_UNAVAILABLE, /* unreachable or timed out: never a grant */
     BACKEND_NO_MEMORY,
-    BACKEND_INVALID,     /* open(): the URL is malformed or unsupported */
+    BACKEND_INVALID, /* open(): the URL is malformed or unsupported */
 };
 
 /*
@@ -46,24 +48,24 @@ enum backend_result {
  * calls acquire() and cancel_wait() for the same waiter at once.
  */
 struct lock_waiter {
-    uint64_t id;          /* unique in this process, never 0 */
-    int64_t deadline_ms;  /* wall clock (unix ms) when the wait runs out;
-                             a queueing store may reap the place after it */
-    void *be_data;        /* the backend's own state for this waiter: NULL
-                             before the first acquire(); the backend frees it
-                             on grant and in cancel_wait() */
+    uint64_t id;         /* unique in this process, never 0 */
+    int64_t deadline_ms; /* wall clock (unix ms) when the wait runs out;
+                            a queueing store may reap the place after it */
+    void *be_data;       /* the backend's own state for this waiter: NULL
+                            before the first acquire(); the backend frees it
+                            on grant and in cancel_wait() */
 };
 
 struct lock_req {
-    const char *key;     /* borrowed; 1..LOCK_KEY_MAX bytes of valid UTF-8,
-                            no control characters, NUL-terminated */
+    const char *key; /* borrowed; 1..LOCK_KEY_MAX bytes of valid UTF-8,
+                        no control characters, NUL-terminated */
     size_t key_len;
-    const char *token;   /* borrowed; acquire: the token to grant under
-                            (made by the caller); renew/release: the
-                            client's token, any ASCII string */
-    const char *owner;   /* borrowed; NULL when none was given */
-    uint64_t ttl_ms;     /* acquire: 1..max; renew: 0 = keep the lock's
-                            last TTL */
+    const char *token;          /* borrowed; acquire: the token to grant under
+                                   (made by the caller); renew/release: the
+                                   client's token, any ASCII string */
+    const char *owner;          /* borrowed; NULL when none was given */
+    uint64_t ttl_ms;            /* acquire: 1..max; renew: 0 = keep the lock's
+                                   last TTL */
     struct lock_waiter *waiter; /* acquire only; NULL = try once and take no
                                    place in any queue */
 };
@@ -200,10 +202,10 @@ struct backend_url {
     char *user;
     char *password;
     char *hosts;
-    char *path;     /* without its leading '/' */
+    char *path; /* without its leading '/' */
     size_t nparams;
-    char **names;   /* nparams query names, decoded */
-    char **values;  /* nparams query values, decoded ("" when no '=') */
+    char **names;  /* nparams query names, decoded */
+    char **values; /* nparams query values, decoded ("" when no '=') */
 };
 
 /* 0 on success; -1 (and *u zeroed) on a malformed URL or no memory. */
@@ -218,8 +220,7 @@ int backend_url_check_params(const struct backend_url *u,
                              const char **bad);
 /* Parse a decimal unsigned integer in [min, max]: 0, or -1 on junk,
  * signs, overflow or range. */
-int backend_parse_u64(const char *s, uint64_t min, uint64_t max,
-                      uint64_t *out);
+int backend_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
 /* Wall clock and monotonic clock in milliseconds. */
 int64_t backend_now_ms(void);

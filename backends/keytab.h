@@ -31,10 +31,8 @@ void keytab_cleanup(struct keytab *t);
 uint64_t keytab_hash(const char *key, size_t len);
 
 /* The entry for key, or NULL. */
-struct keytab_entry *keytab_find(const struct keytab *t,
-                                 const char *key,
-                                 size_t len,
-                                 uint64_t hash);
+struct keytab_entry *
+keytab_find(const struct keytab *t, const char *key, size_t len, uint64_t hash);
 /* Adds e (e->key, e->key_len and e->hash set by the caller; the key must
  * not be present). Grows the table when it fills; a failed growth only
  * makes chains longer. */

@@ -22,9 +22,9 @@
 
 extern const struct backend_ops mem_be_ops;
 
-#define MEM_SHARDS        64
-#define MEM_SWEEP_MS      250 /* how often the sweeper looks for expiries */
-#define MEM_SWEEP_BATCH   64  /* keys notified per shard visit */
+#define MEM_SHARDS      64
+#define MEM_SWEEP_MS    250 /* how often the sweeper looks for expiries */
+#define MEM_SWEEP_BATCH 64  /* keys notified per shard visit */
 
 struct mem_entry;
 
@@ -39,7 +39,7 @@ struct mem_entry {
     int64_t expires_wall;   /* unix ms, informational */
     uint64_t fence;
     uint64_t ttl_ms;
-    char *owner;            /* owned; NULL when none */
+    char *owner; /* owned; NULL when none */
     struct mem_waiter *qhead, *qtail;
     bool held;
     char token[LOCK_TOKEN_MAX + 1];
@@ -54,10 +54,10 @@ struct mem_shard {
 struct mem_be {
     struct backend base;
     struct backend_hooks hooks;
-    _Atomic uint64_t fence;   /* last fence granted, any key */
-    _Atomic int64_t held;     /* entries with held == true */
+    _Atomic uint64_t fence; /* last fence granted, any key */
+    _Atomic int64_t held;   /* entries with held == true */
     pthread_t sweeper;
-    pthread_mutex_t stop_mu;  /* guards stopping */
+    pthread_mutex_t stop_mu; /* guards stopping */
     pthread_cond_t stop_cv;
     bool stopping;
     bool sweeper_started;
@@ -91,8 +91,7 @@ static void do_unhold(struct mem_be *m, struct mem_entry *e)
 }
 
 /* Judge expiry now; true if e was held and its TTL has passed. */
-static bool do_expire_if_due(struct mem_be *m, struct mem_entry *e,
-                             int64_t now)
+static bool do_expire_if_due(struct mem_be *m, struct mem_entry *e, int64_t now)
 {
     if (!e->held || now < e->expires_mono)
         return false;
@@ -109,8 +108,8 @@ static void do_entry_free_if_idle(struct mem_shard *s, struct mem_entry *e)
     free(e);
 }
 
-static struct mem_entry *do_entry_new(struct mem_shard *s, const char *key,
-                                      size_t len, uint64_t hash)
+static struct mem_entry *
+do_entry_new(struct mem_shard *s, const char *key, size_t len, uint64_t hash)
 {
     struct mem_entry *e = calloc(1, sizeof(*e) + len + 1);
 
@@ -124,8 +123,10 @@ static struct mem_entry *do_entry_new(struct mem_shard *s, const char *key,
     return e;
 }
 
-static enum backend_result do_grant(struct mem_be *m, struct mem_entry *e,
-                                    const struct lock_req *req, int64_t now,
+static enum backend_result do_grant(struct mem_be *m,
+                                    struct mem_entry *e,
+                                    const struct lock_req *req,
+                                    int64_t now,
                                     struct lock_grant *out)
 {
     char *owner = NULL;
@@ -144,7 +145,8 @@ static enum backend_result do_grant(struct mem_be *m, struct mem_entry *e,
     e->ttl_ms = req->ttl_ms;
     e->expires_mono = now + (int64_t)req->ttl_ms;
     e->expires_wall = backend_now_ms() + (int64_t)req->ttl_ms;
-    e->fence = atomic_fetch_add_explicit(&m->fence, 1, memory_order_relaxed) + 1;
+    e->fence =
+        atomic_fetch_add_explicit(&m->fence, 1, memory_order_relaxed) + 1;
     atomic_fetch_add_explicit(&m->held, 1, memory_order_relaxed);
     out->fence = e->fence;
     out->ttl_ms = e->ttl_ms;
@@ -215,10 +217,14 @@ static enum backend_result mem_be_acquire(struct backend *be,
 }
 
 /* Find key's entry held by token: OK, NOT_FOUND or MISMATCH. */
-static enum backend_result do_find_held(struct mem_be *m, struct mem_shard *s,
-                                        const char *key, size_t len,
-                                        uint64_t hash, const char *token,
-                                        int64_t now, struct mem_entry **out,
+static enum backend_result do_find_held(struct mem_be *m,
+                                        struct mem_shard *s,
+                                        const char *key,
+                                        size_t len,
+                                        uint64_t hash,
+                                        const char *token,
+                                        int64_t now,
+                                        struct mem_entry **out,
                                         bool *wake)
 {
     struct mem_entry *e =
@@ -513,8 +519,7 @@ static enum backend_result mem_be_open(const char *url,
     }
     err = pthread_create(&m->sweeper, NULL, sweeper_main, m);
     if (err != 0) {
-        log_error("memory: cannot start the sweeper thread: %s",
-                  strerror(err));
+        log_error("memory: cannot start the sweeper thread: %s", strerror(err));
         mem_be_close(&m->base);
         return BACKEND_NO_MEMORY;
     }

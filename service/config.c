@@ -13,7 +13,13 @@
 
 #include "backends/backend.h"
 
-enum opt_kind { OPT_STRING, OPT_U64, OPT_UINT, OPT_LEVEL, OPT_FORMAT };
+enum opt_kind {
+    OPT_STRING,
+    OPT_U64,
+    OPT_UINT,
+    OPT_LEVEL,
+    OPT_FORMAT
+};
 
 struct opt {
     const char *flag; /* without the leading "--" */
@@ -101,7 +107,9 @@ static int split_listen(struct config *c)
     return 0;
 }
 
-static int set_opt(struct config *c, const struct opt *o, const char *v,
+static int set_opt(struct config *c,
+                   const struct opt *o,
+                   const char *v,
                    const char *source)
 {
     uint64_t n = 0;
@@ -149,8 +157,7 @@ static int set_opt(struct config *c, const struct opt *o, const char *v,
         return 0;
     }
 bad:
-    fprintf(stderr, "lockd: %s: invalid value '%s' (%s)\n", source, v,
-            o->help);
+    fprintf(stderr, "lockd: %s: invalid value '%s' (%s)\n", source, v, o->help);
     return -1;
 }
 
@@ -161,8 +168,8 @@ static int read_token_file(struct config *c)
     size_t n;
 
     if (f == NULL) {
-        fprintf(stderr, "lockd: --auth-token-file %s: %s\n",
-                c->auth_token_file, strerror(errno));
+        fprintf(stderr, "lockd: --auth-token-file %s: %s\n", c->auth_token_file,
+                strerror(errno));
         return -1;
     }
     if (fgets(line, sizeof(line), f) == NULL)

@@ -11,11 +11,11 @@
 #include "service/log.h"
 
 struct config {
-    const char *listen;         /* "host:port", as given */
-    char listen_host[256];      /* parsed from listen */
+    const char *listen;    /* "host:port", as given */
+    char listen_host[256]; /* parsed from listen */
     char listen_port[16];
-    const char *backend;        /* backend URL, borrowed from argv/env */
-    unsigned threads;           /* libmicrohttpd worker threads */
+    const char *backend; /* backend URL, borrowed from argv/env */
+    unsigned threads;    /* libmicrohttpd worker threads */
     uint64_t default_ttl_ms;
     uint64_t max_ttl_ms;
     uint64_t max_wait_ms;
@@ -23,9 +23,9 @@ struct config {
     unsigned max_connections;
     enum log_level log_level;
     enum log_format log_format;
-    const char *auth_token_file; /* NULL: no auth */
-    char *auth_token;            /* owned: the file's first line */
-    bool check_health;           /* --check-health mode */
+    const char *auth_token_file;  /* NULL: no auth */
+    char *auth_token;             /* owned: the file's first line */
+    bool check_health;            /* --check-health mode */
     const char *check_health_url; /* NULL: derived from listen */
 };
 

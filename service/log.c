@@ -14,8 +14,8 @@
 
 #define LOG_LINE_MAX 4096
 
-static enum log_level log_min = LOG_LEVEL_INFO;     /* frozen before threads */
-static enum log_format log_fmt = LOG_FORMAT_TEXT;   /* frozen before threads */
+static enum log_level log_min = LOG_LEVEL_INFO;   /* frozen before threads */
+static enum log_format log_fmt = LOG_FORMAT_TEXT; /* frozen before threads */
 
 static const char *const level_names[] = { "debug", "info", "warn", "error" };
 
@@ -54,8 +54,8 @@ int log_enabled(enum log_level level)
 
 /* Append s to buf at *pos, JSON-escaped (json) or with control bytes
  * escaped (text), never past cap - 1. */
-static void put_escaped(char *buf, size_t cap, size_t *pos, const char *s,
-                        int json)
+static void
+put_escaped(char *buf, size_t cap, size_t *pos, const char *s, int json)
 {
     for (; *s != '\0' && *pos + 7 < cap; s++) {
         unsigned char c = (unsigned char)*s;
@@ -156,8 +156,9 @@ void log_access(const char *method,
     if (json) {
         put_raw(line, cap, &pos, "{\"time\":\"");
         put_time(line, cap, &pos);
-        put_raw(line, cap, &pos, "\",\"level\":\"info\",\"msg\":\"access\","
-                                 "\"method\":\"");
+        put_raw(line, cap, &pos,
+                "\",\"level\":\"info\",\"msg\":\"access\","
+                "\"method\":\"");
         put_escaped(line, cap - 200, &pos, method, 1);
         put_raw(line, cap, &pos, "\",\"path\":\"");
         put_escaped(line, cap - 200, &pos, path, 1);

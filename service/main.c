@@ -63,9 +63,9 @@ static int check_health(const struct config *c)
 
     if (url == NULL) {
         snprintf(host, sizeof(host), "%s",
-                 strcmp(c->listen_host, "0.0.0.0") == 0   ? "127.0.0.1"
-                 : strcmp(c->listen_host, "::") == 0      ? "::1"
-                                                          : c->listen_host);
+                 strcmp(c->listen_host, "0.0.0.0") == 0 ? "127.0.0.1"
+                 : strcmp(c->listen_host, "::") == 0    ? "::1"
+                                                        : c->listen_host);
         snprintf(port, sizeof(port), "%s", c->listen_port);
         snprintf(path, sizeof(path), "/healthz");
     } else {

@@ -14,8 +14,8 @@
 /* Upper bounds in microseconds; the last bucket is +Inf. Waits of minutes
  * land in the top buckets. */
 static const int64_t bucket_us[] = {
-    100,     250,     500,     1000,    2500,     5000,     10000,
-    25000,   50000,   100000,  250000,  500000,   1000000,  2500000,
+    100,     250,      500,      1000,     2500,      5000,    10000,
+    25000,   50000,    100000,   250000,   500000,    1000000, 2500000,
     5000000, 10000000, 30000000, 60000000, 300000000,
 };
 #define NBUCKETS (sizeof(bucket_us) / sizeof(bucket_us[0]))
@@ -26,8 +26,8 @@ struct histogram {
     _Atomic uint64_t count;
 };
 
-static const unsigned statuses[] = { 200, 201, 400, 401, 404, 405,
-                                     409, 413, 500, 503 };
+static const unsigned statuses[] = { 200, 201, 400, 401, 404,
+                                     405, 409, 413, 500, 503 };
 #define NSTATUS (sizeof(statuses) / sizeof(statuses[0]))
 
 static const char *const route_names[METRICS_ROUTE_COUNT] = {
@@ -69,7 +69,8 @@ static void hist_add(struct histogram *h, int64_t us)
     atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
 }
 
-void metrics_request(enum metrics_route route, unsigned status,
+void metrics_request(enum metrics_route route,
+                     unsigned status,
                      int64_t duration_us)
 {
     size_t i = 0;
@@ -86,8 +87,7 @@ void metrics_backend_op(enum metrics_op op, int ok, int64_t duration_us)
 {
     atomic_fetch_add_explicit(&backend_ops[op], 1, memory_order_relaxed);
     if (!ok)
-        atomic_fetch_add_explicit(&backend_errors[op], 1,
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&backend_errors[op], 1, memory_order_relaxed);
     hist_add(&backend_hist[op], duration_us);
 }
 
@@ -158,14 +158,16 @@ bprintf(struct buf *b, const char *fmt, ...)
     }
 }
 
-static void put_counter(struct buf *b, const char *name, const char *help,
-                        uint64_t v)
+static void
+put_counter(struct buf *b, const char *name, const char *help, uint64_t v)
 {
-    bprintf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help,
-            name, name, (unsigned long long)v);
+    bprintf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name,
+            name, (unsigned long long)v);
 }
 
-static void put_hist(struct buf *b, const char *name, const char *labels,
+static void put_hist(struct buf *b,
+                     const char *name,
+                     const char *labels,
                      struct histogram *h)
 {
     uint64_t cum = 0;
@@ -198,9 +200,10 @@ char *metrics_render(int64_t held, size_t *len)
 
     if (b.data == NULL)
         return NULL;
-    bprintf(&b, "# HELP lockd_build_info Build and configuration of this "
-                "lockd.\n# TYPE lockd_build_info gauge\n"
-                "lockd_build_info{version=\"%s\",backend=\"%s\"} 1\n",
+    bprintf(&b,
+            "# HELP lockd_build_info Build and configuration of this "
+            "lockd.\n# TYPE lockd_build_info gauge\n"
+            "lockd_build_info{version=\"%s\",backend=\"%s\"} 1\n",
             build_version, build_backend);
 
     bprintf(&b, "# HELP lockd_http_requests_total HTTP requests answered, "
@@ -232,8 +235,7 @@ char *metrics_render(int64_t held, size_t *len)
                  &request_hist[r]);
     }
 
-    put_counter(&b, "lockd_lock_grants_total", "Locks granted.",
-                load(&grants));
+    put_counter(&b, "lockd_lock_grants_total", "Locks granted.", load(&grants));
     put_counter(&b, "lockd_lock_renewals_total", "Locks renewed.",
                 load(&renewals));
     put_counter(&b, "lockd_lock_releases_total", "Locks released.",
@@ -243,12 +245,14 @@ char *metrics_render(int64_t held, size_t *len)
                 load(&expiries));
     put_counter(&b, "lockd_lock_conflicts_total",
                 "Acquires answered 409 lock_held.", load(&conflicts));
-    bprintf(&b, "# HELP lockd_waiters Clients waiting for a lock now.\n"
-                "# TYPE lockd_waiters gauge\nlockd_waiters %lld\n",
+    bprintf(&b,
+            "# HELP lockd_waiters Clients waiting for a lock now.\n"
+            "# TYPE lockd_waiters gauge\nlockd_waiters %lld\n",
             (long long)atomic_load_explicit(&waiters, memory_order_relaxed));
     if (held >= 0)
-        bprintf(&b, "# HELP lockd_locks_held Locks held now.\n"
-                    "# TYPE lockd_locks_held gauge\nlockd_locks_held %lld\n",
+        bprintf(&b,
+                "# HELP lockd_locks_held Locks held now.\n"
+                "# TYPE lockd_locks_held gauge\nlockd_locks_held %lld\n",
                 (long long)held);
 
     bprintf(&b, "# HELP lockd_backend_operations_total Backend operations, "

@@ -34,7 +34,8 @@ enum metrics_op { /* backend operations */
 /* Set once before the server starts: labels for build info and histograms. */
 void metrics_setup(const char *version, const char *backend_scheme);
 
-void metrics_request(enum metrics_route route, unsigned status,
+void metrics_request(enum metrics_route route,
+                     unsigned status,
                      int64_t duration_us);
 /* ok: the store answered (any result but UNAVAILABLE / NO_MEMORY). */
 void metrics_backend_op(enum metrics_op op, int ok, int64_t duration_us);

@@ -53,15 +53,15 @@ struct request { /* *req_cls: from the first call to completion */
     char *body; /* owned */
     size_t len, cap;
     bool too_large;
-    bool acquiring;         /* acq holds a parsed acquire */
-    bool granted;           /* a 201 for acq was queued */
-    unsigned status;        /* what was queued, for the log */
+    bool acquiring;  /* acq holds a parsed acquire */
+    bool granted;    /* a 201 for acq was queued */
+    unsigned status; /* what was queued, for the log */
     enum metrics_route route;
     struct api_acquire acq; /* owned strings */
     struct wq_waiter w;     /* req strings borrowed from acq */
     char request_id[REQUEST_ID_MAX + 1];
-    char method[16];        /* for the access log */
-    char path[256];         /* for the access log, maybe truncated */
+    char method[16]; /* for the access log */
+    char path[256];  /* for the access log, maybe truncated */
 };
 
 static int64_t mono_us(void)
@@ -103,8 +103,8 @@ static bool request_id_ok(const char *s)
 
 static void set_request_id(struct request *r)
 {
-    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                "X-Request-Id");
+    const char *h =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
     uint64_t n;
 
     if (h != NULL && request_id_ok(h)) {
@@ -154,8 +154,8 @@ static enum MHD_Result queue(struct request *r, struct api_response *resp)
     return ret;
 }
 
-static enum MHD_Result queue_error(struct request *r, enum api_error e,
-                                   enum metrics_route route)
+static enum MHD_Result
+queue_error(struct request *r, enum api_error e, enum metrics_route route)
 {
     struct api_response resp = { .route = route };
 
@@ -173,8 +173,10 @@ struct collect {
     bool overflow;
 };
 
-static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind,
-                                   const char *key, const char *value)
+static enum MHD_Result collect_arg(void *cls,
+                                   enum MHD_ValueKind kind,
+                                   const char *key,
+                                   const char *value)
 {
     struct collect *c = cls;
 
@@ -189,8 +191,10 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind,
     return MHD_YES;
 }
 
-static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind,
-                                      const char *key, const char *value)
+static enum MHD_Result collect_header(void *cls,
+                                      enum MHD_ValueKind kind,
+                                      const char *key,
+                                      const char *value)
 {
     struct collect *c = cls;
 
@@ -212,8 +216,10 @@ struct framing {
     bool conflict;
 };
 
-static enum MHD_Result check_framing(void *cls, enum MHD_ValueKind kind,
-                                     const char *key, const char *value)
+static enum MHD_Result check_framing(void *cls,
+                                     enum MHD_ValueKind kind,
+                                     const char *key,
+                                     const char *value)
 {
     struct framing *f = cls;
 
@@ -299,8 +305,8 @@ static enum MHD_Result run_acquire(struct request *r)
     return answer_acquire(r);
 }
 
-static enum MHD_Result dispatch(struct request *r, const char *url,
-                                const char *method)
+static enum MHD_Result
+dispatch(struct request *r, const char *url, const char *method)
 {
     struct server *srv = r->srv;
     struct collect c = { .nquery = 0 };
@@ -308,8 +314,7 @@ static enum MHD_Result dispatch(struct request *r, const char *url,
     struct api_response resp;
     enum api_action action;
 
-    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg,
-                              &c);
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &c);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &c);
     if (c.overflow)
         return queue_error(r, API_INVALID_PARAMETER, METRICS_ROUTE_OTHER);
@@ -336,11 +341,14 @@ static enum MHD_Result dispatch(struct request *r, const char *url,
     return queue(r, &resp);
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
-                                  const char *url, const char *method,
+static enum MHD_Result on_request(void *cls,
+                                  struct MHD_Connection *conn,
+                                  const char *url,
+                                  const char *method,
                                   const char *version,
                                   const char *upload_data,
-                                  size_t *upload_data_size, void **req_cls)
+                                  size_t *upload_data_size,
+                                  void **req_cls)
 {
     struct server *srv = cls;
     struct request *r = *req_cls;
@@ -375,8 +383,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                 n > srv->cfg->max_body_bytes) {
                 /* answer before reading: MHD then closes the connection */
                 r->too_large = true;
-                return queue_error(r, API_BODY_TOO_LARGE,
-                                   METRICS_ROUTE_OTHER);
+                return queue_error(r, API_BODY_TOO_LARGE, METRICS_ROUTE_OTHER);
             }
         }
         return MHD_YES;
@@ -410,7 +417,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     return dispatch(r, url, method);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn,
+static void on_completed(void *cls,
+                         struct MHD_Connection *conn,
                          void **req_cls,
                          enum MHD_RequestTerminationCode toe)
 {

@@ -24,15 +24,19 @@
 #include "service/log.h"
 #include "service/metrics.h"
 
-#define WQ_RETRY_MAX_MS    2000 /* retry at least this often: a lost
-                                   notification costs at most this */
-#define WQ_UNAVAILABLE_MS  200  /* retry pace while the backend is down */
-#define WQ_EVENTS          64
+#define WQ_RETRY_MAX_MS                                            \
+    2000                      /* retry at least this often: a lost \
+                                 notification costs at most this */
+#define WQ_UNAVAILABLE_MS 200 /* retry pace while the backend is down */
+#define WQ_EVENTS         64
 
-enum timer_kind { TIMER_DEADLINE, TIMER_RETRY };
+enum timer_kind {
+    TIMER_DEADLINE,
+    TIMER_RETRY
+};
 
-#define CONTAINER_OF(p, type, member)                                          \
-    ((type *)(void *)((char *)(p) - offsetof(type, member)))
+#define CONTAINER_OF(p, type, member) \
+    ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 struct wq_key {
     struct keytab_entry ke; /* ke.key points at key[] */
@@ -55,9 +59,9 @@ struct waitq {
     struct keytab keys;
     struct wq_timer **heap;
     size_t nheap, capheap;
-    bool stopping;          /* shutdown asked: answer everyone */
+    bool stopping; /* shutdown asked: answer everyone */
     bool drained_all;
-    bool exiting;           /* waitq_free(): the thread ends */
+    bool exiting; /* waitq_free(): the thread ends */
     uint64_t next_id;
 };
 
@@ -111,8 +115,8 @@ static void do_timer_remove(struct waitq *q, struct wq_timer *t)
 }
 
 /* Schedule t at `at` (earlier only, unless force). -1 if out of memory. */
-static int do_timer_set(struct waitq *q, struct wq_timer *t, int64_t at,
-                        bool force)
+static int
+do_timer_set(struct waitq *q, struct wq_timer *t, int64_t at, bool force)
 {
     if (t->idx != SIZE_MAX) {
         if (!force && t->at <= at)
@@ -146,15 +150,13 @@ static void kick(struct waitq *q)
         log_warn("waitq: eventfd write failed: %s", strerror(errno));
 }
 
-static struct wq_key *do_key_find(struct waitq *q, const char *key,
-                                  size_t len)
+static struct wq_key *do_key_find(struct waitq *q, const char *key, size_t len)
 {
     return (struct wq_key *)keytab_find(&q->keys, key, len,
                                         keytab_hash(key, len));
 }
 
-static struct wq_key *do_key_get(struct waitq *q, const char *key,
-                                 size_t len)
+static struct wq_key *do_key_get(struct waitq *q, const char *key, size_t len)
 {
     struct wq_key *k = do_key_find(q, key, len);
 
@@ -208,7 +210,6 @@ static uint64_t do_retry_after(struct wq_key *k, int64_t now)
     return k->held_until > now ? (uint64_t)(k->held_until - now) : 1;
 }
 
-
 /* Waiters whose answer is ready, woken once the mutex is dropped. */
 struct done_list {
     struct wq_waiter *head;
@@ -233,8 +234,8 @@ static void done_wake(struct done_list *d)
 }
 
 /* End w's wait without a grant: give up its place in the store, answer. */
-static void finish_unserved(struct waitq *q, struct wq_waiter *w,
-                            struct done_list *done)
+static void
+finish_unserved(struct waitq *q, struct wq_waiter *w, struct done_list *done)
 {
     struct wq_key *k = w->key;
     bool was_head = k->head == w;
@@ -266,8 +267,8 @@ static void finish_unserved(struct waitq *q, struct wq_waiter *w,
  * when two server threads registered in one order and parked in the other)
  * passes the turn to the next. Called and returns with the mutex held.
  */
-static void do_retry_key(struct waitq *q, struct wq_key *k,
-                         struct done_list *done)
+static void
+do_retry_key(struct waitq *q, struct wq_key *k, struct done_list *done)
 {
     struct wq_waiter *w = k->head;
 
@@ -375,8 +376,7 @@ static void *waitq_main(void *arg)
             if (ev[i].data.ptr == NULL) {
                 uint64_t v;
                 if (read(q->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-                    log_warn("waitq: eventfd read failed: %s",
-                             strerror(errno));
+                    log_warn("waitq: eventfd read failed: %s", strerror(errno));
                 continue;
             }
             /* the client hung up: only this thread unparks, so the
@@ -460,8 +460,8 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
     pthread_mutex_lock(&q->mu);
     now = backend_mono_ms();
     k = q->stopping ? NULL : do_key_get(q, w->req.key, w->req.key_len);
-    if (k == NULL || do_timer_set(q, &w->deadline, now + w->wait_ms,
-                                  true) != 0) {
+    if (k == NULL ||
+        do_timer_set(q, &w->deadline, now + w->wait_ms, true) != 0) {
         /* shutting down or out of memory: answer at once, through wake()
          * since the connection is suspended now */
         bool stopping = q->stopping;

@@ -29,9 +29,9 @@ struct wq_timer { /* private to waitq: one entry of its min-heap */
 
 struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
     /* set by the caller before waitq_start() */
-    struct lock_req req;     /* strings borrowed from the caller */
-    int64_t wait_ms;         /* 0: try once */
-    int fd;                  /* the client's socket, or -1 */
+    struct lock_req req;                  /* strings borrowed from the caller */
+    int64_t wait_ms;                      /* 0: try once */
+    int fd;                               /* the client's socket, or -1 */
     void (*suspend)(struct wq_waiter *w); /* park: stop serving it */
     void (*wake)(struct wq_waiter *w);    /* result ready: serve it */
     void *arg;                            /* for the callbacks */
