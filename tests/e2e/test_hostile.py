@@ -396,45 +396,53 @@ def hostile_keys(ctx):
 def hostile_framing(ctx):
     canary = Canary(ctx)
     ck = path(canary.key).encode()
-    key = ctx.key("hf")
-    kp = path(key).encode()
+    keys = []
+
+    def kp():
+        """A fresh key's path for one case (its free_after is the same key)."""
+        keys.append(ctx.key("hf"))
+        return path(keys[-1]).encode()
+
+    def key():
+        return keys[-1]
     big = b'{"ttl_ms":5000,"owner":"' + b"x" * 9000 + b'"}'
     rnd = random.Random(42)
     garbage = bytes(rnd.randrange(256) for _ in range(2000))
     tls_hello = bytes.fromhex("16030100a5010000a10303") + bytes(rnd.randrange(256) for _ in range(160))
-    chunked_big = [b"POST " + kp + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"]
+    chunked_big = [b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"]
     for _ in range(12):
         chunked_big.append(b"3e8\r\n" + b" " * 1000 + b"\r\n")
     chunked_big.append(b"0\r\n\r\n")
+    chunked_key = key()
     TOO_LARGE = J(413, "body_too_large")
     cases = [
-        raw_case("body over 8192 bytes by Content-Length", b"POST " + kp + b" HTTP/1.1\r\nHost: x\r\n"
-                 b"Content-Length: %d\r\n\r\n" % len(big) + big, TOO_LARGE, free_after=key),
-        raw_case("Content-Length 100000000 without the body", b"POST " + kp + b" HTTP/1.1\r\nHost: x\r\n"
-                 b"Content-Length: 100000000\r\n\r\n", TOO_LARGE, free_after=key),
-        raw_case("Content-Length 100000000 with Expect: 100-continue", b"POST " + kp + b" HTTP/1.1\r\nHost: x\r\n"
-                 b"Expect: 100-continue\r\nContent-Length: 100000000\r\n\r\n", TOO_LARGE, free_after=key),
-        raw_case("chunked body over 8192 bytes", chunks=chunked_big, expect=TOO_LARGE, free_after=key),
+        raw_case("body over 8192 bytes by Content-Length", b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(big) + big, TOO_LARGE, free_after=key()),
+        raw_case("Content-Length 100000000 without the body", b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Length: 100000000\r\n\r\n", TOO_LARGE, free_after=key()),
+        raw_case("Content-Length 100000000 with Expect: 100-continue", b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\n"
+                 b"Expect: 100-continue\r\nContent-Length: 100000000\r\n\r\n", TOO_LARGE, free_after=key()),
+        raw_case("chunked body over 8192 bytes", chunks=chunked_big, expect=TOO_LARGE, free_after=chunked_key),
         raw_case("release of the canary with a body over 8192 bytes", b"DELETE " + ck + b" HTTP/1.1\r\nHost: x\r\n"
                  b"Lock-Token: " + canary.token.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(big) + big,
                  TOO_LARGE),
-        raw_case("absurd Content-Length", b"POST " + kp + b" HTTP/1.1\r\nHost: x\r\n"
+        raw_case("absurd Content-Length", b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\n"
                  b"Content-Length: 99999999999999999999999999\r\n\r\n{}", JR(413, "body_too_large"),
-                 free_after=key),
-        raw_case("negative Content-Length", b"POST " + kp + b" HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}",
-                 free_after=key),
-        raw_case("Content-Length abc", b"POST " + kp + b" HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}",
-                 free_after=key),
-        raw_case("two different Content-Lengths", b"POST " + kp + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
-                 b"Content-Length: 40\r\n\r\n{}", free_after=key),
-        raw_case("bad chunk size", b"POST " + kp + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 b"zz\r\n{}\r\n0\r\n\r\n", free_after=key),
-        raw_case("20 KB header", b"GET " + kp + b" HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n",
+                 free_after=key()),
+        raw_case("negative Content-Length", b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}",
+                 free_after=key()),
+        raw_case("Content-Length abc", b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}",
+                 free_after=key()),
+        raw_case("two different Content-Lengths", b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                 b"Content-Length: 40\r\n\r\n{}", free_after=key()),
+        raw_case("bad chunk size", b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 b"zz\r\n{}\r\n0\r\n\r\n", free_after=key()),
+        raw_case("20 KB header", b"GET " + kp() + b" HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n",
                  JR(404, "lock_not_found")),
         raw_case("100 KB header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 + b"\r\n\r\n"),
         raw_case("100 KB URL", b"GET /locks/" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
                  JR(400, "invalid_key")),
-        raw_case("300 headers", b"GET " + kp + b" HTTP/1.1\r\nHost: x\r\n"
+        raw_case("300 headers", b"GET " + kp() + b" HTTP/1.1\r\nHost: x\r\n"
                  + b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 50) for i in range(300)) + b"\r\n",
                  JR(404, "lock_not_found")),
         raw_case("not HTTP: hello", b"hello\r\n\r\n"),
@@ -443,24 +451,25 @@ def hostile_framing(ctx):
         raw_case("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
         raw_case("HTTP/9.9", b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n"),
         raw_case("header without a colon", b"GET /healthz HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n"),
-        raw_case("NUL in a header value", b"GET " + kp + b" HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n",
+        raw_case("NUL in a header value", b"GET " + kp() + b" HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n",
                  JR(404, "lock_not_found")),
-        raw_case("bare LF line ends", b"GET " + kp + b" HTTP/1.1\nHost: x\n\n", JR(404, "lock_not_found")),
-        raw_case("HTTP/1.0 inspect of a free key", http_request("GET", kp, version="HTTP/1.0"),
+        raw_case("bare LF line ends", b"GET " + kp() + b" HTTP/1.1\nHost: x\n\n", JR(404, "lock_not_found")),
+        raw_case("HTTP/1.0 inspect of a free key", http_request("GET", kp(), version="HTTP/1.0"),
                  J(404, "lock_not_found")),
         raw_case("HTTP/1.0 acquire of the canary", http_request("POST", ck, version="HTTP/1.0"), J(409, "lock_held")),
         raw_case("chunked release of the canary with a bad body", chunks=[
             b"DELETE " + ck + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
             b"2\r\n[]\r\n", b"0\r\n\r\n"], expect=BAD_JSON),
-        raw_case("body split into 1-byte writes", chunks=[b"POST " + kp + b" HTTP/1.1\r\nHost: x\r\n"
+        raw_case("body split into 1-byte writes", chunks=[b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\n"
                                                           b"Content-Length: 3\r\n\r\n", b"[", b"]", b"x"],
-                 expect=BAD_JSON, free_after=key),
+                 expect=BAD_JSON, free_after=key()),
     ]
     failures = run_cases(ctx, cases)
     # pipelined: a good request, a bad one, a good one
     s = socket.create_connection(("127.0.0.1", ctx.lockd.port), timeout=5)
     try:
-        s.sendall(http_request("GET", kp) + http_request("POST", kp, b"[1]") + http_request("GET", "/healthz"))
+        pk = kp()
+        s.sendall(http_request("GET", pk) + http_request("POST", pk, b"[1]") + http_request("GET", "/healthz"))
         buf, answers = b"", []
         deadline = time.monotonic() + 5
         while len(answers) < 3 and time.monotonic() < deadline:
@@ -482,9 +491,9 @@ def hostile_framing(ctx):
     p = parse_http(out) if out else None
     if p is None or p[0] != 200:
         failures.append("healthz followed by garbage on one connection: %r" % out[:100])
-    r = ctx.lockd.request("GET", path(key))
+    r = ctx.lockd.request("GET", path(key()))
     if r.status != 404:
-        failures.append("the framing key is not free afterwards: %r" % r)
+        failures.append("the pipelined key is not free afterwards: %r" % r)
     canary.verify(ctx)
     harness.log("     %d cases, %d failed" % (len(cases) + 2, len(failures)))
     check(not failures, "%d cases failed:\n  %s" % (len(failures), "\n  ".join(failures)))
