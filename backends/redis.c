@@ -68,11 +68,19 @@ enum redis_be_script {
  * replicate_commands() (a no-op from Redis 5 on). Fences are written with
  * %.0f: Lua numbers are doubles, exact below 2^53, and %.0f never switches
  * to exponent notation.
+ *
+ * Acquire and renew carry a not-after time in Redis's clock: the moment
+ * lockd stops waiting for the reply. A Redis that was stopped or stalled
+ * still runs the commands queued in its socket once it resumes; without
+ * this, an acquire answered 503 would then grant the key to a token nobody
+ * has, and the key would stay held until its TTL.
  */
 static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     /* acquire: KEYS lock, fence, queue, deadlines; ARGV token, ttl_ms,
      * has_owner, owner, waiter ("" = try once), its deadline (unix ms),
-     * this instance's waiter prefix. {1, fence, ttl, expires_at} granted;
+     * this instance's waiter prefix, not-after (Redis unix ms).
+     * {-2}: run after lockd gave up on it, nothing done.
+     * {1, fence, ttl, expires_at} granted;
      * {0, retry_ms, behind, ours} held, or free with an earlier waiter
      * first (behind = 1; ours = 1 when that waiter is this instance's).
      * A retry of an acquire whose reply was lost finds its own token and
@@ -82,6 +90,7 @@ static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "if now > tonumber(ARGV[8]) then return {-2} end\n"
     "local grace = 1000\n"
     "local uid = ARGV[5]\n"
     "local head = redis.call('LINDEX', KEYS[3], 0)\n"
@@ -145,8 +154,12 @@ static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
     "return {1, f, tonumber(ARGV[2]), now + tonumber(ARGV[2])}\n",
 
-    /* renew: KEYS lock; ARGV token, ttl_ms ("0" = the stored TTL).
-     * {1, fence, ttl, expires_at}, {0} free, {-1} another token. */
+    /* renew: KEYS lock; ARGV token, ttl_ms ("0" = the stored TTL),
+     * not-after. {1, fence, ttl, expires_at}, {0} free, {-1} another
+     * token, {-2} too late. */
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "if now > tonumber(ARGV[3]) then return {-2} end\n"
     "local cur = redis.call('HMGET', KEYS[1], 't', 'f', 'ttl')\n"
     "if not cur[1] then return {0} end\n"
     "if cur[1] ~= redis.sha1hex(ARGV[1]) then return {-1} end\n"
@@ -157,8 +170,6 @@ static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     "  redis.call('HSET', KEYS[1], 'ttl', ttl)\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], ttl)\n"
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "return {1, tonumber(cur[2]), tonumber(ttl), now + tonumber(ttl)}\n",
 
     /* release: KEYS lock; ARGV token, channel, key. 1 released, 0 free,
@@ -205,6 +216,7 @@ struct redis_conn {
     redisContext *ctx;      /* owned; NULL while disconnected */
     int64_t retry_at_ms;    /* monotonic: no reconnect before this */
     int64_t backoff_ms;     /* 0 after a success */
+    int64_t offset_ms;      /* Redis's unix ms minus our monotonic ms */
     char sha[SCRIPT_COUNT][41];
     struct redis_conn *prev; /* in be->conns, under be->lock */
     struct redis_conn *next;
@@ -350,6 +362,45 @@ static redisContext *redis_be_dial(struct redis_be *be, char *err,
     return c;
 }
 
+/*
+ * Measure Redis's clock against our monotonic one: *offset is Redis's unix
+ * ms minus ours, off by at most half a round trip. 0, or -1 on a dead
+ * context (the caller frees it).
+ */
+static int redis_be_clock(redisContext *c, int64_t *offset)
+{
+    const char *argv[] = { "TIME" };
+    size_t lens[] = { 4 };
+    int64_t t0 = backend_mono_ms(), t1;
+    redisReply *r = redisCommandArgv(c, 1, argv, lens);
+    int64_t sec, usec;
+    char *end;
+
+    t1 = backend_mono_ms();
+    if (r == NULL)
+        return -1;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return -1;
+    }
+    errno = 0;
+    sec = strtoll(r->element[0]->str, &end, 10);
+    if (errno != 0 || *end != '\0') {
+        freeReplyObject(r);
+        return -1;
+    }
+    usec = strtoll(r->element[1]->str, &end, 10);
+    if (errno != 0 || *end != '\0') {
+        freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+    *offset = sec * 1000 + usec / 1000 - (t0 + t1) / 2;
+    return 0;
+}
+
 /* Dial, SELECT the database and load the scripts, in one round trip. */
 static int redis_be_conn_open(struct redis_be *be, struct redis_conn *cn,
                               char *err, size_t errlen)
@@ -398,6 +449,8 @@ static int redis_be_conn_open(struct redis_be *be, struct redis_conn *cn,
         redisFree(c);
         return -1;
     }
+    if (redis_be_clock(c, &cn->offset_ms) != 0)
+        goto fail;
     cn->ctx = c;
     return 0;
 fail:
@@ -553,7 +606,8 @@ static redisReply *redis_be_command(struct redis_be *be, int argc,
 
 /*
  * Run script s with nkeys keys then the other arguments (args[i] of
- * lens[i] bytes; at most 12 in all). EVALSHA first; EVAL when Redis lost
+ * lens[i] bytes; at most 12 in all) and, when stamped, a last argument:
+ * the not-after time in Redis's clock. EVALSHA first; EVAL when Redis lost
  * the script (SCRIPT FLUSH), which also caches it again. NULL or an error
  * reply are logged and answered NULL.
  */
@@ -562,13 +616,15 @@ static redisReply *redis_be_script(struct redis_be *be,
                                    int nkeys,
                                    int nargs,
                                    const char **args,
-                                   const size_t *lens)
+                                   const size_t *lens,
+                                   bool stamped)
 {
-    const char *argv[3 + 12];
-    size_t argl[3 + 12];
-    char nk[4];
+    const char *argv[3 + 13];
+    size_t argl[3 + 13];
+    char nk[4], stamp[24];
     struct redis_conn *cn = redis_be_conn(be);
     redisReply *r;
+    int total = 3 + nargs + (stamped ? 1 : 0);
 
     if (cn == NULL || nargs > 12)
         return NULL;
@@ -579,26 +635,49 @@ static redisReply *redis_be_script(struct redis_be *be,
         argv[3 + i] = args[i];
         argl[3 + i] = lens[i];
     }
-    if (redis_be_conn_ready(be, cn) != 0)
-        return NULL;
-    /* cn->sha is filled once the context is up; a reconnect inside
-     * redis_be_command() reloads the same scripts, same digests. */
-    argv[0] = "EVALSHA";
-    argl[0] = 7;
-    argv[1] = cn->sha[s];
-    argl[1] = 40;
-    r = redis_be_command(be, 3 + nargs, argv, argl);
-    if (r != NULL && r->type == REDIS_REPLY_ERROR &&
-        strncmp(r->str, "NOSCRIPT", 8) == 0) {
+    for (int attempt = 0;; attempt++) {
+        if (redis_be_conn_ready(be, cn) != 0)
+            return NULL;
+        if (stamped) {
+            int64_t ms = (int64_t)be->cmd_tv.tv_sec * 1000 +
+                         be->cmd_tv.tv_usec / 1000;
+            snprintf(stamp, sizeof(stamp), "%lld",
+                     (long long)(backend_mono_ms() + ms + cn->offset_ms));
+            argv[3 + nargs] = stamp;
+            argl[3 + nargs] = strlen(stamp);
+        }
+        /* cn->sha is filled once the context is up; a reconnect inside
+         * redis_be_command() reloads the same scripts, same digests. */
+        argv[0] = "EVALSHA";
+        argl[0] = 7;
+        argv[1] = cn->sha[s];
+        argl[1] = 40;
+        r = redis_be_command(be, total, argv, argl);
+        if (r != NULL && r->type == REDIS_REPLY_ERROR &&
+            strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(r);
+            argv[0] = "EVAL";
+            argl[0] = 4;
+            argv[1] = redis_be_scripts[s];
+            argl[1] = strlen(redis_be_scripts[s]);
+            r = redis_be_command(be, total, argv, argl);
+        }
+        if (r == NULL)
+            return NULL;
+        if (!(stamped && reply_is_int(r, 0) && r->element[0]->integer == -2))
+            break;
+        /* "too late", yet the reply is here in time: our idea of Redis's
+         * clock is off (it was stepped, or this is another server).
+         * Measure again and retry once. */
         freeReplyObject(r);
-        argv[0] = "EVAL";
-        argl[0] = 4;
-        argv[1] = redis_be_scripts[s];
-        argl[1] = strlen(redis_be_scripts[s]);
-        r = redis_be_command(be, 3 + nargs, argv, argl);
+        if (attempt > 0 || cn->ctx == NULL ||
+            redis_be_clock(cn->ctx, &cn->offset_ms) != 0) {
+            redis_be_warn(be, "clock", "cannot agree on Redis's clock");
+            if (cn->ctx != NULL)
+                redis_be_conn_fail(be, cn, "clock check failed");
+            return NULL;
+        }
     }
-    if (r == NULL)
-        return NULL;
     if (r->type == REDIS_REPLY_ERROR) {
         /* LOADING, READONLY, MISCONF, BUSY, OOM...: never a grant */
         redis_be_warn(be, "script error", r->str);
@@ -1044,7 +1123,7 @@ static enum backend_result redis_be_acquire(struct backend *b,
     lens[9] = strlen(deadline);
     args[10] = be->instance;
     lens[10] = strlen(be->instance);
-    r = redis_be_script(be, SCRIPT_ACQUIRE, 4, 11, args, lens);
+    r = redis_be_script(be, SCRIPT_ACQUIRE, 4, 11, args, lens, true);
     if (r == NULL)
         return BACKEND_UNAVAILABLE; /* the waiter keeps its place, if any */
     if (reply_is_int(r, 0) && r->element[0]->integer == 1 && r->elements == 4 &&
@@ -1106,7 +1185,7 @@ static enum backend_result redis_be_cancel_wait(struct backend *b,
     lens[4] = strlen(be->channel);
     args[5] = key;
     lens[5] = key_len;
-    r = redis_be_script(be, SCRIPT_CANCEL, 3, 6, args, lens);
+    r = redis_be_script(be, SCRIPT_CANCEL, 3, 6, args, lens, false);
     /* unreachable: the place is dropped when its deadline passes */
     redis_be_wait_free(waiter);
     if (r == NULL)
@@ -1135,7 +1214,7 @@ static enum backend_result redis_be_renew(struct backend *b,
     lens[1] = strlen(req->token);
     args[2] = ttl;
     lens[2] = strlen(ttl);
-    r = redis_be_script(be, SCRIPT_RENEW, 1, 3, args, lens);
+    r = redis_be_script(be, SCRIPT_RENEW, 1, 3, args, lens, true);
     if (r == NULL)
         return BACKEND_UNAVAILABLE;
     if (!reply_is_int(r, 0)) {
@@ -1179,7 +1258,7 @@ static enum backend_result redis_be_release(struct backend *b,
     lens[2] = strlen(be->channel);
     args[3] = req->key;
     lens[3] = req->key_len;
-    r = redis_be_script(be, SCRIPT_RELEASE, 1, 4, args, lens);
+    r = redis_be_script(be, SCRIPT_RELEASE, 1, 4, args, lens, false);
     if (r == NULL)
         return BACKEND_UNAVAILABLE;
     if (r->type != REDIS_REPLY_INTEGER)
@@ -1216,7 +1295,7 @@ static enum backend_result redis_be_inspect(struct backend *b,
         return BACKEND_NOT_FOUND;
     args[0] = lock;
     lens[0] = redis_be_key(be, "lock:", key, key_len, lock);
-    r = redis_be_script(be, SCRIPT_INSPECT, 1, 1, args, lens);
+    r = redis_be_script(be, SCRIPT_INSPECT, 1, 1, args, lens, false);
     if (r == NULL)
         return BACKEND_UNAVAILABLE;
     if (!reply_is_int(r, 0)) {
