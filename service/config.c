@@ -46,7 +46,7 @@ static const struct opt opts[] = {
       "largest wait_ms accepted (default 300000)" },
     { "max-body-bytes", "LOCKD_MAX_BODY_BYTES", OPT_U64, 2, 1048576,
       "largest request body; larger gets 413 (default 8192)" },
-    { "max-connections", "LOCKD_MAX_CONNECTIONS", OPT_UINT, 16, 1000000,
+    { "max-connections", "LOCKD_MAX_CONNECTIONS", OPT_UINT, 1, 1000000,
       "open HTTP connections at most, waiters included (default 16000)" },
     { "log-level", "LOCKD_LOG_LEVEL", OPT_LEVEL, 0, 0,
       "debug, info, warn or error (default info)" },
@@ -177,10 +177,9 @@ static int read_token_file(struct config *c)
     fclose(f);
     n = strcspn(line, "\r\n");
     line[n] = '\0';
-    if (n < 16) {
+    if (n == 0) {
         fprintf(stderr,
-                "lockd: --auth-token-file %s: the token must be at least 16 "
-                "characters\n",
+                "lockd: --auth-token-file %s: the first line is empty\n",
                 c->auth_token_file);
         return -1;
     }
@@ -254,7 +253,9 @@ enum config_result config_load(struct config *c, int argc, char **argv)
                     opts[k].flag);
             return CONFIG_ERROR;
         }
-        if (set_opt(c, &opts[k], v, argv[i]) != 0)
+        char source[64];
+        snprintf(source, sizeof(source), "--%s", opts[k].flag);
+        if (set_opt(c, &opts[k], v, source) != 0)
             return CONFIG_ERROR;
     }
 

@@ -482,7 +482,10 @@ struct server *server_start(const struct config *cfg,
         flags |= MHD_USE_IPv6;
     srv->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-        ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, cfg->threads,
+        ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+        /* libmicrohttpd splits the connection limit between threads */
+        cfg->threads < cfg->max_connections ? cfg->threads
+                                            : cfg->max_connections,
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
