@@ -1,0 +1,2058 @@
+/*
+ * backends/zookeeper.c - lock store on ZooKeeper (libzookeeper-mt 3.8).
+ *
+ * One shared handle per process, owned by a keeper thread that opens it,
+ * prepares the root nodes, samples the server's clock and replaces the
+ * handle when its session expires. Requests borrow the handle, issue
+ * asynchronous calls and wait for them with a deadline (timeout_ms), so no
+ * request hangs on a lost connection. The library's threads only store
+ * results, signal condition variables and call hooks->notify.
+ *
+ * The recipe, per key (key bytes base64url-encoded into one node name):
+ *
+ *   <chroot>/lockd/locks/k<base64url(key)>    container node (the server
+ *                                              removes it once empty)
+ *       h                                     the holder: persistent, data
+ *                                              "lockd1 <ttl_ms> <token>[\n
+ *                                              <owner>]"; expires at its
+ *                                              mtime + ttl_ms (server clock)
+ *       w<inst>-<id>-<deadline>-0000000042    waiters: ephemeral sequential,
+ *                                              FIFO by sequence number
+ *
+ * A grant creates h; only the lowest waiter may do so, in one multi that
+ * also deletes its waiter node, and a try-once acquire only when nobody
+ * waits. Each waiter watches only its predecessor (the lowest one watches
+ * h). Holders are persistent, so a lock outlives the session of the lockd
+ * that granted it; every instance reaps an expired h (delete with version
+ * check) and waiters past their deadline. The fence is h's czxid.
+ */
+#include "backends/backend.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <zookeeper/zookeeper.h>
+
+#include "service/log.h"
+#include "service/metrics.h"
+
+#define ZK_PATH_MAX           1536 /* chroot + /lockd/locks/k + 683 + child */
+#define ZK_CHROOT_MAX         256
+#define ZK_NAME_MAX           96   /* a child's name */
+#define ZK_DATA_MAX           (32 + LOCK_TOKEN_MAX + LOCK_OWNER_MAX)
+#define ZK_SEQ_DIGITS         10   /* ZooKeeper's sequence suffix */
+#define ZK_MAX_ROUNDS         16   /* look-act rounds per request */
+#define ZK_WAITER_GRACE_MS    2000 /* others reap a waiter this long after
+                                      its deadline */
+#define ZK_WAITER_RECHECK_MS  5000 /* a waiter re-checks its place at least
+                                      this often, whatever its watch says */
+#define ZK_CLOCK_REFRESH_MS   5000
+#define ZK_KEEPER_TICK_MS     250
+#define ZK_SWEEP_BATCH        20   /* keys looked at per keeper tick */
+#define ZK_SWEEP_RELIST_MS    2000 /* a new pass at most this often */
+#define ZK_TRASH_MAX          4096
+#define ZK_DEFAULT_SESSION_MS 10000
+#define ZK_DEFAULT_TIMEOUT_MS 2000
+
+extern const struct backend_ops zk_be_ops;
+
+/* One asynchronous call, shared by the requesting thread and the library's
+ * completion thread: whichever lets go last frees it. */
+struct zk_call {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs; /* guarded by mu */
+    int done; /* guarded by mu */
+    int rc;
+    struct Stat stat;
+    char *data;  /* get: owned copy of the node's data */
+    int data_len;
+    char **kids; /* get_children: owned, one block with the names */
+    int nkids;
+    char name[ZK_PATH_MAX]; /* create: the created path */
+    /* multi: the library writes results and stats here at completion */
+    zoo_op_t ops[4];
+    zoo_op_result_t results[4];
+    struct Stat set_stat;
+    char paths[2][ZK_PATH_MAX];
+    char buf[ZK_DATA_MAX];
+};
+
+/* A handle and the requests that borrowed it. */
+struct zk_conn {
+    zhandle_t *zh;
+    int refs;   /* guarded by be->mu: borrowers, plus one for be->conn */
+    bool ready; /* guarded by be->mu: roots made, clock sampled */
+};
+
+/* The server's clock, learned from the mtime of our own writes. */
+struct zk_clock {
+    bool valid;
+    int64_t off_ms;  /* server ms = local monotonic ms + off_ms; never ahead
+                        of the server: the write happened before we heard */
+    int64_t rtt_ms;  /* of the sample: how far behind it may be */
+    int64_t at_mono; /* when it was taken */
+};
+
+/* waiter->be_data: a waiting client's place in a key's queue. */
+struct zk_waiter {
+    struct zk_waiter *prev, *next; /* be->waiters, guarded by be->mu */
+    char *key;                     /* owned copy, for notify after a new
+                                      session */
+    size_t key_len;
+    char prefix[ZK_NAME_MAX]; /* of our node's name: w<inst>-<id>-<dl>- */
+    char name[ZK_NAME_MAX];   /* our node's name, "" when we have none */
+    bool pending;             /* a create may have made a node named
+                                 prefix + sequence that we never heard of */
+};
+
+/* A node to delete once the store answers again (a cancel that failed). */
+struct zk_trash {
+    struct zk_trash *next;
+    char *parent;   /* owned */
+    char *name;     /* owned: a name, or a prefix when is_prefix */
+    bool is_prefix;
+};
+
+struct zk_be {
+    struct backend base;
+    struct backend_hooks hooks;
+    char *hosts;       /* owned: "h1:2181,h2:2181" */
+    char *root;        /* owned: "<chroot>/lockd" */
+    char *locks;       /* owned: root + "/locks" */
+    char *clock_path;  /* owned: root + "/clock" */
+    char *chroot;      /* owned: "" or "/a/b" */
+    int session_ms;
+    int64_t timeout_ms;
+    char inst[17]; /* random hex naming this instance's waiter nodes */
+
+    pthread_mutex_t mu; /* guards every member below */
+    pthread_cond_t cv;  /* keeper wake-ups; a retired handle's refs at 0 */
+    struct zk_conn *conn;
+    struct zk_clock clock;
+    struct zk_waiter *waiters;
+    struct zk_trash *trash;
+    size_t ntrash;
+    bool stopping;
+    unsigned events; /* session events seen, bumped by the watcher */
+    pthread_t keeper;
+    bool keeper_started;
+    /* the keeper's own: the sweep over every key's node */
+    struct zk_call *sweep; /* the names being swept, or NULL */
+    int sweep_i;           /* next one */
+    int64_t sweep_at;      /* monotonic ms of the last listing */
+};
+
+/* One child of a key's node, parsed. */
+struct zk_kid {
+    const char *name; /* borrowed from the call's kids */
+    int64_t seq;
+    int64_t deadline; /* waiters: server ms after which anyone may reap */
+};
+
+struct zk_holder {
+    uint64_t ttl_ms;
+    char token[LOCK_TOKEN_MAX + 1];
+    bool has_owner;
+    char owner[LOCK_OWNER_MAX + 1];
+};
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static const char zk_b64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/* base64url without padding: injective, and never "." or ".." or "/". */
+static size_t zk_b64_encode(const unsigned char *in, size_t n, char *out)
+{
+    size_t j = 0;
+
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)in[i + 1] << 8;
+        if (i + 2 < n)
+            v |= in[i + 2];
+        out[j++] = zk_b64[(v >> 18) & 63];
+        out[j++] = zk_b64[(v >> 12) & 63];
+        if (i + 1 < n)
+            out[j++] = zk_b64[(v >> 6) & 63];
+        if (i + 2 < n)
+            out[j++] = zk_b64[v & 63];
+    }
+    out[j] = '\0';
+    return j;
+}
+
+static int zk_b64_val(char c)
+{
+    const char *p = c != '\0' ? strchr(zk_b64, c) : NULL;
+
+    return p != NULL ? (int)(p - zk_b64) : -1;
+}
+
+/* Decode n chars of base64url; the length, or -1 on junk or overflow. */
+static long zk_b64_decode(const char *in, size_t n, unsigned char *out,
+                          size_t cap)
+{
+    size_t j = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+
+    if (n % 4 == 1)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        int v = zk_b64_val(in[i]);
+        if (v < 0)
+            return -1;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (j == cap)
+                return -1;
+            out[j++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    return (long)j;
+}
+
+/* The key's node: <locks>/k<base64url(key)>. 0, or -1 if it cannot fit. */
+static int zk_key_path(const struct zk_be *be, const char *key,
+                       size_t key_len, char *out, size_t cap)
+{
+    char enc[(LOCK_KEY_MAX + 2) / 3 * 4 + 1];
+    int n;
+
+    if (key_len == 0 || key_len > LOCK_KEY_MAX)
+        return -1;
+    zk_b64_encode((const unsigned char *)key, key_len, enc);
+    n = snprintf(out, cap, "%s/k%s", be->locks, enc);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+static int zk_child_path(const char *parent, const char *name, char *out,
+                         size_t cap)
+{
+    int n = snprintf(out, cap, "%s/%s", parent, name);
+
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+static int64_t zk_mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int zk_fmt_holder(char *buf, size_t cap, const char *token,
+                         uint64_t ttl_ms, const char *owner, size_t *len)
+{
+    int n;
+
+    if (owner != NULL)
+        n = snprintf(buf, cap, "lockd1 %" PRIu64 " %s\n%s", ttl_ms, token,
+                     owner);
+    else
+        n = snprintf(buf, cap, "lockd1 %" PRIu64 " %s", ttl_ms, token);
+    if (n < 0 || (size_t)n >= cap)
+        return -1;
+    *len = (size_t)n;
+    return 0;
+}
+
+/* Parse a holder's data; -1 if it is not ours. */
+static int zk_parse_holder(const char *data, int len, struct zk_holder *h)
+{
+    const char *p = data, *end = data + (len > 0 ? len : 0);
+    uint64_t ttl = 0;
+    size_t n = 0;
+
+    memset(h, 0, sizeof(*h));
+    if (data == NULL || len < 9 || memcmp(p, "lockd1 ", 7) != 0)
+        return -1;
+    p += 7;
+    while (p < end && *p >= '0' && *p <= '9' && n < 17) {
+        ttl = ttl * 10 + (uint64_t)(*p++ - '0');
+        n++;
+    }
+    if (n == 0 || ttl == 0 || p == end || *p != ' ')
+        return -1;
+    p++;
+    n = 0;
+    while (p + n < end && p[n] != '\n' && n < LOCK_TOKEN_MAX)
+        n++;
+    if (n == 0 || (p + n < end && p[n] != '\n'))
+        return -1;
+    memcpy(h->token, p, n);
+    h->ttl_ms = ttl;
+    p += n;
+    if (p < end) {
+        p++; /* the '\n' */
+        n = (size_t)(end - p);
+        if (n > LOCK_OWNER_MAX)
+            return -1;
+        memcpy(h->owner, p, n);
+        h->has_owner = true;
+    }
+    return 0;
+}
+
+/* ---- the server's clock ----------------------------------------------- */
+
+/* Learn from a write whose stat says mtime, sent at t0 and answered at t1
+ * (local monotonic ms). A sample taken in less time is a tighter bound. */
+static void zk_clock_sample(struct zk_be *be, int64_t mtime, int64_t t0,
+                            int64_t t1)
+{
+    struct zk_clock *c = &be->clock;
+
+    pthread_mutex_lock(&be->mu);
+    if (!c->valid || t1 - t0 <= c->rtt_ms + 1 ||
+        t1 - c->at_mono >= ZK_CLOCK_REFRESH_MS) {
+        c->valid = true;
+        c->off_ms = mtime - t1;
+        c->rtt_ms = t1 - t0;
+        c->at_mono = t1;
+    }
+    pthread_mutex_unlock(&be->mu);
+}
+
+/* The server's wall clock now, in ms, as far as we can tell: at most one
+ * round trip behind, never ahead (so we never reap early). */
+static int64_t zk_server_now(struct zk_be *be)
+{
+    int64_t now;
+
+    pthread_mutex_lock(&be->mu);
+    now = backend_mono_ms() + be->clock.off_ms;
+    pthread_mutex_unlock(&be->mu);
+    return now;
+}
+
+/* ---- calls: async requests waited for with a deadline ----------------- */
+
+static struct zk_call *zk_call_new(void)
+{
+    struct zk_call *c = calloc(1, sizeof(*c));
+    pthread_condattr_t ca;
+
+    if (c == NULL)
+        return NULL;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        pthread_condattr_destroy(&ca);
+        free(c);
+        return NULL;
+    }
+    if (pthread_cond_init(&c->cv, &ca) != 0) {
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return NULL;
+    }
+    pthread_condattr_destroy(&ca);
+    c->refs = 2; /* the caller's and the completion's */
+    return c;
+}
+
+static void zk_call_unref(struct zk_call *c)
+{
+    int left;
+
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->mu);
+    left = --c->refs;
+    pthread_mutex_unlock(&c->mu);
+    if (left > 0)
+        return;
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c->data);
+    free(c->kids);
+    free(c);
+}
+
+/* Completion side: store, wake the caller, let go. */
+static void zk_call_finish(struct zk_call *c, int rc)
+{
+    pthread_mutex_lock(&c->mu);
+    c->rc = rc;
+    c->done = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    zk_call_unref(c);
+}
+
+static void zk_cb_void(int rc, const void *data)
+{
+    zk_call_finish((struct zk_call *)(uintptr_t)data, rc);
+}
+
+static void zk_cb_stat(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
+
+    if (rc == ZOK && stat != NULL)
+        c->stat = *stat;
+    zk_call_finish(c, rc);
+}
+
+static void zk_cb_data(int rc, const char *value, int value_len,
+                       const struct Stat *stat, const void *data)
+{
+    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
+
+    if (rc == ZOK) {
+        if (stat != NULL)
+            c->stat = *stat;
+        if (value != NULL && value_len > 0) {
+            c->data = malloc((size_t)value_len);
+            if (c->data == NULL) {
+                rc = ZSYSTEMERROR;
+            } else {
+                memcpy(c->data, value, (size_t)value_len);
+                c->data_len = value_len;
+            }
+        }
+    }
+    zk_call_finish(c, rc);
+}
+
+static void zk_cb_kids(int rc, const struct String_vector *strings,
+                       const struct Stat *stat, const void *data)
+{
+    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
+
+    if (rc == ZOK && strings != NULL && strings->count > 0) {
+        size_t n = (size_t)strings->count, total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += strlen(strings->data[i]) + 1;
+        c->kids = malloc(n * sizeof(char *) + total);
+        if (c->kids == NULL) {
+            rc = ZSYSTEMERROR;
+        } else {
+            char *p = (char *)(c->kids + n);
+            for (size_t i = 0; i < n; i++) {
+                size_t l = strlen(strings->data[i]) + 1;
+                memcpy(p, strings->data[i], l);
+                c->kids[i] = p;
+                p += l;
+            }
+            c->nkids = (int)n;
+        }
+    }
+    if (rc == ZOK && stat != NULL)
+        c->stat = *stat;
+    zk_call_finish(c, rc);
+}
+
+static void zk_cb_create(int rc, const char *name, const struct Stat *stat,
+                         const void *data)
+{
+    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
+
+    if (rc == ZOK) {
+        if (name != NULL)
+            snprintf(c->name, sizeof(c->name), "%s", name);
+        if (stat != NULL)
+            c->stat = *stat;
+    }
+    zk_call_finish(c, rc);
+}
+
+/* Wait for c until deadline (monotonic ms); its rc, or ZOPERATIONTIMEOUT.
+ * issued is what the zoo_a* call returned: on failure no completion comes. */
+static int zk_call_wait(struct zk_call *c, int issued, int64_t deadline)
+{
+    struct timespec ts;
+    int rc;
+
+    if (issued != ZOK) {
+        zk_call_unref(c); /* the completion's reference: it never runs */
+        return issued;
+    }
+    ts.tv_sec = (time_t)(deadline / 1000);
+    ts.tv_nsec = (long)(deadline % 1000) * 1000000L;
+    pthread_mutex_lock(&c->mu);
+    while (!c->done) {
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT)
+            break;
+    }
+    rc = c->done ? c->rc : ZOPERATIONTIMEOUT;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* ---- watches and notifications ---------------------------------------- */
+
+/* A watch on h or on a predecessor fired (or a renew changed h): some
+ * waiter of the key named in path may move up. Runs on the library's
+ * thread: decode and notify, nothing else. */
+static void zk_be_node_watcher(zhandle_t *zh, int type, int state,
+                               const char *path, void *ctx)
+{
+    struct zk_be *be = ctx;
+    unsigned char key[LOCK_KEY_MAX];
+    size_t n = strlen(be->locks);
+    const char *enc, *slash;
+    long len;
+
+    (void)zh;
+    (void)state;
+    if (type == ZOO_SESSION_EVENT || type == ZOO_NOTWATCHING_EVENT ||
+        path == NULL || be->hooks.notify == NULL)
+        return;
+    if (strncmp(path, be->locks, n) != 0 || path[n] != '/' ||
+        path[n + 1] != 'k')
+        return;
+    enc = path + n + 2;
+    slash = strchr(enc, '/');
+    len = zk_b64_decode(enc, slash != NULL ? (size_t)(slash - enc)
+                                           : strlen(enc),
+                        key, sizeof(key));
+    if (len > 0)
+        be->hooks.notify(be->hooks.arg, (const char *)key, (size_t)len);
+}
+
+/* Session events: wake the keeper, which does the work. */
+static void zk_be_session_watcher(zhandle_t *zh, int type, int state,
+                                  const char *path, void *ctx)
+{
+    struct zk_be *be = ctx;
+
+    (void)zh;
+    (void)state;
+    (void)path;
+    if (type != ZOO_SESSION_EVENT)
+        return;
+    pthread_mutex_lock(&be->mu);
+    be->events++;
+    pthread_cond_broadcast(&be->cv);
+    pthread_mutex_unlock(&be->mu);
+}
+
+static void zk_be_notify(struct zk_be *be, const char *key, size_t key_len)
+{
+    if (be->hooks.notify != NULL)
+        be->hooks.notify(be->hooks.arg, key, key_len);
+}
+
+/* Every key with a waiter here: after a new session or a reconnect, when
+ * watches may have been lost. */
+static void zk_be_notify_all(struct zk_be *be)
+{
+    struct zk_waiter *w;
+    size_t n = 0, i = 0;
+    char **keys;
+    size_t *lens;
+
+    pthread_mutex_lock(&be->mu);
+    for (w = be->waiters; w != NULL; w = w->next)
+        n++;
+    keys = n > 0 ? calloc(n, sizeof(*keys)) : NULL;
+    lens = n > 0 ? calloc(n, sizeof(*lens)) : NULL;
+    if (keys != NULL && lens != NULL) {
+        for (w = be->waiters; w != NULL && i < n; w = w->next) {
+            keys[i] = malloc(w->key_len + 1);
+            if (keys[i] == NULL)
+                continue;
+            memcpy(keys[i], w->key, w->key_len + 1);
+            lens[i++] = w->key_len;
+        }
+    }
+    pthread_mutex_unlock(&be->mu);
+    for (size_t k = 0; k < i; k++) {
+        zk_be_notify(be, keys[k], lens[k]);
+        free(keys[k]);
+    }
+    free(keys);
+    free(lens);
+}
+
+/* ---- the shared handle ------------------------------------------------ */
+
+static void zk_be_lib_log(const char *message)
+{
+    log_debug("zookeeper: %s", message);
+}
+
+/* Borrow the handle if it is connected and ready; NULL otherwise. */
+static struct zk_conn *zk_conn_get(struct zk_be *be)
+{
+    struct zk_conn *c;
+
+    pthread_mutex_lock(&be->mu);
+    c = be->conn;
+    if (c != NULL &&
+        (!c->ready || zoo_state(c->zh) != ZOO_CONNECTED_STATE))
+        c = NULL;
+    if (c != NULL)
+        c->refs++;
+    pthread_mutex_unlock(&be->mu);
+    return c;
+}
+
+static void zk_conn_put(struct zk_be *be, struct zk_conn *c)
+{
+    pthread_mutex_lock(&be->mu);
+    if (--c->refs == 0)
+        pthread_cond_broadcast(&be->cv);
+    pthread_mutex_unlock(&be->mu);
+}
+
+/* be->mu held; takes c out of service, waits until nobody borrows it,
+ * closes it. Returns with be->mu held. */
+static void do_zk_conn_retire(struct zk_be *be, struct zk_conn *c)
+{
+    if (be->conn == c)
+        be->conn = NULL;
+    c->refs--;
+    while (c->refs > 0)
+        pthread_cond_wait(&be->cv, &be->mu);
+    pthread_mutex_unlock(&be->mu);
+    zookeeper_close(c->zh); /* pending completions get ZCLOSING */
+    free(c);
+    pthread_mutex_lock(&be->mu);
+}
+
+/* ---- one-call wrappers ------------------------------------------------ */
+
+static int zk_get_kids(struct zk_conn *cn, const char *path, int64_t dl,
+                       struct zk_call **out)
+{
+    struct zk_call *c = zk_call_new();
+    int rc;
+
+    *out = NULL;
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    rc = zk_call_wait(c, zoo_aget_children2(cn->zh, path, 0, zk_cb_kids, c),
+                      dl);
+    if (rc == ZOK)
+        *out = c; /* the caller unrefs it when done with the names */
+    else
+        zk_call_unref(c);
+    return rc;
+}
+
+/* get path's data; with a watch (ours, notifying the key) when watch. */
+static int zk_get(struct zk_be *be, struct zk_conn *cn, const char *path,
+                  bool watch, int64_t dl, struct zk_holder *h,
+                  struct Stat *st, bool *parsed)
+{
+    struct zk_call *c = zk_call_new();
+    int rc;
+
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    if (watch)
+        rc = zoo_awget(cn->zh, path, zk_be_node_watcher, be, zk_cb_data, c);
+    else
+        rc = zoo_aget(cn->zh, path, 0, zk_cb_data, c);
+    rc = zk_call_wait(c, rc, dl);
+    if (rc == ZOK) {
+        *st = c->stat;
+        if (h != NULL)
+            *parsed = zk_parse_holder(c->data, c->data_len, h) == 0;
+    }
+    zk_call_unref(c);
+    return rc;
+}
+
+static int zk_delete(struct zk_conn *cn, const char *path, int version,
+                     int64_t dl)
+{
+    struct zk_call *c = zk_call_new();
+    int rc;
+
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    rc = zk_call_wait(c, zoo_adelete(cn->zh, path, version, zk_cb_void, c),
+                      dl);
+    zk_call_unref(c);
+    return rc;
+}
+
+static int zk_create(struct zk_conn *cn, const char *path, const char *data,
+                     int len, int mode, int64_t dl, char *name,
+                     size_t name_cap, struct Stat *st)
+{
+    struct zk_call *c = zk_call_new();
+    int rc;
+
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    rc = zk_call_wait(c,
+                      zoo_acreate2(cn->zh, path, data, len,
+                                   &ZOO_OPEN_ACL_UNSAFE, mode, zk_cb_create,
+                                   c),
+                      dl);
+    if (rc == ZOK) {
+        if (name != NULL)
+            snprintf(name, name_cap, "%s", c->name);
+        if (st != NULL)
+            *st = c->stat;
+    }
+    zk_call_unref(c);
+    return rc;
+}
+
+static int zk_set(struct zk_conn *cn, const char *path, const char *data,
+                  int len, int version, int64_t dl, struct Stat *st)
+{
+    struct zk_call *c = zk_call_new();
+    int rc;
+
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    rc = zk_call_wait(
+        c, zoo_aset(cn->zh, path, data, len, version, zk_cb_stat, c),
+        dl);
+    if (rc == ZOK && st != NULL)
+        *st = c->stat;
+    zk_call_unref(c);
+    return rc;
+}
+
+static int zk_exists(struct zk_conn *cn, const char *path, int64_t dl)
+{
+    struct zk_call *c = zk_call_new();
+    int rc;
+
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    rc = zk_call_wait(c, zoo_aexists(cn->zh, path, 0, zk_cb_stat, c), dl);
+    zk_call_unref(c);
+    return rc;
+}
+
+/*
+ * The grant, one multi: create h [+ delete our waiter node] + set h to the
+ * same data, whose stat gives the czxid (fence) and mtime (start of the
+ * TTL) in the same round trip. (No container create in a multi: the C
+ * client 3.8 cannot read the server's answer to it.)
+ */
+static int zk_grant(struct zk_conn *cn, const char *parent,
+                    const char *waiter_name, const char *data, size_t len,
+                    int64_t dl, struct Stat *st)
+{
+    struct zk_call *c = zk_call_new();
+    int n = 0, rc;
+
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    if (zk_child_path(parent, "h", c->paths[0], ZK_PATH_MAX) != 0 ||
+        (waiter_name != NULL &&
+         zk_child_path(parent, waiter_name, c->paths[1], ZK_PATH_MAX) != 0) ||
+        len > sizeof(c->buf)) {
+        zk_call_unref(c);
+        zk_call_unref(c);
+        return ZBADARGUMENTS;
+    }
+    memcpy(c->buf, data, len);
+    zoo_create_op_init(&c->ops[n++], c->paths[0], c->buf, (int)len,
+                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+    if (waiter_name != NULL)
+        zoo_delete_op_init(&c->ops[n++], c->paths[1], -1);
+    zoo_set_op_init(&c->ops[n++], c->paths[0], c->buf, (int)len, 0,
+                    &c->set_stat);
+    rc = zk_call_wait(
+        c, zoo_amulti(cn->zh, n, c->ops, c->results, zk_cb_void, c), dl);
+    if (rc == ZOK)
+        *st = c->set_stat;
+    zk_call_unref(c);
+    return rc;
+}
+
+/* Release: delete h at version, and the key's node with it when nobody
+ * waits (ZNOTEMPTY otherwise: the container is then left to the server). */
+static int zk_drop(struct zk_conn *cn, const char *parent, int version,
+                   int64_t dl)
+{
+    struct zk_call *c = zk_call_new();
+    int rc;
+
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    if (zk_child_path(parent, "h", c->paths[0], ZK_PATH_MAX) != 0) {
+        zk_call_unref(c);
+        zk_call_unref(c);
+        return ZBADARGUMENTS;
+    }
+    snprintf(c->paths[1], ZK_PATH_MAX, "%s", parent);
+    zoo_delete_op_init(&c->ops[0], c->paths[0], version);
+    zoo_delete_op_init(&c->ops[1], c->paths[1], -1);
+    rc = zk_call_wait(
+        c, zoo_amulti(cn->zh, 2, c->ops, c->results, zk_cb_void, c), dl);
+    zk_call_unref(c);
+    return rc;
+}
+
+/* ---- results ---------------------------------------------------------- */
+
+/* The store did not answer (or answered something we cannot use). */
+static enum backend_result zk_unavailable(const char *what, int rc)
+{
+    log_debug("zookeeper: %s: %s", what, zerror(rc));
+    return BACKEND_UNAVAILABLE;
+}
+
+static int64_t zk_deadline(const struct zk_be *be)
+{
+    return backend_mono_ms() + be->timeout_ms;
+}
+
+/* The holder's remaining ms by the server's clock (<= 0: expired). */
+static int64_t zk_remaining(struct zk_be *be, const struct zk_holder *h,
+                            const struct Stat *st)
+{
+    return st->mtime + (int64_t)h->ttl_ms - zk_server_now(be);
+}
+
+static int zk_fill_grant(struct zk_be *be, const struct Stat *st,
+                         uint64_t ttl_ms, int64_t t0, struct lock_grant *out)
+{
+    zk_clock_sample(be, st->mtime, t0, backend_mono_ms());
+    if (st->czxid <= 0 || (uint64_t)st->czxid > LOCK_FENCE_MAX) {
+        log_error("zookeeper: zxid %" PRId64 " does not fit a fence (2^53)",
+                  st->czxid);
+        return -1;
+    }
+    out->fence = (uint64_t)st->czxid;
+    out->ttl_ms = ttl_ms;
+    out->expires_at_ms = st->mtime + (int64_t)ttl_ms;
+    return 0;
+}
+
+/* An expired holder seen at version: delete it if it is still that one. */
+static int zk_reap_holder(struct zk_be *be, struct zk_conn *cn,
+                          const char *hpath, int version, int64_t dl,
+                          const char *key, size_t key_len)
+{
+    int rc = zk_delete(cn, hpath, version, dl);
+
+    if (rc == ZOK) {
+        metrics_lock_expired(1);
+        zk_be_notify(be, key, key_len);
+    }
+    return rc;
+}
+
+/* ---- waiters ---------------------------------------------------------- */
+
+static struct zk_waiter *zk_waiter_new(struct zk_be *be, const char *key,
+                                       size_t key_len)
+{
+    struct zk_waiter *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        return NULL;
+    w->key = malloc(key_len + 1);
+    if (w->key == NULL) {
+        free(w);
+        return NULL;
+    }
+    memcpy(w->key, key, key_len);
+    w->key[key_len] = '\0';
+    w->key_len = key_len;
+    pthread_mutex_lock(&be->mu);
+    w->next = be->waiters;
+    if (be->waiters != NULL)
+        be->waiters->prev = w;
+    be->waiters = w;
+    pthread_mutex_unlock(&be->mu);
+    return w;
+}
+
+static void zk_waiter_free(struct zk_be *be, struct zk_waiter *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&be->mu);
+    if (w->prev != NULL)
+        w->prev->next = w->next;
+    else if (be->waiters == w)
+        be->waiters = w->next;
+    if (w->next != NULL)
+        w->next->prev = w->prev;
+    pthread_mutex_unlock(&be->mu);
+    free(w->key);
+    free(w);
+}
+
+/* Remember a node to delete later (a cancel that could not reach the
+ * store); bounded: past the limit the node waits for its deadline. */
+static void zk_trash_add(struct zk_be *be, const char *parent,
+                         const char *name, bool is_prefix)
+{
+    struct zk_trash *t = calloc(1, sizeof(*t));
+
+    if (t != NULL) {
+        t->parent = strdup(parent);
+        t->name = strdup(name);
+        t->is_prefix = is_prefix;
+    }
+    pthread_mutex_lock(&be->mu);
+    if (t != NULL && t->parent != NULL && t->name != NULL &&
+        be->ntrash < ZK_TRASH_MAX) {
+        t->next = be->trash;
+        be->trash = t;
+        be->ntrash++;
+        t = NULL;
+    }
+    pthread_mutex_unlock(&be->mu);
+    if (t != NULL) {
+        free(t->parent);
+        free(t->name);
+        free(t);
+    }
+}
+
+static int zk_cmp_kid(const void *a, const void *b)
+{
+    const struct zk_kid *x = a, *y = b;
+
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Parse a waiter's name: w<inst>-<id>-<deadline>-<10-digit sequence>. */
+static int zk_parse_waiter(const char *name, struct zk_kid *k)
+{
+    size_t n = strlen(name);
+    const char *p;
+    int64_t v = 0, mul = 1;
+
+    if (n < ZK_SEQ_DIGITS + 3 || name[0] != 'w' ||
+        name[n - ZK_SEQ_DIGITS - 1] != '-')
+        return -1;
+    for (size_t i = n - ZK_SEQ_DIGITS; i < n; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return -1;
+        v = v * 10 + (name[i] - '0');
+    }
+    k->name = name;
+    k->seq = v;
+    v = 0;
+    p = name + n - ZK_SEQ_DIGITS - 2;
+    while (p > name && *p >= '0' && *p <= '9' && mul <= INT64_C(1) << 50) {
+        v += (*p - '0') * mul;
+        mul *= 10;
+        p--;
+    }
+    k->deadline = *p == '-' ? v : 0; /* unreadable: reapable */
+    return 0;
+}
+
+/* ---- acquire ---------------------------------------------------------- */
+
+struct zk_acq {
+    struct zk_be *be;
+    struct zk_conn *cn;
+    const struct lock_req *req;
+    struct zk_waiter *w; /* NULL: try once */
+    char parent[ZK_PATH_MAX];
+    char hpath[ZK_PATH_MAX];
+    char data[ZK_DATA_MAX];
+    size_t data_len;
+    int64_t dl; /* monotonic ms */
+};
+
+/* A grant: h is ours with stat st. */
+static enum backend_result zk_acq_granted(struct zk_acq *a,
+                                          const struct Stat *st, int64_t t0,
+                                          struct lock_grant *out)
+{
+    if (zk_fill_grant(a->be, st, a->req->ttl_ms, t0, out) != 0) {
+        zk_delete(a->cn, a->hpath, -1, a->dl);
+        return BACKEND_UNAVAILABLE;
+    }
+    if (a->w != NULL) {
+        zk_waiter_free(a->be, a->w);
+        a->req->waiter->be_data = NULL;
+        /* the next waiter here may have watched a node that is gone now */
+        zk_be_notify(a->be, a->req->key, a->req->key_len);
+    }
+    return BACKEND_OK;
+}
+
+/* Take a place at the end of the queue. ZOK, ZNONODE (no key node), or
+ * an error with w->pending set (a node may exist that we never heard of). */
+static int zk_acq_register(struct zk_acq *a)
+{
+    struct zk_be *be = a->be;
+    struct lock_waiter *lw = a->req->waiter;
+    char path[ZK_PATH_MAX], made[ZK_PATH_MAX];
+    int64_t left = lw->deadline_ms - backend_now_ms();
+    int64_t dl_server = zk_server_now(be) + (left > 0 ? left : 0) +
+                        ZK_WAITER_GRACE_MS;
+    const char *base;
+    int n, rc;
+
+    n = snprintf(a->w->prefix, sizeof(a->w->prefix),
+                 "w%s-%" PRIx64 "-%" PRId64 "-", be->inst, lw->id, dl_server);
+    if (n < 0 || (size_t)n >= sizeof(a->w->prefix) ||
+        zk_child_path(a->parent, a->w->prefix, path, sizeof(path)) != 0)
+        return ZBADARGUMENTS;
+    a->w->pending = true;
+    rc = zk_create(a->cn, path, "", 0, ZOO_EPHEMERAL_SEQUENTIAL, a->dl,
+                   made, sizeof(made), NULL);
+    if (rc == ZNONODE) {
+        a->w->pending = false;
+        return rc;
+    }
+    if (rc != ZOK)
+        return rc;
+    base = strrchr(made, '/');
+    base = base != NULL ? base + 1 : made;
+    if (strlen(base) >= sizeof(a->w->name))
+        return ZBADARGUMENTS; /* stays pending: found by its prefix */
+    memcpy(a->w->name, base, strlen(base) + 1);
+    a->w->pending = false;
+    return ZOK;
+}
+
+/*
+ * Make the key's node. If we made it, nobody holds or waits: take h at
+ * once (no herd of round trips for the common case, a free key). Returns
+ * like zk_acq_round(), -1 when the node was there already.
+ */
+static int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out)
+{
+    struct Stat st;
+    int64_t t0 = backend_mono_ms();
+    int rc = zk_create(a->cn, a->parent, NULL, -1, ZOO_CONTAINER, a->dl,
+                       NULL, 0, NULL);
+
+    if (rc == ZNODEEXISTS)
+        return -1;
+    if (rc != ZOK)
+        return zk_unavailable("create key node", rc);
+    rc = zk_grant(a->cn, a->parent, NULL, a->data, a->data_len, a->dl, &st);
+    if (rc == ZOK)
+        return zk_acq_granted(a, &st, t0, out);
+    if (rc == ZNODEEXISTS || rc == ZNONODE)
+        return -1;
+    /* a container that never had a child is never reaped: drop it later */
+    zk_trash_add(a->be, a->be->locks, strrchr(a->parent, '/') + 1, false);
+    return zk_unavailable("grant", rc);
+}
+
+/*
+ * One look-act round. Returns BACKEND_OK, HELD or UNAVAILABLE when the
+ * request is answered, or -1 to look again (something moved under us).
+ */
+static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
+{
+    struct zk_be *be = a->be;
+    struct zk_waiter *w = a->w;
+    struct zk_call *kc = NULL;
+    struct zk_kid *kids = NULL;
+    struct zk_holder h;
+    struct Stat st;
+    size_t nw = 0, own = SIZE_MAX, ahead;
+    bool has_h = false, parsed = false;
+    int64_t t0 = backend_mono_ms();
+    int rc, ret = -1;
+
+    rc = zk_get_kids(a->cn, a->parent, a->dl, &kc);
+    if (rc == ZNONODE) {
+        /* our node, if any, went with it (our session ended) */
+        if (w != NULL) {
+            w->name[0] = '\0';
+            w->pending = false;
+        }
+        return zk_acq_fresh(a, out);
+    }
+    if (rc != ZOK)
+        return zk_unavailable("list waiters", rc);
+
+    kids = calloc((size_t)kc->nkids + 1, sizeof(*kids));
+    if (kids == NULL) {
+        zk_call_unref(kc);
+        return BACKEND_NO_MEMORY;
+    }
+    for (int i = 0; i < kc->nkids; i++) {
+        const char *name = kc->kids[i];
+        if (strcmp(name, "h") == 0)
+            has_h = true;
+        else if (zk_parse_waiter(name, &kids[nw]) == 0)
+            nw++;
+    }
+    qsort(kids, nw, sizeof(*kids), zk_cmp_kid);
+
+    if (w != NULL) {
+        size_t plen = strlen(w->prefix);
+        for (size_t i = 0; i < nw; i++) {
+            const char *name = kids[i].name;
+            bool mine = plen > 0 && plen + ZK_SEQ_DIGITS < sizeof(w->name) &&
+                        strncmp(name, w->prefix, plen) == 0 &&
+                        strlen(name) == plen + ZK_SEQ_DIGITS;
+            if (w->name[0] != '\0' && strcmp(name, w->name) == 0)
+                own = i;
+            else if (w->name[0] == '\0' && w->pending && mine) {
+                memcpy(w->name, name, plen + ZK_SEQ_DIGITS + 1);
+                own = i;
+            }
+        }
+        w->pending = false;
+        if (w->name[0] != '\0' && own == SIZE_MAX) {
+            /* our place is gone: our grant's answer was lost, or our
+             * session (and its ephemeral node) ended */
+            w->name[0] = '\0';
+            if (has_h) {
+                rc = zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st,
+                            &parsed);
+                if (rc == ZOK && parsed &&
+                    backend_token_eq(h.token, a->req->token)) {
+                    ret = zk_acq_granted(a, &st, t0, out);
+                    goto out;
+                }
+                if (rc != ZOK && rc != ZNONODE) {
+                    ret = zk_unavailable("read holder", rc);
+                    goto out;
+                }
+            }
+            goto out; /* look again, unregistered */
+        }
+    }
+    ahead = own != SIZE_MAX ? own : nw;
+
+    if (ahead > 0) {
+        int64_t now = zk_server_now(be);
+        struct zk_kid *first = &kids[0], *pred = &kids[ahead - 1];
+        char path[ZK_PATH_MAX];
+
+        /* a waiter past its deadline (its lockd died or lost it) */
+        if (first->deadline < now || pred->deadline < now) {
+            struct zk_kid *dead = first->deadline < now ? first : pred;
+            if (zk_child_path(a->parent, dead->name, path, sizeof(path)) == 0)
+                rc = zk_delete(a->cn, path, -1, a->dl);
+            if (rc != ZOK && rc != ZNONODE)
+                ret = zk_unavailable("reap waiter", rc);
+            goto out;
+        }
+        if (w == NULL) {
+            out->retry_ms = 1; /* the first waiter takes it now */
+            if (has_h) {
+                rc = zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st,
+                            &parsed);
+                if (rc == ZOK && parsed) {
+                    int64_t left = zk_remaining(be, &h, &st);
+                    if (left <= 0) {
+                        zk_reap_holder(be, a->cn, a->hpath, st.version,
+                                       a->dl, a->req->key, a->req->key_len);
+                        left = 1;
+                    }
+                    out->retry_ms = (uint64_t)left;
+                }
+            }
+            ret = BACKEND_HELD;
+            goto out;
+        }
+        if (w->name[0] == '\0') {
+            rc = zk_acq_register(a);
+            if (rc != ZOK && rc != ZNONODE)
+                ret = zk_unavailable("queue waiter", rc);
+            goto out;
+        }
+        /* wait for the one just ahead of us: no herd when it goes */
+        if (zk_child_path(a->parent, pred->name, path, sizeof(path)) != 0) {
+            ret = BACKEND_UNAVAILABLE;
+            goto out;
+        }
+        rc = zk_get(be, a->cn, path, true, a->dl, NULL, &st, NULL);
+        if (rc == ZNONODE)
+            goto out;
+        if (rc != ZOK) {
+            ret = zk_unavailable("watch waiter", rc);
+            goto out;
+        }
+        {
+            int64_t until = pred->deadline - now + 1;
+            out->retry_ms = (uint64_t)(until < ZK_WAITER_RECHECK_MS
+                                           ? until
+                                           : ZK_WAITER_RECHECK_MS);
+        }
+        /* free, but one of our own waiters is ahead in the store (two
+         * threads queued in one order and parked in the other): the
+         * caller passes the turn on */
+        if (!has_h) {
+            char mine[24];
+            int n = snprintf(mine, sizeof(mine), "w%s-", be->inst);
+            for (size_t i = 0; i < ahead && n > 0; i++)
+                if (strncmp(kids[i].name, mine, (size_t)n) == 0)
+                    out->behind = true;
+        }
+        ret = BACKEND_HELD;
+        goto out;
+    }
+
+    if (has_h) {
+        /* the first waiter watches h: its release or reap wakes us */
+        rc = zk_get(be, a->cn, a->hpath, w != NULL && w->name[0] != '\0',
+                    a->dl, &h, &st, &parsed);
+        if (rc == ZNONODE)
+            goto out;
+        if (rc != ZOK) {
+            ret = zk_unavailable("read holder", rc);
+            goto out;
+        }
+        if (!parsed) {
+            log_warn("zookeeper: %s holds data lockd cannot read; treating "
+                     "the key as held",
+                     a->hpath);
+            out->retry_ms = ZK_WAITER_RECHECK_MS;
+            ret = BACKEND_HELD;
+            goto out;
+        }
+        int64_t left = zk_remaining(be, &h, &st);
+        if (left <= 0) {
+            rc = zk_reap_holder(be, a->cn, a->hpath, st.version, a->dl,
+                                a->req->key, a->req->key_len);
+            if (rc != ZOK && rc != ZNONODE && rc != ZBADVERSION)
+                ret = zk_unavailable("reap holder", rc);
+            goto out;
+        }
+        if (w != NULL && w->name[0] == '\0') {
+            rc = zk_acq_register(a);
+            if (rc != ZOK && rc != ZNONODE)
+                ret = zk_unavailable("queue waiter", rc);
+            goto out;
+        }
+        out->retry_ms = (uint64_t)left;
+        ret = BACKEND_HELD;
+        goto out;
+    }
+
+    /* free and nobody ahead of us */
+    rc = zk_grant(a->cn, a->parent,
+                  w != NULL && w->name[0] != '\0' ? w->name : NULL, a->data,
+                  a->data_len, a->dl, &st);
+    if (rc == ZOK) {
+        ret = zk_acq_granted(a, &st, t0, out);
+    } else if (rc == ZNONODE) {
+        if (w != NULL)
+            w->name[0] = '\0';
+    } else if (rc != ZNODEEXISTS) {
+        /* the multi may have happened: keep our name, so the next round
+         * finds h under our token */
+        ret = zk_unavailable("grant", rc);
+    }
+out:
+    free(kids);
+    zk_call_unref(kc);
+    return ret;
+}
+
+static enum backend_result zk_be_acquire(struct backend *b,
+                                         const struct lock_req *req,
+                                         struct lock_grant *out)
+{
+    struct zk_be *be = (struct zk_be *)b;
+    struct zk_acq a = { .be = be, .req = req };
+    enum backend_result r = BACKEND_UNAVAILABLE;
+
+    if (zk_key_path(be, req->key, req->key_len, a.parent, sizeof(a.parent)) !=
+            0 ||
+        zk_child_path(a.parent, "h", a.hpath, sizeof(a.hpath)) != 0 ||
+        zk_fmt_holder(a.data, sizeof(a.data), req->token, req->ttl_ms,
+                      req->owner, &a.data_len) != 0) {
+        log_error("zookeeper: acquire: key, token or owner too long");
+        return BACKEND_UNAVAILABLE;
+    }
+    if (req->waiter != NULL) {
+        a.w = req->waiter->be_data;
+        if (a.w == NULL) {
+            a.w = zk_waiter_new(be, req->key, req->key_len);
+            if (a.w == NULL)
+                return BACKEND_NO_MEMORY;
+            req->waiter->be_data = a.w;
+        }
+    }
+    a.cn = zk_conn_get(be);
+    if (a.cn == NULL)
+        return BACKEND_UNAVAILABLE;
+    a.dl = zk_deadline(be);
+    for (int i = 0; i < ZK_MAX_ROUNDS; i++) {
+        int rr;
+        /* no place in the queue yet: a free key usually has no node */
+        if (i == 0 && (a.w == NULL || (a.w->name[0] == '\0' && !a.w->pending)))
+            rr = zk_acq_fresh(&a, out);
+        else
+            rr = zk_acq_round(&a, out);
+        if (rr >= 0) {
+            r = (enum backend_result)rr;
+            goto done;
+        }
+        if (backend_mono_ms() >= a.dl)
+            break;
+    }
+    /* contended beyond our rounds: answer held and look again soon */
+    out->retry_ms = 10;
+    r = BACKEND_HELD;
+done:
+    zk_conn_put(be, a.cn);
+    return r;
+}
+
+/* ---- renew, release, inspect ------------------------------------------ */
+
+/* Read h for a token holder's request: OK with h and st when req->token
+ * holds it unexpired; NOT_FOUND, MISMATCH or UNAVAILABLE otherwise. */
+static enum backend_result zk_read_own(struct zk_be *be, struct zk_conn *cn,
+                                       const struct lock_req *req,
+                                       const char *hpath, int64_t dl,
+                                       struct zk_holder *h, struct Stat *st)
+{
+    bool parsed = false;
+    int rc = zk_get(be, cn, hpath, false, dl, h, st, &parsed);
+
+    if (rc == ZNONODE)
+        return BACKEND_NOT_FOUND;
+    if (rc != ZOK)
+        return zk_unavailable("read holder", rc);
+    if (!parsed)
+        return BACKEND_MISMATCH;
+    if (zk_remaining(be, h, st) <= 0) {
+        zk_reap_holder(be, cn, hpath, st->version, dl, req->key,
+                       req->key_len);
+        return BACKEND_NOT_FOUND;
+    }
+    if (!backend_token_eq(req->token, h->token))
+        return BACKEND_MISMATCH;
+    return BACKEND_OK;
+}
+
+static enum backend_result zk_be_renew(struct backend *b,
+                                       const struct lock_req *req,
+                                       struct lock_grant *out)
+{
+    struct zk_be *be = (struct zk_be *)b;
+    char parent[ZK_PATH_MAX], hpath[ZK_PATH_MAX], data[ZK_DATA_MAX];
+    struct zk_conn *cn;
+    struct zk_holder h;
+    struct Stat st;
+    enum backend_result r = BACKEND_UNAVAILABLE;
+    int64_t dl;
+
+    if (zk_key_path(be, req->key, req->key_len, parent, sizeof(parent)) !=
+            0 ||
+        zk_child_path(parent, "h", hpath, sizeof(hpath)) != 0)
+        return BACKEND_NOT_FOUND;
+    cn = zk_conn_get(be);
+    if (cn == NULL)
+        return BACKEND_UNAVAILABLE;
+    dl = zk_deadline(be);
+    for (int i = 0; i < ZK_MAX_ROUNDS && backend_mono_ms() < dl; i++) {
+        uint64_t ttl;
+        size_t len;
+        int64_t t0;
+        int rc;
+
+        r = zk_read_own(be, cn, req, hpath, dl, &h, &st);
+        if (r != BACKEND_OK)
+            break;
+        ttl = req->ttl_ms != 0 ? req->ttl_ms : h.ttl_ms;
+        if (zk_fmt_holder(data, sizeof(data), h.token, ttl,
+                          h.has_owner ? h.owner : NULL, &len) != 0) {
+            r = BACKEND_UNAVAILABLE;
+            break;
+        }
+        t0 = backend_mono_ms();
+        /* the version check: a reap or release in between wins */
+        rc = zk_set(cn, hpath, data, (int)len, st.version, dl, &st);
+        if (rc == ZOK) {
+            r = zk_fill_grant(be, &st, ttl, t0, out) == 0
+                    ? BACKEND_OK
+                    : BACKEND_UNAVAILABLE;
+            break;
+        }
+        r = BACKEND_UNAVAILABLE;
+        if (rc == ZNONODE) {
+            r = BACKEND_NOT_FOUND;
+            break;
+        }
+        if (rc != ZBADVERSION) {
+            r = zk_unavailable("renew", rc);
+            break;
+        }
+    }
+    zk_conn_put(be, cn);
+    return r;
+}
+
+static enum backend_result zk_be_release(struct backend *b,
+                                         const struct lock_req *req)
+{
+    struct zk_be *be = (struct zk_be *)b;
+    char parent[ZK_PATH_MAX], hpath[ZK_PATH_MAX];
+    struct zk_conn *cn;
+    struct zk_holder h;
+    struct Stat st;
+    enum backend_result r = BACKEND_UNAVAILABLE;
+    int64_t dl;
+
+    if (zk_key_path(be, req->key, req->key_len, parent, sizeof(parent)) !=
+            0 ||
+        zk_child_path(parent, "h", hpath, sizeof(hpath)) != 0)
+        return BACKEND_NOT_FOUND;
+    cn = zk_conn_get(be);
+    if (cn == NULL)
+        return BACKEND_UNAVAILABLE;
+    dl = zk_deadline(be);
+    for (int i = 0; i < ZK_MAX_ROUNDS && backend_mono_ms() < dl; i++) {
+        int rc;
+
+        r = zk_read_own(be, cn, req, hpath, dl, &h, &st);
+        if (r != BACKEND_OK)
+            break;
+        rc = zk_drop(cn, parent, st.version, dl);
+        if (rc == ZNOTEMPTY) /* waiters: leave the key's node to them */
+            rc = zk_delete(cn, hpath, st.version, dl);
+        r = BACKEND_UNAVAILABLE;
+        if (rc == ZOK) {
+            r = BACKEND_OK;
+            zk_be_notify(be, req->key, req->key_len);
+            break;
+        }
+        if (rc == ZNONODE) {
+            r = BACKEND_NOT_FOUND;
+            break;
+        }
+        if (rc != ZBADVERSION) {
+            r = zk_unavailable("release", rc);
+            break;
+        }
+    }
+    zk_conn_put(be, cn);
+    return r;
+}
+
+static enum backend_result zk_be_inspect(struct backend *b,
+                                         const char *key,
+                                         size_t key_len,
+                                         struct lock_info *out)
+{
+    struct zk_be *be = (struct zk_be *)b;
+    char parent[ZK_PATH_MAX], hpath[ZK_PATH_MAX];
+    struct zk_conn *cn;
+    struct zk_holder h;
+    struct Stat st;
+    bool parsed = false;
+    enum backend_result r;
+    int64_t dl, left;
+    int rc;
+
+    if (zk_key_path(be, key, key_len, parent, sizeof(parent)) != 0 ||
+        zk_child_path(parent, "h", hpath, sizeof(hpath)) != 0)
+        return BACKEND_NOT_FOUND;
+    cn = zk_conn_get(be);
+    if (cn == NULL)
+        return BACKEND_UNAVAILABLE;
+    dl = zk_deadline(be);
+    rc = zk_get(be, cn, hpath, false, dl, &h, &st, &parsed);
+    if (rc == ZNONODE) {
+        r = BACKEND_NOT_FOUND;
+    } else if (rc != ZOK) {
+        r = zk_unavailable("inspect", rc);
+    } else if (!parsed || st.czxid <= 0 ||
+               (uint64_t)st.czxid > LOCK_FENCE_MAX) {
+        r = BACKEND_UNAVAILABLE;
+    } else if ((left = zk_remaining(be, &h, &st)) <= 0) {
+        zk_reap_holder(be, cn, hpath, st.version, dl, key, key_len);
+        r = BACKEND_NOT_FOUND;
+    } else {
+        out->fence = (uint64_t)st.czxid;
+        out->ttl_ms = (uint64_t)left;
+        out->expires_at_ms = st.mtime + (int64_t)h.ttl_ms;
+        out->has_owner = h.has_owner;
+        memcpy(out->owner, h.owner, sizeof(out->owner));
+        r = BACKEND_OK;
+    }
+    zk_conn_put(be, cn);
+    return r;
+}
+
+static enum backend_result zk_be_cancel_wait(struct backend *b,
+                                             const char *key,
+                                             size_t key_len,
+                                             struct lock_waiter *waiter)
+{
+    struct zk_be *be = (struct zk_be *)b;
+    struct zk_waiter *w = waiter->be_data;
+    char parent[ZK_PATH_MAX], path[ZK_PATH_MAX];
+    enum backend_result r = BACKEND_OK;
+    struct zk_conn *cn;
+    int rc = ZOK;
+
+    if (w == NULL)
+        return BACKEND_OK;
+    waiter->be_data = NULL;
+    if ((w->name[0] == '\0' && !w->pending) ||
+        zk_key_path(be, key, key_len, parent, sizeof(parent)) != 0)
+        goto out;
+    cn = zk_conn_get(be);
+    if (cn == NULL) {
+        rc = ZCONNECTIONLOSS;
+    } else if (w->name[0] != '\0') {
+        if (zk_child_path(parent, w->name, path, sizeof(path)) == 0)
+            rc = zk_delete(cn, path, -1, zk_deadline(be));
+    } else {
+        /* a create we never heard back from: find it by its prefix */
+        struct zk_call *kc = NULL;
+        size_t plen = strlen(w->prefix);
+        int64_t dl = zk_deadline(be);
+        rc = zk_get_kids(cn, parent, dl, &kc);
+        for (int i = 0; rc == ZOK && i < kc->nkids; i++) {
+            if (strncmp(kc->kids[i], w->prefix, plen) == 0 &&
+                zk_child_path(parent, kc->kids[i], path, sizeof(path)) == 0)
+                rc = zk_delete(cn, path, -1, dl);
+            if (rc == ZNONODE)
+                rc = ZOK;
+        }
+        zk_call_unref(kc);
+    }
+    if (cn != NULL)
+        zk_conn_put(be, cn);
+    if (rc != ZOK && rc != ZNONODE) {
+        /* try again from the keeper; else it goes with our session or
+         * when others see its deadline pass */
+        zk_trash_add(be, parent, w->name[0] != '\0' ? w->name : w->prefix,
+                     w->name[0] == '\0');
+        r = BACKEND_UNAVAILABLE;
+    }
+out:
+    zk_waiter_free(be, w);
+    /* the next waiter here may have watched our node, or not yet */
+    zk_be_notify(be, key, key_len);
+    return r;
+}
+
+static enum backend_result zk_be_ping(struct backend *b)
+{
+    struct zk_be *be = (struct zk_be *)b;
+    struct zk_conn *cn = zk_conn_get(be);
+    int rc;
+
+    if (cn == NULL)
+        return BACKEND_UNAVAILABLE;
+    rc = zk_exists(cn, be->root, zk_deadline(be));
+    zk_conn_put(be, cn);
+    return rc == ZOK ? BACKEND_OK : zk_unavailable("ping", rc);
+}
+
+/* ---- the keeper thread ------------------------------------------------ */
+
+/* A new session: make the root nodes, learn the server's clock. */
+static int zk_be_setup(struct zk_be *be, struct zk_conn *cn)
+{
+    char path[ZK_PATH_MAX];
+    const char *parts[] = { be->chroot, be->root, be->locks, be->clock_path };
+    int64_t dl = zk_deadline(be), t0, t1;
+    struct Stat st;
+    int rc;
+
+    /* every ancestor of the chroot, then ours */
+    for (size_t i = 1, n = strlen(be->chroot); i <= n; i++) {
+        if (i < n && be->chroot[i] != '/')
+            continue;
+        memcpy(path, be->chroot, i);
+        path[i] = '\0';
+        rc = zk_create(cn, path, NULL, -1, ZOO_PERSISTENT, dl, NULL, 0, NULL);
+        if (rc != ZOK && rc != ZNODEEXISTS)
+            return zk_unavailable("create chroot", rc);
+    }
+    for (size_t i = 1; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        rc = zk_create(cn, parts[i], NULL, -1, ZOO_PERSISTENT, dl, NULL, 0,
+                       NULL);
+        if (rc != ZOK && rc != ZNODEEXISTS)
+            return zk_unavailable("create root", rc);
+    }
+    t0 = backend_mono_ms();
+    rc = zk_set(cn, be->clock_path, NULL, -1, -1, dl, &st);
+    t1 = backend_mono_ms();
+    if (rc != ZOK)
+        return zk_unavailable("sample clock", rc);
+    zk_clock_sample(be, st.mtime, t0, t1);
+    return ZOK;
+}
+
+/* Delete what failed cancels left behind. */
+static void zk_be_empty_trash(struct zk_be *be, struct zk_conn *cn)
+{
+    struct zk_trash *t, *keep = NULL;
+    char path[ZK_PATH_MAX];
+
+    pthread_mutex_lock(&be->mu);
+    t = be->trash;
+    be->trash = NULL;
+    be->ntrash = 0;
+    pthread_mutex_unlock(&be->mu);
+    while (t != NULL) {
+        struct zk_trash *next = t->next;
+        int64_t dl = zk_deadline(be);
+        int rc = ZOK;
+        if (!t->is_prefix) {
+            if (zk_child_path(t->parent, t->name, path, sizeof(path)) == 0)
+                rc = zk_delete(cn, path, -1, dl);
+        } else {
+            struct zk_call *kc = NULL;
+            size_t plen = strlen(t->name);
+            rc = zk_get_kids(cn, t->parent, dl, &kc);
+            for (int i = 0; rc == ZOK && i < kc->nkids; i++) {
+                if (strncmp(kc->kids[i], t->name, plen) == 0 &&
+                    zk_child_path(t->parent, kc->kids[i], path,
+                                  sizeof(path)) == 0)
+                    rc = zk_delete(cn, path, -1, dl);
+                if (rc == ZNONODE)
+                    rc = ZOK;
+            }
+            zk_call_unref(kc);
+        }
+        if (rc == ZOK || rc == ZNONODE || rc == ZNOTEMPTY) {
+            free(t->parent);
+            free(t->name);
+            free(t);
+        } else {
+            t->next = keep;
+            keep = t;
+        }
+        t = next;
+    }
+    while (keep != NULL) {
+        struct zk_trash *next = keep->next;
+        pthread_mutex_lock(&be->mu);
+        keep->next = be->trash;
+        be->trash = keep;
+        be->ntrash++;
+        pthread_mutex_unlock(&be->mu);
+        keep = next;
+    }
+}
+
+/*
+ * Look at one key's node: drop waiters past their deadline, an expired
+ * holder and, when nothing is left, the node itself. This is what frees
+ * keys that nobody touches again (a holder that died and never released),
+ * so nothing grows without bound.
+ */
+static void zk_be_sweep_key(struct zk_be *be, struct zk_conn *cn,
+                            const char *name)
+{
+    char parent[ZK_PATH_MAX], path[ZK_PATH_MAX];
+    unsigned char key[LOCK_KEY_MAX];
+    struct zk_call *kc = NULL;
+    int64_t dl = zk_deadline(be), now;
+    long key_len;
+    int live = 0, rc;
+
+    if (name[0] != 'k' ||
+        (key_len = zk_b64_decode(name + 1, strlen(name + 1), key,
+                                 sizeof(key))) <= 0 ||
+        zk_child_path(be->locks, name, parent, sizeof(parent)) != 0)
+        return;
+    if (zk_get_kids(cn, parent, dl, &kc) != ZOK)
+        return;
+    now = zk_server_now(be);
+    for (int i = 0; i < kc->nkids; i++) {
+        struct zk_kid k;
+        if (strcmp(kc->kids[i], "h") == 0) {
+            struct zk_holder h;
+            struct Stat st;
+            bool parsed = false;
+            live++;
+            if (zk_child_path(parent, "h", path, sizeof(path)) != 0)
+                continue;
+            rc = zk_get(be, cn, path, false, dl, &h, &st, &parsed);
+            if (rc == ZNONODE ||
+                (rc == ZOK && parsed && zk_remaining(be, &h, &st) <= 0 &&
+                 zk_reap_holder(be, cn, path, st.version, dl,
+                                (const char *)key, (size_t)key_len) == ZOK))
+                live--;
+        } else if (zk_parse_waiter(kc->kids[i], &k) == 0 &&
+                   k.deadline < now &&
+                   zk_child_path(parent, k.name, path, sizeof(path)) == 0 &&
+                   zk_delete(cn, path, -1, dl) == ZOK) {
+            continue;
+        } else {
+            live++;
+        }
+    }
+    zk_call_unref(kc);
+    if (live == 0)
+        zk_delete(cn, parent, -1, dl); /* ZNOTEMPTY: someone came: fine */
+}
+
+/* A few keys per tick, a new pass over all of them at most every
+ * ZK_SWEEP_RELIST_MS: a bounded load whatever the number of keys. */
+static void zk_be_sweep(struct zk_be *be, struct zk_conn *cn)
+{
+    int64_t now = backend_mono_ms();
+
+    if (be->sweep == NULL || be->sweep_i >= be->sweep->nkids) {
+        if (now - be->sweep_at < ZK_SWEEP_RELIST_MS)
+            return;
+        be->sweep_at = now;
+        zk_call_unref(be->sweep);
+        be->sweep = NULL;
+        be->sweep_i = 0;
+        if (zk_get_kids(cn, be->locks, zk_deadline(be), &be->sweep) != ZOK)
+            return;
+    }
+    for (int n = 0; n < ZK_SWEEP_BATCH && be->sweep_i < be->sweep->nkids;
+         n++)
+        zk_be_sweep_key(be, cn, be->sweep->kids[be->sweep_i++]);
+}
+
+static void do_zk_keeper_wait(struct zk_be *be, int64_t ms)
+{
+    struct timespec ts;
+    int64_t until = backend_mono_ms() + ms;
+
+    ts.tv_sec = (time_t)(until / 1000);
+    ts.tv_nsec = (long)(until % 1000) * 1000000L;
+    pthread_cond_timedwait(&be->cv, &be->mu, &ts);
+}
+
+static void *zk_be_keeper(void *arg)
+{
+    struct zk_be *be = arg;
+    bool up = false;
+    int64_t backoff = 100;
+
+    pthread_mutex_lock(&be->mu);
+    while (!be->stopping) {
+        struct zk_conn *c = be->conn;
+        int state;
+
+        if (c == NULL) {
+            zhandle_t *zh;
+            pthread_mutex_unlock(&be->mu);
+            zh = zookeeper_init2(be->hosts, zk_be_session_watcher,
+                                 be->session_ms, NULL, be, 0,
+                                 zk_be_lib_log);
+            pthread_mutex_lock(&be->mu);
+            c = zh != NULL ? calloc(1, sizeof(*c)) : NULL;
+            if (c == NULL) {
+                log_warn("zookeeper: cannot open a handle for %s: %s",
+                         be->hosts, strerror(errno));
+                if (zh != NULL) {
+                    pthread_mutex_unlock(&be->mu);
+                    zookeeper_close(zh);
+                    pthread_mutex_lock(&be->mu);
+                }
+                do_zk_keeper_wait(be, backoff);
+                backoff = backoff < 5000 ? backoff * 2 : 5000;
+                continue;
+            }
+            c->zh = zh;
+            c->refs = 1;
+            be->conn = c;
+        }
+        state = zoo_state(c->zh);
+        if (state == ZOO_EXPIRED_SESSION_STATE ||
+            state == ZOO_AUTH_FAILED_STATE) {
+            log_warn("zookeeper: session %s; opening a new one",
+                     state == ZOO_AUTH_FAILED_STATE ? "refused"
+                                                    : "expired");
+            up = false;
+            do_zk_conn_retire(be, c);
+            do_zk_keeper_wait(be, backoff);
+            backoff = backoff < 5000 ? backoff * 2 : 5000;
+            continue;
+        }
+        if (state == ZOO_CONNECTED_STATE) {
+            bool notify = false;
+            c->refs++;
+            if (!c->ready) {
+                pthread_mutex_unlock(&be->mu);
+                int rc = zk_be_setup(be, c);
+                pthread_mutex_lock(&be->mu);
+                c->ready = rc == ZOK;
+                if (c->ready)
+                    pthread_cond_broadcast(&be->cv); /* open() waits */
+            }
+            if (c->ready && !up) {
+                up = true;
+                notify = true;
+                backoff = 100;
+                log_info("zookeeper: connected to %s (session 0x%" PRIx64
+                         ")",
+                         be->hosts, (uint64_t)zoo_client_id(c->zh)->client_id);
+            }
+            if (c->ready) {
+                bool stale = backend_mono_ms() - be->clock.at_mono >=
+                             ZK_CLOCK_REFRESH_MS;
+                bool trash = be->trash != NULL;
+                pthread_mutex_unlock(&be->mu);
+                if (notify)
+                    zk_be_notify_all(be);
+                if (stale) {
+                    struct Stat st;
+                    int64_t t0 = backend_mono_ms();
+                    if (zk_set(c, be->clock_path, NULL, -1, -1,
+                               zk_deadline(be), &st) == ZOK)
+                        zk_clock_sample(be, st.mtime, t0, backend_mono_ms());
+                }
+                if (trash)
+                    zk_be_empty_trash(be, c);
+                zk_be_sweep(be, c);
+                pthread_mutex_lock(&be->mu);
+            }
+            if (--c->refs == 0)
+                pthread_cond_broadcast(&be->cv);
+        } else if (up) {
+            up = false;
+            log_warn("zookeeper: connection to %s lost; answering 503 until "
+                     "it is back",
+                     be->hosts);
+        }
+        if (!be->stopping)
+            do_zk_keeper_wait(be, ZK_KEEPER_TICK_MS);
+    }
+    pthread_mutex_unlock(&be->mu);
+    return NULL;
+}
+
+/* ---- open and close --------------------------------------------------- */
+
+static void zk_be_close(struct backend *b)
+{
+    struct zk_be *be = (struct zk_be *)b;
+
+    if (be == NULL)
+        return;
+    if (be->keeper_started) {
+        pthread_mutex_lock(&be->mu);
+        be->stopping = true;
+        pthread_cond_broadcast(&be->cv);
+        pthread_mutex_unlock(&be->mu);
+        pthread_join(be->keeper, NULL);
+    }
+    zk_call_unref(be->sweep);
+    pthread_mutex_lock(&be->mu);
+    if (be->conn != NULL)
+        do_zk_conn_retire(be, be->conn);
+    while (be->trash != NULL) {
+        struct zk_trash *t = be->trash;
+        be->trash = t->next;
+        free(t->parent);
+        free(t->name);
+        free(t);
+    }
+    while (be->waiters != NULL) { /* the caller should have cancelled them */
+        struct zk_waiter *w = be->waiters;
+        be->waiters = w->next;
+        free(w->key);
+        free(w);
+    }
+    pthread_mutex_unlock(&be->mu);
+    pthread_cond_destroy(&be->cv);
+    pthread_mutex_destroy(&be->mu);
+    free(be->hosts);
+    free(be->root);
+    free(be->locks);
+    free(be->clock_path);
+    free(be->chroot);
+    free(be);
+}
+
+/* "a/b" → "/a/b"; segments of [A-Za-z0-9._-], never "." or "..". */
+static int zk_parse_chroot(const char *path, char **out)
+{
+    size_t n = path != NULL ? strlen(path) : 0;
+    char *s;
+
+    while (n > 0 && path[n - 1] == '/')
+        n--;
+    if (n > ZK_CHROOT_MAX)
+        return -1;
+    s = malloc(n + 2);
+    if (s == NULL)
+        return -1;
+    s[0] = '\0';
+    if (n > 0) {
+        s[0] = '/';
+        memcpy(s + 1, path, n);
+        s[n + 1] = '\0';
+        for (char *seg = s + 1; seg != NULL;) {
+            char *end = strchr(seg, '/');
+            size_t len = end != NULL ? (size_t)(end - seg) : strlen(seg);
+            if (len == 0 || (len == 1 && seg[0] == '.') ||
+                (len == 2 && seg[0] == '.' && seg[1] == '.') ||
+                strspn(seg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu"
+                            "vwxyz0123456789._-") < len) {
+                free(s);
+                return -1;
+            }
+            seg = end != NULL ? end + 1 : NULL;
+        }
+    }
+    *out = s;
+    return 0;
+}
+
+static char *zk_concat(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = malloc(la + lb + 1);
+
+    if (s != NULL) {
+        memcpy(s, a, la);
+        memcpy(s + la, b, lb + 1);
+    }
+    return s;
+}
+
+static enum backend_result zk_be_open(const char *url,
+                                      const struct backend_hooks *hooks,
+                                      struct backend **out)
+{
+    static const char *const allowed[] = { "session_timeout_ms", "timeout_ms",
+                                           NULL };
+    struct backend_url u;
+    struct zk_be *be = NULL;
+    enum backend_result r = BACKEND_INVALID;
+    const char *bad = NULL, *v;
+    uint64_t session = ZK_DEFAULT_SESSION_MS, timeout = ZK_DEFAULT_TIMEOUT_MS;
+    unsigned char rnd[8];
+    pthread_condattr_t ca;
+
+    *out = NULL;
+    if (backend_url_parse(url, &u) != 0) {
+        log_error("zookeeper: malformed URL");
+        return BACKEND_INVALID;
+    }
+    if (strcmp(u.scheme, "zookeeper") != 0 || u.user != NULL ||
+        u.hosts == NULL || u.hosts[0] == '\0' ||
+        strpbrk(u.hosts, " \t/?#@") != NULL) {
+        log_error("zookeeper: URL needs zookeeper://host:port[,host:port]"
+                  "[/chroot]");
+        goto out;
+    }
+    if (backend_url_check_params(&u, allowed, &bad) != 0) {
+        log_error("zookeeper: unknown URL option '%s' (known: "
+                  "session_timeout_ms, timeout_ms)",
+                  bad);
+        goto out;
+    }
+    v = backend_url_param(&u, "session_timeout_ms");
+    if (v != NULL && backend_parse_u64(v, 1000, 600000, &session) != 0) {
+        log_error("zookeeper: session_timeout_ms must be 1000..600000");
+        goto out;
+    }
+    v = backend_url_param(&u, "timeout_ms");
+    if (v != NULL && backend_parse_u64(v, 10, 600000, &timeout) != 0) {
+        log_error("zookeeper: timeout_ms must be 10..600000");
+        goto out;
+    }
+    r = BACKEND_NO_MEMORY;
+    be = calloc(1, sizeof(*be));
+    if (be == NULL)
+        goto out;
+    be->base.ops = &zk_be_ops;
+    if (zk_parse_chroot(u.path, &be->chroot) != 0) {
+        log_error("zookeeper: chroot must be /segment[/segment] of "
+                  "[A-Za-z0-9._-], at most %d bytes",
+                  ZK_CHROOT_MAX);
+        r = BACKEND_INVALID;
+        goto out;
+    }
+    be->hosts = strdup(u.hosts);
+    be->root = zk_concat(be->chroot, "/lockd");
+    be->locks = be->root != NULL ? zk_concat(be->root, "/locks") : NULL;
+    be->clock_path = be->root != NULL ? zk_concat(be->root, "/clock")
+                                      : NULL;
+    if (be->hosts == NULL || be->locks == NULL || be->clock_path == NULL)
+        goto out;
+    if (hooks != NULL)
+        be->hooks = *hooks;
+    be->session_ms = (int)session;
+    be->timeout_ms = (int64_t)timeout;
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+        uint64_t x = (uint64_t)zk_mono_us() ^ (uint64_t)backend_now_ms() << 20;
+        memcpy(rnd, &x, sizeof(rnd));
+    }
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(be->inst + 2 * i, 3, "%02x", rnd[i]);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_mutex_init(&be->mu, NULL) != 0 ||
+        pthread_cond_init(&be->cv, &ca) != 0) {
+        pthread_condattr_destroy(&ca);
+        log_error("zookeeper: cannot make a mutex");
+        goto out_free_raw;
+    }
+    pthread_condattr_destroy(&ca);
+    zoo_set_debug_level(log_enabled(LOG_LEVEL_DEBUG) ? ZOO_LOG_LEVEL_INFO
+                                                     : ZOO_LOG_LEVEL_WARN);
+    if (pthread_create(&be->keeper, NULL, zk_be_keeper, be) != 0) {
+        log_error("zookeeper: cannot start the keeper thread");
+        zk_be_close(&be->base);
+        be = NULL;
+        goto out;
+    }
+    be->keeper_started = true;
+    /* a short wait for the first session, so that a lockd started next to
+     * a running ZooKeeper is ready at once; a store still down is no
+     * failure: calls answer UNAVAILABLE until it is back */
+    pthread_mutex_lock(&be->mu);
+    for (int64_t now = backend_mono_ms(), until = now + be->timeout_ms;
+         now < until && (be->conn == NULL || !be->conn->ready);
+         now = backend_mono_ms())
+        do_zk_keeper_wait(be, until - now);
+    if (be->conn == NULL || !be->conn->ready)
+        log_warn("zookeeper: %s does not answer yet; answering 503 until it "
+                 "does",
+                 be->hosts);
+    pthread_mutex_unlock(&be->mu);
+    *out = &be->base;
+    be = NULL;
+    r = BACKEND_OK;
+    goto out;
+out_free_raw:
+    free(be->hosts);
+    free(be->root);
+    free(be->locks);
+    free(be->clock_path);
+    free(be->chroot);
+    free(be);
+    be = NULL;
+out:
+    if (be != NULL) {
+        free(be->hosts);
+        free(be->root);
+        free(be->locks);
+        free(be->clock_path);
+        free(be->chroot);
+        free(be);
+    }
+    backend_url_cleanup(&u);
+    return r;
+}
+
+const struct backend_ops zk_be_ops = {
+    .scheme = "zookeeper",
+    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
+    .open = zk_be_open,
+    .acquire = zk_be_acquire,
+    .renew = zk_be_renew,
+    .release = zk_be_release,
+    .inspect = zk_be_inspect,
+    .cancel_wait = zk_be_cancel_wait,
+    .ping = zk_be_ping,
+    .held_count = NULL,
+    .close = zk_be_close,
+};
