@@ -1,7 +1,8 @@
 /*
  * tests/bench/ceiling.c - the HTTP ceiling for `make bench`: a minimal
- * libmicrohttpd server with lockd's daemon flags (internal thread pool of
- * nproc threads, epoll, suspend/resume allowed) that answers POST with a
+ * libmicrohttpd server with lockd's daemon flags and options (internal
+ * thread pool of nproc threads, epoll, turbo, suspend/resume allowed, the
+ * same per-connection memory pool and backlog) that answers POST with a
  * fixed 201 grant body and DELETE with a fixed 200 body, doing no other
  * work. lockd on the memory backend is measured against it.
  *
@@ -104,12 +105,15 @@ int main(int argc, char **argv)
     addr.sin_port = htons((uint16_t)port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                             MHD_ALLOW_SUSPEND_RESUME,
+                             MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO,
                          (uint16_t)port, NULL, NULL, on_request, NULL,
                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                          MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)threads,
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned int)60000,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)60,
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
+                         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)1024,
+                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
                          MHD_OPTION_END);
     if (d == NULL) {
         fprintf(stderr, "ceiling: cannot listen on 127.0.0.1:%ld\n", port);

@@ -10,8 +10,9 @@
  *              again: pairs/s and acquire/release latency percentiles.
  *              With -P etcd: lease grant + lock (= acquire) and unlock.
  *   contended  every client acquires ONE key with ?wait_ms and releases it
- *              at once: grants/s, hand-off latency (release sent -> next
- *              grant received), wait per acquire (fairness: max vs mean).
+ *              at once (or after -h microseconds): grants/s, hand-off
+ *              latency (release sent -> next grant received), wait per
+ *              acquire (fairness: max vs mean, per-client means).
  *   hold       acquire -k distinct keys and keep them; reads the server's
  *              VmRSS (--pid) before and after: bytes per held lock.
  *   waiters    hold one key, then open -w connections that all wait on it;
@@ -33,6 +34,7 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,6 +75,7 @@ struct conn {
     uint64_t t_sent;    /* the current request's first byte went out */
     uint64_t t_acq;     /* etcd: when the lease grant (acquire) started */
     uint64_t grants;    /* contended: grants this client got in the window */
+    uint64_t wait_ns;   /* contended: the sum of those grants' waits */
     size_t out_len;
     size_t out_off;
     size_t in_len;
@@ -100,6 +103,8 @@ struct worker {
     long hold_next;     /* hold: next key number to acquire */
     long held;
     uint64_t last_release_ns; /* contended: last release sent, 0 = none */
+    struct conn *pending; /* contended with -h: the holder, release due */
+    uint64_t release_at;  /* ... at this time */
 };
 
 static struct {
@@ -117,6 +122,7 @@ static struct {
     long wait_ms;
     long keys;          /* hold */
     long waiters;       /* waiters */
+    long hold_us;       /* contended: how long a holder keeps the lock */
     int pid;            /* server pid for VmRSS, 0 = none */
     bool no_body;
 } o = {
@@ -134,6 +140,7 @@ static struct {
     .wait_ms = 120000,
     .keys = 100000,
     .waiters = 10000,
+    .hold_us = 0,
     .pid = 0,
     .no_body = false,
 };
@@ -141,6 +148,9 @@ static struct {
 static struct sockaddr_in srv_addr;
 static uint64_t t_warm_end; /* samples count from here ... */
 static uint64_t t_end;      /* ... to here */
+static struct worker *cpu_worker; /* reads the server's CPU time (-r) */
+static long long cpu_at_warm = -1; /* server CPU us at t_warm_end */
+static long long cpu_at_end = -1;  /* ... and at t_end */
 
 static void die(const char *what)
 {
@@ -504,11 +514,17 @@ static int on_response(struct worker *w, struct conn *c, int status,
             if (win) {
                 w->pairs++;
                 c->grants++;
+                c->wait_ns += now - c->t_sent;
                 bench_samples_add(&w->wait, now - c->t_sent);
                 if (w->last_release_ns != 0)
                     bench_samples_add(&w->handoff, now - w->last_release_ns);
             }
             req_lockd_release(c);
+            if (o.hold_us > 0) { /* the critical section: sent later */
+                w->pending = c;
+                w->release_at = now + (uint64_t)o.hold_us * 1000u;
+                return 0;
+            }
             w->last_release_ns = now;
             return conn_send(w, c, now);
         }
@@ -659,12 +675,39 @@ static void conn_event(struct worker *w, struct conn *c, uint32_t ev)
         conn_readable(w, c);
 }
 
-/* One round of epoll; timeout in ms. */
+/* Send the held lock's release when its time has come (contended -h). */
+static void worker_due(struct worker *w)
+{
+    struct conn *c = w->pending;
+    uint64_t now;
+
+    if (c == NULL)
+        return;
+    now = bench_now_ns();
+    if (now < w->release_at)
+        return;
+    w->pending = NULL;
+    w->last_release_ns = now;
+    if (conn_send(w, c, now) != 0)
+        conn_reconnect(w, c, now);
+}
+
+/* One round of epoll; timeout in ms (shorter when a release is due). */
 static void worker_poll(struct worker *w, int timeout_ms)
 {
     struct epoll_event evs[256];
-    int n = epoll_wait(w->ep, evs, 256, timeout_ms);
+    int n;
 
+    if (w->pending != NULL) {
+        uint64_t now = bench_now_ns();
+        int due = now >= w->release_at
+                      ? 0
+                      : (int)((w->release_at - now + 999999) / 1000000);
+
+        if (due < timeout_ms)
+            timeout_ms = due;
+    }
+    n = epoll_wait(w->ep, evs, 256, timeout_ms);
     if (n < 0) {
         if (errno == EINTR)
             return;
@@ -672,6 +715,7 @@ static void worker_poll(struct worker *w, int timeout_ms)
     }
     for (int i = 0; i < n; i++)
         conn_event(w, evs[i].data.ptr, evs[i].events);
+    worker_due(w);
 }
 
 static void worker_init(struct worker *w, int first, int n)
@@ -722,12 +766,17 @@ static void *worker_run_pairs(void *arg)
     for (int i = 0; i < w->n; i++) {
         struct conn *c = &w->conns[i];
 
-        make_key(c, -1);
+        make_key(c, o.sc == SC_CONTENDED ? 0 : -1); /* contended: one key */
         if (start_cycle(w, c, now) != 0)
             conn_reconnect(w, c, now);
     }
-    while (bench_now_ns() < t_end)
+    while (bench_now_ns() < t_end) {
+        if (w == cpu_worker && cpu_at_warm < 0 && bench_now_ns() >= t_warm_end)
+            cpu_at_warm = bench_cpu_us(o.pid);
         worker_poll(w, 20);
+    }
+    if (w == cpu_worker && cpu_at_warm >= 0)
+        cpu_at_end = bench_cpu_us(o.pid);
     w->stopping = true;
     /* contended: waiters never finish by themselves; close at once */
     if (o.sc == SC_CONTENDED)
@@ -785,6 +834,7 @@ static void run_pairs(void)
         first += n;
     }
     set_window(o.warmup, o.seconds);
+    cpu_worker = o.pid ? &ws[0] : NULL;
     for (int i = 0; i < t; i++)
         if (pthread_create(&ws[i].th, NULL, worker_run_pairs, &ws[i]) != 0)
             die("pthread_create");
@@ -806,25 +856,35 @@ static void run_pairs(void)
     bench_samples_sort(&all.wait);
     bench_samples_sort(&all.handoff);
     printf("{\"scenario\":\"%s\",\"proto\":\"%s\",\"clients\":%d,"
-           "\"threads\":%d,\"seconds\":%.3f,",
+           "\"threads\":%d,\"seconds\":%.3f,\"hold_ms\":%.3f,",
            o.sc == SC_CONTENDED ? "contended" : "pairs", proto_name(),
-           o.clients, t, o.seconds);
+           o.clients, t, o.seconds, (double)o.hold_us / 1000.0);
     if (o.sc == SC_CONTENDED) {
         uint64_t gmin = UINT64_MAX;
         uint64_t gmax = 0;
+        double worst = 0; /* the highest per-client mean wait, ms */
         double mean = bench_samples_mean_ms(&all.wait);
 
         for (int i = 0; i < ws[0].n; i++) {
-            uint64_t g = ws[0].conns[i].grants;
+            const struct conn *c = &ws[0].conns[i];
+            double m = c->grants ? (double)c->wait_ns / (double)c->grants /
+                                       BENCH_NS_PER_MS
+                                 : 0;
 
-            gmin = g < gmin ? g : gmin;
-            gmax = g > gmax ? g : gmax;
+            gmin = c->grants < gmin ? c->grants : gmin;
+            gmax = c->grants > gmax ? c->grants : gmax;
+            worst = m > worst ? m : worst;
         }
         printf("\"grants\":%llu,\"grants_per_s\":%.1f,"
-               "\"max_wait_over_mean\":%.3f,\"grants_per_client_min\":%llu,"
+               "\"max_wait_over_mean\":%.3f,"
+               "\"p999_wait_over_mean\":%.3f,"
+               "\"worst_client_mean_wait_over_mean\":%.3f,"
+               "\"grants_per_client_min\":%llu,"
                "\"grants_per_client_max\":%llu,",
                (unsigned long long)all.pairs, (double)all.pairs / o.seconds,
                mean > 0 ? bench_samples_max_ms(&all.wait) / mean : 0,
+               mean > 0 ? bench_samples_pct(&all.wait, 99.9) / mean : 0,
+               mean > 0 ? worst / mean : 0,
                (unsigned long long)(gmin == UINT64_MAX ? 0 : gmin),
                (unsigned long long)gmax);
         bench_samples_print_json(stdout, "handoff", &all.handoff);
@@ -837,6 +897,10 @@ static void run_pairs(void)
         printf(",");
         bench_samples_print_json(stdout, "release", &all.rel);
     }
+    if (cpu_at_warm >= 0 && cpu_at_end >= cpu_at_warm && all.pairs > 0)
+        printf(",\"server_cpu_s\":%.3f,\"server_cpu_us_per_op\":%.2f",
+               (double)(cpu_at_end - cpu_at_warm) / 1e6,
+               (double)(cpu_at_end - cpu_at_warm) / (double)all.pairs);
     printf(",");
     print_errors(&all);
     printf("}\n");
@@ -938,10 +1002,12 @@ static long metrics_waiters(void)
     int n;
     long v = -1;
     char *p;
+    struct timeval tv = { .tv_sec = 2, .tv_usec = 0 };
 
     if (fd < 0)
         return -1;
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     n = snprintf(req, sizeof req,
                  "GET /metrics HTTP/1.1\r\nHost: %s:%d\r\n"
                  "Connection: close\r\n\r\n",
@@ -1062,7 +1128,7 @@ static void usage(void)
             "  [-s pairs|contended|hold|waiters] [-c clients] [-t threads]\n"
             "  [-d seconds] [-W warmup-seconds] [-x key-prefix]\n"
             "  [-u path-prefix] [-T ttl-ms] [-w wait-ms] [-k keys]\n"
-            "  [-n waiters] [-r server-pid] [-B (no body)]\n");
+            "  [-n waiters] [-r server-pid] [-h hold-us] [-B (no body)]\n");
     exit(2);
 }
 
@@ -1070,7 +1136,7 @@ int main(int argc, char **argv)
 {
     int ch;
 
-    while ((ch = getopt(argc, argv, "H:p:P:s:c:t:d:W:x:u:T:w:k:n:r:B")) != -1) {
+    while ((ch = getopt(argc, argv, "H:p:P:s:c:t:d:W:x:u:T:w:k:n:r:h:B")) != -1) {
         switch (ch) {
         case 'H':
             o.host = optarg;
@@ -1130,6 +1196,9 @@ int main(int argc, char **argv)
             break;
         case 'r':
             o.pid = (int)strtol(optarg, NULL, 10);
+            break;
+        case 'h':
+            o.hold_us = strtol(optarg, NULL, 10);
             break;
         case 'B':
             o.no_body = true;

@@ -7,7 +7,7 @@
  * Prints one JSON line in loadgen's format.
  *
  *   redisbench [-H host] [-p port] [-c clients] [-d seconds] [-W warmup]
- *              [-x key-prefix] [-T ttl-ms]
+ *              [-x key-prefix] [-T ttl-ms] [-r redis-server-pid]
  */
 #include "tests/bench/stats.h"
 
@@ -44,6 +44,7 @@ static struct {
     double warmup;
     const char *prefix;
     long ttl_ms;
+    int pid; /* redis-server, for its CPU time; 0 = none */
 } o = {
     .host = "127.0.0.1",
     .port = 6379,
@@ -64,6 +65,8 @@ static uint64_t pairs;
 static uint64_t errors;
 static struct bench_samples acq;
 static struct bench_samples rel;
+static long long cpu_at_warm = -1; /* redis-server CPU us at t_warm_end */
+static long long cpu_at_end = -1;
 
 /* ---- the hiredis event adapter over our epoll set ---- */
 
@@ -239,7 +242,8 @@ static void poll_once(int timeout_ms)
 static void usage(void)
 {
     fprintf(stderr, "usage: redisbench [-H host] [-p port] [-c clients] "
-                    "[-d seconds] [-W warmup] [-x prefix] [-T ttl-ms]\n");
+                    "[-d seconds] [-W warmup] [-x prefix] [-T ttl-ms] "
+                    "[-r pid]\n");
     exit(2);
 }
 
@@ -248,7 +252,7 @@ int main(int argc, char **argv)
     struct rconn *cs;
     int ch;
 
-    while ((ch = getopt(argc, argv, "H:p:c:d:W:x:T:")) != -1) {
+    while ((ch = getopt(argc, argv, "H:p:c:d:W:x:T:r:")) != -1) {
         switch (ch) {
         case 'H':
             o.host = optarg;
@@ -270,6 +274,9 @@ int main(int argc, char **argv)
             break;
         case 'T':
             o.ttl_ms = strtol(optarg, NULL, 10);
+            break;
+        case 'r':
+            o.pid = (int)strtol(optarg, NULL, 10);
             break;
         default:
             usage();
@@ -309,8 +316,13 @@ int main(int argc, char **argv)
     t_end = t_warm_end + (uint64_t)(o.seconds * 1e9);
     for (int i = 0; i < o.clients; i++)
         send_set(&cs[i]);
-    while (bench_now_ns() < t_end)
+    while (bench_now_ns() < t_end) {
+        if (o.pid && cpu_at_warm < 0 && bench_now_ns() >= t_warm_end)
+            cpu_at_warm = bench_cpu_us(o.pid);
         poll_once(20);
+    }
+    if (cpu_at_warm >= 0)
+        cpu_at_end = bench_cpu_us(o.pid);
     stopping = true;
     while (inflight > 0 && bench_now_ns() < t_end + 3000000000u)
         poll_once(20);
@@ -324,6 +336,10 @@ int main(int argc, char **argv)
     bench_samples_print_json(stdout, "acquire", &acq);
     printf(",");
     bench_samples_print_json(stdout, "release", &rel);
+    if (cpu_at_warm >= 0 && cpu_at_end >= cpu_at_warm && pairs > 0)
+        printf(",\"server_cpu_s\":%.3f,\"server_cpu_us_per_op\":%.2f",
+               (double)(cpu_at_end - cpu_at_warm) / 1e6,
+               (double)(cpu_at_end - cpu_at_warm) / (double)pairs);
     printf(",\"errors\":%llu}\n", (unsigned long long)errors);
     for (int i = 0; i < o.clients; i++)
         redisAsyncFree(cs[i].ac);

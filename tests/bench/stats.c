@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t bench_now_ns(void)
 {
@@ -124,6 +125,35 @@ long long bench_rss_bytes(int pid)
     }
     fclose(f);
     return kb < 0 ? -1 : kb * 1024;
+}
+
+long long bench_cpu_us(int pid)
+{
+    char path[64];
+    char buf[1024];
+    unsigned long long ut = 0;
+    unsigned long long st = 0;
+    long tck = sysconf(_SC_CLK_TCK);
+    char *p;
+    size_t n;
+    FILE *f;
+    int k = snprintf(path, sizeof path, "/proc/%d/stat", pid);
+
+    if (k < 0 || (size_t)k >= sizeof path || tck <= 0)
+        return -1;
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* the command name may hold spaces: fields count from the last ')' */
+    p = strrchr(buf, ')');
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+                                   "%*u %llu %llu",
+                            &ut, &st) != 2)
+        return -1;
+    return (long long)((ut + st) * 1000000ull / (unsigned long long)tck);
 }
 
 long long bench_raise_nofile(void)

@@ -51,6 +51,10 @@ void bench_samples_print_json(FILE *f, const char *name,
 /* VmRSS of process pid in bytes from /proc/<pid>/status; -1 on failure. */
 long long bench_rss_bytes(int pid);
 
+/* CPU time (user + system, all threads) of process pid in microseconds
+ * from /proc/<pid>/stat; -1 on failure. */
+long long bench_cpu_us(int pid);
+
 /* Raise RLIMIT_NOFILE's soft limit to the hard limit; returns the new soft
  * limit (or the old one if it could not be raised). */
 long long bench_raise_nofile(void);
