@@ -235,19 +235,27 @@ def t_image(ctx):
     check(r.returncode == 0, "container-build --run %d failed (exit %d):\n%s"
           % (port, r.returncode, "\n".join(out.splitlines()[-60:])))
     harness.log("     container-build --run: %.0f s" % (time.monotonic() - t0))
+    # The image this build made (others may retag lockd:dev after it): the ID
+    # from container-build's image table, "localhost/lockd dev <ID> ...".
+    repo, tag = IMAGE.split(":")
+    ids = [w[2] for w in (line.split() for line in r.stdout.splitlines())
+           if len(w) >= 3 and w[0].rsplit("/", 1)[-1] == repo and w[1] == tag
+           and re.fullmatch(r"[0-9a-f]{12,64}", w[2])]
+    check(ids, "no image ID for %s in container-build's output:\n%s" % (IMAGE, r.stdout[-2000:]))
+    image = ids[-1]
 
-    r = podman("image", "inspect", IMAGE)
-    check(r.returncode == 0, "podman image inspect %s: %s" % (IMAGE, r.stderr))
+    r = podman("image", "inspect", image)
+    check(r.returncode == 0, "podman image inspect %s (%s): %s" % (IMAGE, image, r.stderr))
     info = json.loads(r.stdout)[0]
     size = int(info["Size"])
-    harness.log("     image %s: %.1f MB" % (IMAGE, size / 1e6))
+    harness.log("     image %s (%s): %.1f MB" % (IMAGE, image, size / 1e6))
     check(size < IMAGE_MAX_BYTES, "image is %.1f MB, the goal is under %.0f MB" % (size / 1e6, IMAGE_MAX_BYTES / 1e6))
     cfg = info["Config"]
     eq(cfg.get("User"), "10001:10001", "image USER")
     eq(cfg.get("Entrypoint"), ["/usr/local/bin/lockd"], "image ENTRYPOINT")
     check("LOCKD_LISTEN=0.0.0.0:8080" in (cfg.get("Env") or []), "image Env: %r" % cfg.get("Env"))
     check("8080/tcp" in (cfg.get("ExposedPorts") or {}), "image ExposedPorts: %r" % cfg.get("ExposedPorts"))
-    hc = (info.get("HealthCheck") or cfg.get("Healthcheck") or {}).get("Test")
+    hc = (info.get("Healthcheck") or cfg.get("Healthcheck") or {}).get("Test")
     eq(hc, ["CMD", "/usr/local/bin/lockd", "--check-health"], "image HEALTHCHECK")
 
     # Run it as Kubernetes would with the manifests' securityContext.
@@ -256,7 +264,7 @@ def t_image(ctx):
     r = podman("run", "-d", "--pull=never", "--name", name, "--network", "host",
                "--read-only", "--read-only-tmpfs=false", "--cap-drop", "ALL",
                "--security-opt", "no-new-privileges", *ulimits(),
-               "-e", "LOCKD_LISTEN=127.0.0.1:%d" % port, IMAGE, timeout=120)
+               "-e", "LOCKD_LISTEN=127.0.0.1:%d" % port, image, timeout=120)
     try:
         check(r.returncode == 0, "podman run: " + r.stderr)
         if not harness.wait_port(port, 30):
@@ -308,6 +316,7 @@ def t_image(ctx):
         code = podman("inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip()
         eq(code, "0", "exit code after SIGTERM (logs: %s)" % podman("logs", "--tail", "20", name).stdout)
         check(took < 11, "SIGTERM to exit took %.1f s (lockd drains within 10 s)" % took)
+        harness.log("     container: uid 10001, read-only root, no capabilities; SIGTERM to exit 0 in %.1f s" % took)
     finally:
         podman("rm", "-f", "-t", "2", name, timeout=60)
 
