@@ -99,6 +99,13 @@ def t_manifests_pass(ctx):
     r = run_checker("--shellcheck")
     check(r.returncode == 0, "check_manifests.py:\n" + r.stdout + r.stderr)
     check("1 sidecar, 1 service, 1 compose" in r.stdout, "checked too little: " + r.stdout)
+    # The compose schema itself, when a compose tool that can check it offline is installed.
+    dc = shutil.which("docker-compose")
+    if dc is None:
+        harness.log("     docker-compose not installed: compose.yaml checked without the compose schema")
+        return
+    r = run([dc, "-f", os.path.join(ROOT, "deploy", "compose.yaml"), "config", "-q"], cwd=ROOT)
+    check(r.returncode == 0, "docker-compose config:\n" + r.stdout + r.stderr)
 
 
 # A manifest file, a change that breaks it, and what the checker must say.
