@@ -135,6 +135,7 @@ def sigterm(ctx):
         p = parse_http(buf)
         check(p is not None, "the in-flight request got no complete answer: %r" % buf[:200])
         check(p[0] in (201, 503), "in-flight request answered %d %r" % (p[0], p[2][:200]))
+        harness.log("     the in-flight request was answered %d" % p[0])
         if p[0] == 503:
             eq(json.loads(p[2])["error"]["code"], "shutting_down", "in-flight 503 code")
     finally:
