@@ -78,7 +78,8 @@ enum redis_be_script {
 static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     /* acquire: KEYS lock, fence, queue, deadlines; ARGV token, ttl_ms,
      * has_owner, owner, waiter ("" = try once), its deadline (unix ms),
-     * this instance's waiter prefix, not-after (Redis unix ms).
+     * this instance's waiter prefix, release channel, key, not-after
+     * (Redis unix ms; the last argument).
      * {-2}: run after lockd gave up on it, nothing done.
      * {1, fence, ttl, expires_at} granted;
      * {0, retry_ms, behind, ours} held, or free with an earlier waiter
@@ -86,11 +87,14 @@ static const char *const redis_be_scripts[SCRIPT_COUNT] = {
      * A retry of an acquire whose reply was lost finds its own token and
      * is granted again, with the same fence. Waiters whose deadline (plus
      * a grace for clock skew) passed are dropped from the head: their
-     * lockd would have cancelled them, so it is gone. */
+     * lockd would have cancelled them, so it is gone. Behind another
+     * instance's waiter on a free key, retry soon (it should take the key
+     * at once); a waiter's grant is published so the others learn the new
+     * holder's TTL. */
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "if now > tonumber(ARGV[8]) then return {-2} end\n"
+    "if now > tonumber(ARGV[10]) then return {-2} end\n"
     "local grace = 1000\n"
     "local uid = ARGV[5]\n"
     "local head = redis.call('LINDEX', KEYS[3], 0)\n"
@@ -132,12 +136,17 @@ static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     "  local ours = 0\n"
     "  if string.sub(head, 1, string.len(ARGV[7])) == ARGV[7] then\n"
     "    ours = 1\n"
+    "  elseif hint > 200 then\n"
+    "    hint = 200\n"
     "  end\n"
     "  return {0, hint, 1, ours}\n"
     "end\n"
     "if uid ~= '' then\n"
     "  redis.call('LPOP', KEYS[3])\n"
     "  redis.call('HDEL', KEYS[4], uid)\n"
+    "  if redis.call('LLEN', KEYS[3]) > 0 then\n"
+    "    redis.call('PUBLISH', ARGV[8], ARGV[9])\n"
+    "  end\n"
     "end\n"
     "local f = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
     "if f >= 9007199254740991 then\n"
@@ -217,6 +226,7 @@ struct redis_conn {
     int64_t retry_at_ms;    /* monotonic: no reconnect before this */
     int64_t backoff_ms;     /* 0 after a success */
     int64_t offset_ms;      /* Redis's unix ms minus our monotonic ms */
+    int64_t failed_at_ms;   /* monotonic: the last failure */
     char sha[SCRIPT_COUNT][41];
     struct redis_conn *prev; /* in be->conns, under be->lock */
     struct redis_conn *next;
@@ -248,6 +258,7 @@ struct redis_be {
     atomic_bool stopping;
 
     atomic_int up;              /* last state logged: -1 unknown, 0, 1 */
+    _Atomic int64_t last_ok_ms; /* monotonic: a thread last reached Redis */
     _Atomic int64_t last_log_ms; /* for redis_be_warn() */
 };
 
@@ -268,10 +279,22 @@ static void redis_be_warn(struct redis_be *be, const char *what,
     log_warn("redis: %s: %s", what, detail);
 }
 
+/* Log the moments Redis goes away and comes back; on success, tell
+ * threads waiting out a backoff that Redis answers again. */
 static void redis_be_mark(struct redis_be *be, int up, const char *detail)
 {
-    int was = atomic_exchange(&be->up, up);
+    int was;
 
+    if (up) {
+        int64_t now = backend_mono_ms();
+        if (now - atomic_load_explicit(&be->last_ok_ms,
+                                       memory_order_relaxed) >= 5)
+            atomic_store_explicit(&be->last_ok_ms, now,
+                                  memory_order_relaxed);
+    }
+    if (atomic_load_explicit(&be->up, memory_order_relaxed) == up)
+        return;
+    was = atomic_exchange(&be->up, up);
     if (was == up)
         return;
     if (up)
@@ -523,7 +546,8 @@ static void redis_be_conn_fail(struct redis_be *be, struct redis_conn *cn,
                                          : cn->backoff_ms * 2;
     if (cn->backoff_ms > REDIS_BE_BACKOFF_MAX_MS)
         cn->backoff_ms = REDIS_BE_BACKOFF_MAX_MS;
-    cn->retry_at_ms = backend_mono_ms() + cn->backoff_ms;
+    cn->failed_at_ms = backend_mono_ms();
+    cn->retry_at_ms = cn->failed_at_ms + cn->backoff_ms;
     redis_be_mark(be, 0, why);
 }
 
@@ -534,7 +558,11 @@ static int redis_be_conn_ready(struct redis_be *be, struct redis_conn *cn)
 
     if (cn->ctx != NULL)
         return 0;
-    if (backend_mono_ms() < cn->retry_at_ms)
+    /* back off, unless another thread has reached Redis since we failed:
+     * then it is back and this thread should not answer 503 any longer */
+    if (backend_mono_ms() < cn->retry_at_ms &&
+        atomic_load_explicit(&be->last_ok_ms, memory_order_relaxed) <=
+            cn->failed_at_ms)
         return -1;
     if (redis_be_conn_open(be, cn, err, sizeof(err)) != 0) {
         redis_be_conn_fail(be, cn, err);
@@ -606,7 +634,7 @@ static redisReply *redis_be_command(struct redis_be *be, int argc,
 
 /*
  * Run script s with nkeys keys then the other arguments (args[i] of
- * lens[i] bytes; at most 12 in all) and, when stamped, a last argument:
+ * lens[i] bytes; at most 13 in all) and, when stamped, a last argument:
  * the not-after time in Redis's clock. EVALSHA first; EVAL when Redis lost
  * the script (SCRIPT FLUSH), which also caches it again. NULL or an error
  * reply are logged and answered NULL.
@@ -619,14 +647,14 @@ static redisReply *redis_be_script(struct redis_be *be,
                                    const size_t *lens,
                                    bool stamped)
 {
-    const char *argv[3 + 13];
-    size_t argl[3 + 13];
+    const char *argv[3 + 14];
+    size_t argl[3 + 14];
     char nk[4], stamp[24];
     struct redis_conn *cn = redis_be_conn(be);
     redisReply *r;
     int total = 3 + nargs + (stamped ? 1 : 0);
 
-    if (cn == NULL || nargs > 12)
+    if (cn == NULL || nargs > 13)
         return NULL;
     snprintf(nk, sizeof(nk), "%d", nkeys);
     argv[2] = nk;
@@ -818,6 +846,7 @@ static void *redis_be_sub_main(void *arg)
         }
         if (c != NULL) {
             log_debug("redis: subscribed to the release channel");
+            redis_be_mark(be, 1, NULL);
             backoff = 0;
             redis_be_sub_tried(be);
             redis_be_sub_read(be, c);
@@ -997,6 +1026,7 @@ static enum backend_result redis_be_open(const char *url,
     atomic_init(&be->up, -1);
     atomic_init(&be->stopping, false);
     atomic_init(&be->last_log_ms, 0);
+    atomic_init(&be->last_ok_ms, 0);
     if (pthread_mutex_init(&be->lock, NULL) != 0) {
         free(be);
         return BACKEND_NO_MEMORY;
@@ -1085,8 +1115,8 @@ static enum backend_result redis_be_acquire(struct backend *b,
     char lock[REDIS_BE_KEYBUF], fence[REDIS_BE_KEYBUF];
     char queue[REDIS_BE_KEYBUF], qdl[REDIS_BE_KEYBUF];
     char ttl[24], deadline[24];
-    const char *args[11];
-    size_t lens[11];
+    const char *args[13];
+    size_t lens[13];
     struct redis_be_wait *bw = NULL;
     redisReply *r;
     enum backend_result res = BACKEND_UNAVAILABLE;
@@ -1123,7 +1153,11 @@ static enum backend_result redis_be_acquire(struct backend *b,
     lens[9] = strlen(deadline);
     args[10] = be->instance;
     lens[10] = strlen(be->instance);
-    r = redis_be_script(be, SCRIPT_ACQUIRE, 4, 11, args, lens, true);
+    args[11] = be->channel;
+    lens[11] = strlen(be->channel);
+    args[12] = req->key;
+    lens[12] = req->key_len;
+    r = redis_be_script(be, SCRIPT_ACQUIRE, 4, 13, args, lens, true);
     if (r == NULL)
         return BACKEND_UNAVAILABLE; /* the waiter keeps its place, if any */
     if (reply_is_int(r, 0) && r->element[0]->integer == 1 && r->elements == 4 &&

@@ -164,7 +164,7 @@ def waiter_woken_by_remote_expiry(ctx):
     eq(renew(other.client(), key, r.json["token"]).status, 409, "the expired holder's renew")
 
 
-@harness.scenario("waiters on two instances are served first come, first served across both",
+@harness.scenario("waiters on two instances are served first come, first served across both, on release and on expiry",
                   backends=R)
 def fifo_across_instances(ctx):
     other = ctx.new_lockd()
@@ -175,13 +175,16 @@ def fifo_across_instances(ctx):
     order, lock = [], threading.Lock()
 
     def waiter(name, ld):
+        # the a* waiters release, the b* waiters let their TTL run out:
+        # the turn must pass between instances either way
         wc = ld.client(timeout=15)
-        r = acquire(wc, key, ttl_ms=5000, wait_ms=10000)
+        r = acquire(wc, key, ttl_ms=5000 if name[0] == "a" else 200, wait_ms=10000)
         if r.status == 201:
             with lock:
                 order.append((name, r.json["fence"]))
-            time.sleep(0.05)
-            release(wc, key, r.json["token"])
+            if name[0] == "a":
+                time.sleep(0.05)
+                release(wc, key, r.json["token"])
         else:
             with lock:
                 order.append((name, r.status))
