@@ -1,0 +1,490 @@
+/*
+ * tests/unit/test_zookeeper.c - the ZooKeeper adapter (backends/zookeeper.c)
+ * through its ops table: URL checks without a server, then the recipe
+ * against a real standalone ZooKeeper (Debian's zookeeper package) that
+ * this program starts on a free loopback port in a temp dir. Prints
+ * "0 passed, 0 failed" and exits 0 when Java or ZooKeeper is missing.
+ */
+#include "backends/backend.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/unit/check.h"
+
+extern const struct backend_ops zk_be_ops;
+
+#define JAVA   "/usr/bin/java"
+#define ZK_JAR "/usr/share/java/zookeeper.jar"
+#define TOK_A  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define TOK_B  "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define TOK_C  "cccccccccccccccccccccccccccccccc"
+
+static int port;
+static pid_t server_pid = -1;
+static char dir[64];
+static char url[160];
+
+/* ---- the server ---- */
+
+static int free_port(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), p = -1;
+
+    if (fd < 0)
+        return -1;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        p = ntohs(a.sin_port);
+    close(fd);
+    return p;
+}
+
+/* ruok -> imok: the server serves. */
+static int server_ruok(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    struct timeval tv = { 0, 300000 };
+    char buf[8] = { 0 };
+    int fd = socket(AF_INET, SOCK_STREAM, 0), ok = 0;
+
+    if (fd < 0)
+        return 0;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        write(fd, "ruok", 4) == 4 && read(fd, buf, 4) == 4)
+        ok = memcmp(buf, "imok", 4) == 0;
+    close(fd);
+    return ok;
+}
+
+static int server_start(void)
+{
+    char cfg[128], data[128];
+    FILE *f;
+
+    if (access(JAVA, X_OK) != 0 || access(ZK_JAR, R_OK) != 0)
+        return -1;
+    snprintf(cfg, sizeof(cfg), "%s/zoo.cfg", dir);
+    snprintf(data, sizeof(data), "%s/data", dir);
+    f = fopen(cfg, "w");
+    if (f == NULL)
+        return -1;
+    fprintf(f,
+            "tickTime=500\ndataDir=%s\nclientPort=%d\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok\n",
+            data, port);
+    fclose(f);
+    server_pid = fork();
+    if (server_pid < 0)
+        return -1;
+    if (server_pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        execl(JAVA, JAVA, "-Xmx128m", "-XX:+UseSerialGC",
+              "-XX:TieredStopAtLevel=1", "-Dzookeeper.admin.enableServer=false",
+              "-Dznode.container.checkIntervalMs=1000", "-cp", ZK_JAR,
+              "org.apache.zookeeper.server.ZooKeeperServerMain", cfg,
+              (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300; i++) {
+        if (server_ruok())
+            return 0;
+        if (waitpid(server_pid, NULL, WNOHANG) == server_pid) {
+            server_pid = -1;
+            return -1;
+        }
+        check_sleep_ms(100);
+    }
+    return -1;
+}
+
+static void server_stop(void)
+{
+    if (server_pid > 0) {
+        kill(server_pid, SIGKILL);
+        waitpid(server_pid, NULL, 0);
+        server_pid = -1;
+    }
+}
+
+/* ---- notifications ---- */
+
+static pthread_mutex_t note_lock = PTHREAD_MUTEX_INITIALIZER;
+static char note_key[LOCK_KEY_MAX + 1];
+static int note_count;
+
+static void on_notify(void *arg, const char *key, size_t len)
+{
+    (void)arg;
+    pthread_mutex_lock(&note_lock);
+    memcpy(note_key, key, len);
+    note_key[len] = '\0';
+    note_count++;
+    pthread_mutex_unlock(&note_lock);
+}
+
+static void note_reset(void)
+{
+    pthread_mutex_lock(&note_lock);
+    note_count = 0;
+    note_key[0] = '\0';
+    pthread_mutex_unlock(&note_lock);
+}
+
+/* Wait up to ms for a notification naming key. */
+static int noted(const char *key, int ms)
+{
+    for (int64_t until = check_mono_ms() + ms;;) {
+        int hit;
+        pthread_mutex_lock(&note_lock);
+        hit = note_count > 0 && strcmp(note_key, key) == 0;
+        pthread_mutex_unlock(&note_lock);
+        if (hit || check_mono_ms() >= until)
+            return hit;
+        check_sleep_ms(10);
+    }
+}
+
+/* ---- helpers ---- */
+
+static struct backend *open_be(const char *u)
+{
+    struct backend_hooks hooks = { on_notify, NULL };
+    struct backend *be = NULL;
+
+    if (zk_be_ops.open(u, &hooks, &be) != BACKEND_OK)
+        return NULL;
+    return be;
+}
+
+static enum backend_result acq(struct backend *be, const char *key,
+                               const char *tok, uint64_t ttl,
+                               struct lock_waiter *w, struct lock_grant *g)
+{
+    struct lock_req req = { .key = key, .key_len = strlen(key),
+                            .token = tok, .ttl_ms = ttl, .waiter = w };
+
+    memset(g, 0, sizeof(*g));
+    return zk_be_ops.acquire(be, &req, g);
+}
+
+static enum backend_result rel(struct backend *be, const char *key,
+                               const char *tok)
+{
+    struct lock_req req = { .key = key, .key_len = strlen(key),
+                            .token = tok };
+
+    return zk_be_ops.release(be, &req);
+}
+
+static enum backend_result ren(struct backend *be, const char *key,
+                               const char *tok, uint64_t ttl,
+                               struct lock_grant *g)
+{
+    struct lock_req req = { .key = key, .key_len = strlen(key),
+                            .token = tok, .ttl_ms = ttl };
+
+    memset(g, 0, sizeof(*g));
+    return zk_be_ops.renew(be, &req, g);
+}
+
+static struct backend *be_main;
+
+/* ---- cases without a server ---- */
+
+static void test_open_rejects_bad_urls(void)
+{
+    static const char *const bad[] = {
+        "zookeeper://127.0.0.1:2181?bogus=1",
+        "zookeeper://127.0.0.1:2181?session_timeout_ms=10",
+        "zookeeper://127.0.0.1:2181?timeout_ms=x",
+        "zookeeper://127.0.0.1:2181?timeout_ms=",
+        "zookeeper:///chroot",
+        "zookeeper://user@127.0.0.1:2181",
+        "zookeeper://127.0.0.1:2181/a/../b",
+        "zookeeper://127.0.0.1:2181/a//b",
+        "zookeeper://127.0.0.1:2181/./b",
+        "zookeeper://127.0.0.1:2181/a%20b",
+        "redis://127.0.0.1:2181",
+    };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct backend *be = (struct backend *)1;
+        enum backend_result r = zk_be_ops.open(bad[i], NULL, &be);
+        CHECK_MSG(r == BACKEND_INVALID, "%s: %d", bad[i], (int)r);
+        CHECK(be == NULL);
+    }
+}
+
+static void test_down_store_answers_unavailable_at_once(void)
+{
+    char u[128];
+    struct lock_grant g;
+    struct lock_info info;
+    struct backend *be;
+    int64_t t0 = check_mono_ms();
+
+    snprintf(u, sizeof(u),
+             "zookeeper://127.0.0.1:%d/x?timeout_ms=200&session_timeout_ms="
+             "2000",
+             free_port());
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_MSG(check_mono_ms() - t0 < 1000, "open took %lld ms",
+              (long long)(check_mono_ms() - t0));
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(acq(be, "k", TOK_A, 1000, NULL, &g), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zk_be_ops.inspect(be, "k", 1, &info), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zk_be_ops.ping(be), BACKEND_UNAVAILABLE);
+    CHECK_MSG(check_mono_ms() - t0 < 100, "answers took %lld ms",
+              (long long)(check_mono_ms() - t0));
+    zk_be_ops.close(be);
+    zk_be_ops.close(NULL);
+}
+
+/* ---- cases against the server ---- */
+
+static void test_acquire_inspect_renew_release(void)
+{
+    struct lock_grant g, h, r;
+    struct lock_info info;
+
+    CHECK_EQ_INT(zk_be_ops.ping(be_main), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "a/../b", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK(g.fence > 0 && g.fence <= LOCK_FENCE_MAX);
+    CHECK_EQ_U64(g.ttl_ms, 5000);
+    CHECK(g.expires_at_ms > backend_now_ms() + 4000);
+    CHECK_EQ_INT(acq(be_main, "a/../b", TOK_B, 5000, NULL, &h), BACKEND_HELD);
+    CHECK(h.retry_ms > 4000 && h.retry_ms <= 5000);
+    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "a/../b", 6, &info), BACKEND_OK);
+    CHECK_EQ_U64(info.fence, g.fence);
+    CHECK(!info.has_owner);
+    CHECK_EQ_INT(ren(be_main, "a/../b", TOK_B, 0, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(ren(be_main, "a/../b", TOK_A, 0, &r), BACKEND_OK);
+    CHECK_EQ_U64(r.fence, g.fence);
+    CHECK_EQ_U64(r.ttl_ms, 5000);
+    CHECK_EQ_INT(ren(be_main, "a/../b", TOK_A, 9000, &r), BACKEND_OK);
+    CHECK_EQ_U64(r.ttl_ms, 9000);
+    CHECK_EQ_INT(rel(be_main, "a/../b", TOK_B), BACKEND_MISMATCH);
+    note_reset();
+    CHECK_EQ_INT(rel(be_main, "a/../b", TOK_A), BACKEND_OK);
+    CHECK(noted("a/../b", 0));
+    CHECK_EQ_INT(rel(be_main, "a/../b", TOK_A), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "a/../b", 6, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(acq(be_main, "a/../b", TOK_B, 5000, NULL, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(rel(be_main, "a/../b", TOK_B), BACKEND_OK);
+}
+
+static void test_keys_are_distinct_nodes(void)
+{
+    static const char *const keys[] = { ".", "..", "/", "a/b", "a%2Fb",
+                                        "a", "A", "zookeeper", "k",
+                                        "\xc3\xbc" };
+    size_t n = sizeof(keys) / sizeof(keys[0]);
+    struct lock_grant g;
+    char big[LOCK_KEY_MAX + 1];
+
+    for (size_t i = 0; i < n; i++)
+        CHECK_MSG(acq(be_main, keys[i], TOK_A, 5000, NULL, &g) == BACKEND_OK,
+                  "%s", keys[i]);
+    for (size_t i = 0; i < n; i++)
+        CHECK_MSG(acq(be_main, keys[i], TOK_B, 5000, NULL, &g) ==
+                      BACKEND_HELD,
+                  "%s", keys[i]);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
+    memset(big, 'x', LOCK_KEY_MAX);
+    big[LOCK_KEY_MAX] = '\0';
+    CHECK_EQ_INT(acq(be_main, big, TOK_A, 5000, NULL, &g), BACKEND_OK);
+    big[LOCK_KEY_MAX - 1] = 'y';
+    CHECK_EQ_INT(acq(be_main, big, TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, big, TOK_A), BACKEND_OK);
+    big[LOCK_KEY_MAX - 1] = 'x';
+    CHECK_EQ_INT(rel(be_main, big, TOK_A), BACKEND_OK);
+}
+
+static void test_waiters_are_fifo_and_cancel_frees_place(void)
+{
+    struct lock_waiter w1 = { .id = 1 }, w2 = { .id = 2 }, w3 = { .id = 3 };
+    struct lock_grant g;
+    struct backend *other = NULL;
+
+    /* no hooks there: every notification seen comes from be_main's watches
+     * or its own calls */
+    CHECK_EQ_INT(zk_be_ops.open(url, NULL, &other), BACKEND_OK);
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    w1.deadline_ms = w2.deadline_ms = w3.deadline_ms =
+        backend_now_ms() + 20000;
+    CHECK_EQ_INT(acq(be_main, "q", TOK_A, 10000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "q", TOK_B, 1000, &w1, &g), BACKEND_HELD);
+    CHECK(w1.be_data != NULL);
+    CHECK_EQ_INT(acq(other, "q", TOK_B, 1000, &w2, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
+    /* a try-once acquire does not jump them */
+    CHECK_EQ_INT(acq(other, "q", TOK_C, 1000, NULL, &g), BACKEND_HELD);
+    CHECK_EQ_INT(zk_be_ops.cancel_wait(be_main, "q", 1, &w1), BACKEND_OK);
+    CHECK(w1.be_data == NULL);
+    note_reset();
+    CHECK_EQ_INT(rel(be_main, "q", TOK_A), BACKEND_OK);
+    /* w3 is behind w2 (on the other instance) */
+    CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
+    CHECK(!g.behind);
+    CHECK_EQ_INT(acq(other, "q", TOK_B, 1000, &w2, &g), BACKEND_OK);
+    CHECK(w2.be_data == NULL);
+    /* w3 watches w2's old place or h: the release reaches it */
+    CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
+    note_reset();
+    CHECK_EQ_INT(rel(other, "q", TOK_B), BACKEND_OK);
+    CHECK(noted("q", 2000));
+    CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_OK);
+    CHECK(w3.be_data == NULL);
+    CHECK_EQ_INT(rel(be_main, "q", TOK_C), BACKEND_OK);
+    zk_be_ops.close(other);
+}
+
+static void test_expired_holder_is_free(void)
+{
+    struct lock_grant g, h;
+    struct lock_info info;
+    struct lock_waiter w = { .id = 9 };
+
+    CHECK_EQ_INT(acq(be_main, "e", TOK_A, 300, NULL, &g), BACKEND_OK);
+    w.deadline_ms = backend_now_ms() + 5000;
+    CHECK_EQ_INT(acq(be_main, "e", TOK_B, 1000, &w, &h), BACKEND_HELD);
+    CHECK(h.retry_ms > 0 && h.retry_ms <= 300);
+    check_sleep_ms((int)h.retry_ms + 5);
+    CHECK_EQ_INT(acq(be_main, "e", TOK_B, 1000, &w, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(ren(be_main, "e", TOK_A, 0, &g), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "e", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "e", TOK_A, 200, NULL, &g), BACKEND_OK);
+    check_sleep_ms(250);
+    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "e", 1, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(ren(be_main, "e", TOK_A, 0, &g), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(rel(be_main, "e", TOK_A), BACKEND_NOT_FOUND);
+}
+
+static void test_chroot_keeps_locks_apart(void)
+{
+    char u[200];
+    struct backend *be;
+    struct lock_grant g;
+
+    snprintf(u, sizeof(u), "zookeeper://127.0.0.1:%d/apps/one", port);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(zk_be_ops.ping(be), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "c", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "c", TOK_B, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be, "c", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "c", TOK_B), BACKEND_OK);
+    zk_be_ops.close(be);
+}
+
+static void test_restart_answers_unavailable_then_recovers(void)
+{
+    struct lock_grant g, h;
+    int64_t t0;
+    int ok = 0;
+
+    CHECK_EQ_INT(acq(be_main, "r", TOK_A, 30000, NULL, &g), BACKEND_OK);
+    server_stop();
+    check_sleep_ms(100);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(acq(be_main, "r2", TOK_A, 1000, NULL, &h),
+                 BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zk_be_ops.ping(be_main), BACKEND_UNAVAILABLE);
+    CHECK(check_mono_ms() - t0 < 2500);
+    if (server_start() != 0) {
+        CHECK_MSG(0, "ZooKeeper did not restart");
+        return;
+    }
+    for (int i = 0; i < 100 && !ok; i++) {
+        ok = zk_be_ops.ping(be_main) == BACKEND_OK;
+        if (!ok)
+            check_sleep_ms(100);
+    }
+    CHECK(ok);
+    CHECK_EQ_INT(acq(be_main, "r", TOK_B, 1000, NULL, &h), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "r", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "r", TOK_B, 1000, NULL, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(rel(be_main, "r", TOK_B), BACKEND_OK);
+}
+
+static const struct check_case offline[] = {
+    CHECK_CASE(test_open_rejects_bad_urls),
+    CHECK_CASE(test_down_store_answers_unavailable_at_once),
+};
+
+static const struct check_case online[] = {
+    CHECK_CASE(test_acquire_inspect_renew_release),
+    CHECK_CASE(test_keys_are_distinct_nodes),
+    CHECK_CASE(test_waiters_are_fifo_and_cancel_frees_place),
+    CHECK_CASE(test_expired_holder_is_free),
+    CHECK_CASE(test_chroot_keeps_locks_apart),
+    CHECK_CASE(test_restart_answers_unavailable_then_recovers),
+};
+
+int main(int argc, char **argv)
+{
+    struct check_case all[sizeof(offline) / sizeof(offline[0]) +
+                          sizeof(online) / sizeof(online[0])];
+    size_t n = 0;
+    int rc;
+
+    signal(SIGPIPE, SIG_IGN);
+    for (size_t i = 0; i < sizeof(offline) / sizeof(offline[0]); i++)
+        all[n++] = offline[i];
+    snprintf(dir, sizeof(dir), "/tmp/lockd-unit-zk-XXXXXX");
+    port = free_port();
+    if (mkdtemp(dir) != NULL && port > 0 && server_start() == 0) {
+        snprintf(url, sizeof(url),
+                 "zookeeper://127.0.0.1:%d?session_timeout_ms=4000", port);
+        be_main = open_be(url);
+        if (be_main != NULL)
+            for (size_t i = 0; i < sizeof(online) / sizeof(online[0]); i++)
+                all[n++] = online[i];
+    } else {
+        printf("zookeeper: no server (java or %s missing?): server cases "
+               "skipped\n",
+               ZK_JAR);
+    }
+    rc = check_main(all, n, argc, argv);
+    zk_be_ops.close(be_main);
+    server_stop();
+    if (dir[0] != '\0') {
+        char cmd[96];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            printf("could not remove %s\n", dir);
+    }
+    return rc;
+}
