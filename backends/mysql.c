@@ -123,7 +123,9 @@ struct mysql_conn {
     struct mysql_be *be;
     MYSQL *db;                    /* NULL while disconnected */
     MYSQL_STMT *stmt[ST_COUNT];   /* prepared on first use; NULL before */
-    int64_t retry_at_ms;          /* monotonic: no connect attempt before */
+    int64_t retry_at_ms;          /* monotonic: no connect attempt before,
+                                     unless be->ok_at_ms passes failed_at_ms */
+    int64_t failed_at_ms;         /* monotonic: the last failed connect */
     int64_t backoff_ms;           /* after the next failed connect */
     struct mysql_conn *prev;      /* in be->conns, under be->mu */
     struct mysql_conn *next;
@@ -146,6 +148,9 @@ struct mysql_be {
     char *schema[sizeof(schema_sql) / sizeof(schema_sql[0])]; /* owned */
     atomic_bool schema_ok; /* the tables exist (as far as we know) */
     atomic_bool down;      /* the last connect failed: log changes once */
+    atomic_int_fast64_t ok_at_ms; /* monotonic: the last answer from the
+                                     database to any thread; a newer one
+                                     ends every thread's back-off */
     pthread_key_t tls;     /* -> this thread's struct mysql_conn */
     bool tls_made;
     pthread_mutex_t mu;    /* guards conns and stop */
@@ -334,6 +339,8 @@ static int conn_connect(struct mysql_conn *c)
     (void)conn_query(c, "SET idle_transaction_timeout = 2");
     if (!atomic_load(&be->schema_ok) && schema_ensure(c) != 0)
         goto fail;
+    atomic_store_explicit(&be->ok_at_ms, backend_mono_ms(),
+                          memory_order_relaxed);
     if (atomic_exchange(&be->down, false))
         log_info("mysql: connected to %s again",
                  be->socket != NULL ? be->socket : be->host);
@@ -393,14 +400,17 @@ static struct mysql_conn *conn_get(struct mysql_be *be, bool *fresh)
     if (c->db != NULL)
         return c;
     now = backend_mono_ms();
-    if (now < c->retry_at_ms)
-        return NULL;
+    if (now < c->retry_at_ms &&
+        atomic_load_explicit(&be->ok_at_ms, memory_order_relaxed) <=
+            c->failed_at_ms)
+        return NULL; /* backing off, and no thread got through since */
     if (conn_connect(c) != 0) {
+        c->failed_at_ms = backend_mono_ms();
         c->backoff_ms = c->backoff_ms == 0 ? MYSQL_BE_BACKOFF_MIN_MS
                         : c->backoff_ms * 2 > MYSQL_BE_BACKOFF_MAX_MS
                             ? MYSQL_BE_BACKOFF_MAX_MS
                             : c->backoff_ms * 2;
-        c->retry_at_ms = backend_mono_ms() + c->backoff_ms;
+        c->retry_at_ms = c->failed_at_ms + c->backoff_ms;
         return NULL;
     }
     c->backoff_ms = 0;
@@ -557,6 +567,8 @@ static enum backend_result run_op(struct mysql_be *be, attempt_fn fn, void *arg)
         a = fn(c, arg, &res);
         switch (a) {
         case ATTEMPT_DONE:
+            atomic_store_explicit(&be->ok_at_ms, backend_mono_ms(),
+                                  memory_order_relaxed);
             return res;
         case ATTEMPT_AGAIN:
             continue;
