@@ -44,11 +44,10 @@
 #define REDIS_BE_TIMEOUT_MAX_MS     60000
 #define REDIS_BE_BACKOFF_MIN_MS     50
 #define REDIS_BE_BACKOFF_MAX_MS     1000
-#define REDIS_BE_SUB_POLL_MS        100 /* how soon close() stops the
-                                           subscriber */
+#define REDIS_BE_SUB_POLL_MS        100 /* close() stops the subscriber in this */
 #define REDIS_BE_SUB_PING_MS        5000 /* idle subscriber checks its link */
 #define REDIS_BE_LOG_EVERY_MS       1000 /* rate limit of repeated warnings */
-#define REDIS_BE_WAITER_MAX        48 /* instance id ':' waiter id */
+#define REDIS_BE_WAITER_MAX         48   /* instance id ':' waiter id */
 /* prefix + "fence:{" + key + "}", the longest kind */
 #define REDIS_BE_KEYBUF (REDIS_BE_PREFIX_MAX + 8 + LOCK_KEY_MAX + 1)
 
@@ -221,12 +220,12 @@ extern const struct backend_ops redis_be_ops;
 
 /* One worker thread's connection, kept under be->tls. */
 struct redis_conn {
-    struct redis_be *be;    /* borrowed */
-    redisContext *ctx;      /* owned; NULL while disconnected */
-    int64_t retry_at_ms;    /* monotonic: no reconnect before this */
-    int64_t backoff_ms;     /* 0 after a success */
-    int64_t offset_ms;      /* Redis's unix ms minus our monotonic ms */
-    int64_t failed_at_ms;   /* monotonic: the last failure */
+    struct redis_be *be;  /* borrowed */
+    redisContext *ctx;    /* owned; NULL while disconnected */
+    int64_t retry_at_ms;  /* monotonic: no reconnect before this */
+    int64_t backoff_ms;   /* 0 after a success */
+    int64_t offset_ms;    /* Redis's unix ms minus our monotonic ms */
+    int64_t failed_at_ms; /* monotonic: the last failure */
     char sha[SCRIPT_COUNT][41];
     struct redis_conn *prev; /* in be->conns, under be->lock */
     struct redis_conn *next;
@@ -235,15 +234,15 @@ struct redis_conn {
 struct redis_be {
     struct backend base; /* first */
     struct backend_hooks hooks;
-    char *host;          /* owned */
+    char *host; /* owned */
     int port;
-    char *user;          /* owned; NULL: AUTH with the password only */
-    char *password;      /* owned; NULL: no AUTH */
+    char *user;     /* owned; NULL: AUTH with the password only */
+    char *password; /* owned; NULL: no AUTH */
     unsigned db;
-    char *prefix;        /* owned */
+    char *prefix; /* owned */
     size_t prefix_len;
-    char *channel;       /* owned: prefix "released:" db */
-    char instance[20];   /* random hex id ':', prefixes our waiters' ids */
+    char *channel;     /* owned: prefix "released:" db */
+    char instance[20]; /* random hex id ':', prefixes our waiters' ids */
     struct timeval connect_tv;
     struct timeval cmd_tv;
 
@@ -257,20 +256,19 @@ struct redis_be {
     bool sub_started;
     atomic_bool stopping;
 
-    atomic_int up;              /* last state logged: -1 unknown, 0, 1 */
-    _Atomic int64_t last_ok_ms; /* monotonic: a thread last reached Redis */
+    atomic_int up;               /* last state logged: -1 unknown, 0, 1 */
+    _Atomic int64_t last_ok_ms;  /* monotonic: a thread last reached Redis */
     _Atomic int64_t last_log_ms; /* for redis_be_warn() */
 };
 
 /* ---- small helpers ---- */
 
 /* Warn at most once a second: a down Redis must not flood the log. */
-static void redis_be_warn(struct redis_be *be, const char *what,
-                          const char *detail)
+static void
+redis_be_warn(struct redis_be *be, const char *what, const char *detail)
 {
     int64_t now = backend_mono_ms();
-    int64_t last = atomic_load_explicit(&be->last_log_ms,
-                                        memory_order_relaxed);
+    int64_t last = atomic_load_explicit(&be->last_log_ms, memory_order_relaxed);
 
     if (now - last < REDIS_BE_LOG_EVERY_MS && last != 0)
         return;
@@ -287,10 +285,9 @@ static void redis_be_mark(struct redis_be *be, int up, const char *detail)
 
     if (up) {
         int64_t now = backend_mono_ms();
-        if (now - atomic_load_explicit(&be->last_ok_ms,
-                                       memory_order_relaxed) >= 5)
-            atomic_store_explicit(&be->last_ok_ms, now,
-                                  memory_order_relaxed);
+        if (now - atomic_load_explicit(&be->last_ok_ms, memory_order_relaxed) >=
+            5)
+            atomic_store_explicit(&be->last_ok_ms, now, memory_order_relaxed);
     }
     if (atomic_load_explicit(&be->up, memory_order_relaxed) == up)
         return;
@@ -313,8 +310,11 @@ static struct timeval redis_be_tv(uint64_t ms)
 }
 
 /* Build prefix kind "{" key "}" into buf (REDIS_BE_KEYBUF bytes). */
-static size_t redis_be_key(const struct redis_be *be, const char *kind,
-                           const char *key, size_t key_len, char *buf)
+static size_t redis_be_key(const struct redis_be *be,
+                           const char *kind,
+                           const char *key,
+                           size_t key_len,
+                           char *buf)
 {
     size_t kl = strlen(kind), n = 0;
 
@@ -342,11 +342,11 @@ static bool reply_is_int(const redisReply *r, size_t i)
  * why in err). Blocks at most the connect timeout plus one command timeout
  * per round trip.
  */
-static redisContext *redis_be_dial(struct redis_be *be, char *err,
-                                   size_t errlen)
+static redisContext *
+redis_be_dial(struct redis_be *be, char *err, size_t errlen)
 {
-    redisContext *c = redisConnectWithTimeout(be->host, be->port,
-                                              be->connect_tv);
+    redisContext *c =
+        redisConnectWithTimeout(be->host, be->port, be->connect_tv);
     redisReply *r;
 
     if (c == NULL) {
@@ -375,8 +375,7 @@ static redisContext *redis_be_dial(struct redis_be *be, char *err,
         r = redisCommandArgv(c, 2, argv, lens);
     }
     if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "AUTH: %s",
-                 r != NULL ? r->str : c->errstr);
+        snprintf(err, errlen, "AUTH: %s", r != NULL ? r->str : c->errstr);
         freeReplyObject(r);
         redisFree(c);
         return NULL;
@@ -425,8 +424,10 @@ static int redis_be_clock(redisContext *c, int64_t *offset)
 }
 
 /* Dial, SELECT the database and load the scripts, in one round trip. */
-static int redis_be_conn_open(struct redis_be *be, struct redis_conn *cn,
-                              char *err, size_t errlen)
+static int redis_be_conn_open(struct redis_be *be,
+                              struct redis_conn *cn,
+                              char *err,
+                              size_t errlen)
 {
     redisContext *c = redis_be_dial(be, err, errlen);
     char db[16];
@@ -477,8 +478,7 @@ static int redis_be_conn_open(struct redis_be *be, struct redis_conn *cn,
     cn->ctx = c;
     return 0;
 fail:
-    snprintf(err, errlen, "%s", c->errstr[0] != '\0' ? c->errstr
-                                                     : "I/O error");
+    snprintf(err, errlen, "%s", c->errstr[0] != '\0' ? c->errstr : "I/O error");
     redisFree(c);
     return -1;
 }
@@ -535,15 +535,15 @@ static struct redis_conn *redis_be_conn(struct redis_be *be)
 
 /* The context broke (I/O error, timeout, protocol error): drop it and
  * hold off reconnecting a little, longer each time. */
-static void redis_be_conn_fail(struct redis_be *be, struct redis_conn *cn,
-                               const char *why)
+static void
+redis_be_conn_fail(struct redis_be *be, struct redis_conn *cn, const char *why)
 {
     if (cn->ctx != NULL) {
         redisFree(cn->ctx);
         cn->ctx = NULL;
     }
-    cn->backoff_ms = cn->backoff_ms == 0 ? REDIS_BE_BACKOFF_MIN_MS
-                                         : cn->backoff_ms * 2;
+    cn->backoff_ms =
+        cn->backoff_ms == 0 ? REDIS_BE_BACKOFF_MIN_MS : cn->backoff_ms * 2;
     if (cn->backoff_ms > REDIS_BE_BACKOFF_MAX_MS)
         cn->backoff_ms = REDIS_BE_BACKOFF_MAX_MS;
     cn->failed_at_ms = backend_mono_ms();
@@ -587,8 +587,10 @@ static bool redis_be_closed_by_peer(const redisContext *c, int saved_errno)
  * server had closed is reopened and the command sent once more: each
  * command here is safe to repeat (acquire recognises its own token).
  */
-static redisReply *redis_be_command(struct redis_be *be, int argc,
-                                    const char **argv, const size_t *lens)
+static redisReply *redis_be_command(struct redis_be *be,
+                                    int argc,
+                                    const char **argv,
+                                    const size_t *lens)
 {
     struct redis_conn *cn = redis_be_conn(be);
     redisReply *r;
@@ -610,8 +612,7 @@ static redisReply *redis_be_command(struct redis_be *be, int argc,
             return r;
         }
         freeReplyObject(r);
-        if (reused && attempt == 0 &&
-            redis_be_closed_by_peer(cn->ctx, saved)) {
+        if (reused && attempt == 0 && redis_be_closed_by_peer(cn->ctx, saved)) {
             redisFree(cn->ctx);
             cn->ctx = NULL; /* reconnect at once, no backoff */
             continue;
@@ -624,7 +625,7 @@ static redisReply *redis_be_command(struct redis_be *be, int argc,
             else
                 snprintf(why, sizeof(why), "%s",
                          cn->ctx->errstr[0] != '\0' ? cn->ctx->errstr
-                                                     : "I/O error");
+                                                    : "I/O error");
             redis_be_conn_fail(be, cn, why); /* frees the context */
         }
         return NULL;
@@ -667,8 +668,8 @@ static redisReply *redis_be_script(struct redis_be *be,
         if (redis_be_conn_ready(be, cn) != 0)
             return NULL;
         if (stamped) {
-            int64_t ms = (int64_t)be->cmd_tv.tv_sec * 1000 +
-                         be->cmd_tv.tv_usec / 1000;
+            int64_t ms =
+                (int64_t)be->cmd_tv.tv_sec * 1000 + be->cmd_tv.tv_usec / 1000;
             snprintf(stamp, sizeof(stamp), "%lld",
                      (long long)(backend_mono_ms() + ms + cn->offset_ms));
             argv[3 + nargs] = stamp;
@@ -834,9 +835,8 @@ static void *redis_be_sub_main(void *arg)
             r = redisCommandArgv(c, 2, argv, lens);
             if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
                 snprintf(err, sizeof(err), "SUBSCRIBE: %s",
-                         r != NULL && r->type == REDIS_REPLY_ERROR
-                             ? r->str
-                             : c->errstr);
+                         r != NULL && r->type == REDIS_REPLY_ERROR ? r->str
+                                                                   : c->errstr);
                 freeReplyObject(r);
                 redisFree(c);
                 c = NULL;
@@ -932,7 +932,8 @@ static enum backend_result redis_be_parse_url(struct redis_be *be,
         goto out;
     if (backend_url_check_params(&u, allowed, &bad) != 0) {
         log_error("redis: unknown URL option '%s' (known: prefix, "
-                  "connect_timeout_ms, timeout_ms)", bad);
+                  "connect_timeout_ms, timeout_ms)",
+                  bad);
         goto out;
     }
     if (redis_be_parse_hosts(be, u.hosts) != 0) {
@@ -1079,7 +1080,8 @@ static enum backend_result redis_be_open(const char *url,
     pthread_mutex_unlock(&be->lock);
     if (redis_be_ping(&be->base) != BACKEND_OK)
         log_warn("redis: %s:%d not reachable yet; requests answer 503 "
-                 "until it is", be->host, be->port);
+                 "until it is",
+                 be->host, be->port);
     *out = &be->base;
     return BACKEND_OK;
 }
@@ -1172,15 +1174,15 @@ static enum backend_result redis_be_acquire(struct backend *b,
         if (req->waiter != NULL)
             redis_be_wait_free(req->waiter); /* out of the queue */
     } else if (reply_is_int(r, 0) && r->element[0]->integer == 0 &&
-               r->elements == 4 && reply_is_int(r, 1) &&
-               reply_is_int(r, 2) && reply_is_int(r, 3)) {
+               r->elements == 4 && reply_is_int(r, 1) && reply_is_int(r, 2) &&
+               reply_is_int(r, 3)) {
         long long hint = r->element[1]->integer;
         out->retry_ms = hint > 0 ? (uint64_t)hint : (hint == 0 ? 1 : 0);
         /* behind one of ours: waitq may hold them in another order and
          * passes the turn on; behind another instance's waiter, every one
          * of ours is behind too, so none needs trying until told */
-        out->behind = r->element[2]->integer == 1 &&
-                      r->element[3]->integer == 1;
+        out->behind =
+            r->element[2]->integer == 1 && r->element[3]->integer == 1;
         res = BACKEND_HELD;
     } else {
         redis_be_warn(be, "acquire", "unexpected reply");
@@ -1258,9 +1260,8 @@ static enum backend_result redis_be_renew(struct backend *b,
     } else if (r->element[0]->integer == -1) {
         res = BACKEND_MISMATCH;
     } else if (r->element[0]->integer == 1 && r->elements == 4 &&
-               reply_is_int(r, 1) && reply_is_int(r, 2) &&
-               reply_is_int(r, 3) && r->element[1]->integer > 0 &&
-               r->element[2]->integer > 0) {
+               reply_is_int(r, 1) && reply_is_int(r, 2) && reply_is_int(r, 3) &&
+               r->element[1]->integer > 0 && r->element[2]->integer > 0) {
         out->fence = (uint64_t)r->element[1]->integer;
         out->ttl_ms = (uint64_t)r->element[2]->integer;
         out->expires_at_ms = r->element[3]->integer;
@@ -1337,8 +1338,8 @@ static enum backend_result redis_be_inspect(struct backend *b,
     } else if (r->element[0]->integer == 0) {
         res = BACKEND_NOT_FOUND;
     } else if (r->element[0]->integer == 1 && r->elements >= 4 &&
-               reply_is_int(r, 1) && reply_is_int(r, 2) &&
-               reply_is_int(r, 3) && r->element[1]->integer > 0) {
+               reply_is_int(r, 1) && reply_is_int(r, 2) && reply_is_int(r, 3) &&
+               r->element[1]->integer > 0) {
         long long pttl = r->element[2]->integer;
         out->fence = (uint64_t)r->element[1]->integer;
         out->ttl_ms = pttl >= 1 ? (uint64_t)pttl : 1; /* held: >= 1 */
@@ -1373,9 +1374,9 @@ static enum backend_result redis_be_ping(struct backend *b)
     if (r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0)
         res = BACKEND_OK;
     else
-        redis_be_warn(be, "PING", r->type == REDIS_REPLY_ERROR
-                                      ? r->str
-                                      : "unexpected reply");
+        redis_be_warn(be, "PING",
+                      r->type == REDIS_REPLY_ERROR ? r->str
+                                                   : "unexpected reply");
     freeReplyObject(r);
     return res;
 }

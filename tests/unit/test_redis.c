@@ -30,22 +30,21 @@ extern const struct backend_ops redis_be_ops;
 
 static int passed, failed, case_failed;
 
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__,      \
-                   #cond);                                                 \
-            case_failed = 1;                                               \
-        }                                                                  \
+#define CHECK(cond)                                                           \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+            case_failed = 1;                                                  \
+        }                                                                     \
     } while (0)
-#define CHECK_EQ(a, b)                                                     \
-    do {                                                                   \
-        long long a_ = (long long)(a), b_ = (long long)(b);                \
-        if (a_ != b_) {                                                    \
-            printf("  %s:%d: %s == %lld, want %s == %lld\n", __FILE__,     \
-                   __LINE__, #a, a_, #b, b_);                              \
-            case_failed = 1;                                               \
-        }                                                                  \
+#define CHECK_EQ(a, b)                                                 \
+    do {                                                               \
+        long long a_ = (long long)(a), b_ = (long long)(b);            \
+        if (a_ != b_) {                                                \
+            printf("  %s:%d: %s == %lld, want %s == %lld\n", __FILE__, \
+                   __LINE__, #a, a_, #b, b_);                          \
+            case_failed = 1;                                           \
+        }                                                              \
     } while (0)
 
 static int port;
@@ -198,31 +197,36 @@ static struct backend *open_be(const char *u)
     return be;
 }
 
-static enum backend_result acq(struct backend *be, const char *key,
-                               const char *tok, uint64_t ttl,
+static enum backend_result acq(struct backend *be,
+                               const char *key,
+                               const char *tok,
+                               uint64_t ttl,
                                struct lock_grant *g)
 {
-    struct lock_req req = { .key = key, .key_len = strlen(key),
-                            .token = tok, .ttl_ms = ttl };
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .ttl_ms = ttl
+    };
     memset(g, 0, sizeof(*g));
     return redis_be_ops.acquire(be, &req, g);
 }
 
-static enum backend_result ren(struct backend *be, const char *key,
-                               const char *tok, uint64_t ttl,
+static enum backend_result ren(struct backend *be,
+                               const char *key,
+                               const char *tok,
+                               uint64_t ttl,
                                struct lock_grant *g)
 {
-    struct lock_req req = { .key = key, .key_len = strlen(key),
-                            .token = tok, .ttl_ms = ttl };
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .ttl_ms = ttl
+    };
     memset(g, 0, sizeof(*g));
     return redis_be_ops.renew(be, &req, g);
 }
 
-static enum backend_result rel(struct backend *be, const char *key,
-                               const char *tok)
+static enum backend_result
+rel(struct backend *be, const char *key, const char *tok)
 {
-    struct lock_req req = { .key = key, .key_len = strlen(key),
-                            .token = tok };
+    struct lock_req req = { .key = key, .key_len = strlen(key), .token = tok };
     return redis_be_ops.release(be, &req);
 }
 
@@ -261,8 +265,7 @@ static void test_open_succeeds_while_redis_is_down(void)
     struct lock_grant g;
     int64_t t0;
 
-    snprintf(u, sizeof(u), "redis://127.0.0.1:%d?timeout_ms=200",
-             free_port());
+    snprintf(u, sizeof(u), "redis://127.0.0.1:%d?timeout_ms=200", free_port());
     be = open_be(u);
     CHECK(be != NULL);
     if (be == NULL)
@@ -331,8 +334,7 @@ static void test_expired_token_is_dead(void)
 
     CHECK_EQ(acq(be_main, "e1", TOK_A, 60, &g), BACKEND_OK);
     sleep_ms(150);
-    CHECK_EQ(redis_be_ops.inspect(be_main, "e1", 2, &info),
-             BACKEND_NOT_FOUND);
+    CHECK_EQ(redis_be_ops.inspect(be_main, "e1", 2, &info), BACKEND_NOT_FOUND);
     CHECK_EQ(ren(be_main, "e1", TOK_A, 0, &r), BACKEND_NOT_FOUND);
     CHECK_EQ(acq(be_main, "e1", TOK_B, 5000, &r), BACKEND_OK);
     CHECK(r.fence > g.fence);
@@ -342,8 +344,11 @@ static void test_expired_token_is_dead(void)
 
 static void test_inspect_shows_owner_never_token(void)
 {
-    struct lock_req req = { .key = "i1", .key_len = 2, .token = TOK_A,
-                            .owner = "pod-a/worker 3", .ttl_ms = 5000 };
+    struct lock_req req = { .key = "i1",
+                            .key_len = 2,
+                            .token = TOK_A,
+                            .owner = "pod-a/worker 3",
+                            .ttl_ms = 5000 };
     struct lock_grant g;
     struct lock_info info;
     redisReply *r;
@@ -372,8 +377,9 @@ static void test_distinct_keys_are_distinct_locks(void)
 {
     static char big[LOCK_KEY_MAX + 1];
     const char *keys[] = {
-        "k", "k}", "{k}", "{k", "k:", ":k", "lock:{k}", "}", "{", "k b",
-        "*", "k*", "?", "\xc3\xbc", "fence:{k}", "k}lock:{", big, NULL,
+        "k",        "k}",       "{k}",       "{k",       "k:", ":k",
+        "lock:{k}", "}",        "{",         "k b",      "*",  "k*",
+        "?",        "\xc3\xbc", "fence:{k}", "k}lock:{", big,  NULL,
     };
     struct lock_grant g;
     redisReply *r;
@@ -499,20 +505,27 @@ static void test_restart_keeps_holders_and_fences(void)
     CHECK_EQ(rel(be_main, "rs1", TOK_B), BACKEND_OK);
 }
 
-static enum backend_result acq_w(struct backend *be, const char *key,
-                                 const char *tok, struct lock_waiter *w,
+static enum backend_result acq_w(struct backend *be,
+                                 const char *key,
+                                 const char *tok,
+                                 struct lock_waiter *w,
                                  struct lock_grant *g)
 {
-    struct lock_req req = { .key = key, .key_len = strlen(key),
-                            .token = tok, .ttl_ms = 5000, .waiter = w };
+    struct lock_req req = { .key = key,
+                            .key_len = strlen(key),
+                            .token = tok,
+                            .ttl_ms = 5000,
+                            .waiter = w };
     memset(g, 0, sizeof(*g));
     return redis_be_ops.acquire(be, &req, g);
 }
 
 static void test_queue_is_fifo_and_try_once_waits_its_turn(void)
 {
-    struct lock_waiter w1 = { .id = 101, .deadline_ms = backend_now_ms() + 5000 };
-    struct lock_waiter w2 = { .id = 102, .deadline_ms = backend_now_ms() + 5000 };
+    struct lock_waiter w1 = { .id = 101,
+                              .deadline_ms = backend_now_ms() + 5000 };
+    struct lock_waiter w2 = { .id = 102,
+                              .deadline_ms = backend_now_ms() + 5000 };
     struct lock_grant g;
 
     CHECK_EQ(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_OK);
@@ -535,7 +548,8 @@ static void test_queue_is_fifo_and_try_once_waits_its_turn(void)
     CHECK_EQ(acq_w(be_main, "q1", "cccccccccccccccccccccccccccccccc", &w2, &g),
              BACKEND_OK);
     CHECK(w2.be_data == NULL);
-    CHECK_EQ(rel(be_main, "q1", "cccccccccccccccccccccccccccccccc"), BACKEND_OK);
+    CHECK_EQ(rel(be_main, "q1", "cccccccccccccccccccccccccccccccc"),
+             BACKEND_OK);
     CHECK_EQ(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_OK);
     CHECK_EQ(rel(be_main, "q1", TOK_A), BACKEND_OK);
 }
@@ -543,8 +557,10 @@ static void test_queue_is_fifo_and_try_once_waits_its_turn(void)
 static void test_cancel_wait_passes_the_turn_and_notifies(void)
 {
     struct backend *other = open_be(url);
-    struct lock_waiter w1 = { .id = 201, .deadline_ms = backend_now_ms() + 5000 };
-    struct lock_waiter w2 = { .id = 202, .deadline_ms = backend_now_ms() + 5000 };
+    struct lock_waiter w1 = { .id = 201,
+                              .deadline_ms = backend_now_ms() + 5000 };
+    struct lock_waiter w2 = { .id = 202,
+                              .deadline_ms = backend_now_ms() + 5000 };
     struct lock_grant g;
     int64_t t0;
 
@@ -572,7 +588,8 @@ static void test_cancel_wait_passes_the_turn_and_notifies(void)
 
 static void test_dead_waiters_are_dropped_after_their_deadline(void)
 {
-    struct lock_waiter w1 = { .id = 301, .deadline_ms = backend_now_ms() + 100 };
+    struct lock_waiter w1 = { .id = 301,
+                              .deadline_ms = backend_now_ms() + 100 };
     struct lock_grant g;
 
     CHECK_EQ(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_OK);
@@ -624,8 +641,8 @@ int main(void)
     signal(SIGPIPE, SIG_IGN); /* as lockd does: hiredis uses write() */
     snprintf(dir, sizeof(dir), "/tmp/lockd-test-redis-XXXXXX");
     port = free_port();
-    if (access(REDIS_SERVER, X_OK) != 0 || port < 0 ||
-        mkdtemp(dir) == NULL || server_start() != 0) {
+    if (access(REDIS_SERVER, X_OK) != 0 || port < 0 || mkdtemp(dir) == NULL ||
+        server_start() != 0) {
         printf("skip: cannot start %s\n0 passed, 0 failed\n", REDIS_SERVER);
         return 0;
     }
