@@ -447,7 +447,7 @@ def hostile_framing(ctx):
                  JR(404, "lock_not_found")),
         raw_case("not HTTP: hello", b"hello\r\n\r\n"),
         raw_case("not HTTP: 2000 random bytes", garbage),
-        raw_case("not HTTP: TLS ClientHello", tls_hello),
+        raw_case("not HTTP: TLS ClientHello", tls_hello, timeout=1.0),  # no line end: closed at the idle timeout
         raw_case("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
         raw_case("HTTP/9.9", b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n"),
         raw_case("header without a colon", b"GET /healthz HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n"),
