@@ -883,6 +883,32 @@ def key_exact(ctx):
         expect_free(ctx, key)
 
 
+@harness.scenario("keys that look like store internals, wildcards or SQL are independent locks")
+def key_injective(ctx):
+    base = ctx.key("inj")
+    keys = [base, base + " ", base + "  ", " " + base, base.upper(), base + ":fence", base + ":queue",
+            base + ":q", "lockd:" + base, base + "{x}", "{" + base + "}", base + "*", base + "?", base + "[a]",
+            base + "\\", base + "%", base + "_", base[:-1] + "_", base[:-1] + "%",
+            base + "'; DROP TABLE lockd_locks; --", base + "\"", "/" + base, base + "/", base + "/.",
+            base + "/x/../y", base + "\u00a0", base + "\u200b", base + "\uff21", base + "\U0001f512",
+            "../../" + base, base + "/zk/../../", base + "\u0085"]
+    grants = {}
+    for k in keys:
+        r = req(ctx, "POST", k, {"ttl_ms": 20000, "owner": k[:128]})
+        grants[k] = expect_grant(r, k, 20000, what="acquire of %r" % k)
+    for k, g in grants.items():
+        expect_held(ctx, k, g["fence"], k[:128], "inspect of %r" % k)
+    # releasing one leaves every other held
+    first = keys[0]
+    release(ctx, first, grants[first]["token"])
+    for k in keys[1:]:
+        expect_held(ctx, k, grants[k]["fence"], what="%r after releasing %r" % (k, first))
+    expect_free(ctx, first)
+    for k in keys[1:]:
+        release(ctx, k, grants[k]["token"], what="release of %r" % k)
+        expect_free(ctx, k, "%r after its release" % k)
+
+
 @harness.scenario("Unicode keys round-trip exactly, percent-encoded or raw UTF-8 in the path")
 def key_unicode(ctx):
     key = ctx.key("uni") + "/ключ/日本語/🔒/ä ö"
