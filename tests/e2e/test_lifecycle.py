@@ -476,3 +476,16 @@ def shared_store(ctx):
     check(g2["fence"] > g["fence"], "fence across instances")
     r = req(ctx, "DELETE", key, headers={"Lock-Token": g2["token"]})
     expect_json(r, 200, "release through the first instance")
+
+
+@harness.scenario("fences keep growing across a restart of lockd")
+def fence_restart(ctx):
+    key = ctx.key("restart")
+    one = ctx.new_lockd()
+    g1 = expect_grant(one.request("POST", path(key), {"ttl_ms": 5000}), key, 5000, what="grant before the restart")
+    expect_json(one.request("DELETE", path(key), headers={"Lock-Token": g1["token"]}), 200, "release")
+    eq(one.stop(), 0, "exit code")
+    two = ctx.new_lockd()
+    g2 = expect_grant(two.request("POST", path(key), {"ttl_ms": 5000}), key, 5000, what="grant after the restart")
+    check(g2["fence"] > g1["fence"], "fence after a restart %d is not above %d" % (g2["fence"], g1["fence"]))
+    expect_json(two.request("DELETE", path(key), headers={"Lock-Token": g2["token"]}), 200, "release")
