@@ -1,0 +1,445 @@
+"""tests/e2e/test_mysql.py - what only the MySQL/MariaDB backend promises:
+several lockd instances on one database exclude each other with growing
+fences; expiry runs on the database's clock, so instances with skewed clocks
+(libfaketime) agree; a killed MariaDB gives 503s (never a grant) and is
+served again after its restart without restarting lockd; expired and
+released rows are removed; every key is its own row, byte for byte, with no
+way into the SQL."""
+
+import datetime
+import email.utils
+import os
+import shutil
+import threading
+import time
+import urllib.parse
+
+import harness
+from harness import check, eq
+
+M = ["mysql"]
+FAKETIME = shutil.which("faketime")
+
+
+def path(key):
+    return "/locks/" + urllib.parse.quote(key, safe="")
+
+
+def acquire(c, key, ttl_ms=2000, wait_ms=0, owner=None):
+    body = {"ttl_ms": ttl_ms, "wait_ms": wait_ms}
+    if owner is not None:
+        body["owner"] = owner
+    return c.request("POST", path(key), body)
+
+
+def release(c, key, token):
+    return c.request("DELETE", path(key), headers={"Lock-Token": token})
+
+
+def renew(c, key, token, ttl_ms=None):
+    body = {"token": token}
+    if ttl_ms is not None:
+        body["ttl_ms"] = ttl_ms
+    return c.request("PUT", path(key), body)
+
+
+def unix_ms(rfc3339):
+    """'2026-11-21T12:00:30.123Z' -> unix ms."""
+    t = datetime.datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return int(t.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000 + 0.5)
+
+
+def ensure_mysql_up(ctx):
+    """Leave MariaDB running for the next scenario, whatever happened."""
+    srv = ctx.server
+    try:
+        srv.resume()
+    except Exception:  # noqa: BLE001 - it may be dead already
+        pass
+    if srv.proc is None or srv.proc.poll() is not None:
+        srv.restart()
+
+
+def wait_until(fn, timeout, step=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(step)
+
+
+def safe(fn):
+    try:
+        return fn()
+    except OSError:
+        return None
+
+
+def check_exclusion(holds):
+    """holds: (t_granted_seen, t_release_sent, fence). What a client sees
+    lies inside the real hold, so those intervals must never overlap, and the
+    later hold must carry the larger fence."""
+    holds = sorted(holds)
+    for a, b in zip(holds, holds[1:]):
+        check(a[1] <= b[0], "holds overlap: %r and %r" % (a, b))
+        check(b[2] > a[2], "fence did not grow: %r then %r" % (a, b))
+
+
+def rows_like(ctx, prefix):
+    return int(ctx.server.sql("SELECT COUNT(*) FROM lockd_locks WHERE lock_key LIKE '%s%%'"
+                              % prefix.replace("'", "''"))[0][0])
+
+
+@harness.scenario("two instances on one MariaDB exclude each other and fences strictly increase",
+                  backends=M)
+def two_instances_exclude(ctx):
+    other = ctx.new_lockd()
+    key = ctx.key("mutex")
+    holds, errors = [], []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + 3.0
+
+    def worker(ld):
+        c = ld.client(timeout=10)
+        try:
+            while time.monotonic() < stop_at:
+                # try-once: a waiter would only hear another instance's
+                # release at the wait queue's polling pace
+                r = acquire(c, key, ttl_ms=5000)
+                if r.status == 409:
+                    time.sleep(0.002)
+                    continue
+                if r.status != 201:
+                    errors.append(repr(r))
+                    return
+                t0 = time.monotonic()
+                time.sleep(0.003)
+                t1 = time.monotonic()
+                rr = release(c, key, r.json["token"])
+                if rr.status != 200:
+                    errors.append("release: %r" % rr)
+                    return
+                with lock:
+                    holds.append((t0, t1, r.json["fence"]))
+        finally:
+            c.close()
+
+    ts = [threading.Thread(target=worker, args=(ld,)) for ld in (ctx.lockd, other) * 3]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    check(not errors, "errors: %s" % errors[:3])
+    check(len(holds) >= 20, "only %d grants in 3 s" % len(holds))
+    check_exclusion(holds)
+    harness.log("     %d grants in 3 s on 2 instances" % len(holds))
+
+
+@harness.scenario("instances whose clocks are skewed by +1 h and -10 min agree on holders, fences and expiry (the database's clock)",
+                  backends=M)
+def skewed_clocks_agree(ctx):
+    check(FAKETIME is not None, "faketime (Debian package faketime) is not installed")
+    # under ASan, libfaketime in LD_PRELOAD comes before the ASan runtime
+    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0"}
+    ahead = ctx.new_lockd(wrapper=[FAKETIME, "-f", "+1h"], env=env)
+    behind = ctx.new_lockd(wrapper=[FAKETIME, "-f", "-10m"], env=env)
+    normal = ctx.lockd
+    # the clocks really are skewed: the Date header comes from lockd's clock
+    for ld, skew in ((ahead, 3600), (behind, -600), (normal, 0)):
+        r = ld.request("GET", "/healthz")
+        eq(r.status, 200, "healthz")
+        their = email.utils.parsedate_to_datetime(r.header("Date")).timestamp()
+        check(abs(their - time.time() - skew) < 30,
+              "Date %r is not %+d s off the real clock" % (r.header("Date"), skew))
+
+    for a, b, name in ((normal, ahead, "normal->ahead"), (ahead, behind, "ahead->behind"),
+                       (behind, normal, "behind->normal")):
+        key = ctx.key("skew")
+        ca, cb = a.client(), b.client()
+        real_sent = time.time()
+        g = acquire(ca, key, ttl_ms=800)
+        t_got = time.monotonic()
+        eq(g.status, 201, "%s: acquire" % name)
+        # expires_at is the database's clock + ttl, whatever lockd's clock says
+        exp = unix_ms(g.json["expires_at"])
+        check(real_sent * 1000 + 700 <= exp <= time.time() * 1000 + 900,
+              "%s: expires_at %s is not the real time + 800 ms" % (name, g.json["expires_at"]))
+        i = cb.request("GET", path(key))
+        eq(i.status, 200, "%s: inspect through the other instance" % name)
+        eq(i.json["fence"], g.json["fence"], "%s: fence" % name)
+        eq(i.json["expires_at"], g.json["expires_at"], "%s: expires_at" % name)
+        check(1 <= i.json["ttl_ms"] <= 800, "%s: remaining ttl %r" % (name, i.json["ttl_ms"]))
+        r = acquire(cb, key, ttl_ms=800)
+        eq(r.status, 409, "%s: acquire through the other instance" % name)
+        ra = r.json["error"]["retry_after_ms"]
+        check(500 <= ra <= 800, "%s: retry_after_ms %r is not the holder's remaining ttl" % (name, ra))
+        eq(renew(cb, key, g.json["token"]).status, 200, "%s: renew through the other instance" % name)
+        # the lock ends when the database's clock passes expiry: a waiter on
+        # the other instance gets it then, not before and not much later
+        t_renewed = time.monotonic()
+        w = acquire(cb, key, ttl_ms=500, wait_ms=3000)
+        t_w = time.monotonic()
+        eq(w.status, 201, "%s: waiter through the other instance" % name)
+        check(w.json["fence"] > g.json["fence"], "%s: fence grows" % name)
+        check(t_w >= t_got + 0.8 - 0.05, "%s: granted %.0f ms before the renewed lock expired"
+              % (name, (t_got + 0.8 - t_w) * 1000))
+        check(t_w <= t_renewed + 0.8 + 0.3, "%s: granted %.0f ms after the renewed lock expired"
+              % (name, (t_w - t_renewed - 0.8) * 1000))
+        eq(renew(ca, key, g.json["token"]).status, 409, "%s: the expired holder's renew" % name)
+        eq(release(cb, key, w.json["token"]).status, 200, "%s: release" % name)
+        ca.close()
+        cb.close()
+
+
+@harness.scenario("kill -9 of MariaDB under load: only 503s while down, /readyz 503, no grant; back after restart with held locks kept and fences growing",
+                  backends=M, slow=True)
+def mysql_killed_under_load(ctx):
+    other = ctx.new_lockd()
+    key = ctx.key("kill")
+    kept = ctx.key("kept")
+    g_kept = acquire(ctx.lockd.client(), kept, ttl_ms=60000)
+    eq(g_kept.status, 201, "a long lock before the kill")
+    events, holds, bad, readyz = [], [], [], []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def worker(ld):
+        c = ld.client(timeout=10)
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                r = acquire(c, key, ttl_ms=1500)
+            except OSError as e:
+                bad.append("acquire hung or failed: %r" % e)
+                c = ld.client(timeout=10)
+                continue
+            t1 = time.monotonic()
+            with lock:
+                events.append((t0, t1, r.status))
+            if r.status == 201:
+                time.sleep(0.005)
+                t2 = time.monotonic()
+                try:
+                    rr = release(c, key, r.json["token"])
+                except OSError as e:
+                    bad.append("release hung or failed: %r" % e)
+                    c = ld.client(timeout=10)
+                    continue
+                if rr.status == 200:
+                    with lock:
+                        holds.append((t1, t2, r.json["fence"]))
+                elif rr.status not in (503, 404):
+                    bad.append("release: %r" % rr)
+            elif r.status == 503:
+                if r.error_code() != "backend_unavailable":
+                    bad.append("503: %r" % r)
+                time.sleep(0.02)
+            elif r.status != 409:
+                bad.append("acquire: %r" % r)
+
+    ts = [threading.Thread(target=worker, args=(ld,)) for ld in (ctx.lockd, other) * 2]
+    try:
+        for t in ts:
+            t.start()
+        time.sleep(1.0)
+        ctx.server.kill9()
+        t_down = time.monotonic()
+        time.sleep(0.3)
+        for ld in (ctx.lockd, other):
+            r = ld.request("GET", "/readyz", timeout=10)
+            readyz.append((r.status, r.json))
+        time.sleep(1.0)
+        t_up = time.monotonic()
+        ctx.server.restart()
+        t_back = wait_until(lambda: safe(lambda: acquire(ctx.lockd.client(timeout=5),
+                                                         ctx.key("back"), ttl_ms=100).status == 201)
+                            and time.monotonic(), 10.0)
+        check(t_back, "no grant within 10 s of MariaDB restarting")
+        harness.log("     first grant %.2f s after mariadbd was started again" % (t_back - t_up))
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in ts:
+            t.join(15)
+        ensure_mysql_up(ctx)
+    check(not bad, "bad answers: %s" % bad[:3])
+    for status, body in readyz:
+        eq(status, 503, "/readyz while MariaDB is down")
+        eq(body.get("status"), "unavailable", "/readyz status while down")
+    down = [e for e in events if e[0] > t_down and e[1] < t_up]
+    check(down, "no request was answered while MariaDB was down")
+    granted = [e for e in down if e[2] != 503]
+    check(not granted, "answers other than 503 while MariaDB was down: %r" % granted[:3])
+    check(any(e[0] > t_up and e[2] == 201 for e in events), "no grant after the restart")
+    check_exclusion(holds)
+    before = [h[2] for h in holds if h[0] < t_down]
+    after = [h[2] for h in holds if h[0] > t_up]
+    check(before and after, "grants before and after the kill: %d, %d" % (len(before), len(after)))
+    check(min(after) > max(before), "fences went back after the restart: %d <= %d" % (min(after), max(before)))
+    for ld in (ctx.lockd, other):
+        eq(ld.request("GET", "/readyz").status, 200, "/readyz after the restart")
+        i = ld.request("GET", path(kept))
+        eq(i.status, 200, "the long lock after the restart")
+        eq(i.json["fence"], g_kept.json["fence"], "its fence")
+    eq(release(other.client(), kept, g_kept.json["token"]).status, 200, "release of the long lock")
+
+
+@harness.scenario("expired and released rows are removed, so the table stays bounded, and fences keep growing",
+                  backends=M)
+def rows_are_reaped(ctx):
+    prefix = ctx.key("reap") + "-"
+    c = ctx.lockd.client()
+    top = 0
+    for i in range(300):
+        r = acquire(c, prefix + str(i), ttl_ms=100)
+        eq(r.status, 201, "acquire %d" % i)
+        top = max(top, r.json["fence"])
+    for i in range(50):
+        k = prefix + "r" + str(i)
+        r = acquire(c, k, ttl_ms=60000)
+        eq(r.status, 201, "acquire to release %d" % i)
+        eq(release(c, k, r.json["token"]).status, 200, "release %d" % i)
+    n0 = rows_like(ctx, prefix)
+    check(n0 <= 300, "%d rows: released locks left rows behind" % n0)
+    check(n0 >= 100, "only %d rows right after 300 grants: nothing to watch" % n0)
+    # the reaper runs about every second, 100 rows a statement
+    n = wait_until(lambda: rows_like(ctx, prefix) == 0, 6.0, step=0.2)
+    check(n, "%d rows of expired locks are left after 6 s" % rows_like(ctx, prefix))
+    total = int(ctx.server.sql("SELECT COUNT(*) FROM lockd_locks")[0][0])
+    check(total < 100, "%d rows in lockd_locks after the reaper ran" % total)
+    for i in (0, 299):
+        r = acquire(c, prefix + str(i), ttl_ms=1000)
+        eq(r.status, 201, "acquire %d again" % i)
+        check(r.json["fence"] > top, "fence %d after the reaper is not above %d" % (r.json["fence"], top))
+        eq(release(c, prefix + str(i), r.json["token"]).status, 200, "release")
+
+
+@harness.scenario("keys with quotes, backslashes, %, _, trailing spaces, unicode and 512 bytes are distinct rows (no SQL injection)",
+                  backends=M)
+def keys_are_injective(ctx):
+    base = ctx.key("inj")
+    keys = [base, base.upper(), base + " ", base + "  ", " " + base, base + "'", base + "''",
+            base + "\\", base + "\\'", base + '"', base + "`", base + ";", base + "%", base + "_",
+            base + "%'", "%", "_", "%%", base + "' OR '1'='1", base + "'; DROP TABLE lockd_locks; --",
+            base + "\\0", base + "/../x", base + "\u00e9", base + "e\u0301", base + "\u4e2d\U0001f512",
+            (base + "x" * 512)[:512], (base + "x" * 511)[:511] + "y", ("\u00e9" * 256)]
+    for k in keys:
+        check(len(k.encode()) <= 512, "key of %d bytes" % len(k.encode()))
+    check(len(keys[-3].encode()) == 512 and len(keys[-1].encode()) == 512, "512-byte keys")
+    eq(len(set(keys)), len(keys), "the keys are distinct")
+    c = ctx.lockd.client()
+    grants = {}
+    for k in keys:
+        r = acquire(c, k, ttl_ms=10000, owner="o'\\%_" + str(len(grants)))
+        eq(r.status, 201, "acquire %r" % k)
+        eq(r.json["key"], k, "key echoed")
+        grants[k] = r.json
+    for k in keys:
+        eq(acquire(c, k, ttl_ms=5000).status, 409, "second acquire of %r" % k)
+        i = c.request("GET", path(k))
+        eq(i.status, 200, "inspect %r" % k)
+        eq(i.json["fence"], grants[k]["fence"], "fence of %r" % k)
+        eq(i.json["owner"], "o'\\%_" + str(keys.index(k)), "owner of %r" % k)
+    # exactly these bytes are stored, one row each, and the table survived
+    want = {k.encode().hex().upper() for k in keys}
+    got = {row[0] for row in ctx.server.sql("SELECT HEX(lock_key) FROM lockd_locks")}
+    check(want <= got, "rows missing for %d keys" % len(want - got))
+    fences = [grants[k]["fence"] for k in keys]
+    eq(len(set(fences)), len(fences), "distinct fences")
+    # releasing one frees exactly that one
+    for n, k in enumerate(keys):
+        eq(release(c, k, grants[k]["token"]).status, 200, "release %r" % k)
+        eq(c.request("GET", path(k)).status, 404, "inspect after release %r" % k)
+        for k2 in keys[n + 1:]:
+            eq(c.request("GET", path(k2)).status, 200, "%r after releasing %r" % (k2, k))
+    got = {row[0] for row in ctx.server.sql("SELECT HEX(lock_key) FROM lockd_locks")}
+    check(not (want & got), "released keys left rows")
+
+
+@harness.scenario("a release or an expiry on another instance reaches a waiter (expiry at once, release within the polling interval)",
+                  backends=M)
+def waiter_hears_other_instance(ctx):
+    other = ctx.new_lockd()
+    # expiry: the waiter's retry is timed by the holder's remaining TTL
+    key = ctx.key("exp")
+    t_sent = time.monotonic()
+    r = acquire(other.client(), key, ttl_ms=800)
+    t_got = time.monotonic()
+    eq(r.status, 201, "holder on B")
+    w = acquire(ctx.lockd.client(timeout=10), key, ttl_ms=2000, wait_ms=4000)
+    t_w = time.monotonic()
+    eq(w.status, 201, "waiter on A")
+    check(w.json["fence"] > r.json["fence"], "fence grows")
+    check(t_w >= t_sent + 0.8 - 0.05, "granted %.0f ms before the holder expired" % ((t_sent + 0.8 - t_w) * 1000))
+    check(t_w <= t_got + 0.8 + 0.3, "granted %.0f ms after the holder expired" % ((t_w - t_got - 0.8) * 1000))
+    harness.log("     wake-up after an expiry on another instance: %.0f ms" % ((t_w - t_got - 0.8) * 1000))
+    # release: no notification crosses instances; the waiter polls
+    key = ctx.key("rel")
+    r = acquire(other.client(), key, ttl_ms=30000)
+    eq(r.status, 201, "holder on B")
+    out = {}
+
+    def waiter():
+        out["r"] = acquire(ctx.lockd.client(timeout=10), key, ttl_ms=2000, wait_ms=6000)
+        out["t"] = time.monotonic()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.3)
+    check(t.is_alive(), "the waiter must still wait: %r" % out.get("r"))
+    t0 = time.monotonic()
+    eq(release(other.client(), key, r.json["token"]).status, 200, "release on B")
+    t.join(10)
+    eq(out["r"].status, 201, "waiter on A")
+    check(out["r"].json["fence"] > r.json["fence"], "fence grows")
+    dt = out["t"] - t0
+    harness.log("     wake-up after a release on another instance: %.0f ms" % (dt * 1000))
+    check(dt < 2.5, "waiter woke %.0f ms after the release on another instance" % (dt * 1000))
+    # a release through the waiter's own instance wakes it at once
+    key = ctx.key("local")
+    r = acquire(ctx.lockd.client(), key, ttl_ms=30000)
+    out.clear()
+    t = threading.Thread(target=lambda: out.update(r=acquire(ctx.lockd.client(timeout=10), key, wait_ms=5000),
+                                                   t=time.monotonic()))
+    t.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    eq(release(ctx.lockd.client(), key, r.json["token"]).status, 200, "release on A")
+    t.join(10)
+    eq(out["r"].status, 201, "waiter on A")
+    check(out["t"] - t0 < 0.25, "local wake-up took %.0f ms" % ((out["t"] - t0) * 1000))
+
+
+@harness.scenario("?table= keeps a separate lock table, the schema has a binary key, and unknown URL options stop lockd",
+                  backends=M)
+def table_option_and_schema(ctx):
+    url = ctx.url + "?table=lockd_e2e_other&connect_timeout_ms=1500&read_timeout_ms=1500&write_timeout_ms=1500"
+    ld = harness.Lockd(url, tmpdir=ctx.tmpdir)
+    ctx.extra.append(ld)
+    ld.start()
+    key = ctx.key("tbl")
+    a = acquire(ctx.lockd.client(), key, ttl_ms=5000)
+    b = acquire(ld.client(), key, ttl_ms=5000)
+    eq(a.status, 201, "acquire in the default table")
+    eq(b.status, 201, "the same key in the other table")
+    eq(ctx.server.sql("SELECT COUNT(*) FROM lockd_e2e_other WHERE lock_key = '%s'" % key)[0][0], "1",
+       "row in the other table")
+    create = ctx.server.sql("SHOW CREATE TABLE lockd_locks")[0][1].lower()
+    check("`lock_key` varbinary(512) not null" in create, "lock_key column: %s" % create)
+    check("primary key (`lock_key`)" in create, "primary key: %s" % create)
+    check("engine=innodb" in create, "engine: %s" % create)
+    seq = ctx.server.sql("SELECT v FROM lockd_locks_seq WHERE id = 1")
+    check(int(seq[0][0]) >= a.json["fence"], "the sequence is at or above the fences it gave")
+    eq(release(ctx.lockd.client(), key, a.json["token"]).status, 200, "release")
+    eq(release(ld.client(), key, b.json["token"]).status, 200, "release in the other table")
+    for bad in ("?bogus=1", "?table=x-y", "?read_timeout_ms=0"):
+        ld2 = harness.Lockd(ctx.url + bad, tmpdir=ctx.tmpdir)
+        ctx.extra.append(ld2)
+        ld2.start(wait_ready=False)
+        try:
+            rc = ld2.proc.wait(10)
+        except Exception:  # noqa: BLE001 - still running is the failure
+            rc = None
+        eq(rc, 2, "exit code of lockd with backend URL option %s" % bad)
+    check(os.path.exists(ld.log_path), "log")
