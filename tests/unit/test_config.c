@@ -1,0 +1,462 @@
+/*
+ * tests/unit/test_config.c - service/config.c: defaults, flags (both
+ * "--flag value" and "--flag=value"), LOCKD_* environment variables, the
+ * flag winning over the environment, invalid values, listen addresses,
+ * --help/--version, --check-health and the auth token file.
+ */
+#include "service/config.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/unit/check.h"
+
+static const char *const env_names[] = {
+    "LOCKD_LISTEN",         "LOCKD_BACKEND",         "LOCKD_THREADS",
+    "LOCKD_DEFAULT_TTL_MS", "LOCKD_MAX_TTL_MS",      "LOCKD_MAX_WAIT_MS",
+    "LOCKD_MAX_BODY_BYTES", "LOCKD_MAX_CONNECTIONS", "LOCKD_LOG_LEVEL",
+    "LOCKD_LOG_FORMAT",     "LOCKD_AUTH_TOKEN_FILE",
+};
+
+static void env_clear(void)
+{
+    for (size_t i = 0; i < sizeof(env_names) / sizeof(env_names[0]); i++)
+        unsetenv(env_names[i]);
+}
+
+/* config_load with argv from the NULL-terminated arguments, its output on
+ * stdout and stderr thrown away (the messages are for people). */
+static enum config_result load(struct config *c, ...)
+{
+    char *argv[32];
+    int argc = 0, saved_out, saved_err, devnull;
+    enum config_result r;
+    va_list ap;
+
+    argv[argc++] = (char *)"lockd";
+    va_start(ap, c);
+    for (char *a = va_arg(ap, char *); a != NULL && argc < 31;
+         a = va_arg(ap, char *))
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+
+    fflush(stdout);
+    fflush(stderr);
+    saved_out = dup(STDOUT_FILENO);
+    saved_err = dup(STDERR_FILENO);
+    devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, STDOUT_FILENO);
+    dup2(devnull, STDERR_FILENO);
+    r = config_load(c, argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved_out, STDOUT_FILENO);
+    dup2(saved_err, STDERR_FILENO);
+    close(saved_out);
+    close(saved_err);
+    close(devnull);
+    return r;
+}
+
+#define LOAD(c, ...) load(c, __VA_ARGS__, (char *)NULL)
+
+/* The result for one invalid set of arguments (env cleared first). */
+#define CHECK_REJECTED(...)                                 \
+    do {                                                    \
+        struct config c_;                                   \
+        env_clear();                                        \
+        CHECK_EQ_INT(LOAD(&c_, __VA_ARGS__), CONFIG_ERROR); \
+        config_cleanup(&c_);                                \
+    } while (0)
+
+static void test_config_defaults(void)
+{
+    struct config c;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+    env_clear();
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
+    CHECK_STR_EQ(c.listen, "127.0.0.1:8080");
+    CHECK_STR_EQ(c.listen_host, "127.0.0.1");
+    CHECK_STR_EQ(c.listen_port, "8080");
+    CHECK_STR_EQ(c.backend, "memory://");
+    CHECK_EQ_INT(c.threads, ncpu > 0 ? ncpu : 2);
+    CHECK_EQ_U64(c.default_ttl_ms, 30000);
+    CHECK_EQ_U64(c.max_ttl_ms, 86400000);
+    CHECK_EQ_U64(c.max_wait_ms, 300000);
+    CHECK_EQ_U64(c.max_body_bytes, 8192);
+    CHECK_EQ_INT(c.max_connections, 16000);
+    CHECK_EQ_INT(c.log_level, LOG_LEVEL_INFO);
+    CHECK_EQ_INT(c.log_format, LOG_FORMAT_TEXT);
+    CHECK(c.auth_token_file == NULL && c.auth_token == NULL);
+    CHECK(!c.check_health);
+    CHECK(c.check_health_url == NULL);
+    config_cleanup(&c);
+}
+
+static void test_config_reads_every_flag(void)
+{
+    struct config c;
+
+    env_clear();
+    CHECK_EQ_INT(LOAD(&c, "--listen", "0.0.0.0:9000", "--backend",
+                      "redis://127.0.0.1:6379", "--threads", "4",
+                      "--default-ttl-ms", "1000", "--max-ttl-ms", "60000",
+                      "--max-wait-ms", "0", "--max-body-bytes", "1024",
+                      "--max-connections", "100", "--log-level", "debug",
+                      "--log-format", "json"),
+                 CONFIG_OK);
+    CHECK_STR_EQ(c.listen_host, "0.0.0.0");
+    CHECK_STR_EQ(c.listen_port, "9000");
+    CHECK_STR_EQ(c.backend, "redis://127.0.0.1:6379");
+    CHECK_EQ_INT(c.threads, 4);
+    CHECK_EQ_U64(c.default_ttl_ms, 1000);
+    CHECK_EQ_U64(c.max_ttl_ms, 60000);
+    CHECK_EQ_U64(c.max_wait_ms, 0);
+    CHECK_EQ_U64(c.max_body_bytes, 1024);
+    CHECK_EQ_INT(c.max_connections, 100);
+    CHECK_EQ_INT(c.log_level, LOG_LEVEL_DEBUG);
+    CHECK_EQ_INT(c.log_format, LOG_FORMAT_JSON);
+    config_cleanup(&c);
+}
+
+static void test_config_reads_flag_equals_value(void)
+{
+    struct config c;
+
+    env_clear();
+    CHECK_EQ_INT(LOAD(&c, "--listen=localhost:1", "--threads=256",
+                      "--default-ttl-ms=5", "--max-ttl-ms=5",
+                      "--max-wait-ms=300000", "--log-level=warn",
+                      "--log-format=text", "--backend=mysql://u:p=x@h/db"),
+                 CONFIG_OK);
+    CHECK_STR_EQ(c.listen_host, "localhost");
+    CHECK_STR_EQ(c.listen_port, "1");
+    CHECK_EQ_INT(c.threads, 256);
+    CHECK_EQ_U64(c.default_ttl_ms, 5);
+    CHECK_EQ_U64(c.max_ttl_ms, 5);
+    CHECK_EQ_INT(c.log_level, LOG_LEVEL_WARN);
+    CHECK_EQ_INT(c.log_format, LOG_FORMAT_TEXT);
+    /* only the first '=' splits */
+    CHECK_STR_EQ(c.backend, "mysql://u:p=x@h/db");
+    config_cleanup(&c);
+    /* a later flag wins over an earlier one */
+    CHECK_EQ_INT(LOAD(&c, "--threads", "2", "--threads=3"), CONFIG_OK);
+    CHECK_EQ_INT(c.threads, 3);
+    config_cleanup(&c);
+}
+
+static void test_config_reads_environment(void)
+{
+    struct config c;
+
+    env_clear();
+    setenv("LOCKD_LISTEN", "[::1]:7000", 1);
+    setenv("LOCKD_BACKEND", "zookeeper://h1:2181,h2:2181/lockd", 1);
+    setenv("LOCKD_THREADS", "3", 1);
+    setenv("LOCKD_DEFAULT_TTL_MS", "2000", 1);
+    setenv("LOCKD_MAX_TTL_MS", "4000", 1);
+    setenv("LOCKD_MAX_WAIT_MS", "10", 1);
+    setenv("LOCKD_MAX_BODY_BYTES", "2", 1);
+    setenv("LOCKD_MAX_CONNECTIONS", "16", 1);
+    setenv("LOCKD_LOG_LEVEL", "error", 1);
+    setenv("LOCKD_LOG_FORMAT", "json", 1);
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
+    CHECK_STR_EQ(c.listen_host, "::1");
+    CHECK_STR_EQ(c.listen_port, "7000");
+    CHECK_STR_EQ(c.backend, "zookeeper://h1:2181,h2:2181/lockd");
+    CHECK_EQ_INT(c.threads, 3);
+    CHECK_EQ_U64(c.default_ttl_ms, 2000);
+    CHECK_EQ_U64(c.max_ttl_ms, 4000);
+    CHECK_EQ_U64(c.max_wait_ms, 10);
+    CHECK_EQ_U64(c.max_body_bytes, 2);
+    CHECK_EQ_INT(c.max_connections, 16);
+    CHECK_EQ_INT(c.log_level, LOG_LEVEL_ERROR);
+    CHECK_EQ_INT(c.log_format, LOG_FORMAT_JSON);
+    config_cleanup(&c);
+    env_clear();
+}
+
+static void test_config_flag_wins_over_environment(void)
+{
+    struct config c;
+
+    env_clear();
+    setenv("LOCKD_THREADS", "3", 1);
+    setenv("LOCKD_LISTEN", "127.0.0.1:1111", 1);
+    setenv("LOCKD_LOG_LEVEL", "error", 1);
+    setenv("LOCKD_MAX_TTL_MS", "1000", 1);
+    CHECK_EQ_INT(LOAD(&c, "--threads", "5", "--listen=127.0.0.1:2222",
+                      "--log-level", "debug", "--max-ttl-ms", "90000"),
+                 CONFIG_OK);
+    CHECK_EQ_INT(c.threads, 5);
+    CHECK_STR_EQ(c.listen_port, "2222");
+    CHECK_EQ_INT(c.log_level, LOG_LEVEL_DEBUG);
+    CHECK_EQ_U64(c.max_ttl_ms, 90000);
+    config_cleanup(&c);
+    /* the environment still fills what the flags leave */
+    unsetenv("LOCKD_MAX_TTL_MS"); /* 1000 is below the default TTL */
+    CHECK_EQ_INT(LOAD(&c, "--threads", "5"), CONFIG_OK);
+    CHECK_STR_EQ(c.listen_port, "1111");
+    config_cleanup(&c);
+    /* a flag does not excuse a bad variable: it is read and refused */
+    setenv("LOCKD_THREADS", "lots", 1);
+    CHECK_EQ_INT(LOAD(&c, "--threads", "5"), CONFIG_ERROR);
+    config_cleanup(&c);
+    env_clear();
+}
+
+static void test_config_rejects_invalid_values(void)
+{
+    CHECK_REJECTED("--threads", "0");
+    CHECK_REJECTED("--threads", "257");
+    CHECK_REJECTED("--threads", "abc");
+    CHECK_REJECTED("--threads", "-1");
+    CHECK_REJECTED("--threads", "+4");
+    CHECK_REJECTED("--threads", " 4");
+    CHECK_REJECTED("--threads", "4x");
+    CHECK_REJECTED("--threads=");
+    CHECK_REJECTED("--default-ttl-ms", "0");
+    CHECK_REJECTED("--default-ttl-ms", "1.5");
+    CHECK_REJECTED("--max-ttl-ms", "9007199254740992"); /* 2^53 */
+    CHECK_REJECTED("--max-ttl-ms", "99999999999999999999999");
+    CHECK_REJECTED("--max-wait-ms", "-1");
+    CHECK_REJECTED("--max-body-bytes", "1");
+    CHECK_REJECTED("--max-body-bytes", "1048577");
+    CHECK_REJECTED("--max-connections", "0");
+    CHECK_REJECTED("--max-connections", "1000001");
+    CHECK_REJECTED("--log-level", "verbose");
+    CHECK_REJECTED("--log-level", "INFO ");
+    CHECK_REJECTED("--log-format", "xml");
+    CHECK_REJECTED("--backend", "");
+    CHECK_REJECTED("--listen=");
+    CHECK_REJECTED("--nope", "1");
+    CHECK_REJECTED("--threads"); /* no value */
+    CHECK_REJECTED("--listen");
+    CHECK_REJECTED("serve");
+    CHECK_REJECTED("-t", "4");
+    CHECK_REJECTED("--auth-token-file", "");
+    /* from the environment too */
+    {
+        struct config c;
+        env_clear();
+        setenv("LOCKD_MAX_WAIT_MS", "soon", 1);
+        CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_ERROR);
+        config_cleanup(&c);
+        env_clear();
+        setenv("LOCKD_LOG_FORMAT", "", 1);
+        CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_ERROR);
+        config_cleanup(&c);
+        env_clear();
+    }
+}
+
+static void test_config_default_ttl_above_max_is_error(void)
+{
+    struct config c;
+
+    CHECK_REJECTED("--default-ttl-ms", "5000", "--max-ttl-ms", "1000");
+    CHECK_REJECTED("--max-ttl-ms", "1000"); /* default 30000 > 1000 */
+    env_clear();
+    setenv("LOCKD_DEFAULT_TTL_MS", "2000", 1);
+    CHECK_EQ_INT(LOAD(&c, "--max-ttl-ms", "1999"), CONFIG_ERROR);
+    config_cleanup(&c);
+    CHECK_EQ_INT(LOAD(&c, "--max-ttl-ms", "2000"), CONFIG_OK);
+    config_cleanup(&c);
+    env_clear();
+}
+
+static void test_config_parses_listen_addresses(void)
+{
+    static const struct {
+        const char *listen, *host, *port;
+    } good[] = {
+        { "127.0.0.1:8080", "127.0.0.1", "8080" },
+        { "0.0.0.0:1", "0.0.0.0", "1" },
+        { "localhost:65535", "localhost", "65535" },
+        { "[::1]:8080", "::1", "8080" },
+        { "[::]:80", "::", "80" },
+        { "[fe80::1%eth0]:9", "fe80::1%eth0", "9" },
+        { "lockd.example.com:443", "lockd.example.com", "443" },
+    };
+    static const char *const bad[] = {
+        "8080",     ":8080",   "host:",    "host:0",      "host:65536",
+        "host:80x", "host:-1", "::1:8080", "[::1]8080",   "[::1]",
+        "[::1]:",   "[]:80",   "[::1:80",  "host:8080:1", "host: 80",
+    };
+    struct config c;
+
+    env_clear();
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        CHECK_MSG(LOAD(&c, "--listen", good[i].listen) == CONFIG_OK, "%s",
+                  good[i].listen);
+        CHECK_STR_EQ(c.listen_host, good[i].host);
+        CHECK_STR_EQ(c.listen_port, good[i].port);
+        CHECK_STR_EQ(c.listen, good[i].listen);
+        config_cleanup(&c);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_MSG(LOAD(&c, "--listen", bad[i]) == CONFIG_ERROR, "%s", bad[i]);
+        config_cleanup(&c);
+    }
+}
+
+static void test_config_help_and_version_exit(void)
+{
+    struct config c;
+
+    env_clear();
+    CHECK_EQ_INT(LOAD(&c, "--help"), CONFIG_EXIT);
+    config_cleanup(&c);
+    CHECK_EQ_INT(LOAD(&c, "-h"), CONFIG_EXIT);
+    config_cleanup(&c);
+    CHECK_EQ_INT(LOAD(&c, "--version"), CONFIG_EXIT);
+    config_cleanup(&c);
+    CHECK_EQ_INT(LOAD(&c, "--threads", "2", "--help"), CONFIG_EXIT);
+    config_cleanup(&c);
+}
+
+static void test_config_help_lists_every_option(void)
+{
+    static const char *const flags[] = {
+        "--listen",         "--backend",         "--threads",
+        "--default-ttl-ms", "--max-ttl-ms",      "--max-wait-ms",
+        "--max-body-bytes", "--max-connections", "--log-level",
+        "--log-format",     "--auth-token-file", "--check-health",
+        "--help",           "--version",
+    };
+    char path[] = "/tmp/lockd-test-help-XXXXXX";
+    int fd = mkstemp(path), saved;
+    char *argv[] = { (char *)"lockd", (char *)"--help", NULL };
+    char text[8192];
+    ssize_t n;
+    struct config c;
+
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    env_clear();
+    fflush(stdout);
+    saved = dup(STDOUT_FILENO);
+    dup2(fd, STDOUT_FILENO);
+    CHECK_EQ_INT(config_load(&c, 2, argv), CONFIG_EXIT);
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    n = pread(fd, text, sizeof(text) - 1, 0);
+    text[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+        CHECK_CONTAINS(text, flags[i]);
+    for (size_t i = 0; i < sizeof(env_names) / sizeof(env_names[0]); i++)
+        CHECK_CONTAINS(text, env_names[i]);
+    config_cleanup(&c);
+}
+
+static void test_config_check_health(void)
+{
+    struct config c;
+
+    env_clear();
+    CHECK_EQ_INT(LOAD(&c, "--check-health"), CONFIG_OK);
+    CHECK(c.check_health);
+    CHECK(c.check_health_url == NULL);
+    CHECK_STR_EQ(c.listen_host, "127.0.0.1");
+    config_cleanup(&c);
+    CHECK_EQ_INT(LOAD(&c, "--check-health", "http://127.0.0.1:9/healthz"),
+                 CONFIG_OK);
+    CHECK(c.check_health);
+    CHECK_STR_EQ(c.check_health_url, "http://127.0.0.1:9/healthz");
+    config_cleanup(&c);
+    /* a flag after it is not its URL */
+    CHECK_EQ_INT(LOAD(&c, "--check-health", "--listen", "0.0.0.0:9999"),
+                 CONFIG_OK);
+    CHECK(c.check_health_url == NULL);
+    CHECK_STR_EQ(c.listen_host, "0.0.0.0");
+    CHECK_STR_EQ(c.listen_port, "9999");
+    config_cleanup(&c);
+    /* the listen address still has to parse: it makes the default URL */
+    CHECK_EQ_INT(LOAD(&c, "--check-health", "--listen", "nope"), CONFIG_ERROR);
+    config_cleanup(&c);
+    setenv("LOCKD_LISTEN", "127.0.0.1:4444", 1);
+    CHECK_EQ_INT(LOAD(&c, "--check-health"), CONFIG_OK);
+    CHECK_STR_EQ(c.listen_port, "4444");
+    config_cleanup(&c);
+    env_clear();
+}
+
+static void test_config_reads_auth_token_file(void)
+{
+    char path[] = "/tmp/lockd-test-token-XXXXXX";
+    int fd = mkstemp(path);
+    struct config c;
+    static const char good[] = "0123456789abcdefXYZ\nsecond line\n";
+    static const char crlf[] = "0123456789abcdefXYZ\r\n";
+    static const char shorty[] = "short\n";
+    static const char blank[] = "\nsecond line\n";
+
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    env_clear();
+    CHECK(write(fd, good, sizeof(good) - 1) == (ssize_t)sizeof(good) - 1);
+    CHECK_EQ_INT(LOAD(&c, "--auth-token-file", path), CONFIG_OK);
+    CHECK_STR_EQ(c.auth_token_file, path);
+    CHECK_STR_EQ(c.auth_token, "0123456789abcdefXYZ");
+    config_cleanup(&c);
+    CHECK(c.auth_token == NULL);
+
+    CHECK(ftruncate(fd, 0) == 0);
+    CHECK(pwrite(fd, crlf, sizeof(crlf) - 1, 0) == (ssize_t)sizeof(crlf) - 1);
+    setenv("LOCKD_AUTH_TOKEN_FILE", path, 1);
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
+    CHECK_STR_EQ(c.auth_token, "0123456789abcdefXYZ");
+    config_cleanup(&c);
+
+    /* any non-empty first line is a token */
+    CHECK(ftruncate(fd, 0) == 0);
+    CHECK(pwrite(fd, shorty, sizeof(shorty) - 1, 0) ==
+          (ssize_t)sizeof(shorty) - 1);
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
+    CHECK_STR_EQ(c.auth_token, "short");
+    config_cleanup(&c);
+    CHECK(ftruncate(fd, 0) == 0); /* an empty first line */
+    CHECK(pwrite(fd, blank, sizeof(blank) - 1, 0) ==
+          (ssize_t)sizeof(blank) - 1);
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_ERROR);
+    config_cleanup(&c);
+    CHECK(ftruncate(fd, 0) == 0); /* empty file */
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_ERROR);
+    config_cleanup(&c);
+    env_clear();
+    close(fd);
+    unlink(path);
+    CHECK_EQ_INT(LOAD(&c, "--auth-token-file", path), CONFIG_ERROR);
+    config_cleanup(&c);
+}
+
+static const struct check_case cases[] = {
+    CHECK_CASE(test_config_defaults),
+    CHECK_CASE(test_config_reads_every_flag),
+    CHECK_CASE(test_config_reads_flag_equals_value),
+    CHECK_CASE(test_config_reads_environment),
+    CHECK_CASE(test_config_flag_wins_over_environment),
+    CHECK_CASE(test_config_rejects_invalid_values),
+    CHECK_CASE(test_config_default_ttl_above_max_is_error),
+    CHECK_CASE(test_config_parses_listen_addresses),
+    CHECK_CASE(test_config_help_and_version_exit),
+    CHECK_CASE(test_config_help_lists_every_option),
+    CHECK_CASE(test_config_check_health),
+    CHECK_CASE(test_config_reads_auth_token_file),
+};
+
+int main(int argc, char **argv)
+{
+    return CHECK_MAIN(cases);
+}

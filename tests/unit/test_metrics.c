@@ -1,0 +1,352 @@
+/*
+ * tests/unit/test_metrics.c - service/metrics.c: the exposition has every
+ * family of the brief with HELP and TYPE, counters move by what was
+ * recorded, histogram buckets are cumulative and _count equals the +Inf
+ * bucket. The metrics are process-wide, so each case reads values before
+ * and after.
+ */
+#include "service/metrics.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/unit/check.h"
+
+static char *render(int64_t held)
+{
+    size_t len = 0;
+    char *text = metrics_render(held, &len);
+
+    CHECK(text != NULL);
+    if (text != NULL)
+        CHECK_EQ_INT(strlen(text), len);
+    return text;
+}
+
+/* The value of the sample whose name and labels are exactly `series`
+ * ("name" or "name{a=\"b\"}"), or -1 when absent. */
+static double sample(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+
+    for (const char *p = text; p != NULL && *p != '\0';) {
+        const char *eol = strchr(p, '\n');
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+        p = eol != NULL ? eol + 1 : NULL;
+    }
+    return -1;
+}
+
+static double sample_of(int64_t held, const char *series)
+{
+    char *text = render(held);
+    double v = text != NULL ? sample(text, series) : -1;
+
+    free(text);
+    return v;
+}
+
+static void test_metrics_render_has_every_family(void)
+{
+    static const struct {
+        const char *name, *type;
+    } families[] = {
+        { "lockd_build_info", "gauge" },
+        { "lockd_http_requests_total", "counter" },
+        { "lockd_http_request_duration_seconds", "histogram" },
+        { "lockd_lock_grants_total", "counter" },
+        { "lockd_lock_renewals_total", "counter" },
+        { "lockd_lock_releases_total", "counter" },
+        { "lockd_lock_expiries_total", "counter" },
+        { "lockd_lock_conflicts_total", "counter" },
+        { "lockd_waiters", "gauge" },
+        { "lockd_locks_held", "gauge" },
+        { "lockd_backend_operations_total", "counter" },
+        { "lockd_backend_errors_total", "counter" },
+        { "lockd_backend_operation_duration_seconds", "histogram" },
+    };
+    char *text = render(3);
+    char line[256];
+
+    if (text == NULL)
+        return;
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
+        snprintf(line, sizeof(line), "# TYPE %s %s\n", families[i].name,
+                 families[i].type);
+        CHECK_CONTAINS(text, line);
+        snprintf(line, sizeof(line), "# HELP %s ", families[i].name);
+        CHECK_CONTAINS(text, line);
+    }
+    CHECK_CONTAINS(text, "lockd_build_info{version=\"9.9.9\","
+                         "backend=\"memory\"} 1\n");
+    CHECK_EQ_INT(sample(text, "lockd_locks_held"), 3);
+    /* histograms carry every route and every backend op as labels */
+    static const char *const routes[] = { "acquire", "renew",   "release",
+                                          "inspect", "healthz", "readyz",
+                                          "metrics", "other" };
+    for (size_t i = 0; i < 8; i++) {
+        snprintf(line, sizeof(line),
+                 "lockd_http_request_duration_seconds_count{route=\"%s\"}",
+                 routes[i]);
+        CHECK_MSG(sample(text, line) >= 0, "%s", line);
+    }
+    static const char *const ops[] = { "acquire", "renew",       "release",
+                                       "inspect", "cancel_wait", "ping" };
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(line, sizeof(line),
+                 "lockd_backend_operations_total{backend=\"memory\","
+                 "op=\"%s\"}",
+                 ops[i]);
+        CHECK_MSG(sample(text, line) >= 0, "%s", line);
+    }
+    free(text);
+    /* held < 0: the store cannot tell, the gauge is left out */
+    text = render(-1);
+    if (text != NULL) {
+        CHECK(strstr(text, "lockd_locks_held") == NULL);
+        free(text);
+    }
+}
+
+static void test_metrics_exposition_is_well_formed(void)
+{
+    char *text = render(0);
+    char typed[64][96];
+    size_t ntyped = 0;
+
+    if (text == NULL)
+        return;
+    CHECK(text[0] != '\0' && text[strlen(text) - 1] == '\n');
+    for (char *p = text, *eol; *p != '\0'; p = eol + 1) {
+        char name[128];
+        size_t n;
+        bool known = false;
+
+        eol = strchr(p, '\n');
+        if (eol == NULL)
+            break;
+        *eol = '\0';
+        if (strncmp(p, "# TYPE ", 7) == 0) {
+            if (ntyped < 64 && sscanf(p + 7, "%95s", typed[ntyped]) == 1)
+                ntyped++;
+            continue;
+        }
+        if (p[0] == '#') {
+            CHECK_MSG(strncmp(p, "# HELP ", 7) == 0, "line '%s'", p);
+            continue;
+        }
+        /* a sample: name{labels} value, its family TYPEd above */
+        n = strcspn(p, "{ ");
+        snprintf(name, sizeof(name), "%.*s", (int)n, p);
+        for (size_t i = 0; i < ntyped && !known; i++) {
+            size_t tl = strlen(typed[i]);
+            known = strcmp(name, typed[i]) == 0 ||
+                    (strncmp(name, typed[i], tl) == 0 &&
+                     (strcmp(name + tl, "_bucket") == 0 ||
+                      strcmp(name + tl, "_sum") == 0 ||
+                      strcmp(name + tl, "_count") == 0));
+        }
+        CHECK_MSG(known, "sample '%s' has no TYPE line before it", p);
+        if (p[n] == '{') {
+            char *close = strchr(p + n, '}');
+            CHECK_MSG(close != NULL && close[1] == ' ', "line '%s'", p);
+        }
+        {
+            char *sp = strrchr(p, ' ');
+            char *end = NULL;
+            if (sp != NULL)
+                strtod(sp + 1, &end);
+            CHECK_MSG(sp != NULL && end != NULL && *end == '\0' &&
+                          end != sp + 1,
+                      "value of '%s'", p);
+        }
+    }
+    free(text);
+}
+
+static void test_metrics_counters_move(void)
+{
+    static const char *const series[] = {
+        "lockd_lock_grants_total",    "lockd_lock_renewals_total",
+        "lockd_lock_releases_total",  "lockd_lock_expiries_total",
+        "lockd_lock_conflicts_total", "lockd_waiters",
+    };
+    double before[6], after[6];
+
+    for (int i = 0; i < 6; i++)
+        before[i] = sample_of(0, series[i]);
+    metrics_lock_granted();
+    metrics_lock_granted();
+    metrics_lock_granted();
+    metrics_lock_renewed();
+    metrics_lock_released();
+    metrics_lock_released();
+    metrics_lock_expired(5);
+    metrics_lock_conflict();
+    metrics_waiters_add(4);
+    metrics_waiters_add(-1);
+    for (int i = 0; i < 6; i++)
+        after[i] = sample_of(0, series[i]);
+    CHECK_EQ_INT(after[0] - before[0], 3);
+    CHECK_EQ_INT(after[1] - before[1], 1);
+    CHECK_EQ_INT(after[2] - before[2], 2);
+    CHECK_EQ_INT(after[3] - before[3], 5);
+    CHECK_EQ_INT(after[4] - before[4], 1);
+    CHECK_EQ_INT(after[5] - before[5], 3);
+    metrics_waiters_add(-3);
+    CHECK_EQ_INT(sample_of(0, "lockd_waiters"), before[5]);
+}
+
+static void test_metrics_requests_by_route_and_status(void)
+{
+    const char *s201 =
+        "lockd_http_requests_total{route=\"acquire\",status=\"201\"}";
+    const char *s409 =
+        "lockd_http_requests_total{route=\"acquire\",status=\"409\"}";
+    const char *other =
+        "lockd_http_requests_total{route=\"renew\",status=\"other\"}";
+    double b201 = sample_of(0, s201), b409 = sample_of(0, s409);
+    double bother = sample_of(0, other);
+
+    metrics_request(METRICS_ROUTE_ACQUIRE, 201, 1000);
+    metrics_request(METRICS_ROUTE_ACQUIRE, 201, 1000);
+    metrics_request(METRICS_ROUTE_ACQUIRE, 409, 1000);
+    metrics_request(METRICS_ROUTE_RENEW, 418, 1000); /* not in the list */
+    CHECK_EQ_INT(sample_of(0, s201) - (b201 < 0 ? 0 : b201), 2);
+    CHECK_EQ_INT(sample_of(0, s409) - (b409 < 0 ? 0 : b409), 1);
+    CHECK_EQ_INT(sample_of(0, other) - (bother < 0 ? 0 : bother), 1);
+    /* an out-of-range route counts as other */
+    metrics_request(METRICS_ROUTE_COUNT, 404, 10);
+    CHECK(sample_of(0, "lockd_http_requests_total{route=\"other\","
+                       "status=\"404\"}") >= 1);
+}
+
+static void test_metrics_backend_ops_and_errors(void)
+{
+    const char *ops = "lockd_backend_operations_total{backend=\"memory\","
+                      "op=\"release\"}";
+    const char *errs = "lockd_backend_errors_total{backend=\"memory\","
+                       "op=\"release\"}";
+    double bops = sample_of(0, ops), berrs = sample_of(0, errs);
+
+    metrics_backend_op(METRICS_OP_RELEASE, 1, 100);
+    metrics_backend_op(METRICS_OP_RELEASE, 1, 100);
+    metrics_backend_op(METRICS_OP_RELEASE, 0, 100);
+    CHECK_EQ_INT(sample_of(0, ops) - bops, 3);
+    CHECK_EQ_INT(sample_of(0, errs) - berrs, 1);
+}
+
+/* Buckets of one histogram series, in order. */
+static size_t buckets_of(const char *text,
+                         const char *name,
+                         const char *labels,
+                         double *le,
+                         double *v,
+                         size_t max)
+{
+    char prefix[256];
+    size_t n = 0, plen;
+
+    plen = (size_t)snprintf(prefix, sizeof(prefix), "%s_bucket{%s,le=\"", name,
+                            labels);
+    for (const char *p = text; p != NULL && *p != '\0' && n < max;) {
+        const char *eol = strchr(p, '\n');
+        if (strncmp(p, prefix, plen) == 0) {
+            const char *q = p + plen;
+            le[n] = strncmp(q, "+Inf", 4) == 0 ? -1 : strtod(q, NULL);
+            q = strchr(q, ' ');
+            v[n++] = q != NULL ? strtod(q + 1, NULL) : -1;
+        }
+        p = eol != NULL ? eol + 1 : NULL;
+    }
+    return n;
+}
+
+static void test_metrics_histogram_is_cumulative(void)
+{
+    const char *name = "lockd_http_request_duration_seconds";
+    const char *labels = "route=\"healthz\"";
+    char series[256];
+    double le[64], v[64];
+    char *text;
+    size_t n;
+
+    /* 50 us, 300 us, 2 ms, 1000 s (past the last finite bound) */
+    metrics_request(METRICS_ROUTE_HEALTHZ, 200, 50);
+    metrics_request(METRICS_ROUTE_HEALTHZ, 200, 300);
+    metrics_request(METRICS_ROUTE_HEALTHZ, 200, 2000);
+    metrics_request(METRICS_ROUTE_HEALTHZ, 200, 1000000000);
+    metrics_request(METRICS_ROUTE_HEALTHZ, 200, -5); /* clamped to 0 */
+    text = render(0);
+    if (text == NULL)
+        return;
+    n = buckets_of(text, name, labels, le, v, 64);
+    CHECK(n >= 10);
+    if (n < 2) {
+        free(text);
+        return;
+    }
+    for (size_t i = 1; i < n; i++) {
+        CHECK_MSG(v[i] >= v[i - 1], "bucket %zu: %g after %g", i, v[i],
+                  v[i - 1]);
+        if (i + 1 < n)
+            CHECK_MSG(le[i] > le[i - 1], "bounds not increasing at %zu", i);
+    }
+    CHECK_EQ_INT(le[n - 1], -1); /* the last is +Inf */
+    snprintf(series, sizeof(series), "%s_count{%s}", name, labels);
+    CHECK_EQ_INT(sample(text, series), v[n - 1]);
+    CHECK_EQ_INT(v[n - 1], 5); /* only this case records healthz */
+    /* le="0.0001" holds 0 and 50 us; le="0.0005" adds 300 us; le="0.0025"
+     * adds 2 ms; only +Inf has the 1000 s one */
+    for (size_t i = 0; i < n; i++) {
+        if (le[i] == 0.0001)
+            CHECK_EQ_INT(v[i], 2);
+        if (le[i] == 0.0005)
+            CHECK_EQ_INT(v[i], 3);
+        if (le[i] == 0.0025)
+            CHECK_EQ_INT(v[i], 4);
+    }
+    CHECK_EQ_INT(v[n - 2], 4);
+    snprintf(series, sizeof(series), "%s_sum{%s}", name, labels);
+    CHECK_MSG(sample(text, series) > 1000.0023 &&
+                  sample(text, series) < 1000.0025,
+              "sum %f", sample(text, series));
+    free(text);
+
+    /* backend histograms too */
+    metrics_backend_op(METRICS_OP_PING, 1, 700);
+    text = render(0);
+    if (text == NULL)
+        return;
+    n = buckets_of(text, "lockd_backend_operation_duration_seconds",
+                   "backend=\"memory\",op=\"ping\"", le, v, 64);
+    CHECK(n >= 10);
+    if (n >= 2) {
+        for (size_t i = 1; i < n; i++)
+            CHECK(v[i] >= v[i - 1]);
+        CHECK_EQ_INT(sample(text, "lockd_backend_operation_duration_"
+                                  "seconds_count{backend=\"memory\","
+                                  "op=\"ping\"}"),
+                     v[n - 1]);
+        CHECK(v[n - 1] >= 1);
+    }
+    free(text);
+}
+
+static const struct check_case cases[] = {
+    CHECK_CASE(test_metrics_render_has_every_family),
+    CHECK_CASE(test_metrics_exposition_is_well_formed),
+    CHECK_CASE(test_metrics_counters_move),
+    CHECK_CASE(test_metrics_requests_by_route_and_status),
+    CHECK_CASE(test_metrics_backend_ops_and_errors),
+    CHECK_CASE(test_metrics_histogram_is_cumulative),
+};
+
+int main(int argc, char **argv)
+{
+    metrics_setup("9.9.9", "memory");
+    return CHECK_MAIN(cases);
+}
