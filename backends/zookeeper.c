@@ -42,16 +42,16 @@
 #include "service/log.h"
 #include "service/metrics.h"
 
-#define ZK_PATH_MAX           1536 /* chroot + /lockd/locks/k + 683 + child */
-#define ZK_CHROOT_MAX         256
-#define ZK_NAME_MAX           96   /* a child's name */
-#define ZK_DATA_MAX           (32 + LOCK_TOKEN_MAX + LOCK_OWNER_MAX)
-#define ZK_SEQ_DIGITS         10   /* ZooKeeper's sequence suffix */
-#define ZK_MAX_ROUNDS         16   /* look-act rounds per request */
-#define ZK_WAITER_GRACE_MS    2000 /* others reap a waiter this long after
-                                      its deadline */
-#define ZK_WAITER_RECHECK_MS  5000 /* a waiter re-checks its place at least
-                                      this often, whatever its watch says */
+#define ZK_PATH_MAX   1536 /* chroot + /lockd/locks/k + 683 + child */
+#define ZK_CHROOT_MAX 256
+#define ZK_NAME_MAX   96 /* a child's name */
+#define ZK_DATA_MAX   (32 + LOCK_TOKEN_MAX + LOCK_OWNER_MAX)
+#define ZK_SEQ_DIGITS 10 /* ZooKeeper's sequence suffix */
+#define ZK_MAX_ROUNDS 16 /* look-act rounds per request */
+/* others reap a waiter node this long after the deadline in its name */
+#define ZK_WAITER_GRACE_MS 2000
+/* a waiter looks at its place at least this often, whatever its watch */
+#define ZK_WAITER_RECHECK_MS  5000
 #define ZK_CLOCK_REFRESH_MS   5000
 #define ZK_KEEPER_TICK_MS     250
 #define ZK_SWEEP_BATCH        20   /* keys looked at per keeper tick */
@@ -71,7 +71,7 @@ struct zk_call {
     int done; /* guarded by mu */
     int rc;
     struct Stat stat;
-    char *data;  /* get: owned copy of the node's data */
+    char *data; /* get: owned copy of the node's data */
     int data_len;
     char **kids; /* get_children: owned, one block with the names */
     int nkids;
@@ -94,10 +94,16 @@ struct zk_conn {
 /* The server's clock, learned from the mtime of our own writes. */
 struct zk_clock {
     bool valid;
-    int64_t off_ms;  /* server ms = local monotonic ms + off_ms; never ahead
-                        of the server: the write happened before we heard */
-    int64_t rtt_ms;  /* of the sample: how far behind it may be */
-    int64_t at_mono; /* when it was taken */
+    /* server ms = local monotonic ms + offset. Every sample, mtime minus
+     * our clock when the reply came, is a lower bound of the offset (the
+     * write happened before we heard of it), behind by the time the reply
+     * took; the best is the largest: we keep the largest of this period
+     * and of the last one, so a slow reply never pulls the estimate down
+     * and a clock change on the server is followed within two periods. */
+    int64_t cur_ms;
+    int64_t prev_ms;
+    int64_t period_at; /* monotonic ms when cur_ms's period began */
+    int64_t last_at;   /* monotonic ms of the last sample */
 };
 
 /* waiter->be_data: a waiting client's place in a key's queue. */
@@ -115,19 +121,19 @@ struct zk_waiter {
 /* A node to delete once the store answers again (a cancel that failed). */
 struct zk_trash {
     struct zk_trash *next;
-    char *parent;   /* owned */
-    char *name;     /* owned: a name, or a prefix when is_prefix */
+    char *parent; /* owned */
+    char *name;   /* owned: a name, or a prefix when is_prefix */
     bool is_prefix;
 };
 
 struct zk_be {
     struct backend base;
     struct backend_hooks hooks;
-    char *hosts;       /* owned: "h1:2181,h2:2181" */
-    char *root;        /* owned: "<chroot>/lockd" */
-    char *locks;       /* owned: root + "/locks" */
-    char *clock_path;  /* owned: root + "/clock" */
-    char *chroot;      /* owned: "" or "/a/b" */
+    char *hosts;      /* owned: "h1:2181,h2:2181" */
+    char *root;       /* owned: "<chroot>/lockd" */
+    char *locks;      /* owned: root + "/locks" */
+    char *clock_path; /* owned: root + "/clock" */
+    char *chroot;     /* owned: "" or "/a/b" */
     int session_ms;
     int64_t timeout_ms;
     char inst[17]; /* random hex naming this instance's waiter nodes */
@@ -198,8 +204,8 @@ static int zk_b64_val(char c)
 }
 
 /* Decode n chars of base64url; the length, or -1 on junk or overflow. */
-static long zk_b64_decode(const char *in, size_t n, unsigned char *out,
-                          size_t cap)
+static long
+zk_b64_decode(const char *in, size_t n, unsigned char *out, size_t cap)
 {
     size_t j = 0;
     uint32_t acc = 0;
@@ -225,8 +231,11 @@ static long zk_b64_decode(const char *in, size_t n, unsigned char *out,
 }
 
 /* The key's node: <locks>/k<base64url(key)>. 0, or -1 if it cannot fit. */
-static int zk_key_path(const struct zk_be *be, const char *key,
-                       size_t key_len, char *out, size_t cap)
+static int zk_key_path(const struct zk_be *be,
+                       const char *key,
+                       size_t key_len,
+                       char *out,
+                       size_t cap)
 {
     char enc[(LOCK_KEY_MAX + 2) / 3 * 4 + 1];
     int n;
@@ -238,8 +247,8 @@ static int zk_key_path(const struct zk_be *be, const char *key,
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-static int zk_child_path(const char *parent, const char *name, char *out,
-                         size_t cap)
+static int
+zk_child_path(const char *parent, const char *name, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "%s/%s", parent, name);
 
@@ -254,8 +263,12 @@ static int64_t zk_mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static int zk_fmt_holder(char *buf, size_t cap, const char *token,
-                         uint64_t ttl_ms, const char *owner, size_t *len)
+static int zk_fmt_holder(char *buf,
+                         size_t cap,
+                         const char *token,
+                         uint64_t ttl_ms,
+                         const char *owner,
+                         size_t *len)
 {
     int n;
 
@@ -309,32 +322,40 @@ static int zk_parse_holder(const char *data, int len, struct zk_holder *h)
 
 /* ---- the server's clock ----------------------------------------------- */
 
-/* Learn from a write whose stat says mtime, sent at t0 and answered at t1
- * (local monotonic ms). A sample taken in less time is a tighter bound. */
-static void zk_clock_sample(struct zk_be *be, int64_t mtime, int64_t t0,
-                            int64_t t1)
+/* Learn from a write whose stat says mtime, answered at t1 (local
+ * monotonic ms). */
+static void zk_clock_sample(struct zk_be *be, int64_t mtime, int64_t t1)
 {
     struct zk_clock *c = &be->clock;
+    int64_t off = mtime - t1;
 
     pthread_mutex_lock(&be->mu);
-    if (!c->valid || t1 - t0 <= c->rtt_ms + 1 ||
-        t1 - c->at_mono >= ZK_CLOCK_REFRESH_MS) {
+    if (!c->valid) {
         c->valid = true;
-        c->off_ms = mtime - t1;
-        c->rtt_ms = t1 - t0;
-        c->at_mono = t1;
+        c->cur_ms = c->prev_ms = off;
+        c->period_at = t1;
+    } else if (t1 - c->period_at >= ZK_CLOCK_REFRESH_MS) {
+        c->prev_ms = c->cur_ms;
+        c->cur_ms = off;
+        c->period_at = t1;
+    } else if (off > c->cur_ms) {
+        c->cur_ms = off;
     }
+    c->last_at = t1;
     pthread_mutex_unlock(&be->mu);
 }
 
-/* The server's wall clock now, in ms, as far as we can tell: at most one
- * round trip behind, never ahead (so we never reap early). */
+/* The server's wall clock now, in ms, as far as we can tell: never ahead
+ * (so we never reap early), behind by the fastest reply of the last few
+ * seconds. */
 static int64_t zk_server_now(struct zk_be *be)
 {
     int64_t now;
 
     pthread_mutex_lock(&be->mu);
-    now = backend_mono_ms() + be->clock.off_ms;
+    now = backend_mono_ms() + (be->clock.cur_ms > be->clock.prev_ms
+                                   ? be->clock.cur_ms
+                                   : be->clock.prev_ms);
     pthread_mutex_unlock(&be->mu);
     return now;
 }
@@ -409,8 +430,11 @@ static void zk_cb_stat(int rc, const struct Stat *stat, const void *data)
     zk_call_finish(c, rc);
 }
 
-static void zk_cb_data(int rc, const char *value, int value_len,
-                       const struct Stat *stat, const void *data)
+static void zk_cb_data(int rc,
+                       const char *value,
+                       int value_len,
+                       const struct Stat *stat,
+                       const void *data)
 {
     struct zk_call *c = (struct zk_call *)(uintptr_t)data;
 
@@ -430,8 +454,10 @@ static void zk_cb_data(int rc, const char *value, int value_len,
     zk_call_finish(c, rc);
 }
 
-static void zk_cb_kids(int rc, const struct String_vector *strings,
-                       const struct Stat *stat, const void *data)
+static void zk_cb_kids(int rc,
+                       const struct String_vector *strings,
+                       const struct Stat *stat,
+                       const void *data)
 {
     struct zk_call *c = (struct zk_call *)(uintptr_t)data;
 
@@ -458,7 +484,9 @@ static void zk_cb_kids(int rc, const struct String_vector *strings,
     zk_call_finish(c, rc);
 }
 
-static void zk_cb_create(int rc, const char *name, const struct Stat *stat,
+static void zk_cb_create(int rc,
+                         const char *name,
+                         const struct Stat *stat,
                          const void *data)
 {
     struct zk_call *c = (struct zk_call *)(uintptr_t)data;
@@ -500,8 +528,8 @@ static int zk_call_wait(struct zk_call *c, int issued, int64_t deadline)
 /* A watch on h or on a predecessor fired (or a renew changed h): some
  * waiter of the key named in path may move up. Runs on the library's
  * thread: decode and notify, nothing else. */
-static void zk_be_node_watcher(zhandle_t *zh, int type, int state,
-                               const char *path, void *ctx)
+static void zk_be_node_watcher(
+    zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     struct zk_be *be = ctx;
     unsigned char key[LOCK_KEY_MAX];
@@ -519,16 +547,16 @@ static void zk_be_node_watcher(zhandle_t *zh, int type, int state,
         return;
     enc = path + n + 2;
     slash = strchr(enc, '/');
-    len = zk_b64_decode(enc, slash != NULL ? (size_t)(slash - enc)
-                                           : strlen(enc),
-                        key, sizeof(key));
+    len =
+        zk_b64_decode(enc, slash != NULL ? (size_t)(slash - enc) : strlen(enc),
+                      key, sizeof(key));
     if (len > 0)
         be->hooks.notify(be->hooks.arg, (const char *)key, (size_t)len);
 }
 
 /* Session events: wake the keeper, which does the work. */
-static void zk_be_session_watcher(zhandle_t *zh, int type, int state,
-                                  const char *path, void *ctx)
+static void zk_be_session_watcher(
+    zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     struct zk_be *be = ctx;
 
@@ -595,8 +623,7 @@ static struct zk_conn *zk_conn_get(struct zk_be *be)
 
     pthread_mutex_lock(&be->mu);
     c = be->conn;
-    if (c != NULL &&
-        (!c->ready || zoo_state(c->zh) != ZOO_CONNECTED_STATE))
+    if (c != NULL && (!c->ready || zoo_state(c->zh) != ZOO_CONNECTED_STATE))
         c = NULL;
     if (c != NULL)
         c->refs++;
@@ -629,7 +656,9 @@ static void do_zk_conn_retire(struct zk_be *be, struct zk_conn *c)
 
 /* ---- one-call wrappers ------------------------------------------------ */
 
-static int zk_get_kids(struct zk_conn *cn, const char *path, int64_t dl,
+static int zk_get_kids(struct zk_conn *cn,
+                       const char *path,
+                       int64_t dl,
                        struct zk_call **out)
 {
     struct zk_call *c = zk_call_new();
@@ -638,8 +667,8 @@ static int zk_get_kids(struct zk_conn *cn, const char *path, int64_t dl,
     *out = NULL;
     if (c == NULL)
         return ZSYSTEMERROR;
-    rc = zk_call_wait(c, zoo_aget_children2(cn->zh, path, 0, zk_cb_kids, c),
-                      dl);
+    rc =
+        zk_call_wait(c, zoo_aget_children2(cn->zh, path, 0, zk_cb_kids, c), dl);
     if (rc == ZOK)
         *out = c; /* the caller unrefs it when done with the names */
     else
@@ -648,9 +677,14 @@ static int zk_get_kids(struct zk_conn *cn, const char *path, int64_t dl,
 }
 
 /* get path's data; with a watch (ours, notifying the key) when watch. */
-static int zk_get(struct zk_be *be, struct zk_conn *cn, const char *path,
-                  bool watch, int64_t dl, struct zk_holder *h,
-                  struct Stat *st, bool *parsed)
+static int zk_get(struct zk_be *be,
+                  struct zk_conn *cn,
+                  const char *path,
+                  bool watch,
+                  int64_t dl,
+                  struct zk_holder *h,
+                  struct Stat *st,
+                  bool *parsed)
 {
     struct zk_call *c = zk_call_new();
     int rc;
@@ -671,23 +705,28 @@ static int zk_get(struct zk_be *be, struct zk_conn *cn, const char *path,
     return rc;
 }
 
-static int zk_delete(struct zk_conn *cn, const char *path, int version,
-                     int64_t dl)
+static int
+zk_delete(struct zk_conn *cn, const char *path, int version, int64_t dl)
 {
     struct zk_call *c = zk_call_new();
     int rc;
 
     if (c == NULL)
         return ZSYSTEMERROR;
-    rc = zk_call_wait(c, zoo_adelete(cn->zh, path, version, zk_cb_void, c),
-                      dl);
+    rc = zk_call_wait(c, zoo_adelete(cn->zh, path, version, zk_cb_void, c), dl);
     zk_call_unref(c);
     return rc;
 }
 
-static int zk_create(struct zk_conn *cn, const char *path, const char *data,
-                     int len, int mode, int64_t dl, char *name,
-                     size_t name_cap, struct Stat *st)
+static int zk_create(struct zk_conn *cn,
+                     const char *path,
+                     const char *data,
+                     int len,
+                     int mode,
+                     int64_t dl,
+                     char *name,
+                     size_t name_cap,
+                     struct Stat *st)
 {
     struct zk_call *c = zk_call_new();
     int rc;
@@ -696,8 +735,7 @@ static int zk_create(struct zk_conn *cn, const char *path, const char *data,
         return ZSYSTEMERROR;
     rc = zk_call_wait(c,
                       zoo_acreate2(cn->zh, path, data, len,
-                                   &ZOO_OPEN_ACL_UNSAFE, mode, zk_cb_create,
-                                   c),
+                                   &ZOO_OPEN_ACL_UNSAFE, mode, zk_cb_create, c),
                       dl);
     if (rc == ZOK) {
         if (name != NULL)
@@ -709,8 +747,13 @@ static int zk_create(struct zk_conn *cn, const char *path, const char *data,
     return rc;
 }
 
-static int zk_set(struct zk_conn *cn, const char *path, const char *data,
-                  int len, int version, int64_t dl, struct Stat *st)
+static int zk_set(struct zk_conn *cn,
+                  const char *path,
+                  const char *data,
+                  int len,
+                  int version,
+                  int64_t dl,
+                  struct Stat *st)
 {
     struct zk_call *c = zk_call_new();
     int rc;
@@ -718,8 +761,7 @@ static int zk_set(struct zk_conn *cn, const char *path, const char *data,
     if (c == NULL)
         return ZSYSTEMERROR;
     rc = zk_call_wait(
-        c, zoo_aset(cn->zh, path, data, len, version, zk_cb_stat, c),
-        dl);
+        c, zoo_aset(cn->zh, path, data, len, version, zk_cb_stat, c), dl);
     if (rc == ZOK && st != NULL)
         *st = c->stat;
     zk_call_unref(c);
@@ -744,9 +786,13 @@ static int zk_exists(struct zk_conn *cn, const char *path, int64_t dl)
  * TTL) in the same round trip. (No container create in a multi: the C
  * client 3.8 cannot read the server's answer to it.)
  */
-static int zk_grant(struct zk_conn *cn, const char *parent,
-                    const char *waiter_name, const char *data, size_t len,
-                    int64_t dl, struct Stat *st)
+static int zk_grant(struct zk_conn *cn,
+                    const char *parent,
+                    const char *waiter_name,
+                    const char *data,
+                    size_t len,
+                    int64_t dl,
+                    struct Stat *st)
 {
     struct zk_call *c = zk_call_new();
     int n = 0, rc;
@@ -778,8 +824,8 @@ static int zk_grant(struct zk_conn *cn, const char *parent,
 
 /* Release: delete h at version, and the key's node with it when nobody
  * waits (ZNOTEMPTY otherwise: the container is then left to the server). */
-static int zk_drop(struct zk_conn *cn, const char *parent, int version,
-                   int64_t dl)
+static int
+zk_drop(struct zk_conn *cn, const char *parent, int version, int64_t dl)
 {
     struct zk_call *c = zk_call_new();
     int rc;
@@ -815,16 +861,18 @@ static int64_t zk_deadline(const struct zk_be *be)
 }
 
 /* The holder's remaining ms by the server's clock (<= 0: expired). */
-static int64_t zk_remaining(struct zk_be *be, const struct zk_holder *h,
-                            const struct Stat *st)
+static int64_t
+zk_remaining(struct zk_be *be, const struct zk_holder *h, const struct Stat *st)
 {
     return st->mtime + (int64_t)h->ttl_ms - zk_server_now(be);
 }
 
-static int zk_fill_grant(struct zk_be *be, const struct Stat *st,
-                         uint64_t ttl_ms, int64_t t0, struct lock_grant *out)
+static int zk_fill_grant(struct zk_be *be,
+                         const struct Stat *st,
+                         uint64_t ttl_ms,
+                         struct lock_grant *out)
 {
-    zk_clock_sample(be, st->mtime, t0, backend_mono_ms());
+    zk_clock_sample(be, st->mtime, backend_mono_ms());
     if (st->czxid <= 0 || (uint64_t)st->czxid > LOCK_FENCE_MAX) {
         log_error("zookeeper: zxid %" PRId64 " does not fit a fence (2^53)",
                   st->czxid);
@@ -837,9 +885,13 @@ static int zk_fill_grant(struct zk_be *be, const struct Stat *st,
 }
 
 /* An expired holder seen at version: delete it if it is still that one. */
-static int zk_reap_holder(struct zk_be *be, struct zk_conn *cn,
-                          const char *hpath, int version, int64_t dl,
-                          const char *key, size_t key_len)
+static int zk_reap_holder(struct zk_be *be,
+                          struct zk_conn *cn,
+                          const char *hpath,
+                          int version,
+                          int64_t dl,
+                          const char *key,
+                          size_t key_len)
 {
     int rc = zk_delete(cn, hpath, version, dl);
 
@@ -852,8 +904,8 @@ static int zk_reap_holder(struct zk_be *be, struct zk_conn *cn,
 
 /* ---- waiters ---------------------------------------------------------- */
 
-static struct zk_waiter *zk_waiter_new(struct zk_be *be, const char *key,
-                                       size_t key_len)
+static struct zk_waiter *
+zk_waiter_new(struct zk_be *be, const char *key, size_t key_len)
 {
     struct zk_waiter *w = calloc(1, sizeof(*w));
 
@@ -894,8 +946,10 @@ static void zk_waiter_free(struct zk_be *be, struct zk_waiter *w)
 
 /* Remember a node to delete later (a cancel that could not reach the
  * store); bounded: past the limit the node waits for its deadline. */
-static void zk_trash_add(struct zk_be *be, const char *parent,
-                         const char *name, bool is_prefix)
+static void zk_trash_add(struct zk_be *be,
+                         const char *parent,
+                         const char *name,
+                         bool is_prefix)
 {
     struct zk_trash *t = calloc(1, sizeof(*t));
 
@@ -970,11 +1024,10 @@ struct zk_acq {
 };
 
 /* A grant: h is ours with stat st. */
-static enum backend_result zk_acq_granted(struct zk_acq *a,
-                                          const struct Stat *st, int64_t t0,
-                                          struct lock_grant *out)
+static enum backend_result
+zk_acq_granted(struct zk_acq *a, const struct Stat *st, struct lock_grant *out)
 {
-    if (zk_fill_grant(a->be, st, a->req->ttl_ms, t0, out) != 0) {
+    if (zk_fill_grant(a->be, st, a->req->ttl_ms, out) != 0) {
         zk_delete(a->cn, a->hpath, -1, a->dl);
         return BACKEND_UNAVAILABLE;
     }
@@ -995,8 +1048,8 @@ static int zk_acq_register(struct zk_acq *a)
     struct lock_waiter *lw = a->req->waiter;
     char path[ZK_PATH_MAX], made[ZK_PATH_MAX];
     int64_t left = lw->deadline_ms - backend_now_ms();
-    int64_t dl_server = zk_server_now(be) + (left > 0 ? left : 0) +
-                        ZK_WAITER_GRACE_MS;
+    int64_t dl_server =
+        zk_server_now(be) + (left > 0 ? left : 0) + ZK_WAITER_GRACE_MS;
     const char *base;
     int n, rc;
 
@@ -1006,8 +1059,8 @@ static int zk_acq_register(struct zk_acq *a)
         zk_child_path(a->parent, a->w->prefix, path, sizeof(path)) != 0)
         return ZBADARGUMENTS;
     a->w->pending = true;
-    rc = zk_create(a->cn, path, "", 0, ZOO_EPHEMERAL_SEQUENTIAL, a->dl,
-                   made, sizeof(made), NULL);
+    rc = zk_create(a->cn, path, "", 0, ZOO_EPHEMERAL_SEQUENTIAL, a->dl, made,
+                   sizeof(made), NULL);
     if (rc == ZNONODE) {
         a->w->pending = false;
         return rc;
@@ -1031,9 +1084,8 @@ static int zk_acq_register(struct zk_acq *a)
 static int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out)
 {
     struct Stat st;
-    int64_t t0 = backend_mono_ms();
-    int rc = zk_create(a->cn, a->parent, NULL, -1, ZOO_CONTAINER, a->dl,
-                       NULL, 0, NULL);
+    int rc = zk_create(a->cn, a->parent, NULL, -1, ZOO_CONTAINER, a->dl, NULL,
+                       0, NULL);
 
     if (rc == ZNODEEXISTS)
         return -1;
@@ -1041,7 +1093,7 @@ static int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out)
         return zk_unavailable("create key node", rc);
     rc = zk_grant(a->cn, a->parent, NULL, a->data, a->data_len, a->dl, &st);
     if (rc == ZOK)
-        return zk_acq_granted(a, &st, t0, out);
+        return zk_acq_granted(a, &st, out);
     if (rc == ZNODEEXISTS || rc == ZNONODE)
         return -1;
     /* a container that never had a child is never reaped: drop it later */
@@ -1063,7 +1115,6 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
     struct Stat st;
     size_t nw = 0, own = SIZE_MAX, ahead;
     bool has_h = false, parsed = false;
-    int64_t t0 = backend_mono_ms();
     int rc, ret = -1;
 
     rc = zk_get_kids(a->cn, a->parent, a->dl, &kc);
@@ -1112,11 +1163,11 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
              * session (and its ephemeral node) ended */
             w->name[0] = '\0';
             if (has_h) {
-                rc = zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st,
-                            &parsed);
+                rc =
+                    zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st, &parsed);
                 if (rc == ZOK && parsed &&
                     backend_token_eq(h.token, a->req->token)) {
-                    ret = zk_acq_granted(a, &st, t0, out);
+                    ret = zk_acq_granted(a, &st, out);
                     goto out;
                 }
                 if (rc != ZOK && rc != ZNONODE) {
@@ -1146,13 +1197,13 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
         if (w == NULL) {
             out->retry_ms = 1; /* the first waiter takes it now */
             if (has_h) {
-                rc = zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st,
-                            &parsed);
+                rc =
+                    zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st, &parsed);
                 if (rc == ZOK && parsed) {
                     int64_t left = zk_remaining(be, &h, &st);
                     if (left <= 0) {
-                        zk_reap_holder(be, a->cn, a->hpath, st.version,
-                                       a->dl, a->req->key, a->req->key_len);
+                        zk_reap_holder(be, a->cn, a->hpath, st.version, a->dl,
+                                       a->req->key, a->req->key_len);
                         left = 1;
                     }
                     out->retry_ms = (uint64_t)left;
@@ -1180,10 +1231,20 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
             goto out;
         }
         {
+            /* look again when the holder's TTL or our predecessor's
+             * deadline passes, whichever comes first */
             int64_t until = pred->deadline - now + 1;
-            out->retry_ms = (uint64_t)(until < ZK_WAITER_RECHECK_MS
-                                           ? until
-                                           : ZK_WAITER_RECHECK_MS);
+            if (until > ZK_WAITER_RECHECK_MS)
+                until = ZK_WAITER_RECHECK_MS;
+            if (has_h &&
+                zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st, &parsed) ==
+                    ZOK &&
+                parsed) {
+                int64_t left = zk_remaining(be, &h, &st);
+                if (left < until)
+                    until = left > 0 ? left : 1;
+            }
+            out->retry_ms = (uint64_t)until;
         }
         /* free, but one of our own waiters is ahead in the store (two
          * threads queued in one order and parked in the other): the
@@ -1201,8 +1262,8 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
 
     if (has_h) {
         /* the first waiter watches h: its release or reap wakes us */
-        rc = zk_get(be, a->cn, a->hpath, w != NULL && w->name[0] != '\0',
-                    a->dl, &h, &st, &parsed);
+        rc = zk_get(be, a->cn, a->hpath, w != NULL && w->name[0] != '\0', a->dl,
+                    &h, &st, &parsed);
         if (rc == ZNONODE)
             goto out;
         if (rc != ZOK) {
@@ -1241,7 +1302,7 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
                   w != NULL && w->name[0] != '\0' ? w->name : NULL, a->data,
                   a->data_len, a->dl, &st);
     if (rc == ZOK) {
-        ret = zk_acq_granted(a, &st, t0, out);
+        ret = zk_acq_granted(a, &st, out);
     } else if (rc == ZNONODE) {
         if (w != NULL)
             w->name[0] = '\0';
@@ -1311,10 +1372,13 @@ done:
 
 /* Read h for a token holder's request: OK with h and st when req->token
  * holds it unexpired; NOT_FOUND, MISMATCH or UNAVAILABLE otherwise. */
-static enum backend_result zk_read_own(struct zk_be *be, struct zk_conn *cn,
+static enum backend_result zk_read_own(struct zk_be *be,
+                                       struct zk_conn *cn,
                                        const struct lock_req *req,
-                                       const char *hpath, int64_t dl,
-                                       struct zk_holder *h, struct Stat *st)
+                                       const char *hpath,
+                                       int64_t dl,
+                                       struct zk_holder *h,
+                                       struct Stat *st)
 {
     bool parsed = false;
     int rc = zk_get(be, cn, hpath, false, dl, h, st, &parsed);
@@ -1326,8 +1390,7 @@ static enum backend_result zk_read_own(struct zk_be *be, struct zk_conn *cn,
     if (!parsed)
         return BACKEND_MISMATCH;
     if (zk_remaining(be, h, st) <= 0) {
-        zk_reap_holder(be, cn, hpath, st->version, dl, req->key,
-                       req->key_len);
+        zk_reap_holder(be, cn, hpath, st->version, dl, req->key, req->key_len);
         return BACKEND_NOT_FOUND;
     }
     if (!backend_token_eq(req->token, h->token))
@@ -1347,8 +1410,7 @@ static enum backend_result zk_be_renew(struct backend *b,
     enum backend_result r = BACKEND_UNAVAILABLE;
     int64_t dl;
 
-    if (zk_key_path(be, req->key, req->key_len, parent, sizeof(parent)) !=
-            0 ||
+    if (zk_key_path(be, req->key, req->key_len, parent, sizeof(parent)) != 0 ||
         zk_child_path(parent, "h", hpath, sizeof(hpath)) != 0)
         return BACKEND_NOT_FOUND;
     cn = zk_conn_get(be);
@@ -1358,7 +1420,6 @@ static enum backend_result zk_be_renew(struct backend *b,
     for (int i = 0; i < ZK_MAX_ROUNDS && backend_mono_ms() < dl; i++) {
         uint64_t ttl;
         size_t len;
-        int64_t t0;
         int rc;
 
         r = zk_read_own(be, cn, req, hpath, dl, &h, &st);
@@ -1370,13 +1431,11 @@ static enum backend_result zk_be_renew(struct backend *b,
             r = BACKEND_UNAVAILABLE;
             break;
         }
-        t0 = backend_mono_ms();
         /* the version check: a reap or release in between wins */
         rc = zk_set(cn, hpath, data, (int)len, st.version, dl, &st);
         if (rc == ZOK) {
-            r = zk_fill_grant(be, &st, ttl, t0, out) == 0
-                    ? BACKEND_OK
-                    : BACKEND_UNAVAILABLE;
+            r = zk_fill_grant(be, &st, ttl, out) == 0 ? BACKEND_OK
+                                                      : BACKEND_UNAVAILABLE;
             break;
         }
         r = BACKEND_UNAVAILABLE;
@@ -1404,8 +1463,7 @@ static enum backend_result zk_be_release(struct backend *b,
     enum backend_result r = BACKEND_UNAVAILABLE;
     int64_t dl;
 
-    if (zk_key_path(be, req->key, req->key_len, parent, sizeof(parent)) !=
-            0 ||
+    if (zk_key_path(be, req->key, req->key_len, parent, sizeof(parent)) != 0 ||
         zk_child_path(parent, "h", hpath, sizeof(hpath)) != 0)
         return BACKEND_NOT_FOUND;
     cn = zk_conn_get(be);
@@ -1560,7 +1618,7 @@ static int zk_be_setup(struct zk_be *be, struct zk_conn *cn)
 {
     char path[ZK_PATH_MAX];
     const char *parts[] = { be->chroot, be->root, be->locks, be->clock_path };
-    int64_t dl = zk_deadline(be), t0, t1;
+    int64_t dl = zk_deadline(be), t1;
     struct Stat st;
     int rc;
 
@@ -1580,12 +1638,11 @@ static int zk_be_setup(struct zk_be *be, struct zk_conn *cn)
         if (rc != ZOK && rc != ZNODEEXISTS)
             return zk_unavailable("create root", rc);
     }
-    t0 = backend_mono_ms();
     rc = zk_set(cn, be->clock_path, NULL, -1, -1, dl, &st);
     t1 = backend_mono_ms();
     if (rc != ZOK)
         return zk_unavailable("sample clock", rc);
-    zk_clock_sample(be, st.mtime, t0, t1);
+    zk_clock_sample(be, st.mtime, t1);
     return ZOK;
 }
 
@@ -1613,8 +1670,8 @@ static void zk_be_empty_trash(struct zk_be *be, struct zk_conn *cn)
             rc = zk_get_kids(cn, t->parent, dl, &kc);
             for (int i = 0; rc == ZOK && i < kc->nkids; i++) {
                 if (strncmp(kc->kids[i], t->name, plen) == 0 &&
-                    zk_child_path(t->parent, kc->kids[i], path,
-                                  sizeof(path)) == 0)
+                    zk_child_path(t->parent, kc->kids[i], path, sizeof(path)) ==
+                        0)
                     rc = zk_delete(cn, path, -1, dl);
                 if (rc == ZNONODE)
                     rc = ZOK;
@@ -1648,8 +1705,8 @@ static void zk_be_empty_trash(struct zk_be *be, struct zk_conn *cn)
  * keys that nobody touches again (a holder that died and never released),
  * so nothing grows without bound.
  */
-static void zk_be_sweep_key(struct zk_be *be, struct zk_conn *cn,
-                            const char *name)
+static void
+zk_be_sweep_key(struct zk_be *be, struct zk_conn *cn, const char *name)
 {
     char parent[ZK_PATH_MAX], path[ZK_PATH_MAX];
     unsigned char key[LOCK_KEY_MAX];
@@ -1678,11 +1735,10 @@ static void zk_be_sweep_key(struct zk_be *be, struct zk_conn *cn,
             rc = zk_get(be, cn, path, false, dl, &h, &st, &parsed);
             if (rc == ZNONODE ||
                 (rc == ZOK && parsed && zk_remaining(be, &h, &st) <= 0 &&
-                 zk_reap_holder(be, cn, path, st.version, dl,
-                                (const char *)key, (size_t)key_len) == ZOK))
+                 zk_reap_holder(be, cn, path, st.version, dl, (const char *)key,
+                                (size_t)key_len) == ZOK))
                 live--;
-        } else if (zk_parse_waiter(kc->kids[i], &k) == 0 &&
-                   k.deadline < now &&
+        } else if (zk_parse_waiter(kc->kids[i], &k) == 0 && k.deadline < now &&
                    zk_child_path(parent, k.name, path, sizeof(path)) == 0 &&
                    zk_delete(cn, path, -1, dl) == ZOK) {
             continue;
@@ -1711,8 +1767,7 @@ static void zk_be_sweep(struct zk_be *be, struct zk_conn *cn)
         if (zk_get_kids(cn, be->locks, zk_deadline(be), &be->sweep) != ZOK)
             return;
     }
-    for (int n = 0; n < ZK_SWEEP_BATCH && be->sweep_i < be->sweep->nkids;
-         n++)
+    for (int n = 0; n < ZK_SWEEP_BATCH && be->sweep_i < be->sweep->nkids; n++)
         zk_be_sweep_key(be, cn, be->sweep->kids[be->sweep_i++]);
 }
 
@@ -1741,8 +1796,7 @@ static void *zk_be_keeper(void *arg)
             zhandle_t *zh;
             pthread_mutex_unlock(&be->mu);
             zh = zookeeper_init2(be->hosts, zk_be_session_watcher,
-                                 be->session_ms, NULL, be, 0,
-                                 zk_be_lib_log);
+                                 be->session_ms, NULL, be, 0, zk_be_lib_log);
             pthread_mutex_lock(&be->mu);
             c = zh != NULL ? calloc(1, sizeof(*c)) : NULL;
             if (c == NULL) {
@@ -1765,8 +1819,7 @@ static void *zk_be_keeper(void *arg)
         if (state == ZOO_EXPIRED_SESSION_STATE ||
             state == ZOO_AUTH_FAILED_STATE) {
             log_warn("zookeeper: session %s; opening a new one",
-                     state == ZOO_AUTH_FAILED_STATE ? "refused"
-                                                    : "expired");
+                     state == ZOO_AUTH_FAILED_STATE ? "refused" : "expired");
             up = false;
             do_zk_conn_retire(be, c);
             do_zk_keeper_wait(be, backoff);
@@ -1788,12 +1841,11 @@ static void *zk_be_keeper(void *arg)
                 up = true;
                 notify = true;
                 backoff = 100;
-                log_info("zookeeper: connected to %s (session 0x%" PRIx64
-                         ")",
+                log_info("zookeeper: connected to %s (session 0x%" PRIx64 ")",
                          be->hosts, (uint64_t)zoo_client_id(c->zh)->client_id);
             }
             if (c->ready) {
-                bool stale = backend_mono_ms() - be->clock.at_mono >=
+                bool stale = backend_mono_ms() - be->clock.last_at >=
                              ZK_CLOCK_REFRESH_MS;
                 bool trash = be->trash != NULL;
                 pthread_mutex_unlock(&be->mu);
@@ -1801,10 +1853,9 @@ static void *zk_be_keeper(void *arg)
                     zk_be_notify_all(be);
                 if (stale) {
                     struct Stat st;
-                    int64_t t0 = backend_mono_ms();
-                    if (zk_set(c, be->clock_path, NULL, -1, -1,
-                               zk_deadline(be), &st) == ZOK)
-                        zk_clock_sample(be, st.mtime, t0, backend_mono_ms());
+                    if (zk_set(c, be->clock_path, NULL, -1, -1, zk_deadline(be),
+                               &st) == ZOK)
+                        zk_clock_sample(be, st.mtime, backend_mono_ms());
                 }
                 if (trash)
                     zk_be_empty_trash(be, c);
@@ -1973,8 +2024,7 @@ static enum backend_result zk_be_open(const char *url,
     be->hosts = strdup(u.hosts);
     be->root = zk_concat(be->chroot, "/lockd");
     be->locks = be->root != NULL ? zk_concat(be->root, "/locks") : NULL;
-    be->clock_path = be->root != NULL ? zk_concat(be->root, "/clock")
-                                      : NULL;
+    be->clock_path = be->root != NULL ? zk_concat(be->root, "/clock") : NULL;
     if (be->hosts == NULL || be->locks == NULL || be->clock_path == NULL)
         goto out;
     if (hooks != NULL)

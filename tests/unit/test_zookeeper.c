@@ -174,32 +174,40 @@ static struct backend *open_be(const char *u)
     return be;
 }
 
-static enum backend_result acq(struct backend *be, const char *key,
-                               const char *tok, uint64_t ttl,
-                               struct lock_waiter *w, struct lock_grant *g)
+static enum backend_result acq(struct backend *be,
+                               const char *key,
+                               const char *tok,
+                               uint64_t ttl,
+                               struct lock_waiter *w,
+                               struct lock_grant *g)
 {
-    struct lock_req req = { .key = key, .key_len = strlen(key),
-                            .token = tok, .ttl_ms = ttl, .waiter = w };
+    struct lock_req req = { .key = key,
+                            .key_len = strlen(key),
+                            .token = tok,
+                            .ttl_ms = ttl,
+                            .waiter = w };
 
     memset(g, 0, sizeof(*g));
     return zk_be_ops.acquire(be, &req, g);
 }
 
-static enum backend_result rel(struct backend *be, const char *key,
-                               const char *tok)
+static enum backend_result
+rel(struct backend *be, const char *key, const char *tok)
 {
-    struct lock_req req = { .key = key, .key_len = strlen(key),
-                            .token = tok };
+    struct lock_req req = { .key = key, .key_len = strlen(key), .token = tok };
 
     return zk_be_ops.release(be, &req);
 }
 
-static enum backend_result ren(struct backend *be, const char *key,
-                               const char *tok, uint64_t ttl,
+static enum backend_result ren(struct backend *be,
+                               const char *key,
+                               const char *tok,
+                               uint64_t ttl,
                                struct lock_grant *g)
 {
-    struct lock_req req = { .key = key, .key_len = strlen(key),
-                            .token = tok, .ttl_ms = ttl };
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .ttl_ms = ttl
+    };
 
     memset(g, 0, sizeof(*g));
     return zk_be_ops.renew(be, &req, g);
@@ -299,9 +307,9 @@ static void test_acquire_inspect_renew_release(void)
 
 static void test_keys_are_distinct_nodes(void)
 {
-    static const char *const keys[] = { ".", "..", "/", "a/b", "a%2Fb",
-                                        "a", "A", "zookeeper", "k",
-                                        "\xc3\xbc" };
+    static const char *const keys[] = { ".",     "..",      "/", "a/b",
+                                        "a%2Fb", "a",       "A", "zookeeper",
+                                        "k",     "\xc3\xbc" };
     size_t n = sizeof(keys) / sizeof(keys[0]);
     struct lock_grant g;
     char big[LOCK_KEY_MAX + 1];
@@ -310,8 +318,7 @@ static void test_keys_are_distinct_nodes(void)
         CHECK_MSG(acq(be_main, keys[i], TOK_A, 5000, NULL, &g) == BACKEND_OK,
                   "%s", keys[i]);
     for (size_t i = 0; i < n; i++)
-        CHECK_MSG(acq(be_main, keys[i], TOK_B, 5000, NULL, &g) ==
-                      BACKEND_HELD,
+        CHECK_MSG(acq(be_main, keys[i], TOK_B, 5000, NULL, &g) == BACKEND_HELD,
                   "%s", keys[i]);
     for (size_t i = 0; i < n; i++)
         CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
@@ -337,8 +344,7 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
     CHECK(other != NULL);
     if (other == NULL)
         return;
-    w1.deadline_ms = w2.deadline_ms = w3.deadline_ms =
-        backend_now_ms() + 20000;
+    w1.deadline_ms = w2.deadline_ms = w3.deadline_ms = backend_now_ms() + 20000;
     CHECK_EQ_INT(acq(be_main, "q", TOK_A, 10000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(acq(be_main, "q", TOK_B, 1000, &w1, &g), BACKEND_HELD);
     CHECK(w1.be_data != NULL);
@@ -383,8 +389,7 @@ static void test_expired_holder_is_free(void)
     CHECK_EQ_INT(rel(be_main, "e", TOK_B), BACKEND_OK);
     CHECK_EQ_INT(acq(be_main, "e", TOK_A, 200, NULL, &g), BACKEND_OK);
     check_sleep_ms(250);
-    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "e", 1, &info),
-                 BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "e", 1, &info), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(ren(be_main, "e", TOK_A, 0, &g), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(rel(be_main, "e", TOK_A), BACKEND_NOT_FOUND);
 }
