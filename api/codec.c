@@ -12,6 +12,35 @@
 #include <string.h>
 #include <time.h>
 
+/* jansson's allocator, wrapped so that a failed allocation is noticed:
+ * jansson 2.14 sometimes carries on after one (a parsed string loses a
+ * byte, a dumped object loses a key), so every parse and dump checks this
+ * thread's flag and answers 500 instead of trusting the result. */
+static json_malloc_t inner_malloc = malloc; /* frozen before threads */
+static json_free_t inner_free = free;
+static _Thread_local bool alloc_failed;
+
+static void *codec_malloc(size_t n)
+{
+    void *p = inner_malloc(n);
+
+    if (p == NULL)
+        alloc_failed = true;
+    return p;
+}
+
+static void codec_free(void *p)
+{
+    inner_free(p);
+}
+
+void codec_json_setup(json_malloc_t alloc_fn, json_free_t free_fn)
+{
+    inner_malloc = alloc_fn != NULL ? alloc_fn : malloc;
+    inner_free = free_fn != NULL ? free_fn : free;
+    json_set_alloc_funcs(codec_malloc, codec_free);
+}
+
 static int hexval(char c)
 {
     if (c >= '0' && c <= '9')
@@ -334,16 +363,30 @@ static enum api_error parse_body(const struct api_request *rq,
     json_error_t jerr;
     json_t *root, *value;
     const char *name;
+    size_t nlen;
     enum api_error err = API_OK;
     char qname[300];
 
     if (rq->body_len == 0)
         return API_OK; /* all defaults */
-    root = json_loadb(rq->body, rq->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    alloc_failed = false;
+    /* NULs are allowed in the parse so that "\u0000" in a string is an
+     * invalid parameter (valid JSON, bad value), not invalid JSON */
+    root = json_loadb(rq->body, rq->body_len,
+                      JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (alloc_failed) {
+        json_decref(root);
+        snprintf(msg, msglen, "out of memory");
+        return API_INTERNAL;
+    }
     if (root == NULL) {
         switch (json_error_code(&jerr)) {
         case json_error_duplicate_key:
             snprintf(msg, msglen, "a field is given twice in the JSON body");
+            return API_INVALID_PARAMETER;
+        case json_error_null_byte_in_key:
+            snprintf(msg, msglen, "a field name in the JSON body contains "
+                                  "NUL: unknown field");
             return API_INVALID_PARAMETER;
         case json_error_numeric_overflow:
             snprintf(msg, msglen, "a number in the JSON body is out of range");
@@ -364,9 +407,8 @@ static enum api_error parse_body(const struct api_request *rq,
         json_decref(root);
         return API_INVALID_JSON;
     }
-    json_object_foreach(root, name, value)
+    json_object_keylen_foreach(root, name, nlen, value)
     {
-        size_t nlen = strlen(name);
         unsigned bit = param_bit(name, nlen);
         if (bit == 0 || (allowed & bit) == 0) {
             quote_name(qname, sizeof(qname), name, nlen);
@@ -427,8 +469,20 @@ static void set_body(struct api_response *resp, json_t *root)
     free(resp->body);
     resp->body = NULL;
     resp->len = 0;
-    if (root != NULL)
-        resp->body = json_dumps(root, JSON_COMPACT);
+    if (root != NULL && !alloc_failed) {
+        /* sized first, then written into our own buffer: a dump that
+         * cannot allocate halfway cannot drop part of the object */
+        size_t n = json_dumpb(root, NULL, 0, JSON_COMPACT);
+        if (n > 0 && (resp->body = malloc(n + 1)) != NULL) {
+            if (json_dumpb(root, resp->body, n, JSON_COMPACT) == n &&
+                !alloc_failed) {
+                resp->body[n] = '\0';
+            } else {
+                free(resp->body);
+                resp->body = NULL;
+            }
+        }
+    }
     if (resp->body == NULL) {
         /* out of memory: a fixed answer that needs no allocation from us */
         static const char oom[] = "{\"error\":{\"code\":\"internal_error\","
@@ -440,13 +494,78 @@ static void set_body(struct api_response *resp, json_t *root)
         resp->len = strlen(resp->body);
     }
     resp->content_type = "application/json";
+    alloc_failed = false;
+}
+
+/* Append s[0..len) to out as the inside of a JSON string: quotes,
+ * backslashes and control characters escaped, UTF-8 kept as it is (valid,
+ * checked on the way in). out must have room for 6 * len bytes. */
+static size_t json_escape(char *out, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t j = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            out[j++] = '\\';
+            out[j++] = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            memcpy(out + j, "\\u00", 4);
+            out[j + 4] = hex[c >> 4];
+            out[j + 5] = hex[c & 0xf];
+            j += 6;
+        } else {
+            out[j++] = (char)c;
+        }
+    }
+    return j;
+}
+
+void codec_grant(struct api_response *resp, unsigned status, const char *key,
+                 size_t key_len, const char *token, uint64_t fence,
+                 uint64_t ttl_ms, int64_t expires_at_ms)
+{
+    size_t tlen = strlen(token);
+    size_t cap = 6 * (key_len + tlen) + 160;
+    char *buf = malloc(cap);
+    char when[40];
+    size_t n;
+    int k;
+
+    if (buf == NULL) {
+        set_body(resp, NULL);
+        return;
+    }
+    codec_format_time(expires_at_ms, when, sizeof(when));
+    memcpy(buf, "{\"key\":\"", 8);
+    n = 8 + json_escape(buf + 8, key, key_len);
+    memcpy(buf + n, "\",\"token\":\"", 11);
+    n += 11;
+    n += json_escape(buf + n, token, tlen);
+    k = snprintf(buf + n, cap - n,
+                 "\",\"fence\":%llu,\"ttl_ms\":%llu,\"expires_at\":\"%s\"}",
+                 (unsigned long long)fence, (unsigned long long)ttl_ms, when);
+    if (k < 0 || (size_t)k >= cap - n) {
+        free(buf);
+        set_body(resp, NULL);
+        return;
+    }
+    free(resp->body);
+    resp->status = status;
+    resp->body = buf;
+    resp->len = n + (size_t)k;
+    resp->content_type = "application/json";
 }
 
 void codec_error(struct api_response *resp,
                  enum api_error e,
                  const char *message)
 {
-    json_t *root =
+    json_t *root;
+
+    alloc_failed = false;
+    root =
         json_pack("{s:{s:s,s:s}}", "error", "code", api_error_code(e),
                   "message", message != NULL ? message : api_error_message(e));
 
@@ -463,6 +582,7 @@ void codec_reply(struct api_response *resp,
     va_list ap;
     json_t *root;
 
+    alloc_failed = false;
     va_start(ap, fmt);
     root = json_vpack_ex(NULL, 0, fmt, ap);
     va_end(ap);

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "api/errors.h"
 #include "backends/backend.h"
 #include "service/metrics.h"
@@ -60,6 +62,10 @@ struct api_params {
 #define API_P_OWNER   0x4u
 #define API_P_TOKEN   0x8u
 
+/* Install jansson's allocator (NULL: malloc and free), wrapped so the codec
+ * notices failed allocations. Call once before any thread uses jansson. */
+void codec_json_setup(json_malloc_t alloc_fn, json_free_t free_fn);
+
 /* Percent-decode the path after "/locks/" into a new key (*out, caller
  * frees) and validate it: API_INVALID_KEY with a message in msg. */
 enum api_error codec_decode_key(
@@ -90,6 +96,11 @@ void codec_format_time(int64_t unix_ms, char *buf, size_t buflen);
 void codec_error(struct api_response *resp,
                  enum api_error e,
                  const char *message);
+/* Fill resp with a grant or renewal: {key, token, fence, ttl_ms,
+ * expires_at}, built without jansson (the hot path). */
+void codec_grant(struct api_response *resp, unsigned status, const char *key,
+                 size_t key_len, const char *token, uint64_t fence,
+                 uint64_t ttl_ms, int64_t expires_at_ms);
 /* Fill resp from a pack of (key, JSON value) built with jansson's
  * json_pack format and arguments; 500 when out of memory. */
 void codec_reply(struct api_response *resp,

@@ -502,9 +502,15 @@ static enum backend_result mem_be_open(const char *url,
     m->base.ops = &mem_be_ops;
     if (hooks != NULL)
         m->hooks = *hooks;
-    /* fences keep growing across restarts: start from the wall clock in
-     * microseconds (below 2^53 until the year 2255) */
-    atomic_store(&m->fence, (uint64_t)backend_now_ms() * 1000);
+    /* fences keep growing across restarts (while fewer than a million are
+     * granted a second and the clock is not set back): start from the wall
+     * clock in microseconds (below 2^53 until the year 2255) */
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        atomic_store(&m->fence, (uint64_t)ts.tv_sec * 1000000 +
+                                    (uint64_t)ts.tv_nsec / 1000);
+    }
     pthread_mutex_init(&m->stop_mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -79,17 +79,27 @@ static void put_raw(char *buf, size_t cap, size_t *pos, const char *s)
         *pos += (size_t)n < cap - *pos ? (size_t)n : cap - *pos - 1;
 }
 
+/* The date part changes once a second: format it once per second per
+ * thread (gmtime_r takes glibc's time zone lock). */
+static _Thread_local time_t cached_sec = -1;
+static _Thread_local char cached_date[40]; /* "YYYY-MM-DDTHH:MM:SS" */
+
 static void put_time(char *buf, size_t cap, size_t *pos)
 {
     struct timespec ts;
-    struct tm tm;
-    char tmp[96];
+    char tmp[64];
 
     clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    snprintf(tmp, sizeof(tmp), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
-             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-             tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    if (ts.tv_sec != cached_sec) {
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        snprintf(cached_date, sizeof(cached_date),
+                 "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        cached_sec = ts.tv_sec;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.%03ldZ", cached_date,
+             ts.tv_nsec / 1000000);
     put_raw(buf, cap, pos, tmp);
 }
 

@@ -20,6 +20,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "api/codec.h"
 #include "api/handlers.h"
 #include "backends/backend.h"
 #include "service/config.h"
@@ -161,6 +162,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     raise_nofile(&cfg);
     json_object_seed(0); /* before any thread uses jansson */
+    codec_json_setup(NULL, NULL);
 
     /* the backend's notify hook points at the wait queue, and the queue
      * calls the backend: make the queue, open the backend, then bind */
@@ -207,8 +209,9 @@ int main(int argc, char **argv)
                  DRAIN_MS);
 out:
     server_stop(srv);
-    waitq_free(q);
+    /* the backend's threads may notify the queue until it is closed */
     backend_close(be);
+    waitq_free(q);
     config_cleanup(&cfg);
     if (rc == 0)
         log_info("stopped");

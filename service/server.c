@@ -247,6 +247,45 @@ static bool framing_ambiguous(struct MHD_Connection *conn)
            f.transfer_encodings > 1;
 }
 
+struct first_arg {
+    const char *key; /* the first query parameter's name, as stored */
+};
+
+static enum MHD_Result find_first_arg(void *cls, enum MHD_ValueKind kind,
+                                      const char *key, const char *value)
+{
+    struct first_arg *a = cls;
+
+    (void)kind;
+    (void)value;
+    a->key = key;
+    return MHD_NO; /* the first is enough */
+}
+
+/*
+ * True if the request target held a raw NUL byte, which libmicrohttpd's
+ * C strings silently cut off ("/locks/a\0b" would act on "a"). It parses
+ * the request line in place: the target runs from url up to the NUL that
+ * replaced the space before version, and a '?' inside it becomes a NUL
+ * followed by the first query parameter. So if url ends early, the next
+ * byte must start that parameter (or the empty query before version).
+ * Only pointers are compared: nothing outside the strings is read.
+ */
+static bool target_has_nul(struct MHD_Connection *conn, const char *url,
+                           const char *version)
+{
+    const char *end = url + strlen(url);
+    struct first_arg a = { NULL };
+
+    if (version <= url || version[0] == '\0' || end + 1 == version)
+        return false; /* no query, or not the layout described above */
+    if (end + 2 == version)
+        return false; /* an empty query: "?" alone */
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, find_first_arg,
+                              &a);
+    return a.key != end + 1;
+}
+
 static void waiter_suspend(struct wq_waiter *w)
 {
     struct request *r = w->arg;
@@ -353,7 +392,6 @@ static enum MHD_Result on_request(void *cls,
     struct server *srv = cls;
     struct request *r = *req_cls;
 
-    (void)version;
     if (r == NULL) {
         const char *cl;
         r = calloc(1, sizeof(*r));
@@ -368,6 +406,14 @@ static enum MHD_Result on_request(void *cls,
         *req_cls = r;
         atomic_fetch_add(&srv->in_flight, 1);
         set_request_id(r);
+        if (target_has_nul(conn, url, version)) {
+            struct api_response resp = { .route = METRICS_ROUTE_OTHER };
+            codec_error(&resp,
+                        strncmp(url, "/locks/", 7) == 0 ? API_INVALID_KEY
+                                                        : API_NOT_FOUND,
+                        "the request target contains a NUL byte");
+            return queue(r, &resp);
+        }
         if (framing_ambiguous(conn)) {
             struct api_response resp = { .route = METRICS_ROUTE_OTHER };
             codec_error(&resp, API_INVALID_PARAMETER,

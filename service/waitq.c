@@ -361,6 +361,9 @@ static void *waitq_main(void *arg)
 
         if (q->stopping && !q->drained_all) {
             do_answer_all(q, &done);
+            pthread_mutex_unlock(&q->mu);
+            done_wake(&done); /* answered before waitq_shutdown() returns */
+            pthread_mutex_lock(&q->mu);
             q->drained_all = true;
             pthread_cond_broadcast(&q->drained);
         }

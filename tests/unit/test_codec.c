@@ -726,17 +726,15 @@ static void test_parse_params_keeps_empty_token(void)
 }
 
 /*
- * KNOWN BUG (api/codec.c parse_body()): a JSON body with a \u0000 escape
+ * Regression (api/codec.c parse_body()): a JSON body with a \u0000 escape
  * in a string, e.g. {"owner":"a\u0000b"}, is a JSON object (RFC 8259
  * allows the escape), so per API.md and the brief it is 400
  * invalid_parameter (owner/token must not hold NUL or control characters;
- * a field name with NUL is unknown). lockd answers invalid_json because
- * json_loadb() without JSON_ALLOW_NUL refuses the escape. A fix: load with
- * JSON_ALLOW_NUL and take field names with json_object_iter_key_len()
- * (set_param() already rejects NUL in values), so that "ttl_ms\u0000x"
- * is not read as "ttl_ms".
+ * a field name with NUL is unknown). The codec loads with JSON_ALLOW_NUL,
+ * takes field names with their length, and maps jansson's "NUL byte in
+ * object key" to invalid_parameter.
  */
-static void test_parse_params_nul_escape_is_invalid_parameter_BUG(void)
+static void test_parse_params_nul_escape_is_invalid_parameter(void)
 {
     CHECK_EQ_INT(
         parse_err(ALLOW_ACQUIRE, "{\"owner\":\"a\\u0000b\"}", NULL, NULL),
@@ -1578,12 +1576,12 @@ static void torture_install(void)
     foreign_frees = 0;
     corrupt_bodies = 0;
     track_overflow = false;
-    json_set_alloc_funcs(torture_malloc, torture_free);
+    codec_json_setup(torture_malloc, torture_free);
 }
 
 static void torture_uninstall(void)
 {
-    json_set_alloc_funcs(malloc, free);
+    codec_json_setup(NULL, NULL);
     CHECK_EQ_INT(foreign_frees, 0);
     CHECK(!track_overflow);
 }
@@ -1607,7 +1605,7 @@ static void torture_end(void)
  * jansson 2.14's parser reports some allocation failures as syntax errors
  * or duplicate keys, which lockd cannot tell apart (a 400 for a valid
  * request, only when malloc fails: noted, not failed). A body that is not JSON
- * is counted in corrupt_bodies (see test_torture_reply_body_is_json_BUG).
+ * is counted in corrupt_bodies (see test_torture_reply_body_is_json).
  */
 static void check_torture_body(const struct api_response *resp,
                                unsigned want_status,
@@ -1746,17 +1744,16 @@ static void test_torture_parse_params_fails_cleanly(void)
 }
 
 /*
- * KNOWN BUG (jansson 2.14, exposed by api/codec.c parse_body()): the
+ * Regression (jansson 2.14, fixed in api/codec.c by codec_json_setup()): the
  * parser's lex_save() ignores strbuffer_append_byte()'s failure, so when
  * an allocation fails while a token is read, a byte is silently dropped
  * and json_loadb() SUCCEEDS with an altered value ("pod-a/worker-3 e"
  * loses its space; a digit of ttl_ms or a character of a token can go the
- * same way). lockd then acts on values the client never sent. A fix in
- * the codec: install jansson allocation wrappers (json_set_alloc_funcs at
- * start-up) that set a thread-local flag when malloc fails, and answer
- * 500 internal_error whenever the flag was set during json_loadb().
+ * same way). The codec's allocation wrappers set a thread-local flag when
+ * malloc fails, and it answers 500 internal_error whenever the flag was
+ * set during json_loadb().
  */
-static void test_torture_parse_never_alters_values_BUG(void)
+static void test_torture_parse_never_alters_values(void)
 {
     torture_install();
     corrupt_parses = 0;
@@ -1829,16 +1826,16 @@ static void test_torture_codec_reply_and_error_fail_cleanly(void)
 }
 
 /*
- * KNOWN BUG (jansson 2.14, exposed by api/codec.c set_body()): json_dumps()
+ * Regression (jansson 2.14, fixed in api/codec.c set_body()): json_dumps()
  * ignores the result of dump_string() for object keys (dump.c, do_dump(),
  * JSON_OBJECT branch), so when growing its buffer fails while writing a key
  * the key is silently dropped and a corrupt body such as
  *   {"error":{"code:"token_mismatch","message":"..."}}
  * is returned, which lockd sends with its status. API.md: every response
- * is JSON. A fix in the codec: size with json_dumpb(root, NULL, 0, flags),
- * malloc, then json_dumpb() into that buffer (dump_to_buffer never fails).
+ * is JSON. The codec sizes with json_dumpb(root, NULL, 0, flags), mallocs,
+ * then json_dumpb()s into that buffer (dump_to_buffer never fails).
  */
-static void test_torture_reply_body_is_json_BUG(void)
+static void test_torture_reply_body_is_json(void)
 {
     long n500 = 0;
 
@@ -1943,7 +1940,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_parse_params_non_object_body_is_invalid_json),
     CHECK_CASE(test_parse_params_checks_owner),
     CHECK_CASE(test_parse_params_keeps_empty_token),
-    CHECK_CASE(test_parse_params_nul_escape_is_invalid_parameter_BUG),
+    CHECK_CASE(test_parse_params_nul_escape_is_invalid_parameter),
     CHECK_CASE(test_format_time_is_rfc3339_utc_ms),
     CHECK_CASE(test_error_table_matches_api_md),
     CHECK_CASE(test_router_acquire_renew_inspect_release),
@@ -1957,8 +1954,8 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_torture_parse_params_fails_cleanly),
     CHECK_CASE(test_torture_codec_reply_and_error_fail_cleanly),
     CHECK_CASE(test_torture_router_fails_cleanly),
-    CHECK_CASE(test_torture_reply_body_is_json_BUG),
-    CHECK_CASE(test_torture_parse_never_alters_values_BUG),
+    CHECK_CASE(test_torture_reply_body_is_json),
+    CHECK_CASE(test_torture_parse_never_alters_values),
 };
 
 int main(int argc, char **argv)
