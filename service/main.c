@@ -5,7 +5,7 @@
  * backend (which may not be reachable yet: it recovers by itself), the wait
  * queue, the HTTP server. Then the main thread sleeps in sigwait().
  * SIGTERM or SIGINT: /readyz turns 503 and new requests get 503 at once,
- * waiters are answered 503, requests in flight finish (8 s at most), then
+ * waiters are answered 503, requests in flight finish (5 s at most), then
  * the server, the wait queue and the backend close, and lockd exits 0.
  */
 #include <errno.h>
@@ -29,7 +29,7 @@
 #include "service/server.h"
 #include "service/waitq.h"
 
-#define DRAIN_MS 8000
+#define DRAIN_MS 5000
 
 /* Raise the open-file limit to the hard limit: every waiter is a socket. */
 static void raise_nofile(struct config *c)

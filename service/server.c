@@ -149,6 +149,9 @@ static enum MHD_Result queue(struct request *r, struct api_response *resp)
         MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
     r->status = resp->status;
     r->route = resp->route;
+    /* counted now, not at completion, so a client that scrapes /metrics
+     * right after its answer sees its request */
+    metrics_request(r->route, r->status, mono_us() - r->start_us);
     ret = MHD_queue_response(r->conn, resp->status, mr);
     MHD_destroy_response(mr);
     return ret;
@@ -487,9 +490,10 @@ static void on_completed(void *cls,
                  "(%s)",
                  backend_result_str(br));
     }
-    if (r->status == 0)
+    if (r->status == 0) {
         r->status = 499; /* the client left before an answer */
-    metrics_request(r->route, r->status, dur);
+        metrics_request(r->route, r->status, dur);
+    }
     log_access(r->method, r->path, r->status, dur, r->request_id);
     api_acquire_cleanup(&r->acq);
     free(r->body);
