@@ -3,13 +3,15 @@
  * One row per held lock, keyed by the exact key bytes; every check-and-change
  * is one short InnoDB transaction at READ COMMITTED on prepared statements;
  * every expiry is judged by the database's clock (NOW(3)), never lockd's.
- * Fences come from a one-row sequence bumped inside each granting
- * transaction, so the rows of free keys can be deleted (by release, and by a
- * reaper thread for expired ones) without a fence ever going back.
+ * Fences come from a sequence row bumped inside each granting
+ * transaction, so the rows of free keys can be deleted (by release, and by
+ * the background thread for expired ones) without a fence ever going back.
+ * Every release also appends the key to an event table, in commit order
+ * (ids from a second sequence row); the background thread of each instance
+ * polls it and notifies its waiters. Expiries need no event: a waiter is
+ * retried when the holder's TTL runs out (retry_ms).
  * One connection per thread, under a pthread key; no waiting queue in the
- * store (FIFO within an instance) and no notifications from other
- * instances: waiters there are retried at the holder's expiry (retry_ms)
- * and at the wait queue's polling pace.
+ * store (FIFO within an instance).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -30,7 +32,7 @@
 
 #define MYSQL_BE_DEFAULT_PORT       3306
 #define MYSQL_BE_DEFAULT_TABLE      "lockd_locks"
-#define MYSQL_BE_TABLE_MAX          48   /* leaves room for "_seq" in 64 */
+#define MYSQL_BE_TABLE_MAX          48   /* room for "_events" in 64 */
 #define MYSQL_BE_CONNECT_TIMEOUT_MS 1000
 #define MYSQL_BE_RW_TIMEOUT_MS      2000
 #define MYSQL_BE_TIMEOUT_MAX_MS     3600000
@@ -39,9 +41,14 @@
                                             fast is worth one more try */
 #define MYSQL_BE_BACKOFF_MIN_MS     50   /* between failed connects */
 #define MYSQL_BE_BACKOFF_MAX_MS     1000
+#define MYSQL_BE_WATCH_EVERY_MS     50   /* polls of the event table */
+#define MYSQL_BE_WATCH_BATCH        256  /* events per poll statement */
 #define MYSQL_BE_REAP_EVERY_MS      1000
 #define MYSQL_BE_REAP_BATCH         100  /* rows per DELETE */
 #define MYSQL_BE_REAP_BUDGET_MS     200  /* per round, then sleep again */
+#define MYSQL_BE_EVENTS_KEEP_MS     30000 /* events live 30..60 s */
+#define MYSQL_BE_SEQ_FENCE          1    /* rows of the sequence table */
+#define MYSQL_BE_SEQ_EVENT          2
 #define MYSQL_BE_IDLE_TRX_S         2    /* MariaDB kills a session idle in
                                             a transaction this long */
 #define ER_CLIENT_INTERACTION_TIMEOUT 4031 /* MariaDB >= 10.3, not in every
@@ -62,10 +69,15 @@ enum stmt_id {
     ST_INSPECT,
     ST_REAP,
     ST_COUNT_HELD,
+    ST_EVENT_BUMP,   /* next event id, in commit order (row lock) */
+    ST_EVENT_ADD,
+    ST_EVENTS,       /* events after an id */
+    ST_EVENT_TOP,    /* the last committed event id */
+    ST_EVENT_TRIM,
     ST_COUNT,
 };
 
-/* "@T" stands for the locks table, quoted. */
+/* "@T", "@S" and "@E" stand for the locks, sequence and event tables. */
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_ACQ_READ] = "SELECT " NOW_MS ", l.expires_at FROM (SELECT 1 AS one) d"
                     " LEFT JOIN @T l ON l.lock_key = ? FOR UPDATE",
@@ -89,6 +101,12 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_REAP] = "DELETE FROM @T WHERE expires_at <= " NOW_MS
                 " ORDER BY expires_at LIMIT ?",
     [ST_COUNT_HELD] = "SELECT COUNT(*) FROM @T WHERE expires_at > " NOW_MS,
+    [ST_EVENT_BUMP] = "UPDATE @S SET v = LAST_INSERT_ID(v + 1) WHERE id = 2",
+    [ST_EVENT_ADD] = "INSERT INTO @E (id, lock_key) VALUES (?, ?)",
+    [ST_EVENTS] = "SELECT id, lock_key FROM @E WHERE id > ? ORDER BY id"
+                  " LIMIT ?",
+    [ST_EVENT_TOP] = "SELECT v FROM @S WHERE id = 2",
+    [ST_EVENT_TRIM] = "DELETE FROM @E WHERE id <= ? LIMIT ?",
 };
 
 /* The schema (deploy/mysql/schema.sql), run once per process while the
@@ -109,7 +127,12 @@ static const char *const schema_sql[] = {
     " v BIGINT UNSIGNED NOT NULL,"
     " PRIMARY KEY (id)"
     ") ENGINE = InnoDB",
-    "INSERT IGNORE INTO @S (id, v) VALUES (1, 0)",
+    "CREATE TABLE IF NOT EXISTS @E ("
+    " id BIGINT UNSIGNED NOT NULL,"
+    " lock_key VARBINARY(512) NOT NULL,"
+    " PRIMARY KEY (id)"
+    ") ENGINE = InnoDB",
+    "INSERT IGNORE INTO @S (id, v) VALUES (1, 0), (2, 0)",
     "COMMIT",
 };
 
@@ -154,11 +177,16 @@ struct mysql_be {
     pthread_key_t tls;     /* -> this thread's struct mysql_conn */
     bool tls_made;
     pthread_mutex_t mu;    /* guards conns and stop */
-    pthread_cond_t cond;   /* wakes the reaper to stop */
+    pthread_cond_t cond;   /* wakes the background thread to stop */
     struct mysql_conn *conns;
     bool stop;
-    pthread_t reaper;
-    bool reaper_started;
+    pthread_t bg;          /* polls events, reaps rows */
+    bool bg_started;
+    /* the background thread's own, unshared: */
+    bool watch_primed;     /* watch_last is set */
+    uint64_t watch_last;   /* the last event id seen */
+    uint64_t trim_id;      /* events up to this id go at trim_at_ms */
+    int64_t trim_at_ms;
 };
 
 /* What one attempt at an operation came to; see run_op(). */
@@ -192,27 +220,29 @@ static void mysql_be_lib_init(void)
     mysql_be_lib_rc = mysql_library_init(0, NULL, NULL);
 }
 
-/* Replace @T and @S in tmpl by the quoted table and sequence names. */
+/* Replace @T, @S and @E in tmpl by the quoted table names. */
 static char *sql_expand(const char *tmpl, const char *table)
 {
     size_t tl = strlen(table), n = 0;
     char *out, *p;
 
     for (const char *s = tmpl; *s != '\0'; s++)
-        n += (s[0] == '@' && (s[1] == 'T' || s[1] == 'S')) ? tl + 8 : 1;
+        n += (s[0] == '@' && strchr("TSE", s[1]) != NULL && s[1] != '\0')
+                 ? tl + 10
+                 : 1;
     out = malloc(n + 1);
     if (out == NULL)
         return NULL;
     p = out;
     for (const char *s = tmpl; *s != '\0'; s++) {
-        if (s[0] == '@' && (s[1] == 'T' || s[1] == 'S')) {
+        if (s[0] == '@' && strchr("TSE", s[1]) != NULL && s[1] != '\0') {
+            const char *suffix = s[1] == 'S' ? "_seq" : s[1] == 'E' ? "_events"
+                                                                    : "";
             *p++ = '`';
             memcpy(p, table, tl);
             p += tl;
-            if (s[1] == 'S') {
-                memcpy(p, "_seq", 4);
-                p += 4;
-            }
+            memcpy(p, suffix, strlen(suffix));
+            p += strlen(suffix);
             *p++ = '`';
             s++;
         } else {
@@ -778,6 +808,7 @@ static enum attempt release_attempt(struct mysql_conn *c,
     const struct lock_req *req = arg;
     MYSQL_BIND p[2];
     unsigned long klen, tlen;
+    uint64_t id;
     struct run_info info;
     unsigned err;
     enum attempt done;
@@ -789,6 +820,25 @@ static enum attempt release_attempt(struct mysql_conn *c,
         return conn_failed(c, err);
     if (info.affected == 0)
         return settle_unmatched(c, req, res);
+
+    /* tell the other instances: an event whose id is taken under the
+       sequence row's lock, so ids become visible in order, without gaps */
+    err = stmt_run(c, ST_EVENT_BUMP, NULL, NULL, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    if (info.affected != 1) {
+        atomic_store(&c->be->schema_ok, false);
+        conn_rollback(c);
+        return ATTEMPT_FAILED;
+    }
+    id = info.insert_id;
+    bind_u64(&p[1], &id);
+    {
+        MYSQL_BIND q[2] = { p[1], p[0] };
+        err = stmt_run(c, ST_EVENT_ADD, q, NULL, &info);
+    }
+    if (err != 0)
+        return conn_failed(c, err);
     done = conn_commit(c);
     if (done != ATTEMPT_DONE)
         return done;
@@ -910,16 +960,144 @@ static enum attempt reap_attempt(struct mysql_conn *c,
     return ATTEMPT_DONE;
 }
 
-static void *reaper_main(void *arg)
+/* Notifies every key released (through any instance) since the last
+ * event seen; *arg is the number of events read. The first call only
+ * learns where the events stand. */
+static enum attempt watch_attempt(struct mysql_conn *c,
+                                  void *arg,
+                                  enum backend_result *res)
+{
+    struct mysql_be *be = c->be;
+    uint64_t *count = arg;
+    uint64_t after = be->watch_last, limit = MYSQL_BE_WATCH_BATCH, id = 0;
+    char key[LOCK_KEY_MAX];
+    unsigned long klen = 0;
+    my_bool nulls[2] = { 0, 0 }, trunc = 0;
+    MYSQL_BIND p[2], r[2];
+    struct run_info info;
+    MYSQL_STMT *st;
+    unsigned err = 0;
+    int rc;
+
+    *count = 0;
+    if (!be->watch_primed) {
+        bind_u64(&r[0], &id);
+        r[0].is_null = &nulls[0];
+        err = stmt_run(c, ST_EVENT_TOP, NULL, r, &info);
+        if (err != 0)
+            return conn_failed(c, err);
+        conn_rollback(c);
+        be->watch_last = info.found && !nulls[0] ? id : 0;
+        be->watch_primed = true;
+        *res = BACKEND_OK;
+        return ATTEMPT_DONE;
+    }
+    st = conn_stmt(c, ST_EVENTS, &err);
+    if (st == NULL)
+        return conn_failed(c, err);
+    bind_u64(&p[0], &after);
+    bind_u64(&p[1], &limit);
+    bind_u64(&r[0], &id);
+    r[0].is_null = &nulls[0];
+    memset(&r[1], 0, sizeof(r[1]));
+    r[1].buffer_type = MYSQL_TYPE_STRING;
+    r[1].buffer = key;
+    r[1].buffer_length = sizeof(key);
+    r[1].length = &klen;
+    r[1].is_null = &nulls[1];
+    r[1].error = &trunc;
+    if (mysql_stmt_bind_param(st, p) != 0 || mysql_stmt_execute(st) != 0 ||
+        mysql_stmt_bind_result(st, r) != 0 ||
+        mysql_stmt_store_result(st) != 0) {
+        err = mysql_stmt_errno(st);
+        mysql_stmt_free_result(st);
+        return conn_failed(c, err != 0 ? err : CR_UNKNOWN_ERROR);
+    }
+    while ((rc = mysql_stmt_fetch(st)) == 0 || rc == MYSQL_DATA_TRUNCATED) {
+        if (nulls[0] || id <= be->watch_last)
+            continue;
+        be->watch_last = id;
+        (*count)++;
+        if (!nulls[1] && klen >= 1 && klen <= sizeof(key) &&
+            be->hooks.notify != NULL)
+            be->hooks.notify(be->hooks.arg, key, klen);
+    }
+    mysql_stmt_free_result(st);
+    conn_rollback(c);
+    *res = BACKEND_OK;
+    return ATTEMPT_DONE;
+}
+
+/* Once a reap round: events not seen for MYSQL_BE_EVENTS_KEEP_MS go, and a
+ * sequence that went back (tables made again) is followed. */
+static enum attempt trim_attempt(struct mysql_conn *c,
+                                 void *arg,
+                                 enum backend_result *res)
+{
+    struct mysql_be *be = c->be;
+    uint64_t *deleted = arg, top = 0, batch = MYSQL_BE_REAP_BATCH * 10;
+    my_bool is_null = 0;
+    MYSQL_BIND p[2], r[1];
+    struct run_info info;
+    unsigned err;
+    enum attempt done;
+    int64_t now = backend_mono_ms();
+
+    *deleted = 0;
+    bind_u64(&r[0], &top);
+    r[0].is_null = &is_null;
+    err = stmt_run(c, ST_EVENT_TOP, NULL, r, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    if (info.found && !is_null && top < be->watch_last)
+        be->watch_last = top;
+    if (be->trim_id > 0 && now >= be->trim_at_ms) {
+        bind_u64(&p[0], &be->trim_id);
+        bind_u64(&p[1], &batch);
+        err = stmt_run(c, ST_EVENT_TRIM, p, NULL, &info);
+        if (err != 0)
+            return conn_failed(c, err);
+        *deleted = info.affected;
+    }
+    done = conn_commit(c);
+    if (done != ATTEMPT_DONE)
+        return done;
+    if (*deleted < batch && now >= be->trim_at_ms) {
+        be->trim_id = be->watch_last;
+        be->trim_at_ms = now + MYSQL_BE_EVENTS_KEEP_MS;
+    }
+    *res = BACKEND_OK;
+    return ATTEMPT_DONE;
+}
+
+static void bg_reap(struct mysql_be *be)
+{
+    int64_t t0 = backend_mono_ms();
+    uint64_t deleted;
+
+    do {
+        deleted = 0;
+        if (run_op(be, reap_attempt, &deleted) != BACKEND_OK)
+            return;
+        if (deleted > 0)
+            metrics_lock_expired(deleted);
+    } while (deleted == MYSQL_BE_REAP_BATCH &&
+             backend_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
+    (void)run_op(be, trim_attempt, &deleted);
+}
+
+/* The background thread: polls the event table every
+ * MYSQL_BE_WATCH_EVERY_MS, reaps every MYSQL_BE_REAP_EVERY_MS. */
+static void *bg_main(void *arg)
 {
     struct mysql_be *be = arg;
+    int64_t next_reap = backend_mono_ms() + MYSQL_BE_REAP_EVERY_MS;
 
     pthread_mutex_lock(&be->mu);
     while (!be->stop) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += MYSQL_BE_REAP_EVERY_MS / 1000;
-        ts.tv_nsec += (long)(MYSQL_BE_REAP_EVERY_MS % 1000) * 1000000L;
+        ts.tv_nsec += (long)MYSQL_BE_WATCH_EVERY_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
@@ -931,16 +1109,16 @@ static void *reaper_main(void *arg)
             break;
         pthread_mutex_unlock(&be->mu);
 
-        int64_t t0 = backend_mono_ms();
-        uint64_t deleted;
-        do {
-            deleted = 0;
-            if (run_op(be, reap_attempt, &deleted) != BACKEND_OK)
+        uint64_t n;
+        do { /* a full batch: more are waiting */
+            n = 0;
+            if (run_op(be, watch_attempt, &n) != BACKEND_OK)
                 break;
-            if (deleted > 0)
-                metrics_lock_expired(deleted);
-        } while (deleted == MYSQL_BE_REAP_BATCH &&
-                 backend_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
+        } while (n == MYSQL_BE_WATCH_BATCH);
+        if (backend_mono_ms() >= next_reap) {
+            bg_reap(be);
+            next_reap = backend_mono_ms() + MYSQL_BE_REAP_EVERY_MS;
+        }
 
         pthread_mutex_lock(&be->mu);
     }
@@ -954,12 +1132,12 @@ static void mysql_be_close(struct backend *base)
 
     if (be == NULL)
         return;
-    if (be->reaper_started) {
+    if (be->bg_started) {
         pthread_mutex_lock(&be->mu);
         be->stop = true;
         pthread_cond_signal(&be->cond);
         pthread_mutex_unlock(&be->mu);
-        pthread_join(be->reaper, NULL); /* its key destructor ran */
+        pthread_join(be->bg, NULL); /* its key destructor ran */
     }
     if (be->tls_made) {
         /* Threads still alive (this one, usually) keep a connection: close
@@ -1191,9 +1369,9 @@ static enum backend_result mysql_be_open(const char *url,
     if (pthread_key_create(&be->tls, conn_destroy) != 0)
         goto fail;
     be->tls_made = true;
-    if (pthread_create(&be->reaper, NULL, reaper_main, be) != 0)
+    if (pthread_create(&be->bg, NULL, bg_main, be) != 0)
         goto fail;
-    be->reaper_started = true;
+    be->bg_started = true;
     *out = &be->base;
     return BACKEND_OK;
 fail:
@@ -1259,7 +1437,9 @@ static int64_t mysql_be_held_count(struct backend *base)
 
 const struct backend_ops mysql_be_ops = {
     .scheme = "mysql",
-    .caps = BACKEND_CAP_DURABLE,
+    /* NOTIFY: releases through other instances arrive by the event table;
+       expiries need no notice, HELD's retry_ms is the exact time */
+    .caps = BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
     .open = mysql_be_open,
     .acquire = mysql_be_acquire,
     .renew = mysql_be_renew,

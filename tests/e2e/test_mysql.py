@@ -104,8 +104,7 @@ def two_instances_exclude(ctx):
         c = ld.client(timeout=10)
         try:
             while time.monotonic() < stop_at:
-                # try-once: a waiter would only hear another instance's
-                # release at the wait queue's polling pace
+                # try-once, so that both instances keep asking
                 r = acquire(c, key, ttl_ms=5000)
                 if r.status == 409:
                     time.sleep(0.002)
@@ -357,7 +356,7 @@ def keys_are_injective(ctx):
     check(not (want & got), "released keys left rows")
 
 
-@harness.scenario("a release or an expiry on another instance reaches a waiter (expiry at once, release within the polling interval)",
+@harness.scenario("a release (event table) or an expiry (retry at the TTL) on another instance reaches a waiter within 250 ms",
                   backends=M)
 def waiter_hears_other_instance(ctx):
     other = ctx.new_lockd()
@@ -374,7 +373,7 @@ def waiter_hears_other_instance(ctx):
     check(t_w >= t_sent + 0.8 - 0.05, "granted %.0f ms before the holder expired" % ((t_sent + 0.8 - t_w) * 1000))
     check(t_w <= t_got + 0.8 + 0.3, "granted %.0f ms after the holder expired" % ((t_w - t_got - 0.8) * 1000))
     harness.log("     wake-up after an expiry on another instance: %.0f ms" % ((t_w - t_got - 0.8) * 1000))
-    # release: no notification crosses instances; the waiter polls
+    # release: B appends an event, A's background thread polls them
     key = ctx.key("rel")
     r = acquire(other.client(), key, ttl_ms=30000)
     eq(r.status, 201, "holder on B")
@@ -395,7 +394,7 @@ def waiter_hears_other_instance(ctx):
     check(out["r"].json["fence"] > r.json["fence"], "fence grows")
     dt = out["t"] - t0
     harness.log("     wake-up after a release on another instance: %.0f ms" % (dt * 1000))
-    check(dt < 2.5, "waiter woke %.0f ms after the release on another instance" % (dt * 1000))
+    check(dt < 0.25, "waiter woke %.0f ms after the release on another instance" % (dt * 1000))
     # a release through the waiter's own instance wakes it at once
     key = ctx.key("local")
     r = acquire(ctx.lockd.client(), key, ttl_ms=30000)

@@ -226,10 +226,12 @@ static void server_kill(int sig)
 static pthread_mutex_t note_lock = PTHREAD_MUTEX_INITIALIZER;
 static char note_key[LOCK_KEY_MAX + 1];
 static int note_count;
+static int watched_tag; /* hooks.arg of the instance whose notes count */
 
 static void on_notify(void *arg, const char *key, size_t len)
 {
-    (void)arg;
+    if (arg != &watched_tag)
+        return;
     pthread_mutex_lock(&note_lock);
     memcpy(note_key, key, len);
     note_key[len] = '\0';
@@ -257,9 +259,19 @@ static void note_reset(void)
 
 /* ---- helpers ---- */
 
+static struct backend *open_be_hooked(const char *u, void *tag)
+{
+    struct backend_hooks hooks = { on_notify, tag };
+    struct backend *be = NULL;
+
+    if (mysql_be_ops.open(u, &hooks, &be) != BACKEND_OK)
+        return NULL;
+    return be;
+}
+
 static struct backend *open_be(const char *u)
 {
-    struct backend_hooks hooks = { on_notify, NULL };
+    struct backend_hooks hooks = { on_notify, &watched_tag };
     struct backend *be = NULL;
 
     if (mysql_be_ops.open(u, &hooks, &be) != BACKEND_OK)
@@ -517,6 +529,40 @@ static void test_release_notifies(void)
     CHECK(noted("note"));
 }
 
+static void test_release_on_another_instance_notifies(void)
+{
+    struct backend *other = open_be_hooked(url, NULL);
+    static const char key[] = "far 'away'\\ \xc3\xa9";
+    struct lock_grant g;
+    int64_t t0;
+    int hit = 0;
+
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    sleep_ms(200); /* be_main's watcher has read where the events stand */
+    CHECK_EQ(acq(other, key, TOK_A, 5000, &g), BACKEND_OK);
+    note_reset();
+    t0 = mono_ms();
+    CHECK_EQ(rel(other, key, TOK_A), BACKEND_OK);
+    while (!hit && mono_ms() - t0 < 2000) {
+        sleep_ms(5);
+        hit = noted(key);
+    }
+    CHECK(hit);
+    printf("  heard a release on another instance after %lld ms\n",
+           (long long)(mono_ms() - t0));
+    CHECK(mono_ms() - t0 < 500);
+    /* a failed release tells no one */
+    CHECK_EQ(acq(other, key, TOK_A, 5000, &g), BACKEND_OK);
+    note_reset();
+    CHECK_EQ(rel(other, key, TOK_B), BACKEND_MISMATCH);
+    sleep_ms(300);
+    CHECK(!noted(key));
+    CHECK_EQ(rel(other, key, TOK_A), BACKEND_OK);
+    mysql_be_ops.close(other);
+}
+
 static void test_instances_share_locks_and_fences(void)
 {
     struct backend *other = open_be(url);
@@ -658,8 +704,8 @@ static void test_dropped_tables_are_made_again(void)
     CHECK_EQ(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
                       " WHERE lock_key = 'drop'"),
              0);
-    CHECK(root_sql("DROP TABLE lockd.other_locks, lockd.other_locks_seq") ==
-          0);
+    CHECK(root_sql("DROP TABLE lockd.other_locks, lockd.other_locks_seq,"
+                   " lockd.other_locks_events") == 0);
     CHECK_EQ(acq(be, "drop", TOK_A, 5000, &g), BACKEND_OK);
     CHECK_EQ(rel(be, "drop", TOK_A), BACKEND_OK);
     mysql_be_ops.close(be);
@@ -677,7 +723,7 @@ static void test_reaper_removes_expired_rows(void)
     }
     CHECK(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
                    " WHERE lock_key LIKE 'reap-%'") >= 200);
-    /* the reaper runs every second, 100 rows a batch, batches back to back */
+    /* reaped every second, 100 rows a batch, batches back to back */
     for (int i = 0; i < 40; i++) {
         sleep_ms(100);
         rows = root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
@@ -774,6 +820,8 @@ static const struct {
     { "test_distinct_keys_are_distinct_locks",
       test_distinct_keys_are_distinct_locks },
     { "test_release_notifies", test_release_notifies },
+    { "test_release_on_another_instance_notifies",
+      test_release_on_another_instance_notifies },
     { "test_instances_share_locks_and_fences",
       test_instances_share_locks_and_fences },
     { "test_threads_on_two_instances_exclude_each_other",
