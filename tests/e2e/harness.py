@@ -11,7 +11,7 @@
 Only Python's standard library is used: the suite runs on a bare Debian 12.
 """
 
-import http.client
+import http.client as httpclient
 import json
 import os
 import signal
@@ -109,7 +109,7 @@ class Client:
     """A kept-alive HTTP/1.1 connection to one lockd."""
 
     def __init__(self, port, host="127.0.0.1", timeout=30.0):
-        self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        self.conn = httpclient.HTTPConnection(host, port, timeout=timeout)
 
     def request(self, method, path, body=None, headers=None):
         data = _encode_body(body)
