@@ -37,7 +37,8 @@ static const struct opt opts[] = {
       "lock store URL: memory://, redis://..., zookeeper://..., "
       "mysql://... (default memory://)" },
     { "threads", "LOCKD_THREADS", OPT_UINT, 1, 256,
-      "HTTP worker threads (default: the number of cores)" },
+      "HTTP worker threads (default: the number of cores on memory://, "
+      "4 per core on network backends, whose calls block a thread)" },
     { "default-ttl-ms", "LOCKD_DEFAULT_TTL_MS", OPT_U64, 1, LOCK_FENCE_MAX,
       "TTL of an acquire that gives none (default 30000)" },
     { "max-ttl-ms", "LOCKD_MAX_TTL_MS", OPT_U64, 1, LOCK_FENCE_MAX,
@@ -194,7 +195,8 @@ enum config_result config_load(struct config *c, int argc, char **argv)
     memset(c, 0, sizeof(*c));
     c->listen = "127.0.0.1:8080";
     c->backend = "memory://";
-    c->threads = ncpu > 0 ? (unsigned)ncpu : 2;
+    c->threads = 0; /* auto: main() picks it once the backend is known */
+    c->cores = ncpu > 0 ? (unsigned)ncpu : 2;
     c->default_ttl_ms = 30000;
     c->max_ttl_ms = 86400000;
     c->max_wait_ms = 300000;

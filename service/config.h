@@ -15,7 +15,8 @@ struct config {
     char listen_host[256]; /* parsed from listen */
     char listen_port[16];
     const char *backend; /* backend URL, borrowed from argv/env */
-    unsigned threads;    /* libmicrohttpd worker threads */
+    unsigned threads;    /* libmicrohttpd worker threads; 0 = auto */
+    unsigned cores;      /* online CPUs */
     uint64_t default_ttl_ms;
     uint64_t max_ttl_ms;
     uint64_t max_wait_ms;

@@ -181,6 +181,10 @@ int main(int argc, char **argv)
         goto out;
     }
     waitq_bind(q, be);
+    if (cfg.threads == 0) /* a network backend's calls block a thread */
+        cfg.threads = strcmp(backend_scheme(be), "memory") == 0
+                          ? cfg.cores
+                          : 4 * cfg.cores;
     metrics_setup(LOCKD_VERSION, backend_scheme(be));
     api.backend = be;
     api.default_ttl_ms = cfg.default_ttl_ms;

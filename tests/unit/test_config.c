@@ -85,7 +85,8 @@ static void test_config_defaults(void)
     CHECK_STR_EQ(c.listen_host, "127.0.0.1");
     CHECK_STR_EQ(c.listen_port, "8080");
     CHECK_STR_EQ(c.backend, "memory://");
-    CHECK_EQ_INT(c.threads, ncpu > 0 ? ncpu : 2);
+    CHECK_EQ_INT(c.threads, 0); /* auto: set once the backend is known */
+    CHECK_EQ_INT(c.cores, ncpu > 0 ? ncpu : 2);
     CHECK_EQ_U64(c.default_ttl_ms, 30000);
     CHECK_EQ_U64(c.max_ttl_ms, 86400000);
     CHECK_EQ_U64(c.max_wait_ms, 300000);
