@@ -180,13 +180,16 @@ static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     "redis.call('PEXPIRE', KEYS[1], ttl)\n"
     "return {1, tonumber(cur[2]), tonumber(ttl), now + tonumber(ttl)}\n",
 
-    /* release: KEYS lock; ARGV token, channel, key. 1 released, 0 free,
-     * -1 another token. */
+    /* release: KEYS lock, queue; ARGV token, channel, key. 1 released,
+     * 0 free, -1 another token. Published only when someone waits: every
+     * waiter, on any instance, has a place in the queue. */
     "local cur = redis.call('HGET', KEYS[1], 't')\n"
     "if not cur then return 0 end\n"
     "if cur ~= redis.sha1hex(ARGV[1]) then return -1 end\n"
     "redis.call('DEL', KEYS[1])\n"
-    "redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
+    "if redis.call('LLEN', KEYS[2]) > 0 then\n"
+    "  redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
+    "end\n"
     "return 1\n",
 
     /* inspect: KEYS lock. {1, fence, pttl, expires_at, owner or nil},
@@ -1277,9 +1280,9 @@ static enum backend_result redis_be_release(struct backend *b,
                                             const struct lock_req *req)
 {
     struct redis_be *be = (struct redis_be *)b;
-    char lock[REDIS_BE_KEYBUF];
-    const char *args[4];
-    size_t lens[4];
+    char lock[REDIS_BE_KEYBUF], queue[REDIS_BE_KEYBUF];
+    const char *args[5];
+    size_t lens[5];
     redisReply *r;
     enum backend_result res = BACKEND_UNAVAILABLE;
 
@@ -1287,13 +1290,15 @@ static enum backend_result redis_be_release(struct backend *b,
         return BACKEND_NOT_FOUND;
     args[0] = lock;
     lens[0] = redis_be_key(be, "lock:", req->key, req->key_len, lock);
-    args[1] = req->token;
-    lens[1] = strlen(req->token);
-    args[2] = be->channel;
-    lens[2] = strlen(be->channel);
-    args[3] = req->key;
-    lens[3] = req->key_len;
-    r = redis_be_script(be, SCRIPT_RELEASE, 1, 4, args, lens, false);
+    args[1] = queue;
+    lens[1] = redis_be_key(be, "queue:", req->key, req->key_len, queue);
+    args[2] = req->token;
+    lens[2] = strlen(req->token);
+    args[3] = be->channel;
+    lens[3] = strlen(be->channel);
+    args[4] = req->key;
+    lens[4] = req->key_len;
+    r = redis_be_script(be, SCRIPT_RELEASE, 2, 5, args, lens, false);
     if (r == NULL)
         return BACKEND_UNAVAILABLE;
     if (r->type != REDIS_REPLY_INTEGER)
