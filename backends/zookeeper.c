@@ -1078,7 +1078,7 @@ static int zk_acq_register(struct zk_acq *a)
 
 /*
  * Make the key's node. If we made it, nobody holds or waits: take h at
- * once (no herd of round trips for the common case, a free key). Returns
+ * once: two round trips in the common case, a free key. Returns
  * like zk_acq_round(), -1 when the node was there already.
  */
 static int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out)
