@@ -49,6 +49,9 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(LIBOBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBOBJS) $(LDLIBS)
 
+# backend.c's table depends on which adapters exist
+$(BUILD)/backends/backend.o: $(wildcard $(patsubst %,backends/%.c,$(ADAPTERS)))
+
 -include $(OBJS:.o=.d)
 
 # Build dependencies only: enough for `make` and `make run`.

@@ -301,6 +301,11 @@ static void waiter_wake(struct wq_waiter *w)
 {
     struct request *r = w->arg;
 
+    /* a grant from now on: if libmicrohttpd closes the connection without
+     * calling us again, completion must release it */
+    if (w->result == BACKEND_OK)
+        r->granted = true;
+
     MHD_resume_connection(r->conn);
 }
 
