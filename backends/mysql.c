@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -136,6 +137,17 @@ static const char *const schema_sql[] = {
     "COMMIT",
 };
 
+/* Tables made by someone else (deploy/mysql/schema.sql) for a user that may
+ * not create them are used as they are if these all succeed. */
+static const char *const schema_probe_sql[] = {
+    "SELECT 1 FROM @T LIMIT 0",
+    "SELECT 1 FROM @E LIMIT 0",
+    "SELECT 1 FROM @S WHERE id = 1",
+    "SELECT 1 FROM @S WHERE id = 2",
+};
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
 struct mysql_be;
 
 extern const struct backend_ops mysql_be_ops; /* defined last */
@@ -168,7 +180,8 @@ struct mysql_be {
     unsigned write_timeout_s;
     char *table;         /* owned, for messages */
     char *sql[ST_COUNT]; /* owned: stmt_sql with the table names in */
-    char *schema[sizeof(schema_sql) / sizeof(schema_sql[0])]; /* owned */
+    char *schema[ARRAY_LEN(schema_sql)];      /* owned, expanded */
+    char *probe[ARRAY_LEN(schema_probe_sql)]; /* owned, expanded */
     atomic_bool schema_ok; /* the tables exist (as far as we know) */
     atomic_bool down;      /* the last connect failed: log changes once */
     atomic_int_fast64_t ok_at_ms; /* monotonic: the last answer from the
@@ -315,19 +328,54 @@ static unsigned conn_query(struct mysql_conn *c, const char *sql)
     return 0;
 }
 
+/* 1 if the query returned a row, 0 if none, -1 on an error. */
+static int conn_probe(struct mysql_conn *c, const char *sql)
+{
+    MYSQL_RES *r;
+    int found;
+
+    if (mysql_real_query(c->db, sql, (unsigned long)strlen(sql)) != 0)
+        return -1;
+    r = mysql_store_result(c->db);
+    if (r == NULL)
+        return mysql_errno(c->db) != 0 ? -1 : 0;
+    found = mysql_fetch_row(r) != NULL;
+    mysql_free_result(r);
+    return found;
+}
+
+/* Create the tables if missing; else make sure they can be used. 0 when
+ * they can; -1 (logged once per outage) when not. */
 static int schema_ensure(struct mysql_conn *c)
 {
     struct mysql_be *be = c->be;
-    size_t n = sizeof(be->schema) / sizeof(be->schema[0]);
+    char why[256] = "";
+    size_t i;
 
-    for (size_t i = 0; i < n; i++) {
-        unsigned err = conn_query(c, be->schema[i]);
-        if (err != 0) {
-            log_warn("mysql: cannot create table %s: %s (%u)", be->table,
-                     mysql_error(c->db), err);
+    for (i = 0; i < ARRAY_LEN(be->schema); i++) {
+        if (conn_query(c, be->schema[i]) != 0) {
+            snprintf(why, sizeof(why), "%s (%u)", mysql_error(c->db),
+                     mysql_errno(c->db));
             mysql_rollback(c->db);
-            return -1;
+            break;
         }
+    }
+    if (i < ARRAY_LEN(be->schema)) {
+        /* no CREATE privilege, say: tables made beforehand will do */
+        for (size_t j = 0; j < ARRAY_LEN(be->probe); j++) {
+            int found = conn_probe(c, be->probe[j]);
+            if (found < 0 || (found == 0 && j >= 2)) {
+                mysql_rollback(c->db);
+                if (!atomic_load(&be->down))
+                    log_warn("mysql: tables %s, %s_seq and %s_events are "
+                             "missing and cannot be created: %s",
+                             be->table, be->table, be->table, why);
+                return -1;
+            }
+        }
+        mysql_rollback(c->db);
+        log_info("mysql: using the existing tables %s* (cannot create: %s)",
+                 be->table, why);
     }
     atomic_store(&be->schema_ok, true);
     return 0;
@@ -367,8 +415,11 @@ static int conn_connect(struct mysql_conn *c)
     /* MariaDB only: a lockd stopped in mid-transaction must not hold the
        fence row for long. Plain MySQL has no such variable. */
     (void)conn_query(c, "SET idle_transaction_timeout = 2");
-    if (!atomic_load(&be->schema_ok) && schema_ensure(c) != 0)
-        goto fail;
+    if (!atomic_load(&be->schema_ok) && schema_ensure(c) != 0) {
+        atomic_store(&be->down, true); /* logged by schema_ensure() */
+        conn_drop(c);
+        return -1;
+    }
     atomic_store_explicit(&be->ok_at_ms, backend_mono_ms(),
                           memory_order_relaxed);
     if (atomic_exchange(&be->down, false))
@@ -1157,8 +1208,10 @@ static void mysql_be_close(struct backend *base)
     pthread_mutex_destroy(&be->mu);
     for (int i = 0; i < ST_COUNT; i++)
         free(be->sql[i]);
-    for (size_t i = 0; i < sizeof(be->schema) / sizeof(be->schema[0]); i++)
+    for (size_t i = 0; i < ARRAY_LEN(be->schema); i++)
         free(be->schema[i]);
+    for (size_t i = 0; i < ARRAY_LEN(be->probe); i++)
+        free(be->probe[i]);
     free(be->host);
     free(be->user);
     if (be->password != NULL)
@@ -1356,9 +1409,14 @@ static enum backend_result mysql_be_open(const char *url,
         if (be->sql[i] == NULL)
             goto fail;
     }
-    for (size_t i = 0; i < sizeof(be->schema) / sizeof(be->schema[0]); i++) {
+    for (size_t i = 0; i < ARRAY_LEN(be->schema); i++) {
         be->schema[i] = sql_expand(schema_sql[i], be->table);
         if (be->schema[i] == NULL)
+            goto fail;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(be->probe); i++) {
+        be->probe[i] = sql_expand(schema_probe_sql[i], be->table);
+        if (be->probe[i] == NULL)
             goto fail;
     }
     if (pthread_once(&mysql_be_once, mysql_be_lib_init) != 0 ||

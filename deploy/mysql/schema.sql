@@ -6,8 +6,10 @@
 --
 --   mariadb lockd < deploy/mysql/schema.sql
 --
--- With ?table=NAME in the backend URL the tables are NAME and NAME_seq
--- (replace lockd_locks below). Needs InnoDB (row locks, transactions).
+-- With ?table=NAME in the backend URL the tables are NAME, NAME_seq and
+-- NAME_events (replace lockd_locks below). Needs InnoDB (row locks,
+-- transactions). The lockd user needs SELECT, INSERT, UPDATE, DELETE on
+-- them (and CREATE if lockd is to create them).
 
 -- One row per held (or expired, not yet reaped) lock. A released lock has no
 -- row: release deletes it, and a background reaper deletes expired rows in
@@ -23,13 +25,23 @@ CREATE TABLE IF NOT EXISTS lockd_locks (
     KEY expires_at (expires_at)
 ) ENGINE = InnoDB;
 
--- The fence counter: one row, bumped inside every granting transaction, so
--- every grant of any key gets a fence above all earlier grants. Rows of
--- free keys can therefore be deleted without a fence ever going back.
+-- Two counters. Row 1, the fence: bumped inside every granting transaction
+-- after the key's row is locked, so every grant of any key gets a fence
+-- above all earlier grants; rows of free keys can therefore be deleted
+-- without a fence ever going back. Row 2, the event id: bumped inside every
+-- releasing transaction, so event ids commit in order, without gaps.
 CREATE TABLE IF NOT EXISTS lockd_locks_seq (
     id TINYINT UNSIGNED NOT NULL,
     v  BIGINT UNSIGNED  NOT NULL,
     PRIMARY KEY (id)
 ) ENGINE = InnoDB;
 
-INSERT IGNORE INTO lockd_locks_seq (id, v) VALUES (1, 0);
+-- One row per release, read by every lockd instance (polled every 50 ms)
+-- to wake its waiters for that key; rows older than 30-60 s are deleted.
+CREATE TABLE IF NOT EXISTS lockd_locks_events (
+    id       BIGINT UNSIGNED NOT NULL,  -- from lockd_locks_seq row 2
+    lock_key VARBINARY(512)  NOT NULL,
+    PRIMARY KEY (id)
+) ENGINE = InnoDB;
+
+INSERT IGNORE INTO lockd_locks_seq (id, v) VALUES (1, 0), (2, 0);
