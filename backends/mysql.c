@@ -33,27 +33,23 @@
 
 #define MYSQL_BE_DEFAULT_PORT       3306
 #define MYSQL_BE_DEFAULT_TABLE      "lockd_locks"
-#define MYSQL_BE_TABLE_MAX          48   /* room for "_events" in 64 */
+#define MYSQL_BE_TABLE_MAX          48 /* room for "_events" in 64 */
 #define MYSQL_BE_CONNECT_TIMEOUT_MS 1000
 #define MYSQL_BE_RW_TIMEOUT_MS      2000
 #define MYSQL_BE_TIMEOUT_MAX_MS     3600000
-#define MYSQL_BE_ATTEMPTS           3    /* per operation, see run_op() */
-#define MYSQL_BE_FAST_FAIL_MS       100  /* a lost connection noticed this
-                                            fast is worth one more try */
-#define MYSQL_BE_BACKOFF_MIN_MS     50   /* between failed connects */
-#define MYSQL_BE_BACKOFF_MAX_MS     1000
-#define MYSQL_BE_WATCH_EVERY_MS     50   /* polls of the event table */
-#define MYSQL_BE_WATCH_BATCH        256  /* events per poll statement */
-#define MYSQL_BE_REAP_EVERY_MS      1000
-#define MYSQL_BE_REAP_BATCH         100  /* rows per DELETE */
-#define MYSQL_BE_REAP_BUDGET_MS     200  /* per round, then sleep again */
-#define MYSQL_BE_EVENTS_KEEP_MS     30000 /* events live 30..60 s */
-#define MYSQL_BE_SEQ_FENCE          1    /* rows of the sequence table */
-#define MYSQL_BE_SEQ_EVENT          2
-#define MYSQL_BE_IDLE_TRX_S         2    /* MariaDB kills a session idle in
-                                            a transaction this long */
-#define ER_CLIENT_INTERACTION_TIMEOUT 4031 /* MariaDB >= 10.3, not in every
-                                              Connector/C header */
+#define MYSQL_BE_ATTEMPTS           3 /* per operation, see run_op() */
+/* A lost connection noticed this fast is worth one more try. */
+#define MYSQL_BE_FAST_FAIL_MS   100
+#define MYSQL_BE_BACKOFF_MIN_MS 50 /* between failed connects */
+#define MYSQL_BE_BACKOFF_MAX_MS 1000
+#define MYSQL_BE_WATCH_EVERY_MS 50  /* polls of the event table */
+#define MYSQL_BE_WATCH_BATCH    256 /* events per poll statement */
+#define MYSQL_BE_REAP_EVERY_MS  1000
+#define MYSQL_BE_REAP_BATCH     100   /* rows per DELETE */
+#define MYSQL_BE_REAP_BUDGET_MS 200   /* per round, then sleep again */
+#define MYSQL_BE_EVENTS_KEEP_MS 30000 /* events live 30..60 s */
+/* MariaDB >= 10.3 (idle_transaction_timeout); not in every Connector/C. */
+#define ER_CLIENT_INTERACTION_TIMEOUT 4031
 
 /* The database's clock in unix ms; the session's time zone is UTC. */
 #define NOW_MS "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
@@ -64,16 +60,16 @@ enum stmt_id {
     ST_ACQ_INSERT,   /* a key with no row: make one, locked */
     ST_ACQ_TAKEOVER, /* write the grant into the locked row */
     ST_RENEW,
-    ST_RENEW_READ,   /* the renewed row, still locked by ST_RENEW */
+    ST_RENEW_READ, /* the renewed row, still locked by ST_RENEW */
     ST_RELEASE,
-    ST_HELD,         /* held by anyone? tells MISMATCH from NOT_FOUND */
+    ST_HELD, /* held by anyone? tells MISMATCH from NOT_FOUND */
     ST_INSPECT,
     ST_REAP,
     ST_COUNT_HELD,
-    ST_EVENT_BUMP,   /* next event id, in commit order (row lock) */
+    ST_EVENT_BUMP, /* next event id, in commit order (row lock) */
     ST_EVENT_ADD,
-    ST_EVENTS,       /* events after an id */
-    ST_EVENT_TOP,    /* the last committed event id */
+    ST_EVENTS,    /* events after an id */
+    ST_EVENT_TOP, /* the last committed event id */
     ST_EVENT_TRIM,
     ST_COUNT,
 };
@@ -156,25 +152,25 @@ extern const struct backend_ops mysql_be_ops; /* defined last */
  * pthread key's destructor when the thread exits (or by close()). */
 struct mysql_conn {
     struct mysql_be *be;
-    MYSQL *db;                    /* NULL while disconnected */
-    MYSQL_STMT *stmt[ST_COUNT];   /* prepared on first use; NULL before */
-    int64_t retry_at_ms;          /* monotonic: no connect attempt before,
-                                     unless be->ok_at_ms passes failed_at_ms */
-    int64_t failed_at_ms;         /* monotonic: the last failed connect */
-    int64_t backoff_ms;           /* after the next failed connect */
-    struct mysql_conn *prev;      /* in be->conns, under be->mu */
+    MYSQL *db;                  /* NULL while disconnected */
+    MYSQL_STMT *stmt[ST_COUNT]; /* prepared on first use; NULL before */
+    int64_t retry_at_ms;        /* monotonic: no connect attempt before,
+                                   unless be->ok_at_ms passes failed_at_ms */
+    int64_t failed_at_ms;       /* monotonic: the last failed connect */
+    int64_t backoff_ms;         /* after the next failed connect */
+    struct mysql_conn *prev;    /* in be->conns, under be->mu */
     struct mysql_conn *next;
 };
 
 struct mysql_be {
     struct backend base; /* first: the generic handle */
     struct backend_hooks hooks;
-    char *host;          /* owned; NULL with a socket */
+    char *host; /* owned; NULL with a socket */
     unsigned port;
-    char *user;          /* owned */
-    char *password;      /* owned; NULL when none */
-    char *database;      /* owned */
-    char *socket;        /* owned; NULL for TCP */
+    char *user;     /* owned */
+    char *password; /* owned; NULL when none */
+    char *database; /* owned */
+    char *socket;   /* owned; NULL for TCP */
     unsigned connect_timeout_s;
     unsigned read_timeout_s;
     unsigned write_timeout_s;
@@ -187,18 +183,18 @@ struct mysql_be {
     atomic_int_fast64_t ok_at_ms; /* monotonic: the last answer from the
                                      database to any thread; a newer one
                                      ends every thread's back-off */
-    pthread_key_t tls;     /* -> this thread's struct mysql_conn */
+    pthread_key_t tls;            /* -> this thread's struct mysql_conn */
     bool tls_made;
-    pthread_mutex_t mu;    /* guards conns and stop */
-    pthread_cond_t cond;   /* wakes the background thread to stop */
+    pthread_mutex_t mu;  /* guards conns and stop */
+    pthread_cond_t cond; /* wakes the background thread to stop */
     struct mysql_conn *conns;
     bool stop;
-    pthread_t bg;          /* polls events, reaps rows */
+    pthread_t bg; /* polls events, reaps rows */
     bool bg_started;
     /* the background thread's own, unshared: */
-    bool watch_primed;     /* watch_last is set */
-    uint64_t watch_last;   /* the last event id seen */
-    uint64_t trim_id;      /* events up to this id go at trim_at_ms */
+    bool watch_primed;   /* watch_last is set */
+    uint64_t watch_last; /* the last event id seen */
+    uint64_t trim_id;    /* events up to this id go at trim_at_ms */
     int64_t trim_at_ms;
 };
 
@@ -233,44 +229,56 @@ static void mysql_be_lib_init(void)
     mysql_be_lib_rc = mysql_library_init(0, NULL, NULL);
 }
 
+/* The table-name suffix a placeholder "@c" stands for; NULL when "@c" is
+ * not a placeholder. */
+static const char *placeholder_suffix(char c)
+{
+    switch (c) {
+    case 'T':
+        return ""; /* the locks */
+    case 'S':
+        return "_seq";
+    case 'E':
+        return "_events";
+    default:
+        return NULL;
+    }
+}
+
 /* Replace @T, @S and @E in tmpl by the quoted table names. */
 static char *sql_expand(const char *tmpl, const char *table)
 {
     size_t tl = strlen(table), n = 0;
+    const char *suffix;
     char *out, *p;
 
     for (const char *s = tmpl; *s != '\0'; s++)
-        n += (s[0] == '@' && strchr("TSE", s[1]) != NULL && s[1] != '\0')
-                 ? tl + 10
-                 : 1;
+        n += s[0] == '@' && placeholder_suffix(s[1]) != NULL ? tl + 10 : 1;
     out = malloc(n + 1);
     if (out == NULL)
         return NULL;
     p = out;
     for (const char *s = tmpl; *s != '\0'; s++) {
-        if (s[0] == '@' && strchr("TSE", s[1]) != NULL && s[1] != '\0') {
-            const char *suffix = s[1] == 'S' ? "_seq" : s[1] == 'E' ? "_events"
-                                                                    : "";
-            *p++ = '`';
-            memcpy(p, table, tl);
-            p += tl;
-            memcpy(p, suffix, strlen(suffix));
-            p += strlen(suffix);
-            *p++ = '`';
-            s++;
-        } else {
+        suffix = s[0] == '@' ? placeholder_suffix(s[1]) : NULL;
+        if (suffix == NULL) {
             *p++ = *s;
+            continue;
         }
+        *p++ = '`';
+        memcpy(p, table, tl);
+        p += tl;
+        memcpy(p, suffix, strlen(suffix));
+        p += strlen(suffix);
+        *p++ = '`';
+        s++;
     }
     *p = '\0';
     return out;
 }
 
 /* Bind helpers: the binds point at the caller's storage, used at execute. */
-static void bind_bytes(MYSQL_BIND *b,
-                       const char *p,
-                       size_t n,
-                       unsigned long *len)
+static void
+bind_bytes(MYSQL_BIND *b, const char *p, size_t n, unsigned long *len)
 {
     memset(b, 0, sizeof(*b));
     *len = (unsigned long)n;
@@ -319,8 +327,7 @@ static void conn_drop(struct mysql_conn *c)
 static unsigned conn_query(struct mysql_conn *c, const char *sql)
 {
     if (mysql_real_query(c->db, sql, (unsigned long)strlen(sql)) != 0)
-        return mysql_errno(c->db) != 0 ? mysql_errno(c->db)
-                                       : CR_UNKNOWN_ERROR;
+        return mysql_errno(c->db) != 0 ? mysql_errno(c->db) : CR_UNKNOWN_ERROR;
     /* none of ours returns rows, but never leave a result unread */
     MYSQL_RES *r = mysql_store_result(c->db);
     if (r != NULL)
@@ -501,9 +508,8 @@ static struct mysql_conn *conn_get(struct mysql_be *be, bool *fresh)
 
 /* Prepared statement id on c, prepared on first use; NULL and *err set on
  * failure. */
-static MYSQL_STMT *conn_stmt(struct mysql_conn *c,
-                             enum stmt_id id,
-                             unsigned *err)
+static MYSQL_STMT *
+conn_stmt(struct mysql_conn *c, enum stmt_id id, unsigned *err)
 {
     MYSQL_STMT *st = c->stmt[id];
     const char *sql = c->be->sql[id];
@@ -516,8 +522,8 @@ static MYSQL_STMT *conn_stmt(struct mysql_conn *c,
         return NULL;
     }
     if (mysql_stmt_prepare(st, sql, (unsigned long)strlen(sql)) != 0) {
-        *err = mysql_stmt_errno(st) != 0 ? mysql_stmt_errno(st)
-                                         : CR_UNKNOWN_ERROR;
+        *err =
+            mysql_stmt_errno(st) != 0 ? mysql_stmt_errno(st) : CR_UNKNOWN_ERROR;
         if (*err < CR_MIN_ERROR || *err > CR_MAX_ERROR)
             log_warn("mysql: cannot prepare statement %d: %s", (int)id,
                      mysql_stmt_error(st));
@@ -671,9 +677,8 @@ struct acquire_arg {
     struct lock_grant *out;
 };
 
-static enum attempt acquire_attempt(struct mysql_conn *c,
-                                    void *arg,
-                                    enum backend_result *res)
+static enum attempt
+acquire_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
     struct acquire_arg *a = arg;
     const struct lock_req *req = a->req;
@@ -798,9 +803,8 @@ struct renew_arg {
     struct lock_grant *out;
 };
 
-static enum attempt renew_attempt(struct mysql_conn *c,
-                                  void *arg,
-                                  enum backend_result *res)
+static enum attempt
+renew_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
     struct renew_arg *a = arg;
     const struct lock_req *req = a->req;
@@ -852,9 +856,8 @@ static enum attempt renew_attempt(struct mysql_conn *c,
     return ATTEMPT_DONE;
 }
 
-static enum attempt release_attempt(struct mysql_conn *c,
-                                    void *arg,
-                                    enum backend_result *res)
+static enum attempt
+release_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
     const struct lock_req *req = arg;
     MYSQL_BIND p[2];
@@ -903,9 +906,8 @@ struct inspect_arg {
     struct lock_info *out;
 };
 
-static enum attempt inspect_attempt(struct mysql_conn *c,
-                                    void *arg,
-                                    enum backend_result *res)
+static enum attempt
+inspect_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
     struct inspect_arg *a = arg;
     MYSQL_BIND p[1], r[4];
@@ -951,9 +953,8 @@ static enum attempt inspect_attempt(struct mysql_conn *c,
     return ATTEMPT_DONE;
 }
 
-static enum attempt ping_attempt(struct mysql_conn *c,
-                                 void *arg,
-                                 enum backend_result *res)
+static enum attempt
+ping_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
     (void)arg;
     if (mysql_ping(c->db) != 0) {
@@ -964,9 +965,8 @@ static enum attempt ping_attempt(struct mysql_conn *c,
     return ATTEMPT_DONE;
 }
 
-static enum attempt count_attempt(struct mysql_conn *c,
-                                  void *arg,
-                                  enum backend_result *res)
+static enum attempt
+count_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
     int64_t *count = arg;
     MYSQL_BIND r[1];
@@ -988,9 +988,8 @@ static enum attempt count_attempt(struct mysql_conn *c,
 /* Deletes up to MYSQL_BE_REAP_BATCH expired rows; *res is OK and *arg the
  * number deleted. Fences stay safe: they come from the sequence, not the
  * rows. */
-static enum attempt reap_attempt(struct mysql_conn *c,
-                                 void *arg,
-                                 enum backend_result *res)
+static enum attempt
+reap_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
     uint64_t *deleted = arg;
     uint64_t batch = MYSQL_BE_REAP_BATCH;
@@ -1014,9 +1013,8 @@ static enum attempt reap_attempt(struct mysql_conn *c,
 /* Notifies every key released (through any instance) since the last
  * event seen; *arg is the number of events read. The first call only
  * learns where the events stand. */
-static enum attempt watch_attempt(struct mysql_conn *c,
-                                  void *arg,
-                                  enum backend_result *res)
+static enum attempt
+watch_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
     struct mysql_be *be = c->be;
     uint64_t *count = arg;
@@ -1081,9 +1079,8 @@ static enum attempt watch_attempt(struct mysql_conn *c,
 
 /* Once a reap round: events not seen for MYSQL_BE_EVENTS_KEEP_MS go, and a
  * sequence that went back (tables made again) is followed. */
-static enum attempt trim_attempt(struct mysql_conn *c,
-                                 void *arg,
-                                 enum backend_result *res)
+static enum attempt
+trim_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
     struct mysql_be *be = c->be;
     uint64_t *deleted = arg, top = 0, batch = MYSQL_BE_REAP_BATCH * 10;
@@ -1266,8 +1263,9 @@ static int opt_timeout(const struct backend_url *u,
 static enum backend_result parse_url(struct mysql_be *be, const char *url)
 {
     static const char *const allowed[] = {
-        "socket",           "connect_timeout_ms", "read_timeout_ms",
-        "write_timeout_ms", "table",              NULL,
+        "socket",          "connect_timeout_ms",
+        "read_timeout_ms", "write_timeout_ms",
+        "table",           NULL,
     };
     struct backend_url u;
     const char *bad = NULL, *v;
@@ -1320,15 +1318,14 @@ static enum backend_result parse_url(struct mysql_be *be, const char *url)
             colon = strchr(h, ':');
             if (colon == h || strchr(h, ',') != NULL)
                 goto bad_host;
-            be->host = colon != NULL ? strndup(h, (size_t)(colon - h))
-                                     : strdup(h);
+            be->host =
+                colon != NULL ? strndup(h, (size_t)(colon - h)) : strdup(h);
         }
         if (be->host == NULL) {
             r = BACKEND_NO_MEMORY;
             goto out;
         }
-        if (colon != NULL &&
-            backend_parse_u64(colon + 1, 1, 65535, &port) != 0)
+        if (colon != NULL && backend_parse_u64(colon + 1, 1, 65535, &port) != 0)
             goto bad_host;
     }
     be->port = (unsigned)port;
@@ -1461,8 +1458,7 @@ static enum backend_result mysql_be_release(struct backend *base,
 {
     struct mysql_be *be = (struct mysql_be *)base;
     /* run_op() only takes a void *: the request is not changed */
-    enum backend_result r =
-        run_op(be, release_attempt, (void *)(uintptr_t)req);
+    enum backend_result r = run_op(be, release_attempt, (void *)(uintptr_t)req);
 
     if (r == BACKEND_OK && be->hooks.notify != NULL)
         be->hooks.notify(be->hooks.arg, req->key, req->key_len);

@@ -29,27 +29,26 @@ extern const struct backend_ops mysql_be_ops;
 #define MARIADBD   "/usr/sbin/mariadbd"
 #define TOK_A      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define TOK_B      "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-#define PASSWORD   "p@ss:w/rd%"          /* needs escaping in the URL */
+#define PASSWORD   "p@ss:w/rd%" /* needs escaping in the URL */
 #define PASSWORD_U "p%40ss%3Aw%2Frd%25"
 
 static int passed, failed, case_failed;
 
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__,      \
-                   #cond);                                                 \
-            case_failed = 1;                                               \
-        }                                                                  \
+#define CHECK(cond)                                                           \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+            case_failed = 1;                                                  \
+        }                                                                     \
     } while (0)
-#define CHECK_EQ(a, b)                                                     \
-    do {                                                                   \
-        long long a_ = (long long)(a), b_ = (long long)(b);                \
-        if (a_ != b_) {                                                    \
-            printf("  %s:%d: %s == %lld, want %s == %lld\n", __FILE__,     \
-                   __LINE__, #a, a_, #b, b_);                              \
-            case_failed = 1;                                               \
-        }                                                                  \
+#define CHECK_EQ(a, b)                                                 \
+    do {                                                               \
+        long long a_ = (long long)(a), b_ = (long long)(b);            \
+        if (a_ != b_) {                                                \
+            printf("  %s:%d: %s == %lld, want %s == %lld\n", __FILE__, \
+                   __LINE__, #a, a_, #b, b_);                          \
+            case_failed = 1;                                           \
+        }                                                              \
     } while (0)
 
 static int port;
@@ -193,8 +192,8 @@ static int server_install(void)
         quiet();
         execl(INSTALL_DB, INSTALL_DB, "--no-defaults", datadir,
               "--auth-root-authentication-method=normal", "--skip-test-db",
-              "--user=root", "--skip-name-resolve",
-              "--innodb-log-file-size=8M", (char *)NULL);
+              "--user=root", "--skip-name-resolve", "--innodb-log-file-size=8M",
+              (char *)NULL);
         _exit(127);
     }
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
@@ -279,38 +278,48 @@ static struct backend *open_be(const char *u)
     return be;
 }
 
-static enum backend_result acq_owner(struct backend *be, const char *key,
-                                     const char *tok, const char *owner,
-                                     uint64_t ttl, struct lock_grant *g)
+static enum backend_result acq_owner(struct backend *be,
+                                     const char *key,
+                                     const char *tok,
+                                     const char *owner,
+                                     uint64_t ttl,
+                                     struct lock_grant *g)
 {
-    struct lock_req req = { .key = key, .key_len = strlen(key),
-                            .token = tok, .owner = owner, .ttl_ms = ttl };
+    struct lock_req req = { .key = key,
+                            .key_len = strlen(key),
+                            .token = tok,
+                            .owner = owner,
+                            .ttl_ms = ttl };
     memset(g, 0, sizeof(*g));
     return mysql_be_ops.acquire(be, &req, g);
 }
 
-static enum backend_result acq(struct backend *be, const char *key,
-                               const char *tok, uint64_t ttl,
+static enum backend_result acq(struct backend *be,
+                               const char *key,
+                               const char *tok,
+                               uint64_t ttl,
                                struct lock_grant *g)
 {
     return acq_owner(be, key, tok, NULL, ttl, g);
 }
 
-static enum backend_result ren(struct backend *be, const char *key,
-                               const char *tok, uint64_t ttl,
+static enum backend_result ren(struct backend *be,
+                               const char *key,
+                               const char *tok,
+                               uint64_t ttl,
                                struct lock_grant *g)
 {
-    struct lock_req req = { .key = key, .key_len = strlen(key),
-                            .token = tok, .ttl_ms = ttl };
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .ttl_ms = ttl
+    };
     memset(g, 0, sizeof(*g));
     return mysql_be_ops.renew(be, &req, g);
 }
 
-static enum backend_result rel(struct backend *be, const char *key,
-                               const char *tok)
+static enum backend_result
+rel(struct backend *be, const char *key, const char *tok)
 {
-    struct lock_req req = { .key = key, .key_len = strlen(key),
-                            .token = tok };
+    struct lock_req req = { .key = key, .key_len = strlen(key), .token = tok };
     return mysql_be_ops.release(be, &req);
 }
 
@@ -481,11 +490,28 @@ static void test_distinct_keys_are_distinct_locks(void)
 {
     static char long_a[LOCK_KEY_MAX + 1], long_b[LOCK_KEY_MAX + 1];
     const char *keys[] = {
-        "k",        "K",          "k ",        "k%",     "k_",
-        "k'",       "k''",        "k\\",       "k\\'",   "k\"",
-        "k`",       "k;",         "k/../x",    "k/x",    "%",
-        "_",        "' OR '1'='1", "caf\xc3\xa9", "cafe\xcc\x81",
-        "\xf0\x9f\x94\x92", long_a, long_b,
+        "k",
+        "K",
+        "k ",
+        "k%",
+        "k_",
+        "k'",
+        "k''",
+        "k\\",
+        "k\\'",
+        "k\"",
+        "k`",
+        "k;",
+        "k/../x",
+        "k/x",
+        "%",
+        "_",
+        "' OR '1'='1",
+        "caf\xc3\xa9",
+        "cafe\xcc\x81",
+        "\xf0\x9f\x94\x92",
+        long_a,
+        long_b,
     };
     size_t n = sizeof(keys) / sizeof(keys[0]);
     struct lock_grant g;
@@ -498,8 +524,7 @@ static void test_distinct_keys_are_distinct_locks(void)
         CHECK_EQ(acq(be_main, keys[i], TOK_A, 10000, &g), BACKEND_OK);
     for (size_t i = 0; i < n; i++) {
         CHECK_EQ(acq(be_main, keys[i], TOK_B, 10000, &g), BACKEND_HELD);
-        CHECK_EQ(mysql_be_ops.inspect(be_main, keys[i], strlen(keys[i]),
-                                      &info),
+        CHECK_EQ(mysql_be_ops.inspect(be_main, keys[i], strlen(keys[i]), &info),
                  BACKEND_OK);
     }
     /* one release frees exactly its own key */
