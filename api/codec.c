@@ -41,45 +41,10 @@ void codec_json_setup(json_malloc_t alloc_fn, json_free_t free_fn)
     json_set_alloc_funcs(codec_malloc, codec_free);
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Percent-decode s into a new string of *len bytes (NUL-terminated, but
- * may hold NULs); NULL on a bad escape or no memory (*bad tells which). */
+/* Percent-decode the C string s (see backend_percent_decode). */
 static char *percent_decode(const char *s, size_t *len, bool *bad)
 {
-    size_t n = strlen(s), j = 0;
-    char *out = malloc(n + 1);
-
-    *bad = false;
-    if (out == NULL)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%') {
-            out[j++] = s[i];
-            continue;
-        }
-        int hi = i + 1 < n ? hexval(s[i + 1]) : -1;
-        int lo = i + 2 < n ? hexval(s[i + 2]) : -1;
-        if (hi < 0 || lo < 0) {
-            free(out);
-            *bad = true;
-            return NULL;
-        }
-        out[j++] = (char)(hi * 16 + lo);
-        i += 2;
-    }
-    out[j] = '\0';
-    *len = j;
-    return out;
+    return backend_percent_decode(s, strlen(s), len, bad);
 }
 
 bool codec_utf8_valid(const char *str, size_t len)
@@ -385,8 +350,9 @@ static enum api_error parse_body(const struct api_request *rq,
             snprintf(msg, msglen, "a field is given twice in the JSON body");
             return API_INVALID_PARAMETER;
         case json_error_null_byte_in_key:
-            snprintf(msg, msglen, "a field name in the JSON body contains "
-                                  "NUL: unknown field");
+            snprintf(msg, msglen,
+                     "a field name in the JSON body contains "
+                     "NUL: unknown field");
             return API_INVALID_PARAMETER;
         case json_error_numeric_overflow:
             snprintf(msg, msglen, "a number in the JSON body is out of range");
@@ -522,9 +488,14 @@ static size_t json_escape(char *out, const char *s, size_t len)
     return j;
 }
 
-void codec_grant(struct api_response *resp, unsigned status, const char *key,
-                 size_t key_len, const char *token, uint64_t fence,
-                 uint64_t ttl_ms, int64_t expires_at_ms)
+void codec_grant(struct api_response *resp,
+                 unsigned status,
+                 const char *key,
+                 size_t key_len,
+                 const char *token,
+                 uint64_t fence,
+                 uint64_t ttl_ms,
+                 int64_t expires_at_ms)
 {
     size_t tlen = strlen(token);
     size_t cap = 6 * (key_len + tlen) + 160;

@@ -69,21 +69,12 @@ static int make_token(char out[API_TOKEN_LEN + 1])
 }
 
 /* Set resp for a backend result that is not OK. */
-static void
-backend_error(struct api_response *resp, enum backend_result r, const char *key)
+static void backend_error(struct api_response *resp, enum backend_result r)
 {
     enum api_error e = api_error_from(r);
-    char msg[MSG_MAX];
 
-    if (e == API_BACKEND_UNAVAILABLE) {
+    if (e == API_BACKEND_UNAVAILABLE)
         resp->retry_after = 1;
-        log_warn("backend unavailable for key of %zu bytes", strlen(key));
-    }
-    if (e == API_LOCK_NOT_FOUND || e == API_TOKEN_MISMATCH) {
-        snprintf(msg, sizeof(msg), "%s", api_error_message(e));
-        codec_error(resp, e, msg);
-        return;
-    }
     codec_error(resp, e, NULL);
 }
 
@@ -121,8 +112,11 @@ enum api_error handle_acquire_parse(const struct api_config *cfg,
     return API_OK;
 }
 
-static void grant_reply(struct api_response *resp, unsigned status,
-                        const char *key, size_t key_len, const char *token,
+static void grant_reply(struct api_response *resp,
+                        unsigned status,
+                        const char *key,
+                        size_t key_len,
+                        const char *token,
                         const struct lock_grant *g)
 {
     codec_grant(resp, status, key, key_len, token, g->fence, g->ttl_ms,
@@ -148,7 +142,7 @@ void handle_acquire_reply(const struct api_acquire *acq,
                     "retry_after_ms", (json_int_t)ms);
         resp->retry_after = (unsigned)((ms + 999) / 1000);
     } else {
-        backend_error(resp, r, acq->key);
+        backend_error(resp, r);
     }
 }
 
@@ -197,7 +191,7 @@ void handle_renew(const struct api_config *cfg,
     if (r == BACKEND_OK)
         grant_reply(resp, 200, key, key_len, p.token, &g);
     else
-        backend_error(resp, r, key);
+        backend_error(resp, r);
     codec_params_cleanup(&p);
 }
 
@@ -221,7 +215,7 @@ void handle_release(const struct api_config *cfg,
         codec_reply(resp, 200, "{s:s%,s:b}", "key", key, key_len, "released",
                     1);
     else
-        backend_error(resp, r, key);
+        backend_error(resp, r);
     codec_params_cleanup(&p);
 }
 
@@ -247,7 +241,7 @@ void handle_inspect(const struct api_config *cfg,
     codec_params_cleanup(&p);
     r = backend_inspect(cfg->backend, key, key_len, &info);
     if (r != BACKEND_OK) {
-        backend_error(resp, r, key);
+        backend_error(resp, r);
         return;
     }
     codec_format_time(info.expires_at_ms, when, sizeof(when));

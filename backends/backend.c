@@ -267,12 +267,13 @@ static int hexval(char c)
     return -1;
 }
 
-/* Percent-decode s[0..n) into a new string; NULL on bad escapes or %00. */
-static char *url_decode(const char *s, size_t n)
+char *
+backend_percent_decode(const char *s, size_t n, size_t *out_len, bool *bad)
 {
     char *out = malloc(n + 1);
     size_t j = 0;
 
+    *bad = false;
     if (out == NULL)
         return NULL;
     for (size_t i = 0; i < n; i++) {
@@ -280,16 +281,32 @@ static char *url_decode(const char *s, size_t n)
             out[j++] = s[i];
             continue;
         }
-        int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
-        int lo = hi >= 0 ? hexval(s[i + 2]) : -1;
-        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+        int hi = i + 1 < n ? hexval(s[i + 1]) : -1;
+        int lo = i + 2 < n ? hexval(s[i + 2]) : -1;
+        if (hi < 0 || lo < 0) {
             free(out);
+            *bad = true;
             return NULL;
         }
         out[j++] = (char)(hi * 16 + lo);
         i += 2;
     }
     out[j] = '\0';
+    *out_len = j;
+    return out;
+}
+
+/* Percent-decode s[0..n) into a new string; NULL on bad escapes or %00. */
+static char *url_decode(const char *s, size_t n)
+{
+    size_t len;
+    bool bad;
+    char *out = backend_percent_decode(s, n, &len, &bad);
+
+    if (out != NULL && strlen(out) != len) {
+        free(out);
+        return NULL;
+    }
     return out;
 }
 

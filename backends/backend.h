@@ -218,6 +218,11 @@ const char *backend_url_param(const struct backend_url *u, const char *name);
 int backend_url_check_params(const struct backend_url *u,
                              const char *const *allowed,
                              const char **bad);
+/* Percent-decode s[0..n) into a new NUL-terminated string of *out_len
+ * bytes (it may hold NULs: callers decide). NULL on a malformed escape
+ * (*bad set) or no memory. The caller frees. */
+char *
+backend_percent_decode(const char *s, size_t n, size_t *out_len, bool *bad);
 /* Parse a decimal unsigned integer in [min, max]: 0, or -1 on junk,
  * signs, overflow or range. */
 int backend_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
