@@ -230,7 +230,8 @@ char *metrics_render(int64_t held, size_t *len)
                 "request to response, waits included.\n"
                 "# TYPE lockd_http_request_duration_seconds histogram\n");
     for (int r = 0; r < METRICS_ROUTE_COUNT; r++) {
-        snprintf(labels, sizeof(labels), "route=\"%s\"", route_names[r]);
+        snprintf(labels, sizeof(labels), "route=\"%s\",backend=\"%s\"",
+                 route_names[r], build_backend);
         put_hist(&b, "lockd_http_request_duration_seconds", labels,
                  &request_hist[r]);
     }

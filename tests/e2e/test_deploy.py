@@ -385,7 +385,7 @@ def family_of(name, types):
 FAMILIES = {
     "lockd_build_info": ("gauge", {"version", "backend"}),
     "lockd_http_requests_total": ("counter", {"route", "status"}),
-    "lockd_http_request_duration_seconds": ("histogram", {"route"}),
+    "lockd_http_request_duration_seconds": ("histogram", {"route", "backend"}),
     "lockd_lock_grants_total": ("counter", set()),
     "lockd_lock_renewals_total": ("counter", set()),
     "lockd_lock_releases_total": ("counter", set()),

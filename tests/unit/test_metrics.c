@@ -89,7 +89,8 @@ static void test_metrics_render_has_every_family(void)
                                           "metrics", "other" };
     for (size_t i = 0; i < 8; i++) {
         snprintf(line, sizeof(line),
-                 "lockd_http_request_duration_seconds_count{route=\"%s\"}",
+                 "lockd_http_request_duration_seconds_count{route=\"%s\","
+                 "backend=\"memory\"}",
                  routes[i]);
         CHECK_MSG(sample(text, line) >= 0, "%s", line);
     }
@@ -268,7 +269,7 @@ static size_t buckets_of(const char *text,
 static void test_metrics_histogram_is_cumulative(void)
 {
     const char *name = "lockd_http_request_duration_seconds";
-    const char *labels = "route=\"healthz\"";
+    const char *labels = "route=\"healthz\",backend=\"memory\"";
     char series[256];
     double le[64], v[64];
     char *text;
