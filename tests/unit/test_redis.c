@@ -6,21 +6,17 @@
  */
 #include "backends/backend.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
+
+#include "tests/unit/check.h"
+#include "tests/unit/server.h"
 
 extern const struct backend_ops redis_be_ops;
 
@@ -28,59 +24,15 @@ extern const struct backend_ops redis_be_ops;
 #define TOK_A        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define TOK_B        "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
-static int passed, failed, case_failed;
-
-#define CHECK(cond)                                                           \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-            case_failed = 1;                                                  \
-        }                                                                     \
-    } while (0)
-#define CHECK_EQ(a, b)                                                 \
-    do {                                                               \
-        long long a_ = (long long)(a), b_ = (long long)(b);            \
-        if (a_ != b_) {                                                \
-            printf("  %s:%d: %s == %lld, want %s == %lld\n", __FILE__, \
-                   __LINE__, #a, a_, #b, b_);                          \
-            case_failed = 1;                                           \
-        }                                                              \
-    } while (0)
-
-static int port;
-static pid_t server_pid = -1;
-static char dir[64];
+static struct test_server srv = TEST_SERVER_INIT;
 static char url[128];
 
 /* ---- the server ---- */
 
-static int free_port(void)
-{
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), p = -1;
-
-    if (fd < 0)
-        return -1;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        p = ntohs(a.sin_port);
-    close(fd);
-    return p;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 static int server_ping(void)
 {
     struct timeval tv = { 0, 200000 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", srv.port, tv);
     redisReply *r;
     int ok = 0;
 
@@ -96,53 +48,23 @@ static int server_ping(void)
     return ok;
 }
 
-static int server_start(void)
+static int start_redis(void)
 {
     char portstr[16];
+    char *argv[] = { REDIS_SERVER, "--port",       portstr, "--bind",
+                     "127.0.0.1",  "--dir",        srv.dir, "--save",
+                     "",           "--appendonly", "yes",   "--appendfsync",
+                     "always",     "--daemonize",  "no",    NULL };
 
-    snprintf(portstr, sizeof(portstr), "%d", port);
-    server_pid = fork();
-    if (server_pid < 0)
-        return -1;
-    if (server_pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) {
-            dup2(null, 1);
-            dup2(null, 2);
-        }
-        execl(REDIS_SERVER, REDIS_SERVER, "--port", portstr, "--bind",
-              "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "yes",
-              "--appendfsync", "always", "--daemonize", "no", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 100; i++) {
-        if (server_ping())
-            return 0;
-        if (waitpid(server_pid, NULL, WNOHANG) == server_pid) {
-            server_pid = -1;
-            return -1;
-        }
-        sleep_ms(50);
-    }
-    return -1;
-}
-
-static void server_kill(int sig)
-{
-    if (server_pid > 0) {
-        kill(server_pid, sig);
-        if (sig == SIGKILL || sig == SIGTERM) {
-            waitpid(server_pid, NULL, 0);
-            server_pid = -1;
-        }
-    }
+    snprintf(portstr, sizeof(portstr), "%d", srv.port);
+    return server_start(&srv, argv, server_ping, 100, 50);
 }
 
 /* A raw command on a fresh connection, for looking behind the adapter. */
 static redisReply *raw(const char *fmt, const char *arg)
 {
     struct timeval tv = { 1, 0 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", srv.port, tv);
     redisReply *r = NULL;
 
     if (c != NULL && c->err == 0)
@@ -151,45 +73,11 @@ static redisReply *raw(const char *fmt, const char *arg)
     return r;
 }
 
-/* ---- notifications ---- */
-
-static pthread_mutex_t note_lock = PTHREAD_MUTEX_INITIALIZER;
-static char note_key[LOCK_KEY_MAX + 1];
-static int note_count;
-
-static void on_notify(void *arg, const char *key, size_t len)
-{
-    (void)arg;
-    pthread_mutex_lock(&note_lock);
-    memcpy(note_key, key, len);
-    note_key[len] = '\0';
-    note_count++;
-    pthread_mutex_unlock(&note_lock);
-}
-
-static int noted(const char *key)
-{
-    int hit;
-
-    pthread_mutex_lock(&note_lock);
-    hit = note_count > 0 && strcmp(note_key, key) == 0;
-    pthread_mutex_unlock(&note_lock);
-    return hit;
-}
-
-static void note_reset(void)
-{
-    pthread_mutex_lock(&note_lock);
-    note_count = 0;
-    note_key[0] = '\0';
-    pthread_mutex_unlock(&note_lock);
-}
-
 /* ---- helpers ---- */
 
 static struct backend *open_be(const char *u)
 {
-    struct backend_hooks hooks = { on_notify, NULL };
+    struct backend_hooks hooks = { notes_hook, NULL };
     struct backend *be = NULL;
 
     if (redis_be_ops.open(u, &hooks, &be) != BACKEND_OK)
@@ -253,7 +141,7 @@ static void test_open_rejects_bad_urls(void)
 
     for (int i = 0; bad[i] != NULL; i++) {
         be = (struct backend *)1;
-        CHECK_EQ(redis_be_ops.open(bad[i], NULL, &be), BACKEND_INVALID);
+        CHECK_EQ_INT(redis_be_ops.open(bad[i], NULL, &be), BACKEND_INVALID);
         CHECK(be == NULL);
     }
 }
@@ -265,14 +153,15 @@ static void test_open_succeeds_while_redis_is_down(void)
     struct lock_grant g;
     int64_t t0;
 
-    snprintf(u, sizeof(u), "redis://127.0.0.1:%d?timeout_ms=200", free_port());
+    snprintf(u, sizeof(u), "redis://127.0.0.1:%d?timeout_ms=200",
+             server_free_port());
     be = open_be(u);
     CHECK(be != NULL);
     if (be == NULL)
         return;
     t0 = backend_mono_ms();
-    CHECK_EQ(acq(be, "down", TOK_A, 1000, &g), BACKEND_UNAVAILABLE);
-    CHECK_EQ(redis_be_ops.ping(be), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(acq(be, "down", TOK_A, 1000, &g), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(redis_be_ops.ping(be), BACKEND_UNAVAILABLE);
     CHECK(backend_mono_ms() - t0 < 1000);
     redis_be_ops.close(be);
 }
@@ -282,16 +171,16 @@ static void test_acquire_grants_free_key_once(void)
     struct lock_grant g, h;
     int64_t now = backend_now_ms();
 
-    CHECK_EQ(acq(be_main, "a1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "a1", TOK_A, 5000, &g), BACKEND_OK);
     CHECK(g.fence > 0 && g.fence <= LOCK_FENCE_MAX);
-    CHECK_EQ(g.ttl_ms, 5000);
+    CHECK_EQ_INT(g.ttl_ms, 5000);
     CHECK(g.expires_at_ms > now + 4000 && g.expires_at_ms < now + 6000);
-    CHECK_EQ(acq(be_main, "a1", TOK_B, 5000, &h), BACKEND_HELD);
+    CHECK_EQ_INT(acq(be_main, "a1", TOK_B, 5000, &h), BACKEND_HELD);
     CHECK(h.retry_ms > 4000 && h.retry_ms <= 5000);
     /* the same token again (a retry whose reply was lost): same grant */
-    CHECK_EQ(acq(be_main, "a1", TOK_A, 5000, &h), BACKEND_OK);
-    CHECK_EQ(h.fence, g.fence);
-    CHECK_EQ(rel(be_main, "a1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "a1", TOK_A, 5000, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.fence, g.fence);
+    CHECK_EQ_INT(rel(be_main, "a1", TOK_A), BACKEND_OK);
 }
 
 static void test_fence_grows_with_every_grant(void)
@@ -300,10 +189,10 @@ static void test_fence_grows_with_every_grant(void)
     uint64_t last = 0;
 
     for (int i = 0; i < 20; i++) {
-        CHECK_EQ(acq(be_main, "f1", TOK_A, 5000, &g), BACKEND_OK);
+        CHECK_EQ_INT(acq(be_main, "f1", TOK_A, 5000, &g), BACKEND_OK);
         CHECK(g.fence > last);
         last = g.fence;
-        CHECK_EQ(rel(be_main, "f1", TOK_A), BACKEND_OK);
+        CHECK_EQ_INT(rel(be_main, "f1", TOK_A), BACKEND_OK);
     }
 }
 
@@ -311,20 +200,20 @@ static void test_renew_keeps_fence_and_stored_ttl(void)
 {
     struct lock_grant g, r;
 
-    CHECK_EQ(acq(be_main, "r1", TOK_A, 5000, &g), BACKEND_OK);
-    CHECK_EQ(ren(be_main, "r1", TOK_A, 0, &r), BACKEND_OK);
-    CHECK_EQ(r.fence, g.fence);
-    CHECK_EQ(r.ttl_ms, 5000);
-    CHECK_EQ(ren(be_main, "r1", TOK_A, 2000, &r), BACKEND_OK);
-    CHECK_EQ(r.ttl_ms, 2000);
-    CHECK_EQ(ren(be_main, "r1", TOK_A, 0, &r), BACKEND_OK);
-    CHECK_EQ(r.ttl_ms, 2000);
+    CHECK_EQ_INT(acq(be_main, "r1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(ren(be_main, "r1", TOK_A, 0, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.fence, g.fence);
+    CHECK_EQ_INT(r.ttl_ms, 5000);
+    CHECK_EQ_INT(ren(be_main, "r1", TOK_A, 2000, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.ttl_ms, 2000);
+    CHECK_EQ_INT(ren(be_main, "r1", TOK_A, 0, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.ttl_ms, 2000);
     CHECK(r.expires_at_ms > backend_now_ms() + 1000);
-    CHECK_EQ(ren(be_main, "r1", TOK_B, 0, &r), BACKEND_MISMATCH);
-    CHECK_EQ(rel(be_main, "r1", TOK_B), BACKEND_MISMATCH);
-    CHECK_EQ(rel(be_main, "r1", TOK_A), BACKEND_OK);
-    CHECK_EQ(rel(be_main, "r1", TOK_A), BACKEND_NOT_FOUND);
-    CHECK_EQ(ren(be_main, "r1", TOK_A, 0, &r), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(ren(be_main, "r1", TOK_B, 0, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "r1", TOK_B), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "r1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "r1", TOK_A), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(ren(be_main, "r1", TOK_A, 0, &r), BACKEND_NOT_FOUND);
 }
 
 static void test_expired_token_is_dead(void)
@@ -332,14 +221,15 @@ static void test_expired_token_is_dead(void)
     struct lock_grant g, r;
     struct lock_info info;
 
-    CHECK_EQ(acq(be_main, "e1", TOK_A, 60, &g), BACKEND_OK);
-    sleep_ms(150);
-    CHECK_EQ(redis_be_ops.inspect(be_main, "e1", 2, &info), BACKEND_NOT_FOUND);
-    CHECK_EQ(ren(be_main, "e1", TOK_A, 0, &r), BACKEND_NOT_FOUND);
-    CHECK_EQ(acq(be_main, "e1", TOK_B, 5000, &r), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "e1", TOK_A, 60, &g), BACKEND_OK);
+    check_sleep_ms(150);
+    CHECK_EQ_INT(redis_be_ops.inspect(be_main, "e1", 2, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(ren(be_main, "e1", TOK_A, 0, &r), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(acq(be_main, "e1", TOK_B, 5000, &r), BACKEND_OK);
     CHECK(r.fence > g.fence);
-    CHECK_EQ(ren(be_main, "e1", TOK_A, 0, &g), BACKEND_MISMATCH);
-    CHECK_EQ(rel(be_main, "e1", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(ren(be_main, "e1", TOK_A, 0, &g), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "e1", TOK_B), BACKEND_OK);
 }
 
 static void test_inspect_shows_owner_never_token(void)
@@ -353,9 +243,9 @@ static void test_inspect_shows_owner_never_token(void)
     struct lock_info info;
     redisReply *r;
 
-    CHECK_EQ(redis_be_ops.acquire(be_main, &req, &g), BACKEND_OK);
-    CHECK_EQ(redis_be_ops.inspect(be_main, "i1", 2, &info), BACKEND_OK);
-    CHECK_EQ(info.fence, g.fence);
+    CHECK_EQ_INT(redis_be_ops.acquire(be_main, &req, &g), BACKEND_OK);
+    CHECK_EQ_INT(redis_be_ops.inspect(be_main, "i1", 2, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.fence, g.fence);
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 5000);
     CHECK(info.has_owner);
     CHECK(strcmp(info.owner, "pod-a/worker 3") == 0);
@@ -365,12 +255,12 @@ static void test_inspect_shows_owner_never_token(void)
     for (size_t i = 0; r != NULL && i < r->elements; i++)
         CHECK(strstr(r->element[i]->str, TOK_A) == NULL);
     freeReplyObject(r);
-    CHECK_EQ(rel(be_main, "i1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "i1", TOK_A), BACKEND_OK);
     req.owner = NULL;
-    CHECK_EQ(redis_be_ops.acquire(be_main, &req, &g), BACKEND_OK);
-    CHECK_EQ(redis_be_ops.inspect(be_main, "i1", 2, &info), BACKEND_OK);
+    CHECK_EQ_INT(redis_be_ops.acquire(be_main, &req, &g), BACKEND_OK);
+    CHECK_EQ_INT(redis_be_ops.inspect(be_main, "i1", 2, &info), BACKEND_OK);
     CHECK(!info.has_owner);
-    CHECK_EQ(rel(be_main, "i1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "i1", TOK_A), BACKEND_OK);
 }
 
 static void test_distinct_keys_are_distinct_locks(void)
@@ -386,9 +276,9 @@ static void test_distinct_keys_are_distinct_locks(void)
 
     memset(big, 'x', LOCK_KEY_MAX);
     for (int i = 0; keys[i] != NULL; i++)
-        CHECK_EQ(acq(be_main, keys[i], TOK_A, 5000, &g), BACKEND_OK);
+        CHECK_EQ_INT(acq(be_main, keys[i], TOK_A, 5000, &g), BACKEND_OK);
     for (int i = 0; keys[i] != NULL; i++)
-        CHECK_EQ(acq(be_main, keys[i], TOK_B, 5000, &g), BACKEND_HELD);
+        CHECK_EQ_INT(acq(be_main, keys[i], TOK_B, 5000, &g), BACKEND_HELD);
     /* everything stays under the prefix */
     r = raw("KEYS %s", "*");
     CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY);
@@ -396,7 +286,7 @@ static void test_distinct_keys_are_distinct_locks(void)
         CHECK(strncmp(r->element[i]->str, "lockd:", 6) == 0);
     freeReplyObject(r);
     for (int i = 0; keys[i] != NULL; i++)
-        CHECK_EQ(rel(be_main, keys[i], TOK_A), BACKEND_OK);
+        CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
 }
 
 static void test_prefixes_are_separate_namespaces(void)
@@ -410,10 +300,10 @@ static void test_prefixes_are_separate_namespaces(void)
     CHECK(other != NULL);
     if (other == NULL)
         return;
-    CHECK_EQ(acq(be_main, "p1", TOK_A, 5000, &g), BACKEND_OK);
-    CHECK_EQ(acq(other, "p1", TOK_B, 5000, &g), BACKEND_OK);
-    CHECK_EQ(rel(other, "p1", TOK_B), BACKEND_OK);
-    CHECK_EQ(rel(be_main, "p1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "p1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(other, "p1", TOK_B, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(other, "p1", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "p1", TOK_A), BACKEND_OK);
     redis_be_ops.close(other);
 }
 
@@ -421,19 +311,15 @@ static void test_release_notifies_every_instance(void)
 {
     struct backend *other = open_be(url);
     struct lock_grant g;
-    int64_t t0;
 
     CHECK(other != NULL);
     if (other == NULL)
         return;
-    CHECK_EQ(acq(other, "n1 {x}", TOK_A, 5000, &g), BACKEND_OK);
-    note_reset();
-    CHECK_EQ(rel(other, "n1 {x}", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(other, "n1 {x}", TOK_A, 5000, &g), BACKEND_OK);
+    notes_reset();
+    CHECK_EQ_INT(rel(other, "n1 {x}", TOK_A), BACKEND_OK);
     redis_be_ops.close(other); /* the notification must come via Redis */
-    t0 = backend_mono_ms();
-    while (!noted("n1 {x}") && backend_mono_ms() - t0 < 2000)
-        sleep_ms(5);
-    CHECK(noted("n1 {x}"));
+    CHECK(notes_heard("n1 {x}", 2000));
 }
 
 static void test_stopped_redis_answers_unavailable_in_time(void)
@@ -449,15 +335,15 @@ static void test_stopped_redis_answers_unavailable_in_time(void)
     CHECK(be != NULL);
     if (be == NULL)
         return;
-    CHECK_EQ(redis_be_ops.ping(be), BACKEND_OK);
-    server_kill(SIGSTOP);
+    CHECK_EQ_INT(redis_be_ops.ping(be), BACKEND_OK);
+    server_signal(&srv, SIGSTOP);
     for (int i = 0; i < 3; i++) {
         t0 = backend_mono_ms();
-        CHECK_EQ(acq(be, "s1", TOK_B, 5000, &g), BACKEND_UNAVAILABLE);
+        CHECK_EQ_INT(acq(be, "s1", TOK_B, 5000, &g), BACKEND_UNAVAILABLE);
         dt = backend_mono_ms() - t0;
         CHECK(dt < 900);
     }
-    server_kill(SIGCONT);
+    server_signal(&srv, SIGCONT);
     t0 = backend_mono_ms();
     while (backend_mono_ms() - t0 < 3000) {
         /* the acquires answered UNAVAILABLE sat in Redis's socket and ran
@@ -467,11 +353,11 @@ static void test_stopped_redis_answers_unavailable_in_time(void)
             ok = 1;
             break;
         }
-        CHECK_EQ(r, BACKEND_UNAVAILABLE);
-        sleep_ms(50);
+        CHECK_EQ_INT(r, BACKEND_UNAVAILABLE);
+        check_sleep_ms(50);
     }
     CHECK(ok);
-    CHECK_EQ(rel(be, "s1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be, "s1", TOK_A), BACKEND_OK);
     redis_be_ops.close(be);
 }
 
@@ -481,11 +367,11 @@ static void test_restart_keeps_holders_and_fences(void)
     int64_t t0;
     int ok = 0;
 
-    CHECK_EQ(acq(be_main, "rs1", TOK_A, 20000, &g), BACKEND_OK);
-    server_kill(SIGKILL);
-    CHECK_EQ(ren(be_main, "rs1", TOK_A, 0, &r), BACKEND_UNAVAILABLE);
-    CHECK_EQ(acq(be_main, "rs1", TOK_B, 5000, &r), BACKEND_UNAVAILABLE);
-    CHECK(server_start() == 0);
+    CHECK_EQ_INT(acq(be_main, "rs1", TOK_A, 20000, &g), BACKEND_OK);
+    server_signal(&srv, SIGKILL);
+    CHECK_EQ_INT(ren(be_main, "rs1", TOK_A, 0, &r), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(acq(be_main, "rs1", TOK_B, 5000, &r), BACKEND_UNAVAILABLE);
+    CHECK(start_redis() == 0);
     t0 = backend_mono_ms();
     while (backend_mono_ms() - t0 < 5000) {
         enum backend_result res = ren(be_main, "rs1", TOK_A, 0, &r);
@@ -493,16 +379,16 @@ static void test_restart_keeps_holders_and_fences(void)
             ok = 1;
             break;
         }
-        CHECK_EQ(res, BACKEND_UNAVAILABLE);
-        sleep_ms(50);
+        CHECK_EQ_INT(res, BACKEND_UNAVAILABLE);
+        check_sleep_ms(50);
     }
     CHECK(ok);
-    CHECK_EQ(r.fence, g.fence);
-    CHECK_EQ(acq(be_main, "rs1", TOK_B, 5000, &r), BACKEND_HELD);
-    CHECK_EQ(rel(be_main, "rs1", TOK_A), BACKEND_OK);
-    CHECK_EQ(acq(be_main, "rs1", TOK_B, 5000, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.fence, g.fence);
+    CHECK_EQ_INT(acq(be_main, "rs1", TOK_B, 5000, &r), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "rs1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "rs1", TOK_B, 5000, &r), BACKEND_OK);
     CHECK(r.fence > g.fence);
-    CHECK_EQ(rel(be_main, "rs1", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "rs1", TOK_B), BACKEND_OK);
 }
 
 static enum backend_result acq_w(struct backend *be,
@@ -528,30 +414,33 @@ static void test_queue_is_fifo_and_try_once_waits_its_turn(void)
                               .deadline_ms = backend_now_ms() + 5000 };
     struct lock_grant g;
 
-    CHECK_EQ(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_OK);
-    CHECK_EQ(acq_w(be_main, "q1", TOK_B, &w1, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_w(be_main, "q1", TOK_B, &w1, &g), BACKEND_HELD);
     CHECK(w1.be_data != NULL);
     CHECK(!g.behind);
     CHECK(g.retry_ms > 4000);
-    CHECK_EQ(acq_w(be_main, "q1", "cccccccccccccccccccccccccccccccc", &w2, &g),
-             BACKEND_HELD);
-    CHECK_EQ(rel(be_main, "q1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_w(be_main, "q1", "cccccccccccccccccccccccccccccccc", &w2, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "q1", TOK_A), BACKEND_OK);
     /* free, but w1 came first: neither w2 nor a try-once gets it */
-    CHECK_EQ(acq_w(be_main, "q1", "cccccccccccccccccccccccccccccccc", &w2, &g),
-             BACKEND_HELD);
+    CHECK_EQ_INT(
+        acq_w(be_main, "q1", "cccccccccccccccccccccccccccccccc", &w2, &g),
+        BACKEND_HELD);
     CHECK(g.behind);
     CHECK(g.retry_ms >= 1);
-    CHECK_EQ(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_HELD);
-    CHECK_EQ(acq_w(be_main, "q1", TOK_B, &w1, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq_w(be_main, "q1", TOK_B, &w1, &g), BACKEND_OK);
     CHECK(w1.be_data == NULL);
-    CHECK_EQ(rel(be_main, "q1", TOK_B), BACKEND_OK);
-    CHECK_EQ(acq_w(be_main, "q1", "cccccccccccccccccccccccccccccccc", &w2, &g),
-             BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "q1", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_w(be_main, "q1", "cccccccccccccccccccccccccccccccc", &w2, &g),
+        BACKEND_OK);
     CHECK(w2.be_data == NULL);
-    CHECK_EQ(rel(be_main, "q1", "cccccccccccccccccccccccccccccccc"),
-             BACKEND_OK);
-    CHECK_EQ(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_OK);
-    CHECK_EQ(rel(be_main, "q1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "q1", "cccccccccccccccccccccccccccccccc"),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "q1", TOK_A), BACKEND_OK);
 }
 
 static void test_cancel_wait_passes_the_turn_and_notifies(void)
@@ -562,27 +451,23 @@ static void test_cancel_wait_passes_the_turn_and_notifies(void)
     struct lock_waiter w2 = { .id = 202,
                               .deadline_ms = backend_now_ms() + 5000 };
     struct lock_grant g;
-    int64_t t0;
 
     CHECK(other != NULL);
     if (other == NULL)
         return;
-    CHECK_EQ(acq(be_main, "c1", TOK_A, 5000, &g), BACKEND_OK);
-    CHECK_EQ(acq_w(other, "c1", TOK_B, &w1, &g), BACKEND_HELD);
-    CHECK_EQ(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_HELD);
-    CHECK_EQ(rel(be_main, "c1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "c1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_w(other, "c1", TOK_B, &w1, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "c1", TOK_A), BACKEND_OK);
     /* behind another instance's waiter: not "behind one of ours" */
-    CHECK_EQ(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_HELD);
     CHECK(!g.behind);
-    note_reset();
-    CHECK_EQ(redis_be_ops.cancel_wait(other, "c1", 2, &w1), BACKEND_OK);
+    notes_reset();
+    CHECK_EQ_INT(redis_be_ops.cancel_wait(other, "c1", 2, &w1), BACKEND_OK);
     CHECK(w1.be_data == NULL);
-    t0 = backend_mono_ms();
-    while (!noted("c1") && backend_mono_ms() - t0 < 2000)
-        sleep_ms(5);
-    CHECK(noted("c1")); /* the next waiter hears its turn came */
-    CHECK_EQ(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_OK);
-    CHECK_EQ(rel(be_main, "c1", TOK_B), BACKEND_OK);
+    CHECK(notes_heard("c1", 2000)); /* the next waiter hears its turn came */
+    CHECK_EQ_INT(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "c1", TOK_B), BACKEND_OK);
     redis_be_ops.close(other);
 }
 
@@ -592,86 +477,54 @@ static void test_dead_waiters_are_dropped_after_their_deadline(void)
                               .deadline_ms = backend_now_ms() + 100 };
     struct lock_grant g;
 
-    CHECK_EQ(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_OK);
-    CHECK_EQ(acq_w(be_main, "d1", TOK_B, &w1, &g), BACKEND_HELD);
-    CHECK_EQ(rel(be_main, "d1", TOK_A), BACKEND_OK);
-    CHECK_EQ(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_w(be_main, "d1", TOK_B, &w1, &g), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "d1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_HELD);
     CHECK(g.retry_ms >= 1 && g.retry_ms <= 1100);
     /* w1's lockd is gone: its place goes after deadline + grace (1 s) */
-    sleep_ms(1200);
-    CHECK_EQ(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_OK);
-    CHECK_EQ(rel(be_main, "d1", TOK_A), BACKEND_OK);
+    check_sleep_ms(1200);
+    CHECK_EQ_INT(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "d1", TOK_A), BACKEND_OK);
     free(w1.be_data);
 }
 
-static const struct {
-    const char *name;
-    void (*fn)(void);
-} cases[] = {
-    { "test_open_rejects_bad_urls", test_open_rejects_bad_urls },
-    { "test_open_succeeds_while_redis_is_down",
-      test_open_succeeds_while_redis_is_down },
-    { "test_acquire_grants_free_key_once", test_acquire_grants_free_key_once },
-    { "test_fence_grows_with_every_grant", test_fence_grows_with_every_grant },
-    { "test_renew_keeps_fence_and_stored_ttl",
-      test_renew_keeps_fence_and_stored_ttl },
-    { "test_expired_token_is_dead", test_expired_token_is_dead },
-    { "test_inspect_shows_owner_never_token",
-      test_inspect_shows_owner_never_token },
-    { "test_distinct_keys_are_distinct_locks",
-      test_distinct_keys_are_distinct_locks },
-    { "test_prefixes_are_separate_namespaces",
-      test_prefixes_are_separate_namespaces },
-    { "test_release_notifies_every_instance",
-      test_release_notifies_every_instance },
-    { "test_queue_is_fifo_and_try_once_waits_its_turn",
-      test_queue_is_fifo_and_try_once_waits_its_turn },
-    { "test_cancel_wait_passes_the_turn_and_notifies",
-      test_cancel_wait_passes_the_turn_and_notifies },
-    { "test_dead_waiters_are_dropped_after_their_deadline",
-      test_dead_waiters_are_dropped_after_their_deadline },
-    { "test_stopped_redis_answers_unavailable_in_time",
-      test_stopped_redis_answers_unavailable_in_time },
-    { "test_restart_keeps_holders_and_fences",
-      test_restart_keeps_holders_and_fences },
+static const struct check_case cases[] = {
+    CHECK_CASE(test_open_rejects_bad_urls),
+    CHECK_CASE(test_open_succeeds_while_redis_is_down),
+    CHECK_CASE(test_acquire_grants_free_key_once),
+    CHECK_CASE(test_fence_grows_with_every_grant),
+    CHECK_CASE(test_renew_keeps_fence_and_stored_ttl),
+    CHECK_CASE(test_expired_token_is_dead),
+    CHECK_CASE(test_inspect_shows_owner_never_token),
+    CHECK_CASE(test_distinct_keys_are_distinct_locks),
+    CHECK_CASE(test_prefixes_are_separate_namespaces),
+    CHECK_CASE(test_release_notifies_every_instance),
+    CHECK_CASE(test_queue_is_fifo_and_try_once_waits_its_turn),
+    CHECK_CASE(test_cancel_wait_passes_the_turn_and_notifies),
+    CHECK_CASE(test_dead_waiters_are_dropped_after_their_deadline),
+    CHECK_CASE(test_stopped_redis_answers_unavailable_in_time),
+    CHECK_CASE(test_restart_keeps_holders_and_fences),
 };
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int rc = 1;
+
     signal(SIGPIPE, SIG_IGN); /* as lockd does: hiredis uses write() */
-    snprintf(dir, sizeof(dir), "/tmp/lockd-test-redis-XXXXXX");
-    port = free_port();
-    if (access(REDIS_SERVER, X_OK) != 0 || port < 0 || mkdtemp(dir) == NULL ||
-        server_start() != 0) {
+    if (access(REDIS_SERVER, X_OK) != 0 || server_setup(&srv, "redis") != 0 ||
+        start_redis() != 0) {
         printf("skip: cannot start %s\n0 passed, 0 failed\n", REDIS_SERVER);
+        server_cleanup(&srv, SIGTERM);
         return 0;
     }
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", srv.port);
     be_main = open_be(url);
-    if (be_main == NULL) {
-        printf("FAIL cannot open %s\n", url);
-        failed++;
-    }
-    for (size_t i = 0; be_main != NULL && i < sizeof(cases) / sizeof(cases[0]);
-         i++) {
-        case_failed = 0;
-        cases[i].fn();
-        printf("%s %s\n", case_failed ? "FAIL" : "ok  ", cases[i].name);
-        fflush(stdout);
-        if (case_failed)
-            failed++;
-        else
-            passed++;
-    }
+    if (be_main == NULL)
+        printf("FAIL cannot open %s\n0 passed, 1 failed\n", url);
+    else
+        rc = CHECK_MAIN(cases);
     redis_be_ops.close(be_main);
-    server_kill(SIGCONT);
-    server_kill(SIGTERM);
-    {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            printf("warning: could not remove %s\n", dir);
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    server_cleanup(&srv, SIGTERM);
+    return rc;
 }

@@ -7,16 +7,14 @@
  */
 #include "backends/backend.h"
 
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/unit/check.h"
+#include "tests/unit/server.h"
 
 extern const struct backend_ops zk_be_ops;
 
@@ -26,28 +24,10 @@ extern const struct backend_ops zk_be_ops;
 #define TOK_B  "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 #define TOK_C  "cccccccccccccccccccccccccccccccc"
 
-static int port;
-static pid_t server_pid = -1;
-static char dir[64];
+static struct test_server srv = TEST_SERVER_INIT;
 static char url[160];
 
 /* ---- the server ---- */
-
-static int free_port(void)
-{
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), p = -1;
-
-    if (fd < 0)
-        return -1;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        p = ntohs(a.sin_port);
-    close(fd);
-    return p;
-}
 
 /* ruok -> imok: the server serves. */
 static int server_ruok(void)
@@ -60,7 +40,7 @@ static int server_ruok(void)
     if (fd < 0)
         return 0;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
+    a.sin_port = htons((uint16_t)srv.port);
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
         write(fd, "ruok", 4) == 4 && read(fd, buf, 4) == 4)
@@ -69,15 +49,26 @@ static int server_ruok(void)
     return ok;
 }
 
-static int server_start(void)
+static int start_zookeeper(void)
 {
     char cfg[128], data[128];
+    char *argv[] = { JAVA,
+                     "-Xmx128m",
+                     "-XX:+UseSerialGC",
+                     "-XX:TieredStopAtLevel=1",
+                     "-Dzookeeper.admin.enableServer=false",
+                     "-Dznode.container.checkIntervalMs=1000",
+                     "-cp",
+                     ZK_JAR,
+                     "org.apache.zookeeper.server.ZooKeeperServerMain",
+                     cfg,
+                     NULL };
     FILE *f;
 
     if (access(JAVA, X_OK) != 0 || access(ZK_JAR, R_OK) != 0)
         return -1;
-    snprintf(cfg, sizeof(cfg), "%s/zoo.cfg", dir);
-    snprintf(data, sizeof(data), "%s/data", dir);
+    snprintf(cfg, sizeof(cfg), "%s/zoo.cfg", srv.dir);
+    snprintf(data, sizeof(data), "%s/data", srv.dir);
     f = fopen(cfg, "w");
     if (f == NULL)
         return -1;
@@ -85,88 +76,16 @@ static int server_start(void)
             "tickTime=500\ndataDir=%s\nclientPort=%d\n"
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
             "4lw.commands.whitelist=ruok\n",
-            data, port);
+            data, srv.port);
     fclose(f);
-    server_pid = fork();
-    if (server_pid < 0)
-        return -1;
-    if (server_pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) {
-            dup2(null, 1);
-            dup2(null, 2);
-        }
-        execl(JAVA, JAVA, "-Xmx128m", "-XX:+UseSerialGC",
-              "-XX:TieredStopAtLevel=1", "-Dzookeeper.admin.enableServer=false",
-              "-Dznode.container.checkIntervalMs=1000", "-cp", ZK_JAR,
-              "org.apache.zookeeper.server.ZooKeeperServerMain", cfg,
-              (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 300; i++) {
-        if (server_ruok())
-            return 0;
-        if (waitpid(server_pid, NULL, WNOHANG) == server_pid) {
-            server_pid = -1;
-            return -1;
-        }
-        check_sleep_ms(100);
-    }
-    return -1;
-}
-
-static void server_stop(void)
-{
-    if (server_pid > 0) {
-        kill(server_pid, SIGKILL);
-        waitpid(server_pid, NULL, 0);
-        server_pid = -1;
-    }
-}
-
-/* ---- notifications ---- */
-
-static pthread_mutex_t note_lock = PTHREAD_MUTEX_INITIALIZER;
-static char note_key[LOCK_KEY_MAX + 1];
-static int note_count;
-
-static void on_notify(void *arg, const char *key, size_t len)
-{
-    (void)arg;
-    pthread_mutex_lock(&note_lock);
-    memcpy(note_key, key, len);
-    note_key[len] = '\0';
-    note_count++;
-    pthread_mutex_unlock(&note_lock);
-}
-
-static void note_reset(void)
-{
-    pthread_mutex_lock(&note_lock);
-    note_count = 0;
-    note_key[0] = '\0';
-    pthread_mutex_unlock(&note_lock);
-}
-
-/* Wait up to ms for a notification naming key. */
-static int noted(const char *key, int ms)
-{
-    for (int64_t until = check_mono_ms() + ms;;) {
-        int hit;
-        pthread_mutex_lock(&note_lock);
-        hit = note_count > 0 && strcmp(note_key, key) == 0;
-        pthread_mutex_unlock(&note_lock);
-        if (hit || check_mono_ms() >= until)
-            return hit;
-        check_sleep_ms(10);
-    }
+    return server_start(&srv, argv, server_ruok, 300, 100);
 }
 
 /* ---- helpers ---- */
 
 static struct backend *open_be(const char *u)
 {
-    struct backend_hooks hooks = { on_notify, NULL };
+    struct backend_hooks hooks = { notes_hook, NULL };
     struct backend *be = NULL;
 
     if (zk_be_ops.open(u, &hooks, &be) != BACKEND_OK)
@@ -252,7 +171,7 @@ static void test_down_store_answers_unavailable_at_once(void)
     snprintf(u, sizeof(u),
              "zookeeper://127.0.0.1:%d/x?timeout_ms=200&session_timeout_ms="
              "2000",
-             free_port());
+             server_free_port());
     be = open_be(u);
     CHECK(be != NULL);
     if (be == NULL)
@@ -294,9 +213,9 @@ static void test_acquire_inspect_renew_release(void)
     CHECK_EQ_INT(ren(be_main, "a/../b", TOK_A, 9000, &r), BACKEND_OK);
     CHECK_EQ_U64(r.ttl_ms, 9000);
     CHECK_EQ_INT(rel(be_main, "a/../b", TOK_B), BACKEND_MISMATCH);
-    note_reset();
+    notes_reset();
     CHECK_EQ_INT(rel(be_main, "a/../b", TOK_A), BACKEND_OK);
-    CHECK(noted("a/../b", 0));
+    CHECK(notes_heard("a/../b", 0));
     CHECK_EQ_INT(rel(be_main, "a/../b", TOK_A), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "a/../b", 6, &info),
                  BACKEND_NOT_FOUND);
@@ -354,7 +273,7 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
     CHECK_EQ_INT(acq(other, "q", TOK_C, 1000, NULL, &g), BACKEND_HELD);
     CHECK_EQ_INT(zk_be_ops.cancel_wait(be_main, "q", 1, &w1), BACKEND_OK);
     CHECK(w1.be_data == NULL);
-    note_reset();
+    notes_reset();
     CHECK_EQ_INT(rel(be_main, "q", TOK_A), BACKEND_OK);
     /* w3 is behind w2 (on the other instance) */
     CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
@@ -363,9 +282,9 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
     CHECK(w2.be_data == NULL);
     /* w3 watches w2's old place or h: the release reaches it */
     CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
-    note_reset();
+    notes_reset();
     CHECK_EQ_INT(rel(other, "q", TOK_B), BACKEND_OK);
-    CHECK(noted("q", 2000));
+    CHECK(notes_heard("q", 2000));
     CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_OK);
     CHECK(w3.be_data == NULL);
     CHECK_EQ_INT(rel(be_main, "q", TOK_C), BACKEND_OK);
@@ -400,7 +319,7 @@ static void test_chroot_keeps_locks_apart(void)
     struct backend *be;
     struct lock_grant g;
 
-    snprintf(u, sizeof(u), "zookeeper://127.0.0.1:%d/apps/one", port);
+    snprintf(u, sizeof(u), "zookeeper://127.0.0.1:%d/apps/one", srv.port);
     be = open_be(u);
     CHECK(be != NULL);
     if (be == NULL)
@@ -420,14 +339,14 @@ static void test_restart_answers_unavailable_then_recovers(void)
     int ok = 0;
 
     CHECK_EQ_INT(acq(be_main, "r", TOK_A, 30000, NULL, &g), BACKEND_OK);
-    server_stop();
+    server_signal(&srv, SIGKILL);
     check_sleep_ms(100);
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq(be_main, "r2", TOK_A, 1000, NULL, &h),
                  BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(zk_be_ops.ping(be_main), BACKEND_UNAVAILABLE);
     CHECK(check_mono_ms() - t0 < 2500);
-    if (server_start() != 0) {
+    if (start_zookeeper() != 0) {
         CHECK_MSG(0, "ZooKeeper did not restart");
         return;
     }
@@ -468,11 +387,9 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     for (size_t i = 0; i < sizeof(offline) / sizeof(offline[0]); i++)
         all[n++] = offline[i];
-    snprintf(dir, sizeof(dir), "/tmp/lockd-unit-zk-XXXXXX");
-    port = free_port();
-    if (mkdtemp(dir) != NULL && port > 0 && server_start() == 0) {
+    if (server_setup(&srv, "zk") == 0 && start_zookeeper() == 0) {
         snprintf(url, sizeof(url),
-                 "zookeeper://127.0.0.1:%d?session_timeout_ms=4000", port);
+                 "zookeeper://127.0.0.1:%d?session_timeout_ms=4000", srv.port);
         be_main = open_be(url);
         if (be_main != NULL)
             for (size_t i = 0; i < sizeof(online) / sizeof(online[0]); i++)
@@ -484,12 +401,6 @@ int main(int argc, char **argv)
     }
     rc = check_main(all, n, argc, argv);
     zk_be_ops.close(be_main);
-    server_stop();
-    if (dir[0] != '\0') {
-        char cmd[96];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            printf("could not remove %s\n", dir);
-    }
+    server_cleanup(&srv, SIGKILL);
     return rc;
 }

@@ -1,0 +1,204 @@
+/*
+ * tests/unit/server.h - what the adapter test programs (test_redis.c,
+ * test_zookeeper.c, test_mysql.c) share: a real store server run as a child
+ * process on a free loopback port in a temp dir, and a recorder for the
+ * adapter's notify hook. Header-only (static functions): the Makefile links
+ * each tests/unit/test_X.c alone with the library objects.
+ *
+ * Usage:
+ *     static struct test_server srv = TEST_SERVER_INIT;
+ *     static int ping(void) { ... srv.port ... }
+ *     if (server_setup(&srv, "redis") != 0 ||
+ *         server_start(&srv, argv, ping, 100, 50) != 0) skip;
+ *     ...
+ *     server_signal(&srv, SIGSTOP); server_signal(&srv, SIGCONT);
+ *     server_cleanup(&srv, SIGTERM);
+ */
+#ifndef TESTS_UNIT_SERVER_H
+#define TESTS_UNIT_SERVER_H
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/backend.h"
+#include "tests/unit/check.h"
+
+struct test_server {
+    pid_t pid;    /* the running server, -1 when none */
+    int port;     /* the loopback port it listens on */
+    char dir[64]; /* its temp dir, "" when none */
+};
+
+/* clang-format off */
+#define TEST_SERVER_INIT { .pid = -1, .port = -1, .dir = "" }
+/* clang-format on */
+
+/* A loopback TCP port nobody listens on right now; -1 on failure. */
+static int __attribute__((unused)) server_free_port(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), p = -1;
+
+    if (fd < 0)
+        return -1;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        p = ntohs(a.sin_port);
+    close(fd);
+    return p;
+}
+
+/* Pick a free port and make /tmp/lockd-unit-<name>-XXXXXX; 0 or -1. */
+static int __attribute__((unused))
+server_setup(struct test_server *s, const char *name)
+{
+    snprintf(s->dir, sizeof(s->dir), "/tmp/lockd-unit-%s-XXXXXX", name);
+    s->port = server_free_port();
+    if (mkdtemp(s->dir) == NULL) {
+        s->dir[0] = '\0';
+        return -1;
+    }
+    return s->port > 0 ? 0 : -1;
+}
+
+/* Fork and exec argv[0] (an absolute path) with stdout and stderr on
+ * /dev/null; the child's pid, or -1. */
+static pid_t server_spawn(char *const argv[])
+{
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Run argv to completion (quietly); 0 if it exited 0. */
+static int __attribute__((unused)) server_run(char *const argv[])
+{
+    pid_t pid = server_spawn(argv);
+    int status;
+
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* Start argv as s's server and poll ready() up to `tries` times, step_ms
+ * apart: 0 once it answers; -1 if it could not start, exited, or never
+ * answered. */
+static int __attribute__((unused)) server_start(struct test_server *s,
+                                                char *const argv[],
+                                                int (*ready)(void),
+                                                int tries,
+                                                int step_ms)
+{
+    s->pid = server_spawn(argv);
+    if (s->pid < 0)
+        return -1;
+    for (int i = 0; i < tries; i++) {
+        if (ready())
+            return 0;
+        if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+            s->pid = -1;
+            return -1;
+        }
+        check_sleep_ms(step_ms);
+    }
+    return -1;
+}
+
+/* Send sig to the server (SIGSTOP, SIGCONT, ...); after SIGKILL or SIGTERM
+ * wait for it to end. */
+static void __attribute__((unused))
+server_signal(struct test_server *s, int sig)
+{
+    if (s->pid > 0) {
+        kill(s->pid, sig);
+        if (sig == SIGKILL || sig == SIGTERM) {
+            waitpid(s->pid, NULL, 0);
+            s->pid = -1;
+        }
+    }
+}
+
+/* End the server with sig (SIGCONT first, in case it is stopped) and
+ * remove its temp dir. */
+static void __attribute__((unused))
+server_cleanup(struct test_server *s, int sig)
+{
+    server_signal(s, SIGCONT);
+    server_signal(s, sig);
+    if (s->dir[0] != '\0') {
+        char cmd[96];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
+        if (system(cmd) != 0)
+            printf("warning: could not remove %s\n", s->dir);
+        s->dir[0] = '\0';
+    }
+}
+
+/* ---- the notify hook's calls: the last key and how many ---- */
+
+static pthread_mutex_t notes_lock = PTHREAD_MUTEX_INITIALIZER;
+static char notes_key[LOCK_KEY_MAX + 1];
+static int notes_count;
+
+/* Record one call of hooks->notify (thread-safe). */
+static void __attribute__((unused)) notes_record(const char *key, size_t len)
+{
+    pthread_mutex_lock(&notes_lock);
+    memcpy(notes_key, key, len);
+    notes_key[len] = '\0';
+    notes_count++;
+    pthread_mutex_unlock(&notes_lock);
+}
+
+/* A backend_hooks.notify that records every call, whatever its arg. */
+static void __attribute__((unused))
+notes_hook(void *arg, const char *key, size_t len)
+{
+    (void)arg;
+    notes_record(key, len);
+}
+
+static void __attribute__((unused)) notes_reset(void)
+{
+    pthread_mutex_lock(&notes_lock);
+    notes_count = 0;
+    notes_key[0] = '\0';
+    pthread_mutex_unlock(&notes_lock);
+}
+
+/* Whether the last notification named key, waiting up to ms for it. */
+static int __attribute__((unused)) notes_heard(const char *key, int ms)
+{
+    for (int64_t until = check_mono_ms() + ms;;) {
+        int hit;
+        pthread_mutex_lock(&notes_lock);
+        hit = notes_count > 0 && strcmp(notes_key, key) == 0;
+        pthread_mutex_unlock(&notes_lock);
+        if (hit || check_mono_ms() >= until)
+            return hit;
+        check_sleep_ms(5);
+    }
+}
+
+#endif /* TESTS_UNIT_SERVER_H */
