@@ -9,12 +9,13 @@ way into the SQL."""
 import datetime
 import email.utils
 import os
-import threading
 import time
-import urllib.parse
 
 import harness
 from harness import check, eq
+from multi import (Load, acquire, check_injective_grants, check_lock_kept, check_unready,
+                   ensure_server_up, exclusion_run, path, release, release_each, renew,
+                   wait_first_grant, wait_until, wake_by_expiry, wake_by_release)
 
 M = ["mysql"]
 # libfaketime from Debian's faketime package, preloaded into lockd itself
@@ -24,69 +25,10 @@ LIBFAKETIME = next((p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeM
                     if os.path.exists(p)), None)
 
 
-def path(key):
-    return "/locks/" + urllib.parse.quote(key, safe="")
-
-
-def acquire(c, key, ttl_ms=2000, wait_ms=0, owner=None):
-    body = {"ttl_ms": ttl_ms, "wait_ms": wait_ms}
-    if owner is not None:
-        body["owner"] = owner
-    return c.request("POST", path(key), body)
-
-
-def release(c, key, token):
-    return c.request("DELETE", path(key), headers={"Lock-Token": token})
-
-
-def renew(c, key, token, ttl_ms=None):
-    body = {"token": token}
-    if ttl_ms is not None:
-        body["ttl_ms"] = ttl_ms
-    return c.request("PUT", path(key), body)
-
-
 def unix_ms(rfc3339):
     """'2026-11-21T12:00:30.123Z' -> unix ms."""
     t = datetime.datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%S.%fZ")
     return int(t.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000 + 0.5)
-
-
-def ensure_mysql_up(ctx):
-    """Leave MariaDB running for the next scenario, whatever happened."""
-    srv = ctx.server
-    try:
-        srv.resume()
-    except Exception:  # noqa: BLE001 - it may be dead already
-        pass
-    if srv.proc is None or srv.proc.poll() is not None:
-        srv.restart()
-
-
-def wait_until(fn, timeout, step=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(step)
-
-
-def safe(fn):
-    try:
-        return fn()
-    except OSError:
-        return None
-
-
-def check_exclusion(holds):
-    """holds: (t_granted_seen, t_release_sent, fence). What a client sees
-    lies inside the real hold, so those intervals must never overlap, and the
-    later hold must carry the larger fence."""
-    holds = sorted(holds)
-    for a, b in zip(holds, holds[1:]):
-        check(a[1] <= b[0], "holds overlap: %r and %r" % (a, b))
-        check(b[2] > a[2], "fence did not grow: %r then %r" % (a, b))
 
 
 def rows_like(ctx, prefix):
@@ -97,45 +39,9 @@ def rows_like(ctx, prefix):
 @harness.scenario("two instances on one MariaDB exclude each other and fences strictly increase",
                   backends=M)
 def two_instances_exclude(ctx):
-    other = ctx.new_lockd()
-    key = ctx.key("mutex")
-    holds, errors = [], []
-    lock = threading.Lock()
-    stop_at = time.monotonic() + 3.0
-
-    def worker(ld):
-        c = ld.client(timeout=10)
-        try:
-            while time.monotonic() < stop_at:
-                # try-once, so that both instances keep asking
-                r = acquire(c, key, ttl_ms=5000)
-                if r.status == 409:
-                    time.sleep(0.002)
-                    continue
-                if r.status != 201:
-                    errors.append(repr(r))
-                    return
-                t0 = time.monotonic()
-                time.sleep(0.003)
-                t1 = time.monotonic()
-                rr = release(c, key, r.json["token"])
-                if rr.status != 200:
-                    errors.append("release: %r" % rr)
-                    return
-                with lock:
-                    holds.append((t0, t1, r.json["fence"]))
-        finally:
-            c.close()
-
-    ts = [threading.Thread(target=worker, args=(ld,)) for ld in (ctx.lockd, other) * 3]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(30)
-    check(not errors, "errors: %s" % errors[:3])
-    check(len(holds) >= 20, "only %d grants in 3 s" % len(holds))
-    check_exclusion(holds)
-    harness.log("     %d grants in 3 s on 2 instances" % len(holds))
+    # try-once, so that both instances keep asking
+    load = exclusion_run(ctx, 3.0, wait_ms=0)
+    harness.log("     %d grants in 3 s on 2 instances" % len(load.holds))
 
 
 @harness.scenario("instances whose clocks are skewed by +1 h and -10 min agree on holders, fences and expiry (the database's clock)",
@@ -202,85 +108,31 @@ def skewed_clocks_agree(ctx):
                   backends=M, slow=True)
 def mysql_killed_under_load(ctx):
     other = ctx.new_lockd()
-    key = ctx.key("kill")
     kept = ctx.key("kept")
     g_kept = acquire(ctx.lockd.client(), kept, ttl_ms=60000)
     eq(g_kept.status, 201, "a long lock before the kill")
-    events, holds, bad, readyz = [], [], [], []
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def worker(ld):
-        c = ld.client(timeout=10)
-        while not stop.is_set():
-            t0 = time.monotonic()
-            try:
-                r = acquire(c, key, ttl_ms=1500)
-            except OSError as e:
-                bad.append("acquire hung or failed: %r" % e)
-                c = ld.client(timeout=10)
-                continue
-            t1 = time.monotonic()
-            with lock:
-                events.append((t0, t1, r.status))
-            if r.status == 201:
-                time.sleep(0.005)
-                t2 = time.monotonic()
-                try:
-                    rr = release(c, key, r.json["token"])
-                except OSError as e:
-                    bad.append("release hung or failed: %r" % e)
-                    c = ld.client(timeout=10)
-                    continue
-                if rr.status == 200:
-                    with lock:
-                        holds.append((t1, t2, r.json["fence"]))
-                elif rr.status not in (503, 404):
-                    bad.append("release: %r" % rr)
-            elif r.status == 503:
-                if r.error_code() != "backend_unavailable":
-                    bad.append("503: %r" % r)
-                time.sleep(0.02)
-            elif r.status != 409:
-                bad.append("acquire: %r" % r)
-
-    ts = [threading.Thread(target=worker, args=(ld,)) for ld in (ctx.lockd, other) * 2]
+    load = Load(ctx.key("kill"), timeout=10)
     try:
-        for t in ts:
-            t.start()
+        load.start((ctx.lockd, other) * 2)
         time.sleep(1.0)
         ctx.server.kill9()
         t_down = time.monotonic()
         time.sleep(0.3)
         for ld in (ctx.lockd, other):
-            r = ld.request("GET", "/readyz", timeout=10)
-            readyz.append((r.status, r.json))
+            check_unready(ld, "mysql", "/readyz while MariaDB is down")
         time.sleep(1.0)
         t_up = time.monotonic()
         ctx.server.restart()
-        t_back = wait_until(lambda: safe(lambda: acquire(ctx.lockd.client(timeout=5),
-                                                         ctx.key("back"), ttl_ms=100).status == 201)
-                            and time.monotonic(), 10.0)
+        t_back = wait_first_grant(ctx, 10.0)
         check(t_back, "no grant within 10 s of MariaDB restarting")
         harness.log("     first grant %.2f s after mariadbd was started again" % (t_back - t_up))
         time.sleep(1.0)
     finally:
-        stop.set()
-        for t in ts:
-            t.join(15)
-        ensure_mysql_up(ctx)
-    check(not bad, "bad answers: %s" % bad[:3])
-    for status, body in readyz:
-        eq(status, 503, "/readyz while MariaDB is down")
-        eq(body.get("status"), "unavailable", "/readyz status while down")
-    down = [e for e in events if e[0] > t_down and e[1] < t_up]
-    check(down, "no request was answered while MariaDB was down")
-    granted = [e for e in down if e[2] != 503]
-    check(not granted, "answers other than 503 while MariaDB was down: %r" % granted[:3])
-    check(any(e[0] > t_up and e[2] == 201 for e in events), "no grant after the restart")
-    check_exclusion(holds)
-    before = [h[2] for h in holds if h[0] < t_down]
-    after = [h[2] for h in holds if h[0] > t_up]
+        load.stop()
+        ensure_server_up(ctx)
+    load.check_outage(t_down, t_up, "MariaDB")
+    before = [h[2] for h in load.holds if h[0] < t_down]
+    after = [h[2] for h in load.holds if h[0] > t_up]
     check(before and after, "grants before and after the kill: %d, %d" % (len(before), len(after)))
     check(min(after) > max(before), "fences went back after the restart: %d <= %d" % (min(after), max(before)))
     for ld in (ctx.lockd, other):
@@ -288,7 +140,7 @@ def mysql_killed_under_load(ctx):
         i = ld.request("GET", path(kept))
         eq(i.status, 200, "the long lock after the restart")
         eq(i.json["fence"], g_kept.json["fence"], "its fence")
-    eq(release(other.client(), kept, g_kept.json["token"]).status, 200, "release of the long lock")
+    check_lock_kept(other, kept, g_kept.json, None)
 
 
 @harness.scenario("expired and released rows are removed, so the table stays bounded, and fences keep growing",
@@ -335,30 +187,16 @@ def keys_are_injective(ctx):
     check(len(keys[-3].encode()) == 512 and len(keys[-1].encode()) == 512, "512-byte keys")
     eq(len(set(keys)), len(keys), "the keys are distinct")
     c = ctx.lockd.client()
-    grants = {}
-    for k in keys:
-        r = acquire(c, k, ttl_ms=10000, owner="o'\\%_" + str(len(grants)))
-        eq(r.status, 201, "acquire %r" % k)
-        eq(r.json["key"], k, "key echoed")
-        grants[k] = r.json
-    for k in keys:
-        eq(acquire(c, k, ttl_ms=5000).status, 409, "second acquire of %r" % k)
-        i = c.request("GET", path(k))
-        eq(i.status, 200, "inspect %r" % k)
-        eq(i.json["fence"], grants[k]["fence"], "fence of %r" % k)
-        eq(i.json["owner"], "o'\\%_" + str(keys.index(k)), "owner of %r" % k)
+    grants = check_injective_grants(c, keys, lambda n: "o'\\%_" + str(n))
     # exactly these bytes are stored, one row each, and the table survived
     want = {k.encode().hex().upper() for k in keys}
     got = {row[0] for row in ctx.server.sql("SELECT HEX(lock_key) FROM lockd_locks")}
     check(want <= got, "rows missing for %d keys" % len(want - got))
+    # one sequence serves every key
     fences = [grants[k]["fence"] for k in keys]
     eq(len(set(fences)), len(fences), "distinct fences")
     # releasing one frees exactly that one
-    for n, k in enumerate(keys):
-        eq(release(c, k, grants[k]["token"]).status, 200, "release %r" % k)
-        eq(c.request("GET", path(k)).status, 404, "inspect after release %r" % k)
-        for k2 in keys[n + 1:]:
-            eq(c.request("GET", path(k2)).status, 200, "%r after releasing %r" % (k2, k))
+    release_each(c, keys, grants, others_stay=True)
     got = {row[0] for row in ctx.server.sql("SELECT HEX(lock_key) FROM lockd_locks")}
     check(not (want & got), "released keys left rows")
 
@@ -368,53 +206,13 @@ def keys_are_injective(ctx):
 def waiter_hears_other_instance(ctx):
     other = ctx.new_lockd()
     # expiry: the waiter's retry is timed by the holder's remaining TTL
-    key = ctx.key("exp")
-    t_sent = time.monotonic()
-    r = acquire(other.client(), key, ttl_ms=800)
-    t_got = time.monotonic()
-    eq(r.status, 201, "holder on B")
-    w = acquire(ctx.lockd.client(timeout=10), key, ttl_ms=2000, wait_ms=4000)
-    t_w = time.monotonic()
-    eq(w.status, 201, "waiter on A")
-    check(w.json["fence"] > r.json["fence"], "fence grows")
-    check(t_w >= t_sent + 0.8 - 0.05, "granted %.0f ms before the holder expired" % ((t_sent + 0.8 - t_w) * 1000))
-    check(t_w <= t_got + 0.8 + 0.3, "granted %.0f ms after the holder expired" % ((t_w - t_got - 0.8) * 1000))
-    harness.log("     wake-up after an expiry on another instance: %.0f ms" % ((t_w - t_got - 0.8) * 1000))
+    _, late = wake_by_expiry(other, ctx.lockd, ctx.key("exp"), early=0.05)
+    harness.log("     wake-up after an expiry on another instance: %.0f ms" % (late * 1000))
     # release: B appends an event, A's background thread polls them
-    key = ctx.key("rel")
-    r = acquire(other.client(), key, ttl_ms=30000)
-    eq(r.status, 201, "holder on B")
-    out = {}
-
-    def waiter():
-        out["r"] = acquire(ctx.lockd.client(timeout=10), key, ttl_ms=2000, wait_ms=6000)
-        out["t"] = time.monotonic()
-
-    t = threading.Thread(target=waiter)
-    t.start()
-    time.sleep(0.3)
-    check(t.is_alive(), "the waiter must still wait: %r" % out.get("r"))
-    t0 = time.monotonic()
-    eq(release(other.client(), key, r.json["token"]).status, 200, "release on B")
-    t.join(10)
-    eq(out["r"].status, 201, "waiter on A")
-    check(out["r"].json["fence"] > r.json["fence"], "fence grows")
-    dt = out["t"] - t0
+    _, dt = wake_by_release(other, ctx.lockd, ctx.key("rel"), within=0.25, holder_ttl_ms=30000, wait_ms=6000)
     harness.log("     wake-up after a release on another instance: %.0f ms" % (dt * 1000))
-    check(dt < 0.25, "waiter woke %.0f ms after the release on another instance" % (dt * 1000))
     # a release through the waiter's own instance wakes it at once
-    key = ctx.key("local")
-    r = acquire(ctx.lockd.client(), key, ttl_ms=30000)
-    out.clear()
-    t = threading.Thread(target=lambda: out.update(r=acquire(ctx.lockd.client(timeout=10), key, wait_ms=5000),
-                                                   t=time.monotonic()))
-    t.start()
-    time.sleep(0.3)
-    t0 = time.monotonic()
-    eq(release(ctx.lockd.client(), key, r.json["token"]).status, 200, "release on A")
-    t.join(10)
-    eq(out["r"].status, 201, "waiter on A")
-    check(out["t"] - t0 < 0.25, "local wake-up took %.0f ms" % ((out["t"] - t0) * 1000))
+    wake_by_release(ctx.lockd, ctx.lockd, ctx.key("local"), within=0.25, holder_ttl_ms=30000)
 
 
 @harness.scenario("?table= keeps a separate lock table, the schema has a binary key, and unknown URL options stop lockd",

@@ -12,131 +12,25 @@ import base64
 import signal
 import threading
 import time
-import urllib.parse
 
 import harness
 from harness import check, eq
+from multi import (Load, acquire, check_injective_grants, check_lock_kept, check_unready,
+                   ensure_server_up, exclusion_run, path, release, release_each, renew, safe,
+                   wait_first_grant, wait_ready, wait_until, wake_by_expiry, wake_by_release)
 
 Z = ["zookeeper"]
 LOCKS = "/lockd/locks"
-
-
-def path(key):
-    return "/locks/" + urllib.parse.quote(key, safe="").replace(".", "%2E")
 
 
 def node(key):
     return "k" + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
 
 
-def acquire(c, key, ttl_ms=2000, wait_ms=0, owner=None):
-    body = {"ttl_ms": ttl_ms, "wait_ms": wait_ms}
-    if owner is not None:
-        body["owner"] = owner
-    return c.request("POST", path(key), body)
-
-
-def release(c, key, token):
-    return c.request("DELETE", path(key), headers={"Lock-Token": token})
-
-
-def renew(c, key, token, ttl_ms=None):
-    body = {"token": token}
-    if ttl_ms is not None:
-        body["ttl_ms"] = ttl_ms
-    return c.request("PUT", path(key), body)
-
-
-def wait_until(fn, timeout, step=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(step)
-
-
-def safe(fn):
-    try:
-        return fn()
-    except OSError:
-        return None
-
-
-def ensure_zk_up(ctx):
-    """Leave ZooKeeper running for the next scenario, whatever happened."""
-    srv = ctx.server
-    try:
-        srv.resume()
-    except Exception:  # noqa: BLE001 - it may be dead already
-        pass
-    if srv.proc is None or srv.proc.poll() is not None:
-        srv.restart()
-    for ld in [ctx.lockd] + ctx.extra:
-        if ld.alive():
-            wait_until(lambda: safe(lambda: ld.request("GET", "/readyz", timeout=5).status == 200), 15.0)
-
-
-def check_exclusion(holds):
-    """holds: (t_granted_seen, t_release_sent, fence). What a client sees
-    lies inside the real hold, so these never overlap, and a later hold
-    carries a larger fence."""
-    holds = sorted(holds)
-    for a, b in zip(holds, holds[1:]):
-        check(a[1] <= b[0], "holds overlap: %r and %r" % (a, b))
-        check(b[2] > a[2], "fence did not grow: %r then %r" % (a, b))
-
-
-def hammer(ld, key, stop, holds, bad, lock, ttl_ms=2000):
-    c = ld.client(timeout=6)
-    while not stop.is_set():
-        try:
-            r = acquire(c, key, ttl_ms=ttl_ms, wait_ms=300)
-        except OSError as e:
-            bad.append("acquire failed or hung: %r" % e)
-            c = ld.client(timeout=6)
-            continue
-        t1 = time.monotonic()
-        if r.status == 201:
-            time.sleep(0.003)
-            t2 = time.monotonic()
-            try:
-                rr = release(c, key, r.json["token"])
-            except OSError as e:
-                bad.append("release failed or hung: %r" % e)
-                c = ld.client(timeout=6)
-                continue
-            if rr.status == 200:
-                with lock:
-                    holds.append((t1, t2, r.json["fence"]))
-            elif rr.status not in (404, 503):
-                bad.append("release: %r" % rr)
-        elif r.status == 503:
-            if r.error_code() != "backend_unavailable":
-                bad.append("503: %r" % r)
-            time.sleep(0.02)
-        elif r.status != 409:
-            bad.append("acquire: %r" % r)
-
-
 @harness.scenario("two instances on one ZooKeeper exclude each other and fences (zxids) strictly increase",
                   backends=Z)
 def two_instances_exclude(ctx):
-    other = ctx.new_lockd()
-    key = ctx.key("mutex")
-    holds, bad, lock, stop = [], [], threading.Lock(), threading.Event()
-    ts = [threading.Thread(target=hammer, args=(ld, key, stop, holds, bad, lock))
-          for ld in (ctx.lockd, other, ctx.lockd, other)]
-    for t in ts:
-        t.start()
-    time.sleep(2.0)
-    stop.set()
-    for t in ts:
-        t.join(15)
-    check(not bad, "bad answers: %s" % bad[:3])
-    check(len(holds) >= 20, "only %d grants in 2 s" % len(holds))
-    check_exclusion(holds)
-    check(max(h[2] for h in holds) < 2 ** 53, "fence below 2^53")
+    exclusion_run(ctx, 2.0, wait_ms=300, per_instance=2)
 
 
 @harness.scenario("waiters queued alternately on two instances are granted in arrival order, and try-once does not jump them",
@@ -184,35 +78,10 @@ def fifo_across_instances(ctx):
                   backends=Z)
 def wake_across_instances(ctx):
     other = ctx.new_lockd()
-    for how in ("release", "expiry"):
-        key = ctx.key(how)
-        h = acquire(ctx.lockd.client(), key, ttl_ms=800)
-        eq(h.status, 201, "holder")
-        t_got = time.monotonic()
-        res = {}
-
-        def waiter():
-            res["r"] = acquire(other.client(timeout=10), key, ttl_ms=1000, wait_ms=5000)
-            res["t"] = time.monotonic()
-
-        t = threading.Thread(target=waiter)
-        t.start()
-        time.sleep(0.3)
-        if how == "release":
-            t_rel = time.monotonic()
-            eq(release(ctx.lockd.client(), key, h.json["token"]).status, 200, "release")
-        t.join(10)
-        eq(res["r"].status, 201, "waiter after %s" % how)
-        if how == "release":
-            check(res["t"] - t_rel < 0.3, "woken %.0f ms after the release" % ((res["t"] - t_rel) * 1000))
-        else:
-            check(res["t"] >= t_got + 0.8 - 0.05, "granted %.0f ms before the holder expired"
-                  % ((t_got + 0.8 - res["t"]) * 1000))
-            check(res["t"] <= t_got + 0.8 + 0.3, "granted %.0f ms after the holder expired"
-                  % ((res["t"] - t_got - 0.8) * 1000))
-            eq(renew(ctx.lockd.client(), key, h.json["token"]).status, 409, "the expired holder's renew")
-        check(res["r"].json["fence"] > h.json["fence"], "fence grows")
-        eq(release(other.client(), key, res["r"].json["token"]).status, 200, "release the waiter's grant")
+    r, _ = wake_by_release(ctx.lockd, other, ctx.key("release"), within=0.3, holder_ttl_ms=800)
+    eq(release(other.client(), r.json["key"], r.json["token"]).status, 200, "release the waiter's grant")
+    r, _ = wake_by_expiry(ctx.lockd, other, ctx.key("expiry"), early=0.05)
+    eq(release(other.client(), r.json["key"], r.json["token"]).status, 200, "release the waiter's grant")
 
 
 @harness.scenario("kill -9 of a lockd holding locks: they stay held until their TTL, then go to a waiter on the other instance",
@@ -299,88 +168,27 @@ def zookeeper_killed(ctx):
     held = ctx.key("durable")
     r0 = acquire(ctx.lockd.client(), held, ttl_ms=60000, owner="before")
     eq(r0.status, 201, "a lock held across the restart")
-    key = ctx.key("kill")
-    events, holds, bad = [], [], []
-    lock, stop = threading.Lock(), threading.Event()
-
-    def worker(ld):
-        c = ld.client(timeout=6)
-        while not stop.is_set():
-            t0 = time.monotonic()
-            try:
-                r = acquire(c, key, ttl_ms=1500)
-            except OSError as e:
-                bad.append("acquire failed or hung: %r" % e)
-                c = ld.client(timeout=6)
-                continue
-            t1 = time.monotonic()
-            with lock:
-                events.append((t0, t1, r.status))
-            if r.status == 201:
-                time.sleep(0.005)
-                t2 = time.monotonic()
-                try:
-                    rr = release(c, key, r.json["token"])
-                except OSError as e:
-                    bad.append("release failed or hung: %r" % e)
-                    c = ld.client(timeout=6)
-                    continue
-                if rr.status == 200:
-                    with lock:
-                        holds.append((t1, t2, r.json["fence"]))
-                elif rr.status not in (404, 503):
-                    bad.append("release: %r" % rr)
-            elif r.status == 503:
-                if r.error_code() != "backend_unavailable":
-                    bad.append("503: %r" % r)
-                time.sleep(0.02)
-            elif r.status != 409:
-                bad.append("acquire: %r" % r)
-
-    ts = [threading.Thread(target=worker, args=(ld,)) for ld in (ctx.lockd, other) * 2]
+    load = Load(ctx.key("kill"), timeout=6)
     try:
-        for t in ts:
-            t.start()
+        load.start((ctx.lockd, other) * 2)
         time.sleep(1.0)
         ctx.server.kill9()
         t_down = time.monotonic()
         time.sleep(0.3)
-        rz = ctx.lockd.request("GET", "/readyz", timeout=5)
-        eq(rz.status, 503, "/readyz while ZooKeeper is down")
-        eq(rz.json.get("backend"), "zookeeper", "backend in /readyz")
+        check_unready(ctx.lockd, "zookeeper", "/readyz while ZooKeeper is down")
         eq(ctx.lockd.request("GET", path(held), timeout=5).status, 503, "inspect while down")
         time.sleep(1.2)
         t_up = time.monotonic()
         ctx.server.restart()
-        t_back = wait_until(lambda: safe(lambda: acquire(ctx.lockd.client(timeout=5),
-                                                         ctx.key("back"), ttl_ms=100).status == 201)
-                            and time.monotonic(), 10.0)
+        t_back = wait_first_grant(ctx, 10.0)
         check(t_back, "no grant within 10 s of ZooKeeper restarting")
-        ok = wait_until(lambda: safe(lambda: other.request("GET", "/readyz", timeout=5).status == 200), 10.0)
-        check(ok, "/readyz on B not 200 after the restart")
+        check(wait_ready(other, 10.0), "/readyz on B not 200 after the restart")
         time.sleep(1.0)
     finally:
-        stop.set()
-        for t in ts:
-            t.join(15)
-        ensure_zk_up(ctx)
-    check(not bad, "bad answers: %s" % bad[:3])
-    down = [e for e in events if e[0] > t_down and e[1] < t_up]
-    check(down, "no request was answered while ZooKeeper was down")
-    granted = [e for e in down if e[2] != 503]
-    check(not granted, "answers other than 503 while ZooKeeper was down: %r" % granted[:3])
-    check(any(e[0] > t_up and e[2] == 201 for e in events), "no grant after the restart")
-    check_exclusion(holds)
-    i = other.request("GET", path(held))
-    eq(i.status, 200, "the held lock survived")
-    eq(i.json["fence"], r0.json["fence"], "its fence")
-    eq(i.json.get("owner"), "before", "its owner")
-    eq(acquire(other.client(), held).status, 409, "still held")
-    eq(release(other.client(), held, r0.json["token"]).status, 200, "release with the old token")
-    a = acquire(other.client(), held)
-    eq(a.status, 201, "acquire after release")
-    check(a.json["fence"] > r0.json["fence"], "fence grows across the restart")
-    eq(release(other.client(), held, a.json["token"]).status, 200, "release")
+        load.stop()
+        ensure_server_up(ctx)
+    load.check_outage(t_down, t_up, "ZooKeeper")
+    check_lock_kept(other, held, r0.json, "before")
 
 
 @harness.scenario("SIGSTOP of ZooKeeper gives 503s within the timeout, never a hung request, and recovery after SIGCONT",
@@ -410,7 +218,7 @@ def zookeeper_stopped(ctx):
                                                    r.json["token"]).status == 200), 10.0)
         check(ok, "renew with the old token did not succeed within 10 s of SIGCONT")
     finally:
-        ensure_zk_up(ctx)
+        ensure_server_up(ctx)
     eq(release(ctx.lockd.client(), key, r.json["token"]).status, 200, "release")
 
 
@@ -426,8 +234,7 @@ def session_expiry_recovers(ctx):
         time.sleep(4.0 + 2.0)  # the URL asks for 4 s sessions
     finally:
         b.signal(signal.SIGCONT)
-    ok = wait_until(lambda: safe(lambda: b.request("GET", "/readyz", timeout=5).status == 200), 15.0)
-    check(ok, "B not ready again within 15 s")
+    check(wait_ready(b, 15.0), "B not ready again within 15 s")
     check("session expired" in b.log_tail(20000), "B did not notice its session expired: %s" % b.log_tail(1500))
     i = ctx.lockd.request("GET", path(key))
     eq(i.status, 200, "the lock outlived B's session")
@@ -447,27 +254,14 @@ def keys_are_injective(ctx):
             base + "//x", "a/../" + base, base + "%2F", base + " x", "zookeeper",
             base + "\u00fc\u4e2d\U0001f512", "\u00fc" * 100, (base + "x" * 512)[:512]]
     check(len(keys[-1].encode()) == 512, "a 512-byte key")
-    check(len(set(keys)) == len(keys), "distinct keys")
     c = ctx.lockd.client()
-    grants = {}
-    for i, k in enumerate(keys):
-        r = acquire(c, k, ttl_ms=10000, owner="o-%d" % i)
-        eq(r.status, 201, "acquire %r" % k)
-        eq(r.json["key"], k, "key echoed")
-        grants[k] = r.json
+    grants = check_injective_grants(c, keys, lambda n: "o-%d" % n)
     names = ctx.server.children(LOCKS)
     for k in keys:
         check(node(k) in names, "node for %r" % k)
-        eq(acquire(c, k).status, 409, "second acquire of %r" % k)
-        i = c.request("GET", path(k))
-        eq(i.status, 200, "inspect %r" % k)
-        eq(i.json["fence"], grants[k]["fence"], "fence of %r" % k)
-        check("token" not in i.json, "inspect shows no token")
     eq(sorted(ctx.server.children("/")), ["lockd", "zookeeper"], "nothing outside /lockd")
     eq(sorted(ctx.server.children("/lockd")), ["clock", "locks"], "nothing else in /lockd")
-    for k in keys:
-        eq(release(c, k, grants[k]["token"]).status, 200, "release %r" % k)
-        eq(c.request("GET", path(k)).status, 404, "inspect after release %r" % k)
+    release_each(c, keys, grants)
     left = [n for n in ctx.server.children(LOCKS) if n in {node(k) for k in keys}]
     eq(left, [], "key nodes left after release")
 
