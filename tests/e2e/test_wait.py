@@ -108,6 +108,15 @@ def wait_free(ctx):
     release(ctx, key, g["token"])
 
 
+def check_wake_ups(lat, event, note):
+    """Three wake-up delays (s) after `event`: logged; the median must stay
+    under WAKE_BOUND and the slowest under 4 times it."""
+    lat = sorted(lat)
+    harness.log("     wake-up %s%s: %s ms" % (event, note, ", ".join("%.1f" % (x * 1000) for x in lat)))
+    check(lat[1] < WAKE_BOUND, "median wake-up %s %.0f ms (bound %d ms)" % (event, lat[1] * 1000, WAKE_BOUND * 1000))
+    check(lat[2] < 4 * WAKE_BOUND, "slowest wake-up %s %.0f ms" % (event, lat[2] * 1000))
+
+
 @harness.scenario("a waiter is granted within 250 ms of the holder's release")
 def wake_on_release(ctx):
     lat = []
@@ -126,10 +135,7 @@ def wake_on_release(ctx):
         check(g["fence"] > h["fence"], "waiter's fence %d <= holder's %d" % (g["fence"], h["fence"]))
         lat.append(w.t_done - t0)
         release(ctx, key, g["token"])
-    lat.sort()
-    harness.log("     wake-up after release: %s ms" % ", ".join("%.1f" % (x * 1000) for x in lat))
-    check(lat[1] < WAKE_BOUND, "median wake-up after release %.0f ms (bound %d ms)" % (lat[1] * 1000, WAKE_BOUND * 1000))
-    check(lat[2] < 4 * WAKE_BOUND, "slowest wake-up after release %.0f ms" % (lat[2] * 1000))
+    check_wake_ups(lat, "after release", "")
 
 
 @harness.scenario("a waiter is granted within 250 ms of the holder's TTL expiry, not before")
@@ -152,10 +158,7 @@ def wake_on_expiry(ctx):
         check(early < 0.01, "waiter granted %.0f ms before the holder's ttl passed" % (early * 1000))
         lat.append(w.t_done - (t_sent + ttl / 1000.0))
         release(ctx, key, g["token"])
-    lat.sort()
-    harness.log("     wake-up after expiry (upper bound): %s ms" % ", ".join("%.1f" % (x * 1000) for x in lat))
-    check(lat[1] < WAKE_BOUND, "median wake-up after expiry %.0f ms (bound %d ms)" % (lat[1] * 1000, WAKE_BOUND * 1000))
-    check(lat[2] < 4 * WAKE_BOUND, "slowest wake-up after expiry %.0f ms" % (lat[2] * 1000))
+    check_wake_ups(lat, "after expiry", " (upper bound)")
 
 
 @harness.scenario("an acquire whose wait runs out returns 409 lock_held with retry_after_ms")
