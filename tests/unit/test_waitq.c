@@ -421,6 +421,18 @@ static void test_waitq_shutdown_answers_everyone(void)
     free(c);
 }
 
+/* "k" held by "holder" and two parked waiters: c1, whose client is the
+ * socket sv[0] (close sv[1] to hang it up), then c2. */
+static void
+park_two(struct env *e, struct client *c1, struct client *c2, int sv[2])
+{
+    CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    env_open(e);
+    hold(e, "k", "holder", 10000);
+    CHECK_EQ_INT(client_start(e, c1, "k", 5000, 5000, sv[0]), WQ_PARKED);
+    CHECK_EQ_INT(client_start(e, c2, "k", 5000, 5000, -1), WQ_PARKED);
+}
+
 static void test_waitq_hang_up_leaves_queue(void)
 {
     struct env e;
@@ -428,11 +440,7 @@ static void test_waitq_hang_up_leaves_queue(void)
     int sv[2];
     int64_t t0;
 
-    CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    env_open(&e);
-    hold(&e, "k", "holder", 10000);
-    CHECK_EQ_INT(client_start(&e, &c1, "k", 5000, 5000, sv[0]), WQ_PARKED);
-    CHECK_EQ_INT(client_start(&e, &c2, "k", 5000, 5000, -1), WQ_PARKED);
+    park_two(&e, &c1, &c2, sv);
     CHECK(!client_wait(&c1, 30));
     t0 = check_mono_ms();
     close(sv[1]); /* the client hangs up */
@@ -465,11 +473,7 @@ static void test_waitq_hung_up_waiter_never_gets_the_lock(void)
 
     /* the key frees while the head's client is gone: the head must not
      * take the lock for nobody; the next waiter gets it */
-    CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    env_open(&e);
-    hold(&e, "k", "holder", 10000);
-    CHECK_EQ_INT(client_start(&e, &c1, "k", 5000, 5000, sv[0]), WQ_PARKED);
-    CHECK_EQ_INT(client_start(&e, &c2, "k", 5000, 5000, -1), WQ_PARKED);
+    park_two(&e, &c1, &c2, sv);
     close(sv[1]);
     CHECK(client_wait(&c1, 2000));
     CHECK(c1.w.client_gone);
