@@ -47,12 +47,12 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/tests/unit/%: tests/unit/%.c $(LIBOBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBOBJS) $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $< $(LIBOBJS) $(LDLIBS)
 
 # backend.c's table depends on which adapters exist
 $(BUILD)/backends/backend.o: $(wildcard $(patsubst %,backends/%.c,$(ADAPTERS)))
 
--include $(OBJS:.o=.d)
+-include $(OBJS:.o=.d) $(UNITS:=.d)
 
 # Build dependencies only: enough for `make` and `make run`.
 deps-build:
