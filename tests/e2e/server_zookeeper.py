@@ -6,7 +6,14 @@ second. restart() reuses the port and the data dir, so locks and fences
 survive a kill -9.
 
 The URL asks for 4 s sessions: a killed lockd's waiters leave the queue
-soon after."""
+soon after.
+
+The JVM starts with fast-start flags (client compiler only, serial GC, a
+small heap): right for the suite, whose ZooKeeper lives for seconds, but
+they cap ZooKeeper's own throughput. make(tmpdir, jvm="server"), or
+LOCKD_ZK_JVM=server in the environment, starts it as a server would run
+(both JIT tiers, a parallel collector, a fixed 1 GiB heap): tests/bench/run
+does so."""
 
 import os
 import socket
@@ -20,6 +27,12 @@ JAVA = "/usr/bin/java"
 JARS = ["/usr/share/java/zookeeper.jar"]
 MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 SESSION_MS = 4000
+JVM_FLAGS = {
+    # starts in about a second; for the suite
+    "fast": ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"],
+    # what a production ZooKeeper runs with; for benchmarks
+    "server": ["-Xms1g", "-Xmx1g", "-XX:+UseParallelGC", "-XX:+AlwaysPreTouch"],
+}
 
 
 def available():
@@ -105,8 +118,11 @@ def zk_children(port, path, timeout=2.0):
 class ZooKeeperServer(harness.Server):
     name = "zookeeper"
 
-    def __init__(self, tmpdir):
+    def __init__(self, tmpdir, jvm=None):
         super().__init__(tmpdir)
+        self.jvm = jvm or os.environ.get("LOCKD_ZK_JVM", "fast")
+        if self.jvm not in JVM_FLAGS:
+            raise ValueError("jvm must be one of %s" % ", ".join(sorted(JVM_FLAGS)))
         self.port = harness.free_port()
         self.dir = os.path.join(tmpdir, "zookeeper")
         self.data = os.path.join(self.dir, "data")
@@ -129,7 +145,7 @@ class ZooKeeperServer(harness.Server):
         if not available():
             raise harness.Fail("zookeeper: %s or %s missing (apt-get install zookeeper)"
                                % (JAVA, " ".join(JARS)))
-        cmd = [JAVA, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+        cmd = [JAVA] + JVM_FLAGS[self.jvm] + [
                "-Xshare:auto", "-Djava.net.preferIPv4Stack=true",
                "-Dzookeeper.admin.enableServer=false",
                "-Dznode.container.checkIntervalMs=1000",
@@ -159,5 +175,5 @@ class ZooKeeperServer(harness.Server):
         return zk_children(self.port, path)
 
 
-def make(tmpdir):
-    return ZooKeeperServer(tmpdir)
+def make(tmpdir, jvm=None):
+    return ZooKeeperServer(tmpdir, jvm)
