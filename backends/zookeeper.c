@@ -59,6 +59,12 @@
 #define ZK_TRASH_MAX          4096
 #define ZK_DEFAULT_SESSION_MS 10000
 #define ZK_DEFAULT_TIMEOUT_MS 2000
+/* the client library looks the hosts up again at most this often while
+ * connected (its default, 0, is a getaddrinfo() per I/O loop turn: a
+ * netlink dump per request); it always does on a connection loss */
+#define ZK_RESOLVE_DELAY_MS 30000
+#define ZK_MULTI_MAX        5    /* ops in one multi */
+#define ZK_OWN_SLOTS        4096 /* grants remembered for a quick release */
 
 extern const struct backend_ops zk_be_ops;
 
@@ -77,10 +83,10 @@ struct zk_call {
     int nkids;
     char name[ZK_PATH_MAX]; /* create: the created path */
     /* multi: the library writes results and stats here at completion */
-    zoo_op_t ops[4];
-    zoo_op_result_t results[4];
+    zoo_op_t ops[ZK_MULTI_MAX];
+    zoo_op_result_t results[ZK_MULTI_MAX];
     struct Stat set_stat;
-    char paths[2][ZK_PATH_MAX];
+    char paths[4][ZK_PATH_MAX];
     char buf[ZK_DATA_MAX];
 };
 
@@ -118,6 +124,18 @@ struct zk_waiter {
                                  prefix + sequence that we never heard of */
 };
 
+/* A grant or renew made here, remembered so that its release can be one
+ * multi that does not read h first (zk_be_release). */
+struct zk_own {
+    char *key; /* owned; NULL: an empty slot */
+    size_t key_len;
+    char token[LOCK_TOKEN_MAX + 1];
+    int version;   /* h's version after our write */
+    int64_t mtime; /* h's mtime then: the TTL runs from it */
+    uint64_t ttl_ms;
+    bool alone; /* nobody waited then: drop the key's node with h */
+};
+
 /* A node to delete once the store answers again (a cancel that failed). */
 struct zk_trash {
     struct zk_trash *next;
@@ -149,6 +167,8 @@ struct zk_be {
     unsigned events; /* session events seen, bumped by the watcher */
     pthread_t keeper;
     bool keeper_started;
+    pthread_mutex_t own_mu; /* guards own[] */
+    struct zk_own *own;     /* owned: ZK_OWN_SLOTS slots, by key hash */
     /* the keeper's own: the sweep over every key's node */
     struct zk_call *sweep; /* the names being swept, or NULL */
     int sweep_i;           /* next one */
@@ -164,6 +184,8 @@ struct zk_kid {
 
 struct zk_holder {
     uint64_t ttl_ms;
+    int64_t grant_by; /* server ms: a grant made later (ctime) is void;
+                         0: none (renewed, or an older lockd's) */
     char token[LOCK_TOKEN_MAX + 1];
     bool has_owner;
     char owner[LOCK_OWNER_MAX + 1];
@@ -263,21 +285,23 @@ static int64_t zk_mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* "lockd1 <ttl_ms> <token>[ <grant_by>][\n<owner>]" */
 static int zk_fmt_holder(char *buf,
                          size_t cap,
                          const char *token,
                          uint64_t ttl_ms,
+                         int64_t grant_by,
                          const char *owner,
                          size_t *len)
 {
+    char by[24] = "";
     int n;
 
-    if (owner != NULL)
-        n = snprintf(buf, cap, "lockd1 %" PRIu64 " %s\n%s", ttl_ms, token,
-                     owner);
-    else
-        n = snprintf(buf, cap, "lockd1 %" PRIu64 " %s", ttl_ms, token);
-    if (n < 0 || (size_t)n >= cap)
+    if (grant_by > 0)
+        snprintf(by, sizeof(by), " %" PRId64, grant_by);
+    n = snprintf(buf, cap, "lockd1 %" PRIu64 " %s%s%s%s", ttl_ms, token, by,
+                 owner != NULL ? "\n" : "", owner != NULL ? owner : "");
+    if (n < 0 || (size_t)n >= cap || strpbrk(token, " \n") != NULL)
         return -1;
     *len = (size_t)n;
     return 0;
@@ -302,13 +326,25 @@ static int zk_parse_holder(const char *data, int len, struct zk_holder *h)
         return -1;
     p++;
     n = 0;
-    while (p + n < end && p[n] != '\n' && n < LOCK_TOKEN_MAX)
+    while (p + n < end && p[n] != '\n' && p[n] != ' ' && n < LOCK_TOKEN_MAX)
         n++;
-    if (n == 0 || (p + n < end && p[n] != '\n'))
+    if (n == 0 || (p + n < end && p[n] != '\n' && p[n] != ' '))
         return -1;
     memcpy(h->token, p, n);
     h->ttl_ms = ttl;
     p += n;
+    if (p < end && *p == ' ') {
+        int64_t by = 0;
+        p++;
+        n = 0;
+        while (p < end && *p >= '0' && *p <= '9' && n < 17) {
+            by = by * 10 + (*p++ - '0');
+            n++;
+        }
+        if (n == 0 || by == 0 || (p < end && *p != '\n'))
+            return -1;
+        h->grant_by = by;
+    }
     if (p < end) {
         p++; /* the '\n' */
         n = (size_t)(end - p);
@@ -780,15 +816,53 @@ static int zk_exists(struct zk_conn *cn, const char *path, int64_t dl)
     return rc;
 }
 
+/* h's token marker, "t<token>": a sibling of h, created and deleted with
+ * it. Its name is unique to one grant (tokens are 128 random bits), which a
+ * version number is not: a release that checks the marker and h's version
+ * can never hit a later grant of the key (an ABA), so it needs no read.
+ * -1 for a token that cannot be a node name (lockd's are 32 hex chars). */
+static int zk_marker_name(const char *token, char *out, size_t cap)
+{
+    size_t n = strlen(token);
+
+    if (n == 0 || n > LOCK_TOKEN_MAX || n + 2 > cap ||
+        strspn(token, "0123456789abcdefABCDEF") != n)
+        return -1;
+    out[0] = 't';
+    memcpy(out + 1, token, n + 1);
+    return 0;
+}
+
+/* The index of the op a failed multi failed on, or -1 (also when no
+ * answer came: then the library may still be writing the results). */
+static int zk_multi_failed(struct zk_call *c, int n)
+{
+    int done;
+
+    pthread_mutex_lock(&c->mu);
+    done = c->done;
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; done && i < n; i++)
+        if (c->results[i].err != ZOK &&
+            c->results[i].err != ZRUNTIMEINCONSISTENCY)
+            return i;
+    return -1;
+}
+
 /*
- * The grant, one multi: create h [+ delete our waiter node] + set h to the
+ * The grant, one multi and one transaction: [create the key's node +]
+ * create h [+ delete our waiter node] [+ create h's marker] + set h to the
  * same data, whose stat gives the czxid (fence) and mtime (start of the
- * TTL) in the same round trip. (No container create in a multi: the C
- * client 3.8 cannot read the server's answer to it.)
+ * TTL) in the same round trip. The key's node made here is persistent, not
+ * a container: the C client 3.8 cannot read the server's answer to a
+ * container create inside a multi. Releases, reaps and the sweep remove
+ * it once empty.
  */
 static int zk_grant(struct zk_conn *cn,
                     const char *parent,
+                    bool make_parent,
                     const char *waiter_name,
+                    const char *marker,
                     const char *data,
                     size_t len,
                     int64_t dl,
@@ -802,16 +876,25 @@ static int zk_grant(struct zk_conn *cn,
     if (zk_child_path(parent, "h", c->paths[0], ZK_PATH_MAX) != 0 ||
         (waiter_name != NULL &&
          zk_child_path(parent, waiter_name, c->paths[1], ZK_PATH_MAX) != 0) ||
+        (marker != NULL &&
+         zk_child_path(parent, marker, c->paths[2], ZK_PATH_MAX) != 0) ||
+        snprintf(c->paths[3], ZK_PATH_MAX, "%s", parent) >= ZK_PATH_MAX ||
         len > sizeof(c->buf)) {
         zk_call_unref(c);
         zk_call_unref(c);
         return ZBADARGUMENTS;
     }
     memcpy(c->buf, data, len);
+    if (make_parent)
+        zoo_create_op_init(&c->ops[n++], c->paths[3], NULL, -1,
+                           &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
     zoo_create_op_init(&c->ops[n++], c->paths[0], c->buf, (int)len,
                        &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
     if (waiter_name != NULL)
         zoo_delete_op_init(&c->ops[n++], c->paths[1], -1);
+    if (marker != NULL)
+        zoo_create_op_init(&c->ops[n++], c->paths[2], NULL, -1,
+                           &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
     zoo_set_op_init(&c->ops[n++], c->paths[0], c->buf, (int)len, 0,
                     &c->set_stat);
     rc = zk_call_wait(
@@ -822,27 +905,84 @@ static int zk_grant(struct zk_conn *cn,
     return rc;
 }
 
-/* Release: delete h at version, and the key's node with it when nobody
- * waits (ZNOTEMPTY otherwise: the container is then left to the server). */
-static int
-zk_drop(struct zk_conn *cn, const char *parent, int version, int64_t dl)
+/* Which op of zk_drop() failed. */
+enum zk_drop_op {
+    ZK_DROP_UNKNOWN = 0,
+    ZK_DROP_MARKER,
+    ZK_DROP_HOLDER,
+    ZK_DROP_PARENT,
+};
+
+/* One multi: [delete h's marker +] delete h at version [+ delete the key's
+ * node, which fails with ZNOTEMPTY while anyone waits]. On failure *failed
+ * says which op the store refused. */
+static int zk_drop(struct zk_conn *cn,
+                   const char *parent,
+                   const char *marker,
+                   int version,
+                   bool with_parent,
+                   int64_t dl,
+                   enum zk_drop_op *failed)
 {
     struct zk_call *c = zk_call_new();
-    int rc;
+    enum zk_drop_op what[3];
+    int n = 0, rc, i;
 
+    *failed = ZK_DROP_UNKNOWN;
     if (c == NULL)
         return ZSYSTEMERROR;
-    if (zk_child_path(parent, "h", c->paths[0], ZK_PATH_MAX) != 0) {
+    if (zk_child_path(parent, "h", c->paths[0], ZK_PATH_MAX) != 0 ||
+        (marker != NULL &&
+         zk_child_path(parent, marker, c->paths[1], ZK_PATH_MAX) != 0) ||
+        snprintf(c->paths[2], ZK_PATH_MAX, "%s", parent) >= ZK_PATH_MAX) {
         zk_call_unref(c);
         zk_call_unref(c);
         return ZBADARGUMENTS;
     }
-    snprintf(c->paths[1], ZK_PATH_MAX, "%s", parent);
-    zoo_delete_op_init(&c->ops[0], c->paths[0], version);
-    zoo_delete_op_init(&c->ops[1], c->paths[1], -1);
+    if (marker != NULL) {
+        what[n] = ZK_DROP_MARKER;
+        zoo_delete_op_init(&c->ops[n++], c->paths[1], -1);
+    }
+    what[n] = ZK_DROP_HOLDER;
+    zoo_delete_op_init(&c->ops[n++], c->paths[0], version);
+    if (with_parent) {
+        what[n] = ZK_DROP_PARENT;
+        zoo_delete_op_init(&c->ops[n++], c->paths[2], -1);
+    }
     rc = zk_call_wait(
-        c, zoo_amulti(cn->zh, 2, c->ops, c->results, zk_cb_void, c), dl);
+        c, zoo_amulti(cn->zh, n, c->ops, c->results, zk_cb_void, c), dl);
+    if (rc != ZOK && (i = zk_multi_failed(c, n)) >= 0) {
+        *failed = what[i];
+        rc = c->results[i].err;
+    }
     zk_call_unref(c);
+    return rc;
+}
+
+/*
+ * Free h at version, for a holder whose token we have checked (marker may
+ * be NULL): with its marker if it has one (an h written by an older lockd
+ * has none) and with the key's node when with_parent and nobody waits.
+ */
+static int zk_drop_checked(struct zk_conn *cn,
+                           const char *parent,
+                           const char *marker,
+                           int version,
+                           bool with_parent,
+                           int64_t dl)
+{
+    enum zk_drop_op failed;
+    int rc;
+
+    for (int i = 0; i < 3; i++) {
+        rc = zk_drop(cn, parent, marker, version, with_parent, dl, &failed);
+        if (rc == ZNOTEMPTY && failed == ZK_DROP_PARENT)
+            with_parent = false; /* waiters: the key's node stays theirs */
+        else if (rc == ZNONODE && failed == ZK_DROP_MARKER)
+            marker = NULL;
+        else
+            break;
+    }
     return rc;
 }
 
@@ -860,10 +1000,21 @@ static int64_t zk_deadline(const struct zk_be *be)
     return backend_mono_ms() + be->timeout_ms;
 }
 
-/* The holder's remaining ms by the server's clock (<= 0: expired). */
+/* A grant committed after the deadline its requester wrote in it: the
+ * requester gave up (answered 503) before it could hear of it, so nobody
+ * holds it. Judged from the store's own data, so every instance agrees. */
+static bool zk_void(const struct zk_holder *h, const struct Stat *st)
+{
+    return h->grant_by > 0 && st->ctime > h->grant_by;
+}
+
+/* The holder's remaining ms by the server's clock (<= 0: expired or
+ * void). */
 static int64_t
 zk_remaining(struct zk_be *be, const struct zk_holder *h, const struct Stat *st)
 {
+    if (zk_void(h, st))
+        return 0;
     return st->mtime + (int64_t)h->ttl_ms - zk_server_now(be);
 }
 
@@ -884,22 +1035,121 @@ static int zk_fill_grant(struct zk_be *be,
     return 0;
 }
 
-/* An expired holder seen at version: delete it if it is still that one. */
+/* An expired holder h seen at version: delete it (and its marker) if it is
+ * still that one. The key's node stays: waiters may be on their way; the
+ * next release or the sweep removes it. */
 static int zk_reap_holder(struct zk_be *be,
                           struct zk_conn *cn,
-                          const char *hpath,
+                          const char *parent,
+                          const struct zk_holder *h,
                           int version,
                           int64_t dl,
                           const char *key,
                           size_t key_len)
 {
-    int rc = zk_delete(cn, hpath, version, dl);
+    char marker[LOCK_TOKEN_MAX + 2];
+    int rc = zk_drop_checked(
+        cn, parent,
+        zk_marker_name(h->token, marker, sizeof(marker)) == 0 ? marker : NULL,
+        version, false, dl);
 
     if (rc == ZOK) {
         metrics_lock_expired(1);
         zk_be_notify(be, key, key_len);
     }
     return rc;
+}
+
+/* ---- grants made here ------------------------------------------------- */
+
+static size_t zk_own_slot(const char *key, size_t key_len)
+{
+    uint64_t hash = UINT64_C(14695981039346656037); /* FNV-1a */
+
+    for (size_t i = 0; i < key_len; i++)
+        hash = (hash ^ (unsigned char)key[i]) * UINT64_C(1099511628211);
+    return (size_t)(hash % ZK_OWN_SLOTS);
+}
+
+/* Remember that token holds key at h's stat st (after our grant or renew),
+ * replacing whatever the slot held. Best effort: without memory, nothing is
+ * remembered and the release reads h first. */
+static void zk_own_put(struct zk_be *be,
+                       const char *key,
+                       size_t key_len,
+                       const char *token,
+                       const struct Stat *st,
+                       uint64_t ttl_ms,
+                       bool alone)
+{
+    struct zk_own *o = &be->own[zk_own_slot(key, key_len)];
+    size_t tlen = strlen(token);
+    char *copy = NULL, *old;
+
+    if (tlen > LOCK_TOKEN_MAX)
+        return;
+    pthread_mutex_lock(&be->own_mu);
+    old = o->key;
+    if (old != NULL && o->key_len == key_len &&
+        memcmp(old, key, key_len) == 0) {
+        old = NULL; /* the same key: keep its copy */
+    } else {
+        pthread_mutex_unlock(&be->own_mu);
+        copy = malloc(key_len);
+        if (copy == NULL)
+            return;
+        memcpy(copy, key, key_len);
+        pthread_mutex_lock(&be->own_mu);
+        old = o->key;
+        o->key = copy;
+        o->key_len = key_len;
+    }
+    memcpy(o->token, token, tlen + 1);
+    o->version = st->version;
+    o->mtime = st->mtime;
+    o->ttl_ms = ttl_ms;
+    o->alone = alone;
+    pthread_mutex_unlock(&be->own_mu);
+    free(old);
+}
+
+/* What we remember of token's hold on key: true and *out filled if the
+ * slot holds that key under that token. */
+static bool zk_own_get(struct zk_be *be,
+                       const char *key,
+                       size_t key_len,
+                       const char *token,
+                       struct zk_own *out)
+{
+    struct zk_own *o = &be->own[zk_own_slot(key, key_len)];
+    bool hit;
+
+    pthread_mutex_lock(&be->own_mu);
+    hit = o->key != NULL && o->key_len == key_len &&
+          memcmp(o->key, key, key_len) == 0 &&
+          backend_token_eq(o->token, token);
+    if (hit) {
+        *out = *o;
+        out->key = NULL; /* not a copy */
+    }
+    pthread_mutex_unlock(&be->own_mu);
+    return hit;
+}
+
+/* Forget key (released, or our memory of it is stale). */
+static void zk_own_drop(struct zk_be *be, const char *key, size_t key_len)
+{
+    struct zk_own *o = &be->own[zk_own_slot(key, key_len)];
+    char *old = NULL;
+
+    pthread_mutex_lock(&be->own_mu);
+    if (o->key != NULL && o->key_len == key_len &&
+        memcmp(o->key, key, key_len) == 0) {
+        old = o->key;
+        o->key = NULL;
+    }
+    pthread_mutex_unlock(&be->own_mu);
+    free(old);
 }
 
 /* ---- waiters ---------------------------------------------------------- */
@@ -1020,17 +1270,28 @@ struct zk_acq {
     char hpath[ZK_PATH_MAX];
     char data[ZK_DATA_MAX];
     size_t data_len;
-    int64_t dl; /* monotonic ms */
+    char marker[LOCK_TOKEN_MAX + 2]; /* "" when the token cannot name one */
+    int64_t grant_by;                /* server ms, written into h */
+    int64_t dl;                      /* monotonic ms */
 };
 
-/* A grant: h is ours with stat st. */
-static enum backend_result
-zk_acq_granted(struct zk_acq *a, const struct Stat *st, struct lock_grant *out)
+/* A grant: h is ours with stat st; alone: nobody else waited. */
+static enum backend_result zk_acq_granted(struct zk_acq *a,
+                                          const struct Stat *st,
+                                          bool alone,
+                                          struct lock_grant *out)
 {
-    if (zk_fill_grant(a->be, st, a->req->ttl_ms, out) != 0) {
-        zk_delete(a->cn, a->hpath, -1, a->dl);
-        return BACKEND_UNAVAILABLE;
+    /* void: a grant committed past grant_by is nobody's (zk_void()) */
+    if (st->ctime > a->grant_by ||
+        zk_fill_grant(a->be, st, a->req->ttl_ms, out) != 0) {
+        zk_drop_checked(a->cn, a->parent,
+                        a->marker[0] != '\0' ? a->marker : NULL, st->version,
+                        false, a->dl);
+        return zk_unavailable("grant", ZOPERATIONTIMEOUT);
     }
+    if (a->marker[0] != '\0')
+        zk_own_put(a->be, a->req->key, a->req->key_len, a->req->token, st,
+                   a->req->ttl_ms, alone);
     if (a->w != NULL) {
         zk_waiter_free(a->be, a->w);
         a->req->waiter->be_data = NULL;
@@ -1077,27 +1338,22 @@ static int zk_acq_register(struct zk_acq *a)
 }
 
 /*
- * Make the key's node. If we made it, nobody holds or waits: take h at
- * once: two round trips in the common case, a free key. Returns
- * like zk_acq_round(), -1 when the node was there already.
+ * The common case, a free key, has no key node: make it and h in one multi
+ * (one round trip, one transaction). Its create fails if the node exists,
+ * so this never jumps a waiter. Returns like zk_acq_round(), -1 when the
+ * node was there already.
  */
 static int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out)
 {
     struct Stat st;
-    int rc = zk_create(a->cn, a->parent, NULL, -1, ZOO_CONTAINER, a->dl, NULL,
-                       0, NULL);
+    int rc = zk_grant(a->cn, a->parent, true, NULL,
+                      a->marker[0] != '\0' ? a->marker : NULL, a->data,
+                      a->data_len, a->dl, &st);
 
-    if (rc == ZNODEEXISTS)
-        return -1;
-    if (rc != ZOK)
-        return zk_unavailable("create key node", rc);
-    rc = zk_grant(a->cn, a->parent, NULL, a->data, a->data_len, a->dl, &st);
     if (rc == ZOK)
-        return zk_acq_granted(a, &st, out);
+        return zk_acq_granted(a, &st, true, out);
     if (rc == ZNODEEXISTS || rc == ZNONODE)
         return -1;
-    /* a container that never had a child is never reaped: drop it later */
-    zk_trash_add(a->be, a->be->locks, strrchr(a->parent, '/') + 1, false);
     return zk_unavailable("grant", rc);
 }
 
@@ -1167,7 +1423,7 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
                     zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st, &parsed);
                 if (rc == ZOK && parsed &&
                     backend_token_eq(h.token, a->req->token)) {
-                    ret = zk_acq_granted(a, &st, out);
+                    ret = zk_acq_granted(a, &st, true, out);
                     goto out;
                 }
                 if (rc != ZOK && rc != ZNONODE) {
@@ -1202,8 +1458,8 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
                 if (rc == ZOK && parsed) {
                     int64_t left = zk_remaining(be, &h, &st);
                     if (left <= 0) {
-                        zk_reap_holder(be, a->cn, a->hpath, st.version, a->dl,
-                                       a->req->key, a->req->key_len);
+                        zk_reap_holder(be, a->cn, a->parent, &h, st.version,
+                                       a->dl, a->req->key, a->req->key_len);
                         left = 1;
                     }
                     out->retry_ms = (uint64_t)left;
@@ -1280,7 +1536,7 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
         }
         int64_t left = zk_remaining(be, &h, &st);
         if (left <= 0) {
-            rc = zk_reap_holder(be, a->cn, a->hpath, st.version, a->dl,
+            rc = zk_reap_holder(be, a->cn, a->parent, &h, st.version, a->dl,
                                 a->req->key, a->req->key_len);
             if (rc != ZOK && rc != ZNONODE && rc != ZBADVERSION)
                 ret = zk_unavailable("reap holder", rc);
@@ -1298,11 +1554,13 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
     }
 
     /* free and nobody ahead of us */
-    rc = zk_grant(a->cn, a->parent,
-                  w != NULL && w->name[0] != '\0' ? w->name : NULL, a->data,
-                  a->data_len, a->dl, &st);
+    rc = zk_grant(a->cn, a->parent, false,
+                  w != NULL && w->name[0] != '\0' ? w->name : NULL,
+                  a->marker[0] != '\0' ? a->marker : NULL, a->data, a->data_len,
+                  a->dl, &st);
     if (rc == ZOK) {
-        ret = zk_acq_granted(a, &st, out);
+        /* others behind us: the release leaves the key's node to them */
+        ret = zk_acq_granted(a, &st, nw <= (own == 0 ? 1u : 0u), out);
     } else if (rc == ZNONODE) {
         if (w != NULL)
             w->name[0] = '\0';
@@ -1322,17 +1580,22 @@ static enum backend_result zk_be_acquire(struct backend *b,
                                          struct lock_grant *out)
 {
     struct zk_be *be = (struct zk_be *)b;
-    struct zk_acq a = { .be = be, .req = req };
+    /* by the server's clock, a bit earlier than we give up on it */
+    struct zk_acq a = { .be = be,
+                        .req = req,
+                        .grant_by = zk_server_now(be) + be->timeout_ms };
     enum backend_result r = BACKEND_UNAVAILABLE;
 
     if (zk_key_path(be, req->key, req->key_len, a.parent, sizeof(a.parent)) !=
             0 ||
         zk_child_path(a.parent, "h", a.hpath, sizeof(a.hpath)) != 0 ||
         zk_fmt_holder(a.data, sizeof(a.data), req->token, req->ttl_ms,
-                      req->owner, &a.data_len) != 0) {
+                      a.grant_by, req->owner, &a.data_len) != 0) {
         log_error("zookeeper: acquire: key, token or owner too long");
         return BACKEND_UNAVAILABLE;
     }
+    if (zk_marker_name(req->token, a.marker, sizeof(a.marker)) != 0)
+        a.marker[0] = '\0';
     if (req->waiter != NULL) {
         a.w = req->waiter->be_data;
         if (a.w == NULL) {
@@ -1375,6 +1638,7 @@ done:
 static enum backend_result zk_read_own(struct zk_be *be,
                                        struct zk_conn *cn,
                                        const struct lock_req *req,
+                                       const char *parent,
                                        const char *hpath,
                                        int64_t dl,
                                        struct zk_holder *h,
@@ -1390,7 +1654,8 @@ static enum backend_result zk_read_own(struct zk_be *be,
     if (!parsed)
         return BACKEND_MISMATCH;
     if (zk_remaining(be, h, st) <= 0) {
-        zk_reap_holder(be, cn, hpath, st->version, dl, req->key, req->key_len);
+        zk_reap_holder(be, cn, parent, h, st->version, dl, req->key,
+                       req->key_len);
         return BACKEND_NOT_FOUND;
     }
     if (!backend_token_eq(req->token, h->token))
@@ -1422,11 +1687,11 @@ static enum backend_result zk_be_renew(struct backend *b,
         size_t len;
         int rc;
 
-        r = zk_read_own(be, cn, req, hpath, dl, &h, &st);
+        r = zk_read_own(be, cn, req, parent, hpath, dl, &h, &st);
         if (r != BACKEND_OK)
             break;
         ttl = req->ttl_ms != 0 ? req->ttl_ms : h.ttl_ms;
-        if (zk_fmt_holder(data, sizeof(data), h.token, ttl,
+        if (zk_fmt_holder(data, sizeof(data), h.token, ttl, 0,
                           h.has_owner ? h.owner : NULL, &len) != 0) {
             r = BACKEND_UNAVAILABLE;
             break;
@@ -1434,8 +1699,15 @@ static enum backend_result zk_be_renew(struct backend *b,
         /* the version check: a reap or release in between wins */
         rc = zk_set(cn, hpath, data, (int)len, st.version, dl, &st);
         if (rc == ZOK) {
+            struct zk_own o;
+            bool alone =
+                !zk_own_get(be, req->key, req->key_len, req->token, &o) ||
+                o.alone;
             r = zk_fill_grant(be, &st, ttl, out) == 0 ? BACKEND_OK
                                                       : BACKEND_UNAVAILABLE;
+            if (r == BACKEND_OK)
+                zk_own_put(be, req->key, req->key_len, h.token, &st, ttl,
+                           alone);
             break;
         }
         r = BACKEND_UNAVAILABLE;
@@ -1452,36 +1724,87 @@ static enum backend_result zk_be_renew(struct backend *b,
     return r;
 }
 
+/*
+ * A release of a grant or renew made here, without reading h: one multi
+ * that deletes h's marker (so h is still that grant: its token is
+ * req->token) and h at the version we wrote (so nobody renewed it since,
+ * and the expiry we know is h's). BACKEND_OK, UNAVAILABLE, or -1 when what
+ * we remember is stale or expired: then read h and judge.
+ */
+static int zk_release_known(struct zk_be *be,
+                            struct zk_conn *cn,
+                            const struct lock_req *req,
+                            const char *parent,
+                            const char *marker,
+                            int64_t dl)
+{
+    enum zk_drop_op failed;
+    struct zk_own o;
+    int rc;
+
+    if (!zk_own_get(be, req->key, req->key_len, req->token, &o))
+        return -1;
+    if (o.mtime + (int64_t)o.ttl_ms - zk_server_now(be) <= 0) {
+        zk_own_drop(be, req->key, req->key_len);
+        return -1; /* expired by now: the read path reaps it */
+    }
+    rc = zk_drop(cn, parent, marker, o.version, o.alone, dl, &failed);
+    if (rc == ZNOTEMPTY && failed == ZK_DROP_PARENT)
+        rc = zk_drop(cn, parent, marker, o.version, false, dl, &failed);
+    if (rc == ZOK)
+        return BACKEND_OK;
+    if (rc == ZNONODE || rc == ZBADVERSION) {
+        zk_own_drop(be, req->key, req->key_len);
+        return -1;
+    }
+    return zk_unavailable("release", rc);
+}
+
 static enum backend_result zk_be_release(struct backend *b,
                                          const struct lock_req *req)
 {
     struct zk_be *be = (struct zk_be *)b;
-    char parent[ZK_PATH_MAX], hpath[ZK_PATH_MAX];
+    char parent[ZK_PATH_MAX], hpath[ZK_PATH_MAX], marker[LOCK_TOKEN_MAX + 2];
     struct zk_conn *cn;
     struct zk_holder h;
     struct Stat st;
     enum backend_result r = BACKEND_UNAVAILABLE;
     int64_t dl;
+    int known;
 
     if (zk_key_path(be, req->key, req->key_len, parent, sizeof(parent)) != 0 ||
         zk_child_path(parent, "h", hpath, sizeof(hpath)) != 0)
         return BACKEND_NOT_FOUND;
+    if (zk_marker_name(req->token, marker, sizeof(marker)) != 0)
+        marker[0] = '\0';
     cn = zk_conn_get(be);
     if (cn == NULL)
         return BACKEND_UNAVAILABLE;
     dl = zk_deadline(be);
+    known = marker[0] != '\0'
+                ? zk_release_known(be, cn, req, parent, marker, dl)
+                : -1;
+    if (known >= 0) {
+        r = (enum backend_result)known;
+        if (r == BACKEND_OK) {
+            zk_own_drop(be, req->key, req->key_len);
+            zk_be_notify(be, req->key, req->key_len);
+        }
+        goto out;
+    }
     for (int i = 0; i < ZK_MAX_ROUNDS && backend_mono_ms() < dl; i++) {
         int rc;
 
-        r = zk_read_own(be, cn, req, hpath, dl, &h, &st);
+        r = zk_read_own(be, cn, req, parent, hpath, dl, &h, &st);
         if (r != BACKEND_OK)
             break;
-        rc = zk_drop(cn, parent, st.version, dl);
-        if (rc == ZNOTEMPTY) /* waiters: leave the key's node to them */
-            rc = zk_delete(cn, hpath, st.version, dl);
+        /* the key's node goes too unless someone waits */
+        rc = zk_drop_checked(cn, parent, marker[0] != '\0' ? marker : NULL,
+                             st.version, true, dl);
         r = BACKEND_UNAVAILABLE;
         if (rc == ZOK) {
             r = BACKEND_OK;
+            zk_own_drop(be, req->key, req->key_len);
             zk_be_notify(be, req->key, req->key_len);
             break;
         }
@@ -1494,6 +1817,7 @@ static enum backend_result zk_be_release(struct backend *b,
             break;
         }
     }
+out:
     zk_conn_put(be, cn);
     return r;
 }
@@ -1529,7 +1853,7 @@ static enum backend_result zk_be_inspect(struct backend *b,
                (uint64_t)st.czxid > LOCK_FENCE_MAX) {
         r = BACKEND_UNAVAILABLE;
     } else if ((left = zk_remaining(be, &h, &st)) <= 0) {
-        zk_reap_holder(be, cn, hpath, st.version, dl, key, key_len);
+        zk_reap_holder(be, cn, parent, &h, st.version, dl, key, key_len);
         r = BACKEND_NOT_FOUND;
     } else {
         out->fence = (uint64_t)st.czxid;
@@ -1701,9 +2025,11 @@ static void zk_be_empty_trash(struct zk_be *be, struct zk_conn *cn)
 
 /*
  * Look at one key's node: drop waiters past their deadline, an expired
- * holder and, when nothing is left, the node itself. This is what frees
- * keys that nobody touches again (a holder that died and never released),
- * so nothing grows without bound.
+ * holder, markers of holders that are gone (an older lockd's release or
+ * reap leaves them) and, when nothing is left, the node itself. This is
+ * what frees keys that nobody touches again (a holder that died and never
+ * released, a queue whose waiters all left), so nothing grows without
+ * bound.
  */
 static void
 zk_be_sweep_key(struct zk_be *be, struct zk_conn *cn, const char *name)
@@ -1711,9 +2037,11 @@ zk_be_sweep_key(struct zk_be *be, struct zk_conn *cn, const char *name)
     char parent[ZK_PATH_MAX], path[ZK_PATH_MAX];
     unsigned char key[LOCK_KEY_MAX];
     struct zk_call *kc = NULL;
+    struct zk_holder h;
     int64_t dl = zk_deadline(be), now;
     long key_len;
     int live = 0, rc;
+    bool has_h = false, parsed = false;
 
     if (name[0] != 'k' ||
         (key_len = zk_b64_decode(name + 1, strlen(name + 1), key,
@@ -1722,23 +2050,34 @@ zk_be_sweep_key(struct zk_be *be, struct zk_conn *cn, const char *name)
         return;
     if (zk_get_kids(cn, parent, dl, &kc) != ZOK)
         return;
+    for (int i = 0; i < kc->nkids; i++)
+        if (strcmp(kc->kids[i], "h") == 0)
+            has_h = true;
+    if (has_h && zk_child_path(parent, "h", path, sizeof(path)) == 0) {
+        struct Stat st;
+        rc = zk_get(be, cn, path, false, dl, &h, &st, &parsed);
+        if (rc == ZNONODE ||
+            (rc == ZOK && parsed && zk_remaining(be, &h, &st) <= 0 &&
+             zk_reap_holder(be, cn, parent, &h, st.version, dl,
+                            (const char *)key, (size_t)key_len) == ZOK))
+            has_h = false; /* its marker went with it */
+        else if (rc != ZOK)
+            parsed = false; /* keep every marker */
+    }
     now = zk_server_now(be);
     for (int i = 0; i < kc->nkids; i++) {
+        const char *kid = kc->kids[i];
         struct zk_kid k;
-        if (strcmp(kc->kids[i], "h") == 0) {
-            struct zk_holder h;
-            struct Stat st;
-            bool parsed = false;
-            live++;
-            if (zk_child_path(parent, "h", path, sizeof(path)) != 0)
+        if (strcmp(kid, "h") == 0) {
+            live += has_h;
+        } else if (kid[0] == 't') {
+            /* a marker lives exactly as long as its holder */
+            bool mine = has_h && (!parsed || strcmp(kid + 1, h.token) == 0);
+            if (!mine && zk_child_path(parent, kid, path, sizeof(path)) == 0 &&
+                ((rc = zk_delete(cn, path, -1, dl)) == ZOK || rc == ZNONODE))
                 continue;
-            rc = zk_get(be, cn, path, false, dl, &h, &st, &parsed);
-            if (rc == ZNONODE ||
-                (rc == ZOK && parsed && zk_remaining(be, &h, &st) <= 0 &&
-                 zk_reap_holder(be, cn, path, st.version, dl, (const char *)key,
-                                (size_t)key_len) == ZOK))
-                live--;
-        } else if (zk_parse_waiter(kc->kids[i], &k) == 0 && k.deadline < now &&
+            live++;
+        } else if (zk_parse_waiter(kid, &k) == 0 && k.deadline < now &&
                    zk_child_path(parent, k.name, path, sizeof(path)) == 0 &&
                    zk_delete(cn, path, -1, dl) == ZOK) {
             continue;
@@ -1811,6 +2150,9 @@ static void *zk_be_keeper(void *arg)
                 backoff = backoff < 5000 ? backoff * 2 : 5000;
                 continue;
             }
+            if (zoo_set_servers_resolution_delay(zh, ZK_RESOLVE_DELAY_MS) !=
+                ZOK)
+                log_warn("zookeeper: cannot set the resolution delay");
             c->zh = zh;
             c->refs = 1;
             be->conn = c;
@@ -1912,6 +2254,10 @@ static void zk_be_close(struct backend *b)
     pthread_mutex_unlock(&be->mu);
     pthread_cond_destroy(&be->cv);
     pthread_mutex_destroy(&be->mu);
+    for (size_t i = 0; i < ZK_OWN_SLOTS; i++)
+        free(be->own[i].key);
+    free(be->own);
+    pthread_mutex_destroy(&be->own_mu);
     free(be->hosts);
     free(be->root);
     free(be->locks);
@@ -2037,11 +2383,20 @@ static enum backend_result zk_be_open(const char *url,
     }
     for (size_t i = 0; i < sizeof(rnd); i++)
         snprintf(be->inst + 2 * i, 3, "%02x", rnd[i]);
+    be->own = calloc(ZK_OWN_SLOTS, sizeof(*be->own));
+    if (be->own == NULL)
+        goto out;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_mutex_init(&be->own_mu, NULL) != 0) {
+        pthread_condattr_destroy(&ca);
+        log_error("zookeeper: cannot make a mutex");
+        goto out_free_raw;
+    }
     if (pthread_mutex_init(&be->mu, NULL) != 0 ||
         pthread_cond_init(&be->cv, &ca) != 0) {
         pthread_condattr_destroy(&ca);
+        pthread_mutex_destroy(&be->own_mu);
         log_error("zookeeper: cannot make a mutex");
         goto out_free_raw;
     }
@@ -2073,6 +2428,7 @@ static enum backend_result zk_be_open(const char *url,
     r = BACKEND_OK;
     goto out;
 out_free_raw:
+    free(be->own);
     free(be->hosts);
     free(be->root);
     free(be->locks);
@@ -2082,6 +2438,7 @@ out_free_raw:
     be = NULL;
 out:
     if (be != NULL) {
+        free(be->own);
         free(be->hosts);
         free(be->root);
         free(be->locks);

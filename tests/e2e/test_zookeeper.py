@@ -60,7 +60,8 @@ def fifo_across_instances(ctx):
         ts.append(t)
         time.sleep(0.15)  # each one is queued before the next arrives
     kids = ctx.server.children(LOCKS + "/" + node(key))
-    eq(sorted(kids), sorted(["h"] + [k for k in kids if k.startswith("w")]), "children are h and waiters")
+    eq(sorted(kids), sorted(["h", "t" + h.json["token"]] + [k for k in kids if k.startswith("w")]),
+       "children are h, its token marker and waiters")
     eq(len([k for k in kids if k.startswith("w")]), len(names), "one sequential node per waiter")
     eq(acquire(other.client(), key).status, 409, "try-once on B while others wait")
     eq(acquire(c, key).status, 409, "try-once on A while others wait")

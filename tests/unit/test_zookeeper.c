@@ -13,6 +13,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <zookeeper/zookeeper.h>
+
 #include "tests/unit/check.h"
 #include "tests/unit/server.h"
 
@@ -313,6 +315,115 @@ static void test_expired_holder_is_free(void)
     CHECK_EQ_INT(rel(be_main, "e", TOK_A), BACKEND_NOT_FOUND);
 }
 
+/* A release remembers the grant it frees without reading h: it must still
+ * judge an expired grant as expired. */
+static void test_release_after_expiry_is_not_found(void)
+{
+    struct lock_grant g;
+
+    CHECK_EQ_INT(acq(be_main, "x", TOK_A, 200, NULL, &g), BACKEND_OK);
+    check_sleep_ms(250);
+    CHECK_EQ_INT(rel(be_main, "x", TOK_A), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(acq(be_main, "x", TOK_B, 1000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "x", TOK_B), BACKEND_OK);
+}
+
+/* The ABA case of a release by version alone: A's grant is released
+ * through another instance and B takes the key, at the same version of h;
+ * a late release of A's token through the instance that granted it must
+ * not free B's lock. */
+static void test_stale_release_never_frees_a_later_grant(void)
+{
+    struct lock_grant g, h, r;
+    struct lock_info info;
+    struct backend *other = NULL;
+
+    CHECK_EQ_INT(zk_be_ops.open(url, NULL, &other), BACKEND_OK);
+    if (other == NULL)
+        return;
+    CHECK_EQ_INT(acq(be_main, "aba", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(other, "aba", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(other, "aba", TOK_B, 5000, NULL, &h), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "aba", TOK_A), BACKEND_MISMATCH);
+    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "aba", 3, &info), BACKEND_OK);
+    CHECK_EQ_U64(info.fence, h.fence);
+    /* a renew through the other instance: the first one's release of the
+     * same grant still works */
+    CHECK_EQ_INT(acq(other, "aba", TOK_A, 5000, NULL, &g), BACKEND_HELD);
+    CHECK_EQ_INT(ren(be_main, "aba", TOK_B, 0, &r), BACKEND_OK);
+    CHECK_EQ_INT(ren(other, "aba", TOK_B, 3000, &r), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "aba", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(rel(other, "aba", TOK_B), BACKEND_NOT_FOUND);
+    zk_be_ops.close(other);
+}
+
+/* A holder written by a lockd that made no token marker is released all
+ * the same. */
+static void test_release_of_a_holder_without_marker(void)
+{
+    char hosts[64];
+    struct lock_grant g;
+    struct lock_info info;
+    zhandle_t *zh;
+    int rc = ZCONNECTIONLOSS;
+
+    snprintf(hosts, sizeof(hosts), "127.0.0.1:%d", srv.port);
+    zh = zookeeper_init(hosts, NULL, 4000, NULL, NULL, 0);
+    CHECK(zh != NULL);
+    if (zh == NULL)
+        return;
+    CHECK_EQ_INT(acq(be_main, "m", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    /* the key "m" is node kbQ */
+    for (int i = 0; i < 50 && rc == ZCONNECTIONLOSS; i++) {
+        rc = zoo_delete(zh, "/lockd/locks/kbQ/t" TOK_A, -1);
+        if (rc == ZCONNECTIONLOSS)
+            check_sleep_ms(100);
+    }
+    CHECK_EQ_INT(rc, ZOK);
+    CHECK_EQ_INT(rel(be_main, "m", TOK_B), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "m", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "m", 1, &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(zoo_exists(zh, "/lockd/locks/kbQ", 0, NULL), ZNONODE);
+    zookeeper_close(zh);
+}
+
+/* A grant committed after the deadline its requester wrote into it (a
+ * request that sat in a paused server) is nobody's: the key is free. */
+static void test_grant_past_its_deadline_is_void(void)
+{
+    static const char data[] = "lockd1 60000 " TOK_A " 1\nlate";
+    char hosts[64];
+    struct lock_grant g;
+    struct lock_info info;
+    zhandle_t *zh;
+    int rc = ZCONNECTIONLOSS;
+
+    snprintf(hosts, sizeof(hosts), "127.0.0.1:%d", srv.port);
+    zh = zookeeper_init(hosts, NULL, 4000, NULL, NULL, 0);
+    CHECK(zh != NULL);
+    if (zh == NULL)
+        return;
+    /* the key "v" is node kdg */
+    for (int i = 0; i < 50 && rc == ZCONNECTIONLOSS; i++) {
+        rc = zoo_create(zh, "/lockd/locks/kdg", NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                        0, NULL, 0);
+        if (rc == ZCONNECTIONLOSS)
+            check_sleep_ms(100);
+    }
+    CHECK_EQ_INT(rc, ZOK);
+    CHECK_EQ_INT(zoo_create(zh, "/lockd/locks/kdg/h", data,
+                            (int)sizeof(data) - 1, &ZOO_OPEN_ACL_UNSAFE, 0,
+                            NULL, 0),
+                 ZOK);
+    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "v", 1, &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(acq(be_main, "v", TOK_B, 1000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "v", 1, &info), BACKEND_OK);
+    CHECK_EQ_U64(info.fence, g.fence);
+    CHECK_EQ_INT(rel(be_main, "v", TOK_A), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "v", TOK_B), BACKEND_OK);
+    zookeeper_close(zh);
+}
+
 static void test_chroot_keeps_locks_apart(void)
 {
     char u[200];
@@ -373,6 +484,10 @@ static const struct check_case online[] = {
     CHECK_CASE(test_keys_are_distinct_nodes),
     CHECK_CASE(test_waiters_are_fifo_and_cancel_frees_place),
     CHECK_CASE(test_expired_holder_is_free),
+    CHECK_CASE(test_release_after_expiry_is_not_found),
+    CHECK_CASE(test_stale_release_never_frees_a_later_grant),
+    CHECK_CASE(test_release_of_a_holder_without_marker),
+    CHECK_CASE(test_grant_past_its_deadline_is_void),
     CHECK_CASE(test_chroot_keeps_locks_apart),
     CHECK_CASE(test_restart_answers_unavailable_then_recovers),
 };
