@@ -10,21 +10,27 @@
  *
  * The recipe, per key (key bytes base64url-encoded into one node name):
  *
- *   <chroot>/lockd/locks/k<base64url(key)>    container node (the server
- *                                              removes it once empty)
+ *   <chroot>/lockd/locks/k<base64url(key)>    persistent; dropped with the
+ *                                              last h, or by the sweep
  *       h                                     the holder: persistent, data
- *                                              "lockd1 <ttl_ms> <token>[\n
- *                                              <owner>]"; expires at its
- *                                              mtime + ttl_ms (server clock)
+ *                                              "lockd1 <ttl_ms> <token>
+ *                                              [<grant_by>][\n<owner>]";
+ *                                              expires at its mtime + ttl_ms
+ *                                              (server clock); void if its
+ *                                              ctime > grant_by
+ *       t<token>                              h's marker, made and dropped
+ *                                              with it
  *       w<inst>-<id>-<deadline>-0000000042    waiters: ephemeral sequential,
  *                                              FIFO by sequence number
  *
  * A grant creates h; only the lowest waiter may do so, in one multi that
  * also deletes its waiter node, and a try-once acquire only when nobody
- * waits. Each waiter watches only its predecessor (the lowest one watches
- * h). Holders are persistent, so a lock outlives the session of the lockd
- * that granted it; every instance reaps an expired h (delete with version
- * check) and waiters past their deadline. The fence is h's czxid.
+ * waits (on a free key, one multi that also makes the key's node). Each
+ * waiter watches only its predecessor (the lowest one watches h). Holders
+ * are persistent, so a lock outlives the session of the lockd that granted
+ * it; every instance reaps an expired h (delete with version check) and
+ * waiters past their deadline. The fence is h's czxid. A release of a
+ * grant made here is one multi without a read (zk_release_known()).
  */
 #include "backends/backend.h"
 
