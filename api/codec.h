@@ -98,9 +98,14 @@ void codec_error(struct api_response *resp,
                  const char *message);
 /* Fill resp with a grant or renewal: {key, token, fence, ttl_ms,
  * expires_at}, built without jansson (the hot path). */
-void codec_grant(struct api_response *resp, unsigned status, const char *key,
-                 size_t key_len, const char *token, uint64_t fence,
-                 uint64_t ttl_ms, int64_t expires_at_ms);
+void codec_grant(struct api_response *resp,
+                 unsigned status,
+                 const char *key,
+                 size_t key_len,
+                 const char *token,
+                 uint64_t fence,
+                 uint64_t ttl_ms,
+                 int64_t expires_at_ms);
 /* Fill resp from a pack of (key, JSON value) built with jansson's
  * json_pack format and arguments; 500 when out of memory. */
 void codec_reply(struct api_response *resp,

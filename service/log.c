@@ -98,8 +98,7 @@ static void put_time(char *buf, size_t cap, size_t *pos)
                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
         cached_sec = ts.tv_sec;
     }
-    snprintf(tmp, sizeof(tmp), "%s.%03ldZ", cached_date,
-             ts.tv_nsec / 1000000);
+    snprintf(tmp, sizeof(tmp), "%s.%03ldZ", cached_date, ts.tv_nsec / 1000000);
     put_raw(buf, cap, pos, tmp);
 }
 

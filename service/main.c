@@ -182,9 +182,8 @@ int main(int argc, char **argv)
     }
     waitq_bind(q, be);
     if (cfg.threads == 0) /* a network backend's calls block a thread */
-        cfg.threads = strcmp(backend_scheme(be), "memory") == 0
-                          ? cfg.cores
-                          : 4 * cfg.cores;
+        cfg.threads = strcmp(backend_scheme(be), "memory") == 0 ? cfg.cores
+                                                                : 4 * cfg.cores;
     metrics_setup(LOCKD_VERSION, backend_scheme(be));
     api.backend = be;
     api.default_ttl_ms = cfg.default_ttl_ms;

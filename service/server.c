@@ -254,8 +254,10 @@ struct first_arg {
     const char *key; /* the first query parameter's name, as stored */
 };
 
-static enum MHD_Result find_first_arg(void *cls, enum MHD_ValueKind kind,
-                                      const char *key, const char *value)
+static enum MHD_Result find_first_arg(void *cls,
+                                      enum MHD_ValueKind kind,
+                                      const char *key,
+                                      const char *value)
 {
     struct first_arg *a = cls;
 
@@ -274,7 +276,8 @@ static enum MHD_Result find_first_arg(void *cls, enum MHD_ValueKind kind,
  * byte must start that parameter (or the empty query before version).
  * Only pointers are compared: nothing outside the strings is read.
  */
-static bool target_has_nul(struct MHD_Connection *conn, const char *url,
+static bool target_has_nul(struct MHD_Connection *conn,
+                           const char *url,
                            const char *version)
 {
     const char *end = url + strlen(url);
@@ -284,8 +287,7 @@ static bool target_has_nul(struct MHD_Connection *conn, const char *url,
         return false; /* no query, or not the layout described above */
     if (end + 2 == version)
         return false; /* an empty query: "?" alone */
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, find_first_arg,
-                              &a);
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, find_first_arg, &a);
     return a.key != end + 1;
 }
 
