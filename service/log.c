@@ -6,8 +6,11 @@
 #include "service/log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,19 +105,148 @@ static void put_time(char *buf, size_t cap, size_t *pos)
     put_raw(buf, cap, pos, tmp);
 }
 
-static void emit(char *buf, size_t pos)
+static void write_all(const char *buf, size_t len)
 {
     size_t off = 0;
 
-    buf[pos++] = '\n';
-    while (off < pos) {
-        ssize_t n = write(STDERR_FILENO, buf + off, pos - off);
+    while (off < len) {
+        ssize_t n = write(STDERR_FILENO, buf + off, len - off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             return;
         off += (size_t)n;
     }
+}
+
+static void emit(char *buf, size_t pos)
+{
+    buf[pos++] = '\n';
+    write_all(buf, pos);
+}
+
+/*
+ * Access lines are the one log line of every request: each server thread
+ * gathers them in its own buffer, written when it fills and by a flusher
+ * thread every LOG_FLUSH_MS, so a busy server makes one write(2) per many
+ * requests instead of one each. Other messages are written at once.
+ */
+#define LOG_BUF_SIZE 16384
+#define LOG_FLUSH_MS 50
+
+struct log_buf {
+    pthread_mutex_t mu;   /* guards len and data */
+    struct log_buf *next; /* in all_bufs, never removed until log_stop() */
+    size_t len;
+    char data[LOG_BUF_SIZE];
+};
+
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER; /* guards below */
+static struct log_buf *all_bufs;
+static bool flusher_on;
+static bool flusher_stop;
+static pthread_cond_t flusher_cv = PTHREAD_COND_INITIALIZER;
+static pthread_t flusher;
+static _Thread_local struct log_buf *my_buf;
+
+static void buf_flush(struct log_buf *b)
+{
+    pthread_mutex_lock(&b->mu);
+    if (b->len > 0)
+        write_all(b->data, b->len);
+    b->len = 0;
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void flush_all(void)
+{
+    for (struct log_buf *b = all_bufs; b != NULL; b = b->next)
+        buf_flush(b);
+}
+
+static void *flusher_main(void *arg)
+{
+    struct timespec ts;
+
+    (void)arg;
+    pthread_mutex_lock(&all_mu);
+    while (!flusher_stop) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += LOG_FLUSH_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&flusher_cv, &all_mu, &ts);
+        flush_all();
+    }
+    pthread_mutex_unlock(&all_mu);
+    return NULL;
+}
+
+/* Append one access line (newline included) to this thread's buffer; false
+ * when lines are written at once (no flusher, or no memory). */
+static bool buffer_line(const char *line, size_t len)
+{
+    struct log_buf *b = my_buf;
+
+    if (b == NULL) {
+        pthread_mutex_lock(&all_mu);
+        if (flusher_on && (b = calloc(1, sizeof(*b))) != NULL) {
+            pthread_mutex_init(&b->mu, NULL);
+            b->next = all_bufs;
+            all_bufs = b;
+            my_buf = b;
+        }
+        pthread_mutex_unlock(&all_mu);
+        if (b == NULL)
+            return false;
+    }
+    pthread_mutex_lock(&b->mu);
+    if (b->len + len > sizeof(b->data)) {
+        write_all(b->data, b->len);
+        b->len = 0;
+    }
+    memcpy(b->data + b->len, line, len);
+    b->len += len;
+    pthread_mutex_unlock(&b->mu);
+    return true;
+}
+
+int log_start(void)
+{
+    int err;
+
+    pthread_mutex_lock(&all_mu);
+    flusher_stop = false;
+    err = pthread_create(&flusher, NULL, flusher_main, NULL);
+    flusher_on = err == 0;
+    pthread_mutex_unlock(&all_mu);
+    return err == 0 ? 0 : -1;
+}
+
+void log_stop(void)
+{
+    struct log_buf *b, *next;
+
+    pthread_mutex_lock(&all_mu);
+    if (!flusher_on) {
+        pthread_mutex_unlock(&all_mu);
+        return;
+    }
+    flusher_stop = true;
+    flusher_on = false;
+    pthread_cond_signal(&flusher_cv);
+    pthread_mutex_unlock(&all_mu);
+    pthread_join(flusher, NULL);
+    pthread_mutex_lock(&all_mu);
+    flush_all();
+    for (b = all_bufs; b != NULL; b = next) {
+        next = b->next;
+        pthread_mutex_destroy(&b->mu);
+        free(b);
+    }
+    all_bufs = NULL;
+    pthread_mutex_unlock(&all_mu);
+    my_buf = NULL; /* other threads have ended: the server is stopped */
 }
 
 void log_msg(enum log_level level, const char *fmt, ...)
@@ -194,5 +326,7 @@ void log_access(const char *method,
             put_escaped(line, cap, &pos, request_id, 0);
         }
     }
-    emit(line, pos);
+    line[pos++] = '\n';
+    if (!buffer_line(line, pos))
+        write_all(line, pos);
 }

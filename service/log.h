@@ -33,6 +33,13 @@ void log_msg(enum log_level level, const char *fmt, ...)
 #define log_warn(...)  log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
 
+/* Gather access lines per thread and write them every 50 ms (or when a
+ * buffer fills) from a flusher thread: 0, or -1 (lines are then written at
+ * once). log_stop() writes what is left; call it once the server threads
+ * are gone. Without log_start(), every line is written at once. */
+int log_start(void);
+void log_stop(void);
+
 /* One access line: method, path (as received, escaped for the format),
  * status, duration, request id (may be NULL). */
 void log_access(const char *method,

@@ -151,6 +151,9 @@ int main(int argc, char **argv)
     if (cfg.check_health)
         return check_health(&cfg);
     log_setup(cfg.log_level, cfg.log_format);
+    if (log_start() != 0)
+        log_warn("cannot start the log flusher: access lines are written "
+                 "one by one");
 
     /* Signals: SIGPIPE ignored (hiredis writes with plain write()); SIGTERM
      * and SIGINT blocked here, so every thread inherits the mask and only
@@ -216,6 +219,7 @@ out:
     backend_close(be);
     waitq_free(q);
     config_cleanup(&cfg);
+    log_stop(); /* the server threads are gone: write what they left */
     if (rc == 0)
         log_info("stopped");
     return rc;
