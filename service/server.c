@@ -28,6 +28,7 @@
 #define MAX_QUERY_PARAMS 32
 #define MAX_LOCK_TOKENS  4
 #define REQUEST_ID_MAX   128
+#define PATH_LOG_MAX     256
 
 struct server {
     struct MHD_Daemon *daemon;
@@ -59,9 +60,11 @@ struct request { /* *req_cls: from the first call to completion */
     enum metrics_route route;
     struct api_acquire acq; /* owned strings */
     struct wq_waiter w;     /* req strings borrowed from acq */
-    char request_id[REQUEST_ID_MAX + 1];
-    char method[16]; /* for the access log */
-    char path[256];  /* for the access log, maybe truncated */
+    /* for the response and the access log; every request keeps them, so
+     * they are sized to fit (a waiter's footprint counts) */
+    char *request_id; /* owned */
+    char *path;       /* owned, maybe truncated to PATH_LOG_MAX */
+    char method[12];
 };
 
 static int64_t mono_us(void)
@@ -106,15 +109,17 @@ static void set_request_id(struct request *r)
     const char *h =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
     uint64_t n;
+    char id[20];
 
     if (h != NULL && request_id_ok(h)) {
-        snprintf(r->request_id, sizeof(r->request_id), "%s", h);
-        return;
+        r->request_id = strdup(h);
+    } else {
+        n = atomic_fetch_add_explicit(&r->srv->next_request, 1,
+                                      memory_order_relaxed);
+        snprintf(id, sizeof(id), "%016llx",
+                 (unsigned long long)(n ^ r->srv->request_salt));
+        r->request_id = strdup(id);
     }
-    n = atomic_fetch_add_explicit(&r->srv->next_request, 1,
-                                  memory_order_relaxed);
-    snprintf(r->request_id, sizeof(r->request_id), "%016llx",
-             (unsigned long long)(n ^ r->srv->request_salt));
 }
 
 static enum MHD_Result queue(struct request *r, struct api_response *resp)
@@ -412,10 +417,12 @@ static enum MHD_Result on_request(void *cls,
         r->start_us = mono_us();
         r->route = METRICS_ROUTE_OTHER;
         snprintf(r->method, sizeof(r->method), "%s", method);
-        snprintf(r->path, sizeof(r->path), "%s", url); /* may truncate */
+        r->path = strndup(url, PATH_LOG_MAX);
         *req_cls = r;
         atomic_fetch_add(&srv->in_flight, 1);
         set_request_id(r);
+        if (r->path == NULL || r->request_id == NULL)
+            return MHD_NO; /* out of memory: MHD closes the connection */
         if (target_has_nul(conn, url, version)) {
             struct api_response resp = { .route = METRICS_ROUTE_OTHER };
             codec_error(&resp,
@@ -501,9 +508,12 @@ static void on_completed(void *cls,
         r->status = 499; /* the client left before an answer */
         metrics_request(r->route, r->status, dur);
     }
-    log_access(r->method, r->path, r->status, dur, r->request_id);
+    log_access(r->method, r->path != NULL ? r->path : "-", r->status, dur,
+               r->request_id);
     api_acquire_cleanup(&r->acq);
     free(r->body);
+    free(r->path);
+    free(r->request_id);
     free(r);
     atomic_fetch_sub(&srv->in_flight, 1);
 }
