@@ -421,13 +421,22 @@ enum api_error codec_parse_params(const struct api_request *rq,
 
 void codec_format_time(int64_t unix_ms, char *buf, size_t buflen)
 {
-    time_t secs = (time_t)(unix_ms / 1000);
-    struct tm tm;
+    /* days to civil date (H. Hinnant's algorithm): no gmtime_r, whose time
+     * zone lock every grant would take */
+    int64_t ms = unix_ms >= 0 ? unix_ms : 0;
+    int64_t secs = ms / 1000, days = secs / 86400, sod = secs % 86400;
+    int64_t z = days + 719468, era = z / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    int64_t day = doy - (153 * mp + 2) / 5 + 1;
+    int64_t month = mp < 10 ? mp + 3 : mp - 9;
+    int64_t year = yoe + era * 400 + (month <= 2);
 
-    gmtime_r(&secs, &tm);
-    snprintf(buf, buflen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-             tm.tm_min, tm.tm_sec, (int)(unix_ms % 1000));
+    snprintf(buf, buflen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (int)year,
+             (int)month, (int)day, (int)(sod / 3600), (int)(sod / 60 % 60),
+             (int)(sod % 60), (int)(ms % 1000));
 }
 
 static void set_body(struct api_response *resp, json_t *root)
