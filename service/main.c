@@ -201,7 +201,7 @@ int main(int argc, char **argv)
     }
     log_info("lockd %s listening on %s, backend %s (fifo %s), %u threads",
              LOCKD_VERSION, cfg.listen, backend_scheme(be),
-             (backend_caps(be) & BACKEND_CAP_QUEUE) != 0 ? "across instances"
+             (backend_caps(be) & BACKEND_CAP_QUEUE) != 0 ? "store-wide"
                                                          : "per instance",
              cfg.threads);
 
