@@ -48,6 +48,7 @@
 #define MYSQL_BE_REAP_BATCH     100   /* rows per DELETE */
 #define MYSQL_BE_REAP_BUDGET_MS 200   /* per round, then sleep again */
 #define MYSQL_BE_EVENTS_KEEP_MS 30000 /* events live 30..60 s */
+#define MYSQL_BE_FENCE_BATCH    5000  /* fence rows per DELETE */
 /* MariaDB >= 10.3 (idle_transaction_timeout); not in every Connector/C. */
 #define ER_CLIENT_INTERACTION_TIMEOUT 4031
 
@@ -55,10 +56,10 @@
 #define NOW_MS "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
 
 enum stmt_id {
-    ST_ACQ_READ,     /* lock the key's row if any; the clock either way */
-    ST_SEQ_BUMP,     /* next fence, read with mysql_stmt_insert_id() */
-    ST_ACQ_INSERT,   /* a key with no row: make one, locked */
-    ST_ACQ_TAKEOVER, /* write the grant into the locked row */
+    ST_ACQ_UPSERT, /* insert the key's row or take over an expired one;
+                      either way the row is locked */
+    ST_FENCE_NEW,  /* next fence: an AUTO_INCREMENT id */
+    ST_ACQ_FENCE,  /* write the fence; read expires_at back */
     ST_RENEW,
     ST_RENEW_READ, /* the renewed row, still locked by ST_RENEW */
     ST_RELEASE,
@@ -71,18 +72,38 @@ enum stmt_id {
     ST_EVENTS,    /* events after an id */
     ST_EVENT_TOP, /* the last committed event id */
     ST_EVENT_TRIM,
+    ST_FENCE_TOP,  /* the highest committed fence row */
+    ST_FENCE_TRIM, /* fence rows below it */
     ST_COUNT,
 };
 
-/* "@T", "@S" and "@E" stand for the locks, sequence and event tables. */
+/* The fence sequence row (row 1 of @S) of earlier versions is retired at
+ * start-up by setting it to this value: an older lockd still running then
+ * fails its bump (above LOCK_FENCE_MAX) instead of handing out a fence from
+ * the old counter. */
+#define MYSQL_BE_SEQ_RETIRED "9007199254740991" /* LOCK_FENCE_MAX */
+
+/* "@T", "@S", "@E" and "@F" stand for the locks, sequence, event and
+ * fence tables. */
 static const char *const stmt_sql[ST_COUNT] = {
-    [ST_ACQ_READ] = "SELECT " NOW_MS ", l.expires_at FROM (SELECT 1 AS one) d"
-                    " LEFT JOIN @T l ON l.lock_key = ? FOR UPDATE",
-    [ST_SEQ_BUMP] = "UPDATE @S SET v = LAST_INSERT_ID(v + 1) WHERE id = 1",
-    [ST_ACQ_INSERT] = "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms,"
-                      " expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-    [ST_ACQ_TAKEOVER] = "UPDATE @T SET token = ?, owner = ?, fence = ?,"
-                        " ttl_ms = ?, expires_at = ? WHERE lock_key = ?",
+    /* Held (not expired): nothing changes, and LAST_INSERT_ID() reports
+       the holder's remaining TTL (>= 1). Missing or expired: the grant,
+       with fence 0 until ST_ACQ_FENCE. Columns are assigned left to right,
+       so expires_at goes last. */
+    [ST_ACQ_UPSERT] =
+        "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms, expires_at)"
+        " VALUES (?, ?, ?, 0, ?, " NOW_MS " + ?) ON DUPLICATE KEY UPDATE"
+        " token = IF(expires_at > " NOW_MS ", token, VALUES(token)),"
+        " owner = IF(expires_at > " NOW_MS ", owner, VALUES(owner)),"
+        " fence = IF(expires_at > " NOW_MS ", fence, 0),"
+        " ttl_ms = IF(expires_at > " NOW_MS ", ttl_ms, VALUES(ttl_ms)),"
+        " expires_at = IF(expires_at > " NOW_MS ","
+        " IF(LAST_INSERT_ID(expires_at - " NOW_MS ") > 0, expires_at,"
+        " expires_at), VALUES(expires_at))",
+    [ST_FENCE_NEW] = "INSERT INTO @F () VALUES ()",
+    [ST_ACQ_FENCE] = "UPDATE @T SET fence = ?,"
+                     " expires_at = LAST_INSERT_ID(expires_at)"
+                     " WHERE lock_key = ?",
     /* expires_at first: it must see the old ttl_ms when the new one is NULL
        (MySQL assigns left to right) */
     [ST_RENEW] = "UPDATE @T SET expires_at = " NOW_MS " + COALESCE(?, ttl_ms),"
@@ -104,6 +125,11 @@ static const char *const stmt_sql[ST_COUNT] = {
                   " LIMIT ?",
     [ST_EVENT_TOP] = "SELECT v FROM @S WHERE id = 2",
     [ST_EVENT_TRIM] = "DELETE FROM @E WHERE id <= ? LIMIT ?",
+    [ST_FENCE_TOP] = "SELECT MAX(id) FROM @F",
+    /* the highest row always stays: the counter never needs the rows on
+       MariaDB >= 10.2.4 and MySQL 8 (it is persistent), but older servers
+       restart it at MAX(id) + 1 */
+    [ST_FENCE_TRIM] = "DELETE FROM @F WHERE id < ? LIMIT ?",
 };
 
 /* The schema (deploy/mysql/schema.sql), run once per process while the
@@ -129,7 +155,28 @@ static const char *const schema_sql[] = {
     " lock_key VARBINARY(512) NOT NULL,"
     " PRIMARY KEY (id)"
     ") ENGINE = InnoDB",
+    "CREATE TABLE IF NOT EXISTS @F ("
+    " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,"
+    " PRIMARY KEY (id)"
+    ") ENGINE = InnoDB",
     "INSERT IGNORE INTO @S (id, v) VALUES (1, 0), (2, 0)",
+    "COMMIT",
+};
+
+/* Run after the tables exist, by anyone who may write them: the fence
+ * counter starts above every fence handed out before: those of the old
+ * sequence row (until it is retired), and those still in the lock table
+ * (a fence table made again). The old row's lock is held throughout, so
+ * an older lockd granting meanwhile either committed below the seed or
+ * fails on the retired row. */
+static const char *const seed_sql[] = {
+    "SELECT v FROM @S WHERE id = 1 FOR UPDATE",
+    "INSERT INTO @F (id) SELECT x.seed FROM (SELECT GREATEST("
+    " COALESCE((SELECT IF(v < " MYSQL_BE_SEQ_RETIRED ", v, 0) FROM @S"
+    " WHERE id = 1), 0),"
+    " COALESCE((SELECT MAX(fence) FROM @T), 0)) + 1 AS seed) x"
+    " WHERE x.seed > COALESCE((SELECT MAX(id) FROM @F), 0)",
+    "UPDATE @S SET v = " MYSQL_BE_SEQ_RETIRED " WHERE id = 1",
     "COMMIT",
 };
 
@@ -140,6 +187,7 @@ static const char *const schema_probe_sql[] = {
     "SELECT 1 FROM @E LIMIT 0",
     "SELECT 1 FROM @S WHERE id = 1",
     "SELECT 1 FROM @S WHERE id = 2",
+    "SELECT 1 FROM @F LIMIT 0",
 };
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -178,6 +226,7 @@ struct mysql_be {
     char *sql[ST_COUNT]; /* owned: stmt_sql with the table names in */
     char *schema[ARRAY_LEN(schema_sql)];      /* owned, expanded */
     char *probe[ARRAY_LEN(schema_probe_sql)]; /* owned, expanded */
+    char *seed[ARRAY_LEN(seed_sql)];          /* owned, expanded */
     atomic_bool schema_ok; /* the tables exist (as far as we know) */
     atomic_bool down;      /* the last connect failed: log changes once */
     atomic_int_fast64_t ok_at_ms; /* monotonic: the last answer from the
@@ -195,6 +244,7 @@ struct mysql_be {
     bool watch_primed;   /* watch_last is set */
     uint64_t watch_last; /* the last event id seen */
     uint64_t trim_id;    /* events up to this id go at trim_at_ms */
+    uint64_t fence_floor; /* fence rows below go in the next reap round */
     int64_t trim_at_ms;
 };
 
@@ -240,12 +290,14 @@ static const char *placeholder_suffix(char c)
         return "_seq";
     case 'E':
         return "_events";
+    case 'F':
+        return "_fence";
     default:
         return NULL;
     }
 }
 
-/* Replace @T, @S and @E in tmpl by the quoted table names. */
+/* Replace @T, @S, @E and @F in tmpl by the quoted table names. */
 static char *sql_expand(const char *tmpl, const char *table)
 {
     size_t tl = strlen(table), n = 0;
@@ -371,18 +423,29 @@ static int schema_ensure(struct mysql_conn *c)
         /* no CREATE privilege, say: tables made beforehand will do */
         for (size_t j = 0; j < ARRAY_LEN(be->probe); j++) {
             int found = conn_probe(c, be->probe[j]);
-            if (found < 0 || (found == 0 && j >= 2)) {
+            /* the two sequence rows must be there */
+            if (found < 0 || (found == 0 && (j == 2 || j == 3))) {
                 mysql_rollback(c->db);
                 if (!atomic_load(&be->down))
-                    log_warn("mysql: tables %s, %s_seq and %s_events are "
-                             "missing and cannot be created: %s",
-                             be->table, be->table, be->table, why);
+                    log_warn("mysql: tables %s, %s_seq, %s_events and "
+                             "%s_fence are missing and cannot be created: %s",
+                             be->table, be->table, be->table, be->table, why);
                 return -1;
             }
         }
         mysql_rollback(c->db);
         log_info("mysql: using the existing tables %s* (cannot create: %s)",
                  be->table, why);
+    }
+    for (i = 0; i < ARRAY_LEN(be->seed); i++) {
+        if (conn_query(c, be->seed[i]) != 0) {
+            if (!atomic_load(&be->down))
+                log_warn("mysql: cannot seed the fence counter %s_fence: "
+                         "%s (%u)",
+                         be->table, mysql_error(c->db), mysql_errno(c->db));
+            mysql_rollback(c->db);
+            return -1;
+        }
     }
     atomic_store(&be->schema_ok, true);
     return 0;
@@ -683,94 +746,75 @@ acquire_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     struct acquire_arg *a = arg;
     const struct lock_req *req = a->req;
     struct mysql_be *be = c->be;
-    MYSQL_BIND p[6], r[2];
+    MYSQL_BIND p[5];
     unsigned long klen, tlen, olen;
-    int64_t now = 0, expires = 0, new_expires = 0;
-    my_bool now_null = 0, exp_null = 0;
     uint64_t fence = 0, ttl = req->ttl_ms;
     struct run_info info;
     unsigned err;
     enum attempt done;
-    int tries = 0;
+    bool took_over;
 
-    /* The parameters of the INSERT and of the UPDATE (same binds, in each
-       statement's order); new_expires and fence are filled in below. */
-    bind_bytes(&p[0], req->token, strlen(req->token), &tlen);
+    bind_bytes(&p[0], req->key, req->key_len, &klen);
+    bind_bytes(&p[1], req->token, strlen(req->token), &tlen);
     if (req->owner != NULL)
-        bind_bytes(&p[1], req->owner, strlen(req->owner), &olen);
+        bind_bytes(&p[2], req->owner, strlen(req->owner), &olen);
     else
-        bind_null(&p[1]);
-    bind_u64(&p[2], &fence);
+        bind_null(&p[2]);
     bind_u64(&p[3], &ttl);
-    bind_i64(&p[4], &new_expires, NULL);
-    bind_bytes(&p[5], req->key, req->key_len, &klen);
+    bind_u64(&p[4], &ttl);
 
-    /* 1. lock the key's row, or make it: locks are always taken row first,
-       then the sequence, so two acquires never wait for each other in a
-       circle */
-    for (;;) {
-        bind_i64(&r[0], &now, &now_null);
-        bind_i64(&r[1], &expires, &exp_null);
-        err = stmt_run(c, ST_ACQ_READ, &p[5], r, &info);
-        if (err != 0)
-            return conn_failed(c, err);
-        if (!info.found || now_null) {
-            conn_rollback(c);
-            log_warn("mysql: no clock from the database");
-            return ATTEMPT_FAILED;
-        }
-        if (!exp_null && expires > now) {
-            conn_rollback(c); /* answers HELD either way */
-            a->out->retry_ms = (uint64_t)(expires - now); /* its TTL left */
-            *res = BACKEND_HELD;
-            return ATTEMPT_DONE;
-        }
-        if (!exp_null)
-            break; /* expired: ours to take over, locked */
-        /* no row: insert it (fence 0 until step 3), which locks it; a
-           racing acquire that inserted first makes this a duplicate, and
-           reading again waits for its commit */
-        new_expires = now + (int64_t)ttl;
-        {
-            MYSQL_BIND q[6] = { p[5], p[0], p[1], p[2], p[3], p[4] };
-            err = stmt_run(c, ST_ACQ_INSERT, q, NULL, &info);
-        }
-        if (err == 0)
-            break;
-        if (err != ER_DUP_ENTRY || ++tries >= MYSQL_BE_ATTEMPTS)
-            return conn_failed(c, err);
+    /* 1. lock the key's row (inserting it, or taking over an expired one)
+       in one statement, judged by the database's clock; a racing acquire
+       of the same key waits here for our commit */
+    err = stmt_run(c, ST_ACQ_UPSERT, p, NULL, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    if (info.insert_id != 0) { /* held: LAST_INSERT_ID() is its TTL left */
+        conn_rollback(c);
+        a->out->retry_ms = info.insert_id;
+        *res = BACKEND_HELD;
+        return ATTEMPT_DONE;
     }
+    /* 1 = inserted, 2 = an expired row taken over (the connection counts
+       found rows, but a held row, the only unchanged one, is dealt with) */
+    took_over = info.affected == 2;
 
-    /* 2. the next fence: bumped under the row lock, so above the fence of
-       every earlier grant of this key */
-    err = stmt_run(c, ST_SEQ_BUMP, NULL, NULL, &info);
+    /* 2. the next fence, allocated under the key's row lock: after the
+       commit of every earlier grant of this key, so above its fence.
+       AUTO_INCREMENT's lock is not held to the commit. */
+    err = stmt_run(c, ST_FENCE_NEW, NULL, NULL, &info);
     if (err != 0)
         return conn_failed(c, err);
     fence = info.insert_id;
-    if (info.affected != 1 || fence == 0 || fence > LOCK_FENCE_MAX) {
-        log_error("mysql: fence sequence %s_seq is missing or exhausted",
-                  be->table);
-        if (info.affected != 1)
-            atomic_store(&be->schema_ok, false);
+    if (fence == 0 || fence > LOCK_FENCE_MAX) {
+        log_error("mysql: fence counter %s_fence is exhausted", be->table);
         conn_rollback(c);
         return ATTEMPT_FAILED;
     }
 
-    /* 3. write the grant; the expiry counts from the database's clock */
-    new_expires = now + (int64_t)ttl;
-    err = stmt_run(c, ST_ACQ_TAKEOVER, p, NULL, &info);
+    /* 3. write the fence; LAST_INSERT_ID() brings the expiry back */
+    {
+        MYSQL_BIND q[2] = { p[0], p[0] };
+        bind_u64(&q[0], &fence);
+        err = stmt_run(c, ST_ACQ_FENCE, q, NULL, &info);
+    }
     if (err != 0)
         return conn_failed(c, err);
+    if (info.affected != 1 || info.insert_id == 0) { /* cannot happen */
+        log_error("mysql: the granted row of a key is gone before commit");
+        conn_rollback(c);
+        return ATTEMPT_FAILED;
+    }
 
     /* 4. commit: only now is the lock granted */
     done = conn_commit(c);
     if (done != ATTEMPT_DONE)
         return done;
-    if (!exp_null)
-        metrics_lock_expired(1); /* we took over an expired lock */
+    if (took_over)
+        metrics_lock_expired(1);
     a->out->fence = fence;
     a->out->ttl_ms = ttl;
-    a->out->expires_at_ms = new_expires;
+    a->out->expires_at_ms = (int64_t)info.insert_id;
     *res = BACKEND_OK;
     return ATTEMPT_DONE;
 }
@@ -1118,6 +1162,47 @@ trim_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     return ATTEMPT_DONE;
 }
 
+/* Deletes up to MYSQL_BE_FENCE_BATCH fence rows below the highest one
+ * seen a round earlier (whose grant has long committed or rolled back);
+ * *arg is the number deleted. The highest row always stays. */
+static enum attempt
+fence_trim_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
+{
+    struct mysql_be *be = c->be;
+    uint64_t *deleted = arg, top = 0, batch = MYSQL_BE_FENCE_BATCH;
+    my_bool is_null = 0;
+    MYSQL_BIND p[2], r[1];
+    struct run_info info;
+    unsigned err;
+    enum attempt done;
+
+    *deleted = 0;
+    bind_u64(&r[0], &top);
+    r[0].is_null = &is_null;
+    err = stmt_run(c, ST_FENCE_TOP, NULL, r, &info);
+    if (err != 0)
+        return conn_failed(c, err);
+    if (!info.found || is_null)
+        top = 0; /* no rows */
+    if (top < be->fence_floor) /* the table was made again */
+        be->fence_floor = top;
+    if (be->fence_floor > 0) {
+        bind_u64(&p[0], &be->fence_floor);
+        bind_u64(&p[1], &batch);
+        err = stmt_run(c, ST_FENCE_TRIM, p, NULL, &info);
+        if (err != 0)
+            return conn_failed(c, err);
+        *deleted = info.affected;
+    }
+    done = conn_commit(c);
+    if (done != ATTEMPT_DONE)
+        return done;
+    if (*deleted < batch)
+        be->fence_floor = top; /* caught up: next round, up to here */
+    *res = BACKEND_OK;
+    return ATTEMPT_DONE;
+}
+
 static void bg_reap(struct mysql_be *be)
 {
     int64_t t0 = backend_mono_ms();
@@ -1132,6 +1217,12 @@ static void bg_reap(struct mysql_be *be)
     } while (deleted == MYSQL_BE_REAP_BATCH &&
              backend_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
     (void)run_op(be, trim_attempt, &deleted);
+    do {
+        deleted = 0;
+        if (run_op(be, fence_trim_attempt, &deleted) != BACKEND_OK)
+            return;
+    } while (deleted == MYSQL_BE_FENCE_BATCH &&
+             backend_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
 }
 
 /* The background thread: polls the event table every
@@ -1209,6 +1300,8 @@ static void mysql_be_close(struct backend *base)
         free(be->schema[i]);
     for (size_t i = 0; i < ARRAY_LEN(be->probe); i++)
         free(be->probe[i]);
+    for (size_t i = 0; i < ARRAY_LEN(be->seed); i++)
+        free(be->seed[i]);
     free(be->host);
     free(be->user);
     if (be->password != NULL)
@@ -1414,6 +1507,11 @@ static enum backend_result mysql_be_open(const char *url,
     for (size_t i = 0; i < ARRAY_LEN(be->probe); i++) {
         be->probe[i] = sql_expand(schema_probe_sql[i], be->table);
         if (be->probe[i] == NULL)
+            goto fail;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(be->seed); i++) {
+        be->seed[i] = sql_expand(seed_sql[i], be->table);
+        if (be->seed[i] == NULL)
             goto fail;
     }
     if (pthread_once(&mysql_be_once, mysql_be_lib_init) != 0 ||

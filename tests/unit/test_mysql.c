@@ -616,9 +616,62 @@ static void test_dropped_tables_are_made_again(void)
                           " WHERE lock_key = 'drop'"),
                  0);
     CHECK(root_sql("DROP TABLE lockd.other_locks, lockd.other_locks_seq,"
-                   " lockd.other_locks_events") == 0);
+                   " lockd.other_locks_events, lockd.other_locks_fence") ==
+          0);
     CHECK_EQ_INT(acq(be, "drop", TOK_A, 5000, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be, "drop", TOK_A), BACKEND_OK);
+    mysql_be_ops.close(be);
+}
+
+/* Tables of the previous version (fences from row 1 of _seq) are upgraded
+ * at start: the AUTO_INCREMENT counter starts above the old sequence and
+ * above every fence in the lock table, and the old row is retired so an
+ * older lockd still running cannot hand out a fence from it. */
+static void test_old_schema_upgrade_gives_larger_fences(void)
+{
+    struct lock_grant g, h;
+    char u[400];
+    struct backend *be;
+
+    CHECK(root_sql("CREATE TABLE lockd.up_locks (lock_key VARBINARY(512)"
+                   " NOT NULL, token VARBINARY(64) NOT NULL, owner"
+                   " VARBINARY(128) NULL, fence BIGINT UNSIGNED NOT NULL,"
+                   " ttl_ms BIGINT UNSIGNED NOT NULL, expires_at BIGINT NOT"
+                   " NULL, PRIMARY KEY (lock_key), KEY expires_at"
+                   " (expires_at)) ENGINE = InnoDB") == 0);
+    CHECK(root_sql("CREATE TABLE lockd.up_locks_seq (id TINYINT UNSIGNED NOT"
+                   " NULL, v BIGINT UNSIGNED NOT NULL, PRIMARY KEY (id))"
+                   " ENGINE = InnoDB") == 0);
+    CHECK(root_sql("CREATE TABLE lockd.up_locks_events (id BIGINT UNSIGNED"
+                   " NOT NULL, lock_key VARBINARY(512) NOT NULL, PRIMARY KEY"
+                   " (id)) ENGINE = InnoDB") == 0);
+    CHECK(root_sql("INSERT INTO lockd.up_locks_seq VALUES (1, 7000), (2, 5)")
+          == 0);
+    /* a held lock granted by the old version, fence above the sequence */
+    CHECK(root_sql("INSERT INTO lockd.up_locks VALUES ('held', 'x', NULL,"
+                   " 7300, 60000, 9999999999999)") == 0);
+    snprintf(u, sizeof(u), "%s?table=up_locks", url);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(acq(be, "new", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK(g.fence > 7300);
+    CHECK_EQ_INT(acq(be, "held", TOK_A, 5000, &h), BACKEND_HELD);
+    CHECK_EQ_INT(root_sql("SELECT v = 9007199254740991 FROM"
+                          " lockd.up_locks_seq WHERE id = 1"),
+                 1);
+    /* a restarted lockd keeps counting from the fence table */
+    mysql_be_ops.close(be);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(acq(be, "new", TOK_B, 5000, &h), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be, "new", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "new", TOK_B, 5000, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(rel(be, "new", TOK_B), BACKEND_OK);
     mysql_be_ops.close(be);
 }
 
@@ -695,6 +748,9 @@ static void test_restart_keeps_holders_and_fences(void)
     enum backend_result r = BACKEND_UNAVAILABLE;
 
     CHECK_EQ_INT(acq(be_main, "restart", TOK_A, 60000, &g), BACKEND_OK);
+    /* the AUTO_INCREMENT counter itself must survive the restart, even
+       with no row left to recompute it from */
+    CHECK(root_sql("DELETE FROM lockd.lockd_locks_fence") == 0);
     server_signal(&srv, SIGKILL);
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq(be_main, "restart-2", TOK_A, 5000, &h),
@@ -730,6 +786,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_threads_on_two_instances_exclude_each_other),
     CHECK_CASE(test_fences_outlive_the_backend),
     CHECK_CASE(test_dropped_tables_are_made_again),
+    CHECK_CASE(test_old_schema_upgrade_gives_larger_fences),
     CHECK_CASE(test_reaper_removes_expired_rows),
     CHECK_CASE(test_stopped_mysql_answers_unavailable_in_time),
     CHECK_CASE(test_restart_keeps_holders_and_fences),
