@@ -6,8 +6,8 @@
 --
 --   mariadb lockd < deploy/mysql/schema.sql
 --
--- With ?table=NAME in the backend URL the tables are NAME, NAME_seq and
--- NAME_events (replace lockd_locks below). Needs InnoDB (row locks,
+-- With ?table=NAME in the backend URL the tables are NAME, NAME_seq,
+-- NAME_events and NAME_fence (replace lockd_locks below). Needs InnoDB (row locks,
 -- transactions). The lockd user needs SELECT, INSERT, UPDATE, DELETE on
 -- them (and CREATE if lockd is to create them).
 
@@ -18,18 +18,19 @@ CREATE TABLE IF NOT EXISTS lockd_locks (
     lock_key   VARBINARY(512)  NOT NULL,  -- the key, byte for byte
     token      VARBINARY(64)   NOT NULL,  -- proof of ownership
     owner      VARBINARY(128)  NULL,      -- informational label
-    fence      BIGINT UNSIGNED NOT NULL,  -- from lockd_locks_seq at grant
+    fence      BIGINT UNSIGNED NOT NULL,  -- from lockd_locks_fence at grant
     ttl_ms     BIGINT UNSIGNED NOT NULL,  -- the TTL of the last grant/renew
     expires_at BIGINT          NOT NULL,  -- unix ms, by the database's clock
     PRIMARY KEY (lock_key),
     KEY expires_at (expires_at)
 ) ENGINE = InnoDB;
 
--- Two counters. Row 1, the fence: bumped inside every granting transaction
--- after the key's row is locked, so every grant of any key gets a fence
--- above all earlier grants; rows of free keys can therefore be deleted
--- without a fence ever going back. Row 2, the event id: bumped inside every
--- releasing transaction, so event ids commit in order, without gaps.
+-- Two counters. Row 1 is the fence sequence of lockd before 0.2 (kept
+-- only to upgrade from it: lockd seeds lockd_locks_fence above it at
+-- start and then sets it to 2^53 - 1, so an old lockd still running fails
+-- instead of handing out a fence from it). Row 2, the event id: bumped
+-- inside every releasing transaction, so event ids commit in order,
+-- without gaps.
 CREATE TABLE IF NOT EXISTS lockd_locks_seq (
     id TINYINT UNSIGNED NOT NULL,
     v  BIGINT UNSIGNED  NOT NULL,
@@ -44,4 +45,19 @@ CREATE TABLE IF NOT EXISTS lockd_locks_events (
     PRIMARY KEY (id)
 ) ENGINE = InnoDB;
 
+-- The fence counter: every grant inserts a row after locking the key's row
+-- and takes its AUTO_INCREMENT id as the fence, so a later grant of the
+-- same key (which waits for the earlier one's commit) gets a larger one.
+-- The AUTO_INCREMENT lock is released at the end of the INSERT, not at
+-- commit, so grants of different keys do not queue on it. The counter
+-- survives server restarts (MariaDB >= 10.2.4, MySQL 8), and the reaper
+-- keeps the highest row anyway; older rows are deleted every second.
+CREATE TABLE IF NOT EXISTS lockd_locks_fence (
+    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+    PRIMARY KEY (id)
+) ENGINE = InnoDB;
+
 INSERT IGNORE INTO lockd_locks_seq (id, v) VALUES (1, 0), (2, 0);
+-- lockd seeds lockd_locks_fence (above row 1 and above every fence in
+-- lockd_locks) itself at every start; that needs only SELECT, INSERT, UPDATE.
+
