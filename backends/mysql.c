@@ -3,9 +3,11 @@
  * One row per held lock, keyed by the exact key bytes; every check-and-change
  * is one short InnoDB transaction at READ COMMITTED on prepared statements;
  * every expiry is judged by the database's clock (NOW(3)), never lockd's.
- * Fences come from a sequence row bumped inside each granting
- * transaction, so the rows of free keys can be deleted (by release, and by
- * the background thread for expired ones) without a fence ever going back.
+ * Fences are AUTO_INCREMENT ids of a fence table, inserted inside each
+ * granting transaction after the key's row is locked (the counter's lock
+ * ends with the INSERT, not at commit), so the rows of free keys can be
+ * deleted (by release, and by the background thread for expired ones)
+ * without a fence ever going back.
  * Every release also appends the key to an event table, in commit order
  * (ids from a second sequence row); the background thread of each instance
  * polls it and notifies its waiters. Expiries need no event: a waiter is
