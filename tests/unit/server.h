@@ -59,11 +59,11 @@ static int __attribute__((unused)) server_free_port(void)
     return p;
 }
 
-/* Pick a free port and make /tmp/lockd-unit-<name>-XXXXXX; 0 or -1. */
+/* Pick a free port and make /tmp/lockd-unit-<name>-<random>; 0 or -1. */
 static int __attribute__((unused))
 server_setup(struct test_server *s, const char *name)
 {
-    snprintf(s->dir, sizeof(s->dir), "/tmp/lockd-unit-%s-XXXXXX", name);
+    snprintf(s->dir, sizeof(s->dir), "/tmp/lockd-unit-%s-" MKTEMP_SUFFIX, name);
     s->port = server_free_port();
     if (mkdtemp(s->dir) == NULL) {
         s->dir[0] = '\0';

@@ -331,7 +331,7 @@ static void test_config_help_lists_every_option(void)
         "--log-format",     "--auth-token-file", "--check-health",
         "--help",           "--version",
     };
-    char path[] = "/tmp/lockd-test-help-XXXXXX";
+    char path[] = "/tmp/lockd-test-help-" MKTEMP_SUFFIX;
     int fd = mkstemp(path), saved;
     char *argv[] = { (char *)"lockd", (char *)"--help", NULL };
     char text[8192];
@@ -394,7 +394,7 @@ static void test_config_check_health(void)
 
 static void test_config_reads_auth_token_file(void)
 {
-    char path[] = "/tmp/lockd-test-token-XXXXXX";
+    char path[] = "/tmp/lockd-test-token-" MKTEMP_SUFFIX;
     int fd = mkstemp(path);
     struct config c;
     static const char good[] = "0123456789abcdefXYZ\nsecond line\n";
