@@ -185,10 +185,8 @@ static const char *const seed_sql[] = {
 /* Tables made by someone else (deploy/mysql/schema.sql) for a user that may
  * not create them are used as they are if these all succeed. */
 static const char *const schema_probe_sql[] = {
-    "SELECT 1 FROM @T LIMIT 0",
-    "SELECT 1 FROM @E LIMIT 0",
-    "SELECT 1 FROM @S WHERE id = 1",
-    "SELECT 1 FROM @S WHERE id = 2",
+    "SELECT 1 FROM @T LIMIT 0",      "SELECT 1 FROM @E LIMIT 0",
+    "SELECT 1 FROM @S WHERE id = 1", "SELECT 1 FROM @S WHERE id = 2",
     "SELECT 1 FROM @F LIMIT 0",
 };
 
@@ -243,9 +241,9 @@ struct mysql_be {
     pthread_t bg; /* polls events, reaps rows */
     bool bg_started;
     /* the background thread's own, unshared: */
-    bool watch_primed;   /* watch_last is set */
-    uint64_t watch_last; /* the last event id seen */
-    uint64_t trim_id;    /* events up to this id go at trim_at_ms */
+    bool watch_primed;    /* watch_last is set */
+    uint64_t watch_last;  /* the last event id seen */
+    uint64_t trim_id;     /* events up to this id go at trim_at_ms */
     uint64_t fence_floor; /* fence rows below go in the next reap round */
     int64_t trim_at_ms;
 };
@@ -1185,7 +1183,7 @@ fence_trim_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     if (err != 0)
         return conn_failed(c, err);
     if (!info.found || is_null)
-        top = 0; /* no rows */
+        top = 0;               /* no rows */
     if (top < be->fence_floor) /* the table was made again */
         be->fence_floor = top;
     if (be->fence_floor > 0) {
