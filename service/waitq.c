@@ -210,6 +210,25 @@ static uint64_t do_retry_after(struct wq_key *k, int64_t now)
     return k->held_until > now ? (uint64_t)(k->held_until - now) : 1;
 }
 
+/* A HELD answer for k seen at now: remember when the holder's TTL ends
+ * (unless the key is free and only others' places are ahead) and retry
+ * then, or within WQ_RETRY_MAX_MS, whichever is first. */
+static void do_schedule_held(struct waitq *q,
+                             struct wq_key *k,
+                             int64_t now,
+                             const struct lock_grant *g)
+{
+    uint64_t delay = g->retry_ms;
+
+    if (!g->behind)
+        k->held_until = now + (int64_t)g->retry_ms;
+    if (delay == 0)
+        delay = 1;
+    else if (delay > WQ_RETRY_MAX_MS)
+        delay = WQ_RETRY_MAX_MS;
+    do_timer_set(q, &k->retry, now + (int64_t)delay, false);
+}
+
 /* Waiters whose answer is ready, woken once the mutex is dropped. */
 struct done_list {
     struct wq_waiter *head;
@@ -292,13 +311,8 @@ do_retry_key(struct waitq *q, struct wq_key *k, struct done_list *done)
             return;
         }
         if (r == BACKEND_HELD) {
-            uint64_t hint = g.retry_ms;
             w->last_unavailable = false;
-            if (hint == 0 || hint > WQ_RETRY_MAX_MS)
-                hint = hint == 0 ? 1 : WQ_RETRY_MAX_MS;
-            if (!g.behind)
-                k->held_until = now + (int64_t)g.retry_ms;
-            do_timer_set(q, &k->retry, now + (int64_t)hint, false);
+            do_schedule_held(q, k, now, &g);
             if (g.behind && w->next != NULL) {
                 w = w->next;
                 continue;
@@ -485,8 +499,6 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
     else
         k->head = w;
     k->tail = w;
-    if (tried && w->grant.retry_ms > 0 && !w->grant.behind)
-        k->held_until = now + (int64_t)w->grant.retry_ms;
     if (w->fd >= 0) {
         struct epoll_event ev = { .events = EPOLLRDHUP | EPOLLHUP | EPOLLERR,
                                   .data.ptr = w };
@@ -498,16 +510,12 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
     }
     atomic_fetch_add_explicit(&q->count, 1, memory_order_relaxed);
     metrics_waiters_add(1);
-    if (k->head == w || atomic_load(&q->epoch) != epoch) {
-        /* a notification may have come between the try and now, or this
-         * waiter is first: retry at the holder's expiry at the latest */
-        uint64_t hint = tried ? w->grant.retry_ms : 0;
-        if (atomic_load(&q->epoch) != epoch || hint == 0)
-            hint = 0;
-        else if (hint > WQ_RETRY_MAX_MS)
-            hint = WQ_RETRY_MAX_MS;
-        do_timer_set(q, &k->retry, now + (int64_t)hint, false);
-    }
+    if (atomic_load(&q->epoch) != epoch || (k->head == w && !tried))
+        /* a notification may have come between the try and now, or the
+         * first waiter of a key was never tried: try at once */
+        do_timer_set(q, &k->retry, now, false);
+    else if (tried && k->head == w)
+        do_schedule_held(q, k, now, &w->grant); /* at the holder's expiry */
     pthread_mutex_unlock(&q->mu);
     kick(q);
     return WQ_PARKED;
