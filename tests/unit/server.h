@@ -13,6 +13,9 @@
  *     ...
  *     server_signal(&srv, SIGSTOP); server_signal(&srv, SIGCONT);
  *     server_cleanup(&srv, SIGTERM);
+ *
+ * With TEST_BE_OPS defined before the #include, also the calls into the
+ * adapter every case uses: be_open(), acq(), acq_full(), ren(), rel().
  */
 #ifndef TESTS_UNIT_SERVER_H
 #define TESTS_UNIT_SERVER_H
@@ -200,5 +203,78 @@ static int __attribute__((unused)) notes_heard(const char *key, int ms)
         check_sleep_ms(5);
     }
 }
+
+/* ---- the adapter's ops, called as api/ calls them ----
+ * The including program defines TEST_BE_OPS as its adapter's ops table
+ * (e.g. `#define TEST_BE_OPS redis_be_ops`) before including this header. */
+#ifdef TEST_BE_OPS
+
+static struct backend *__attribute__((unused))
+be_open(const char *url, backend_notify_fn notify, void *arg)
+{
+    struct backend_hooks hooks = { notify, arg };
+    struct backend *be = NULL;
+
+    if (TEST_BE_OPS.open(url, &hooks, &be) != BACKEND_OK)
+        return NULL;
+    return be;
+}
+
+/* acquire with every field of the request; g is zeroed first */
+static enum backend_result __attribute__((unused))
+acq_full(struct backend *be,
+         const char *key,
+         const char *tok,
+         const char *owner,
+         uint64_t ttl,
+         struct lock_waiter *w,
+         struct lock_grant *g)
+{
+    struct lock_req req = { .key = key,
+                            .key_len = strlen(key),
+                            .token = tok,
+                            .owner = owner,
+                            .ttl_ms = ttl,
+                            .waiter = w };
+
+    memset(g, 0, sizeof(*g));
+    return TEST_BE_OPS.acquire(be, &req, g);
+}
+
+/* try-once acquire without an owner */
+static enum backend_result __attribute__((unused))
+acq(struct backend *be,
+    const char *key,
+    const char *tok,
+    uint64_t ttl,
+    struct lock_grant *g)
+{
+    return acq_full(be, key, tok, NULL, ttl, NULL, g);
+}
+
+static enum backend_result __attribute__((unused))
+ren(struct backend *be,
+    const char *key,
+    const char *tok,
+    uint64_t ttl,
+    struct lock_grant *g)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .ttl_ms = ttl
+    };
+
+    memset(g, 0, sizeof(*g));
+    return TEST_BE_OPS.renew(be, &req, g);
+}
+
+static enum backend_result __attribute__((unused))
+rel(struct backend *be, const char *key, const char *tok)
+{
+    struct lock_req req = { .key = key, .key_len = strlen(key), .token = tok };
+
+    return TEST_BE_OPS.release(be, &req);
+}
+
+#endif /* TEST_BE_OPS */
 
 #endif /* TESTS_UNIT_SERVER_H */

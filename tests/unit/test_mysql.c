@@ -17,9 +17,10 @@
 #include <mysql.h>
 
 #include "tests/unit/check.h"
+extern const struct backend_ops mysql_be_ops;
+#define TEST_BE_OPS mysql_be_ops
 #include "tests/unit/server.h"
 
-extern const struct backend_ops mysql_be_ops;
 
 #define INSTALL_DB "/usr/bin/mariadb-install-db"
 #define MARIADBD   "/usr/sbin/mariadbd"
@@ -153,22 +154,12 @@ static void on_notify(void *arg, const char *key, size_t len)
 
 static struct backend *open_be_hooked(const char *u, void *tag)
 {
-    struct backend_hooks hooks = { on_notify, tag };
-    struct backend *be = NULL;
-
-    if (mysql_be_ops.open(u, &hooks, &be) != BACKEND_OK)
-        return NULL;
-    return be;
+    return be_open(u, on_notify, tag);
 }
 
 static struct backend *open_be(const char *u)
 {
-    struct backend_hooks hooks = { on_notify, &watched_tag };
-    struct backend *be = NULL;
-
-    if (mysql_be_ops.open(u, &hooks, &be) != BACKEND_OK)
-        return NULL;
-    return be;
+    return be_open(u, on_notify, &watched_tag);
 }
 
 static enum backend_result acq_owner(struct backend *be,
@@ -178,42 +169,7 @@ static enum backend_result acq_owner(struct backend *be,
                                      uint64_t ttl,
                                      struct lock_grant *g)
 {
-    struct lock_req req = { .key = key,
-                            .key_len = strlen(key),
-                            .token = tok,
-                            .owner = owner,
-                            .ttl_ms = ttl };
-    memset(g, 0, sizeof(*g));
-    return mysql_be_ops.acquire(be, &req, g);
-}
-
-static enum backend_result acq(struct backend *be,
-                               const char *key,
-                               const char *tok,
-                               uint64_t ttl,
-                               struct lock_grant *g)
-{
-    return acq_owner(be, key, tok, NULL, ttl, g);
-}
-
-static enum backend_result ren(struct backend *be,
-                               const char *key,
-                               const char *tok,
-                               uint64_t ttl,
-                               struct lock_grant *g)
-{
-    struct lock_req req = {
-        .key = key, .key_len = strlen(key), .token = tok, .ttl_ms = ttl
-    };
-    memset(g, 0, sizeof(*g));
-    return mysql_be_ops.renew(be, &req, g);
-}
-
-static enum backend_result
-rel(struct backend *be, const char *key, const char *tok)
-{
-    struct lock_req req = { .key = key, .key_len = strlen(key), .token = tok };
-    return mysql_be_ops.release(be, &req);
+    return acq_full(be, key, tok, owner, ttl, NULL, g);
 }
 
 static struct backend *be_main;

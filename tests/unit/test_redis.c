@@ -16,9 +16,10 @@
 #include <hiredis/hiredis.h>
 
 #include "tests/unit/check.h"
+extern const struct backend_ops redis_be_ops;
+#define TEST_BE_OPS redis_be_ops
 #include "tests/unit/server.h"
 
-extern const struct backend_ops redis_be_ops;
 
 #define REDIS_SERVER "/usr/bin/redis-server"
 #define TOK_A        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -77,45 +78,7 @@ static redisReply *raw(const char *fmt, const char *arg)
 
 static struct backend *open_be(const char *u)
 {
-    struct backend_hooks hooks = { notes_hook, NULL };
-    struct backend *be = NULL;
-
-    if (redis_be_ops.open(u, &hooks, &be) != BACKEND_OK)
-        return NULL;
-    return be;
-}
-
-static enum backend_result acq(struct backend *be,
-                               const char *key,
-                               const char *tok,
-                               uint64_t ttl,
-                               struct lock_grant *g)
-{
-    struct lock_req req = {
-        .key = key, .key_len = strlen(key), .token = tok, .ttl_ms = ttl
-    };
-    memset(g, 0, sizeof(*g));
-    return redis_be_ops.acquire(be, &req, g);
-}
-
-static enum backend_result ren(struct backend *be,
-                               const char *key,
-                               const char *tok,
-                               uint64_t ttl,
-                               struct lock_grant *g)
-{
-    struct lock_req req = {
-        .key = key, .key_len = strlen(key), .token = tok, .ttl_ms = ttl
-    };
-    memset(g, 0, sizeof(*g));
-    return redis_be_ops.renew(be, &req, g);
-}
-
-static enum backend_result
-rel(struct backend *be, const char *key, const char *tok)
-{
-    struct lock_req req = { .key = key, .key_len = strlen(key), .token = tok };
-    return redis_be_ops.release(be, &req);
+    return be_open(u, notes_hook, NULL);
 }
 
 static struct backend *be_main;

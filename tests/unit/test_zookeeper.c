@@ -16,9 +16,10 @@
 #include <zookeeper/zookeeper.h>
 
 #include "tests/unit/check.h"
+extern const struct backend_ops zk_be_ops;
+#define TEST_BE_OPS zk_be_ops
 #include "tests/unit/server.h"
 
-extern const struct backend_ops zk_be_ops;
 
 #define JAVA   "/usr/bin/java"
 #define ZK_JAR "/usr/share/java/zookeeper.jar"
@@ -87,51 +88,18 @@ static int start_zookeeper(void)
 
 static struct backend *open_be(const char *u)
 {
-    struct backend_hooks hooks = { notes_hook, NULL };
-    struct backend *be = NULL;
-
-    if (zk_be_ops.open(u, &hooks, &be) != BACKEND_OK)
-        return NULL;
-    return be;
+    return be_open(u, notes_hook, NULL);
 }
 
-static enum backend_result acq(struct backend *be,
-                               const char *key,
-                               const char *tok,
-                               uint64_t ttl,
-                               struct lock_waiter *w,
-                               struct lock_grant *g)
+/* acquire as a waiter (w non-NULL) or try-once (w NULL) */
+static enum backend_result acq_wait(struct backend *be,
+                                    const char *key,
+                                    const char *tok,
+                                    uint64_t ttl,
+                                    struct lock_waiter *w,
+                                    struct lock_grant *g)
 {
-    struct lock_req req = { .key = key,
-                            .key_len = strlen(key),
-                            .token = tok,
-                            .ttl_ms = ttl,
-                            .waiter = w };
-
-    memset(g, 0, sizeof(*g));
-    return zk_be_ops.acquire(be, &req, g);
-}
-
-static enum backend_result
-rel(struct backend *be, const char *key, const char *tok)
-{
-    struct lock_req req = { .key = key, .key_len = strlen(key), .token = tok };
-
-    return zk_be_ops.release(be, &req);
-}
-
-static enum backend_result ren(struct backend *be,
-                               const char *key,
-                               const char *tok,
-                               uint64_t ttl,
-                               struct lock_grant *g)
-{
-    struct lock_req req = {
-        .key = key, .key_len = strlen(key), .token = tok, .ttl_ms = ttl
-    };
-
-    memset(g, 0, sizeof(*g));
-    return zk_be_ops.renew(be, &req, g);
+    return acq_full(be, key, tok, NULL, ttl, w, g);
 }
 
 static struct backend *be_main;
@@ -181,7 +149,7 @@ static void test_down_store_answers_unavailable_at_once(void)
     CHECK_MSG(check_mono_ms() - t0 < 1000, "open took %lld ms",
               (long long)(check_mono_ms() - t0));
     t0 = check_mono_ms();
-    CHECK_EQ_INT(acq(be, "k", TOK_A, 1000, NULL, &g), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(acq_wait(be, "k", TOK_A, 1000, NULL, &g), BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(zk_be_ops.inspect(be, "k", 1, &info), BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(zk_be_ops.ping(be), BACKEND_UNAVAILABLE);
@@ -199,11 +167,11 @@ static void test_acquire_inspect_renew_release(void)
     struct lock_info info;
 
     CHECK_EQ_INT(zk_be_ops.ping(be_main), BACKEND_OK);
-    CHECK_EQ_INT(acq(be_main, "a/../b", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_A, 5000, NULL, &g), BACKEND_OK);
     CHECK(g.fence > 0 && g.fence <= LOCK_FENCE_MAX);
     CHECK_EQ_U64(g.ttl_ms, 5000);
     CHECK(g.expires_at_ms > backend_now_ms() + 4000);
-    CHECK_EQ_INT(acq(be_main, "a/../b", TOK_B, 5000, NULL, &h), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_B, 5000, NULL, &h), BACKEND_HELD);
     CHECK(h.retry_ms > 4000 && h.retry_ms <= 5000);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "a/../b", 6, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
@@ -221,7 +189,7 @@ static void test_acquire_inspect_renew_release(void)
     CHECK_EQ_INT(rel(be_main, "a/../b", TOK_A), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "a/../b", 6, &info),
                  BACKEND_NOT_FOUND);
-    CHECK_EQ_INT(acq(be_main, "a/../b", TOK_B, 5000, NULL, &h), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_B, 5000, NULL, &h), BACKEND_OK);
     CHECK(h.fence > g.fence);
     CHECK_EQ_INT(rel(be_main, "a/../b", TOK_B), BACKEND_OK);
 }
@@ -236,18 +204,18 @@ static void test_keys_are_distinct_nodes(void)
     char big[LOCK_KEY_MAX + 1];
 
     for (size_t i = 0; i < n; i++)
-        CHECK_MSG(acq(be_main, keys[i], TOK_A, 5000, NULL, &g) == BACKEND_OK,
+        CHECK_MSG(acq_wait(be_main, keys[i], TOK_A, 5000, NULL, &g) == BACKEND_OK,
                   "%s", keys[i]);
     for (size_t i = 0; i < n; i++)
-        CHECK_MSG(acq(be_main, keys[i], TOK_B, 5000, NULL, &g) == BACKEND_HELD,
+        CHECK_MSG(acq_wait(be_main, keys[i], TOK_B, 5000, NULL, &g) == BACKEND_HELD,
                   "%s", keys[i]);
     for (size_t i = 0; i < n; i++)
         CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
     memset(big, 'x', LOCK_KEY_MAX);
     big[LOCK_KEY_MAX] = '\0';
-    CHECK_EQ_INT(acq(be_main, big, TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, big, TOK_A, 5000, NULL, &g), BACKEND_OK);
     big[LOCK_KEY_MAX - 1] = 'y';
-    CHECK_EQ_INT(acq(be_main, big, TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, big, TOK_A, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, big, TOK_A), BACKEND_OK);
     big[LOCK_KEY_MAX - 1] = 'x';
     CHECK_EQ_INT(rel(be_main, big, TOK_A), BACKEND_OK);
@@ -266,28 +234,28 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
     if (other == NULL)
         return;
     w1.deadline_ms = w2.deadline_ms = w3.deadline_ms = backend_now_ms() + 20000;
-    CHECK_EQ_INT(acq(be_main, "q", TOK_A, 10000, NULL, &g), BACKEND_OK);
-    CHECK_EQ_INT(acq(be_main, "q", TOK_B, 1000, &w1, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "q", TOK_A, 10000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "q", TOK_B, 1000, &w1, &g), BACKEND_HELD);
     CHECK(w1.be_data != NULL);
-    CHECK_EQ_INT(acq(other, "q", TOK_B, 1000, &w2, &g), BACKEND_HELD);
-    CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(other, "q", TOK_B, 1000, &w2, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
     /* a try-once acquire does not jump them */
-    CHECK_EQ_INT(acq(other, "q", TOK_C, 1000, NULL, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(other, "q", TOK_C, 1000, NULL, &g), BACKEND_HELD);
     CHECK_EQ_INT(zk_be_ops.cancel_wait(be_main, "q", 1, &w1), BACKEND_OK);
     CHECK(w1.be_data == NULL);
     notes_reset();
     CHECK_EQ_INT(rel(be_main, "q", TOK_A), BACKEND_OK);
     /* w3 is behind w2 (on the other instance) */
-    CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
     CHECK(!g.behind);
-    CHECK_EQ_INT(acq(other, "q", TOK_B, 1000, &w2, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(other, "q", TOK_B, 1000, &w2, &g), BACKEND_OK);
     CHECK(w2.be_data == NULL);
     /* w3 watches w2's old place or h: the release reaches it */
-    CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
     notes_reset();
     CHECK_EQ_INT(rel(other, "q", TOK_B), BACKEND_OK);
     CHECK(notes_heard("q", 2000));
-    CHECK_EQ_INT(acq(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_OK);
     CHECK(w3.be_data == NULL);
     CHECK_EQ_INT(rel(be_main, "q", TOK_C), BACKEND_OK);
     zk_be_ops.close(other);
@@ -299,16 +267,16 @@ static void test_expired_holder_is_free(void)
     struct lock_info info;
     struct lock_waiter w = { .id = 9 };
 
-    CHECK_EQ_INT(acq(be_main, "e", TOK_A, 300, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "e", TOK_A, 300, NULL, &g), BACKEND_OK);
     w.deadline_ms = backend_now_ms() + 5000;
-    CHECK_EQ_INT(acq(be_main, "e", TOK_B, 1000, &w, &h), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "e", TOK_B, 1000, &w, &h), BACKEND_HELD);
     CHECK(h.retry_ms > 0 && h.retry_ms <= 300);
     check_sleep_ms((int)h.retry_ms + 5);
-    CHECK_EQ_INT(acq(be_main, "e", TOK_B, 1000, &w, &h), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "e", TOK_B, 1000, &w, &h), BACKEND_OK);
     CHECK(h.fence > g.fence);
     CHECK_EQ_INT(ren(be_main, "e", TOK_A, 0, &g), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be_main, "e", TOK_B), BACKEND_OK);
-    CHECK_EQ_INT(acq(be_main, "e", TOK_A, 200, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "e", TOK_A, 200, NULL, &g), BACKEND_OK);
     check_sleep_ms(250);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "e", 1, &info), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(ren(be_main, "e", TOK_A, 0, &g), BACKEND_NOT_FOUND);
@@ -321,10 +289,10 @@ static void test_release_after_expiry_is_not_found(void)
 {
     struct lock_grant g;
 
-    CHECK_EQ_INT(acq(be_main, "x", TOK_A, 200, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "x", TOK_A, 200, NULL, &g), BACKEND_OK);
     check_sleep_ms(250);
     CHECK_EQ_INT(rel(be_main, "x", TOK_A), BACKEND_NOT_FOUND);
-    CHECK_EQ_INT(acq(be_main, "x", TOK_B, 1000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "x", TOK_B, 1000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "x", TOK_B), BACKEND_OK);
 }
 
@@ -341,15 +309,15 @@ static void test_stale_release_never_frees_a_later_grant(void)
     CHECK_EQ_INT(zk_be_ops.open(url, NULL, &other), BACKEND_OK);
     if (other == NULL)
         return;
-    CHECK_EQ_INT(acq(be_main, "aba", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "aba", TOK_A, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(other, "aba", TOK_A), BACKEND_OK);
-    CHECK_EQ_INT(acq(other, "aba", TOK_B, 5000, NULL, &h), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(other, "aba", TOK_B, 5000, NULL, &h), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "aba", TOK_A), BACKEND_MISMATCH);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "aba", 3, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, h.fence);
     /* a renew through the other instance: the first one's release of the
      * same grant still works */
-    CHECK_EQ_INT(acq(other, "aba", TOK_A, 5000, NULL, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(other, "aba", TOK_A, 5000, NULL, &g), BACKEND_HELD);
     CHECK_EQ_INT(ren(be_main, "aba", TOK_B, 0, &r), BACKEND_OK);
     CHECK_EQ_INT(ren(other, "aba", TOK_B, 3000, &r), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "aba", TOK_B), BACKEND_OK);
@@ -372,7 +340,7 @@ static void test_release_of_a_holder_without_marker(void)
     CHECK(zh != NULL);
     if (zh == NULL)
         return;
-    CHECK_EQ_INT(acq(be_main, "m", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "m", TOK_A, 5000, NULL, &g), BACKEND_OK);
     /* the key "m" is node kbQ */
     for (int i = 0; i < 50 && rc == ZCONNECTIONLOSS; i++) {
         rc = zoo_delete(zh, "/lockd/locks/kbQ/t" TOK_A, -1);
@@ -416,7 +384,7 @@ static void test_grant_past_its_deadline_is_void(void)
                             NULL, 0),
                  ZOK);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "v", 1, &info), BACKEND_NOT_FOUND);
-    CHECK_EQ_INT(acq(be_main, "v", TOK_B, 1000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "v", TOK_B, 1000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "v", 1, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
     CHECK_EQ_INT(rel(be_main, "v", TOK_A), BACKEND_MISMATCH);
@@ -436,8 +404,8 @@ static void test_chroot_keeps_locks_apart(void)
     if (be == NULL)
         return;
     CHECK_EQ_INT(zk_be_ops.ping(be), BACKEND_OK);
-    CHECK_EQ_INT(acq(be, "c", TOK_A, 5000, NULL, &g), BACKEND_OK);
-    CHECK_EQ_INT(acq(be_main, "c", TOK_B, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be, "c", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "c", TOK_B, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be, "c", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "c", TOK_B), BACKEND_OK);
     zk_be_ops.close(be);
@@ -449,11 +417,11 @@ static void test_restart_answers_unavailable_then_recovers(void)
     int64_t t0;
     int ok = 0;
 
-    CHECK_EQ_INT(acq(be_main, "r", TOK_A, 30000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "r", TOK_A, 30000, NULL, &g), BACKEND_OK);
     server_signal(&srv, SIGKILL);
     check_sleep_ms(100);
     t0 = check_mono_ms();
-    CHECK_EQ_INT(acq(be_main, "r2", TOK_A, 1000, NULL, &h),
+    CHECK_EQ_INT(acq_wait(be_main, "r2", TOK_A, 1000, NULL, &h),
                  BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(zk_be_ops.ping(be_main), BACKEND_UNAVAILABLE);
     CHECK(check_mono_ms() - t0 < 2500);
@@ -467,9 +435,9 @@ static void test_restart_answers_unavailable_then_recovers(void)
             check_sleep_ms(100);
     }
     CHECK(ok);
-    CHECK_EQ_INT(acq(be_main, "r", TOK_B, 1000, NULL, &h), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "r", TOK_B, 1000, NULL, &h), BACKEND_HELD);
     CHECK_EQ_INT(rel(be_main, "r", TOK_A), BACKEND_OK);
-    CHECK_EQ_INT(acq(be_main, "r", TOK_B, 1000, NULL, &h), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "r", TOK_B, 1000, NULL, &h), BACKEND_OK);
     CHECK(h.fence > g.fence);
     CHECK_EQ_INT(rel(be_main, "r", TOK_B), BACKEND_OK);
 }
