@@ -21,7 +21,6 @@ extern const struct backend_ops mysql_be_ops;
 #define TEST_BE_OPS mysql_be_ops
 #include "tests/unit/server.h"
 
-
 #define INSTALL_DB "/usr/bin/mariadb-install-db"
 #define MARIADBD   "/usr/sbin/mariadbd"
 #define TOK_A      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"

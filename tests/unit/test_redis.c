@@ -20,7 +20,6 @@ extern const struct backend_ops redis_be_ops;
 #define TEST_BE_OPS redis_be_ops
 #include "tests/unit/server.h"
 
-
 #define REDIS_SERVER "/usr/bin/redis-server"
 #define TOK_A        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define TOK_B        "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"

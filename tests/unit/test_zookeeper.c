@@ -20,7 +20,6 @@ extern const struct backend_ops zk_be_ops;
 #define TEST_BE_OPS zk_be_ops
 #include "tests/unit/server.h"
 
-
 #define JAVA   "/usr/bin/java"
 #define ZK_JAR "/usr/share/java/zookeeper.jar"
 #define TOK_A  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
