@@ -6,6 +6,7 @@
 #include "service/config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,38 +26,43 @@ struct opt {
     const char *flag; /* without the leading "--" */
     const char *env;
     enum opt_kind kind;
+    size_t off;        /* of the struct config member it sets */
     uint64_t min, max; /* for numbers */
     const char *help;
 };
 
+#define M(member) offsetof(struct config, member)
 static const struct opt opts[] = {
-    { "listen", "LOCKD_LISTEN", OPT_STRING, 0, 0,
+    { "listen", "LOCKD_LISTEN", OPT_STRING, M(listen), 0, 0,
       "address to serve HTTP on, host:port or [v6]:port "
       "(default 127.0.0.1:8080)" },
-    { "backend", "LOCKD_BACKEND", OPT_STRING, 0, 0,
+    { "backend", "LOCKD_BACKEND", OPT_STRING, M(backend), 0, 0,
       "lock store URL: memory://, redis://..., zookeeper://..., "
       "mysql://... (default memory://)" },
-    { "threads", "LOCKD_THREADS", OPT_UINT, 1, 256,
+    { "threads", "LOCKD_THREADS", OPT_UINT, M(threads), 1, 256,
       "HTTP worker threads (default: the number of cores on memory://, "
       "4 per core on network backends, whose calls block a thread)" },
-    { "default-ttl-ms", "LOCKD_DEFAULT_TTL_MS", OPT_U64, 1, LOCK_FENCE_MAX,
-      "TTL of an acquire that gives none (default 30000)" },
-    { "max-ttl-ms", "LOCKD_MAX_TTL_MS", OPT_U64, 1, LOCK_FENCE_MAX,
-      "largest ttl_ms accepted (default 86400000)" },
-    { "max-wait-ms", "LOCKD_MAX_WAIT_MS", OPT_U64, 0, LOCK_FENCE_MAX,
-      "largest wait_ms accepted (default 300000)" },
-    { "max-body-bytes", "LOCKD_MAX_BODY_BYTES", OPT_U64, 2, 1048576,
-      "largest request body; larger gets 413 (default 8192)" },
-    { "max-connections", "LOCKD_MAX_CONNECTIONS", OPT_UINT, 1, 1000000,
+    { "default-ttl-ms", "LOCKD_DEFAULT_TTL_MS", OPT_U64, M(default_ttl_ms), 1,
+      LOCK_FENCE_MAX, "TTL of an acquire that gives none (default 30000)" },
+    { "max-ttl-ms", "LOCKD_MAX_TTL_MS", OPT_U64, M(max_ttl_ms), 1,
+      LOCK_FENCE_MAX, "largest ttl_ms accepted (default 86400000)" },
+    { "max-wait-ms", "LOCKD_MAX_WAIT_MS", OPT_U64, M(max_wait_ms), 0,
+      LOCK_FENCE_MAX, "largest wait_ms accepted (default 300000)" },
+    { "max-body-bytes", "LOCKD_MAX_BODY_BYTES", OPT_U64, M(max_body_bytes), 2,
+      1048576, "largest request body; larger gets 413 (default 8192)" },
+    { "max-connections", "LOCKD_MAX_CONNECTIONS", OPT_UINT, M(max_connections),
+      1, 1000000,
       "open HTTP connections at most, waiters included (default 16000)" },
-    { "log-level", "LOCKD_LOG_LEVEL", OPT_LEVEL, 0, 0,
+    { "log-level", "LOCKD_LOG_LEVEL", OPT_LEVEL, M(log_level), 0, 0,
       "debug, info, warn or error (default info)" },
-    { "log-format", "LOCKD_LOG_FORMAT", OPT_FORMAT, 0, 0,
+    { "log-format", "LOCKD_LOG_FORMAT", OPT_FORMAT, M(log_format), 0, 0,
       "text or json (default text)" },
-    { "auth-token-file", "LOCKD_AUTH_TOKEN_FILE", OPT_STRING, 0, 0,
+    { "auth-token-file", "LOCKD_AUTH_TOKEN_FILE", OPT_STRING,
+      M(auth_token_file), 0, 0,
       "file whose first line is a bearer token that /locks requests must "
       "send (Authorization: Bearer ...); default: no auth" },
 };
+#undef M
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
 static void usage(FILE *f)
@@ -115,16 +121,13 @@ static int set_opt(struct config *c,
 {
     uint64_t n = 0;
 
+    void *field = (char *)c + o->off;
+
     switch (o->kind) {
     case OPT_STRING:
         if (*v == '\0')
             goto bad;
-        if (strcmp(o->flag, "listen") == 0)
-            c->listen = v;
-        else if (strcmp(o->flag, "backend") == 0)
-            c->backend = v;
-        else
-            c->auth_token_file = v;
+        *(const char **)field = v;
         return 0;
     case OPT_U64:
     case OPT_UINT:
@@ -135,25 +138,17 @@ static int set_opt(struct config *c,
                     (unsigned long long)o->max);
             return -1;
         }
-        if (strcmp(o->flag, "threads") == 0)
-            c->threads = (unsigned)n;
-        else if (strcmp(o->flag, "default-ttl-ms") == 0)
-            c->default_ttl_ms = n;
-        else if (strcmp(o->flag, "max-ttl-ms") == 0)
-            c->max_ttl_ms = n;
-        else if (strcmp(o->flag, "max-wait-ms") == 0)
-            c->max_wait_ms = n;
-        else if (strcmp(o->flag, "max-body-bytes") == 0)
-            c->max_body_bytes = n;
+        if (o->kind == OPT_U64)
+            *(uint64_t *)field = n;
         else
-            c->max_connections = (unsigned)n;
+            *(unsigned *)field = (unsigned)n; /* max fits an unsigned */
         return 0;
     case OPT_LEVEL:
-        if (log_level_parse(v, &c->log_level) != 0)
+        if (log_level_parse(v, (enum log_level *)field) != 0)
             goto bad;
         return 0;
     case OPT_FORMAT:
-        if (log_format_parse(v, &c->log_format) != 0)
+        if (log_format_parse(v, (enum log_format *)field) != 0)
             goto bad;
         return 0;
     }
