@@ -565,6 +565,20 @@ static int zk_call_wait(struct zk_call *c, int issued, int64_t deadline)
     return rc;
 }
 
+/* zk_call_wait(), then copy c's stat to st (when not NULL and the call
+ * succeeded) and drop the caller's reference: the tail of every one-call
+ * wrapper that keeps no more than a stat. */
+static int
+zk_call_run(struct zk_call *c, int issued, int64_t deadline, struct Stat *st)
+{
+    int rc = zk_call_wait(c, issued, deadline);
+
+    if (rc == ZOK && st != NULL)
+        *st = c->stat;
+    zk_call_unref(c);
+    return rc;
+}
+
 /* ---- watches and notifications ---------------------------------------- */
 
 /* A watch on h or on a predecessor fired (or a renew changed h): some
@@ -751,13 +765,11 @@ static int
 zk_delete(struct zk_conn *cn, const char *path, int version, int64_t dl)
 {
     struct zk_call *c = zk_call_new();
-    int rc;
 
     if (c == NULL)
         return ZSYSTEMERROR;
-    rc = zk_call_wait(c, zoo_adelete(cn->zh, path, version, zk_cb_void, c), dl);
-    zk_call_unref(c);
-    return rc;
+    return zk_call_run(c, zoo_adelete(cn->zh, path, version, zk_cb_void, c), dl,
+                       NULL);
 }
 
 static int zk_create(struct zk_conn *cn,
@@ -798,28 +810,21 @@ static int zk_set(struct zk_conn *cn,
                   struct Stat *st)
 {
     struct zk_call *c = zk_call_new();
-    int rc;
 
     if (c == NULL)
         return ZSYSTEMERROR;
-    rc = zk_call_wait(
-        c, zoo_aset(cn->zh, path, data, len, version, zk_cb_stat, c), dl);
-    if (rc == ZOK && st != NULL)
-        *st = c->stat;
-    zk_call_unref(c);
-    return rc;
+    return zk_call_run(
+        c, zoo_aset(cn->zh, path, data, len, version, zk_cb_stat, c), dl, st);
 }
 
 static int zk_exists(struct zk_conn *cn, const char *path, int64_t dl)
 {
     struct zk_call *c = zk_call_new();
-    int rc;
 
     if (c == NULL)
         return ZSYSTEMERROR;
-    rc = zk_call_wait(c, zoo_aexists(cn->zh, path, 0, zk_cb_stat, c), dl);
-    zk_call_unref(c);
-    return rc;
+    return zk_call_run(c, zoo_aexists(cn->zh, path, 0, zk_cb_stat, c), dl,
+                       NULL);
 }
 
 /* h's token marker, "t<token>": a sibling of h, created and deleted with
