@@ -245,16 +245,11 @@ void handle_inspect(const struct api_config *cfg,
         return;
     }
     codec_format_time(info.expires_at_ms, when, sizeof(when));
-    if (info.has_owner)
-        codec_reply(resp, 200, "{s:s%,s:b,s:I,s:I,s:s,s:s}", "key", key,
-                    key_len, "held", 1, "fence", (json_int_t)info.fence,
-                    "ttl_ms", (json_int_t)(info.ttl_ms > 0 ? info.ttl_ms : 1),
-                    "expires_at", when, "owner", info.owner);
-    else
-        codec_reply(resp, 200, "{s:s%,s:b,s:I,s:I,s:s}", "key", key, key_len,
-                    "held", 1, "fence", (json_int_t)info.fence, "ttl_ms",
-                    (json_int_t)(info.ttl_ms > 0 ? info.ttl_ms : 1),
-                    "expires_at", when);
+    /* "s*": the owner is left out when there is none */
+    codec_reply(resp, 200, "{s:s%,s:b,s:I,s:I,s:s,s:s*}", "key", key, key_len,
+                "held", 1, "fence", (json_int_t)info.fence, "ttl_ms",
+                (json_int_t)(info.ttl_ms > 0 ? info.ttl_ms : 1), "expires_at",
+                when, "owner", info.has_owner ? info.owner : NULL);
 }
 
 void handle_healthz(struct api_response *resp)
