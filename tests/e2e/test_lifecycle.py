@@ -293,6 +293,58 @@ def env_and_flags(ctx):
     eq(rc, 0, "exit code")
 
 
+@harness.scenario("LOCKD_LOG_FORMAT, LOCKD_LOG_LEVEL and LOCKD_MAX_CONNECTIONS take effect like their flags")
+def env_log_and_connections(ctx):
+    def bare(env):
+        port = harness.free_port()
+        e = {"LOCKD_LISTEN": "127.0.0.1:%d" % port, "LOCKD_BACKEND": ctx.url}
+        e.update(env)
+        b = Bare([], e, port)
+        check(harness.wait_port(port, 15), "lockd did not listen on LOCKD_LISTEN (%r)" % env)
+        return b, port
+
+    limit = 16  # lockd's smallest accepted --max-connections
+    b, port = bare({"LOCKD_MAX_CONNECTIONS": str(limit), "LOCKD_THREADS": "1"})
+    clients = []
+    try:
+        for i in range(limit):
+            c = harness.Client(port, timeout=5)
+            clients.append(c)
+            eq(c.request("GET", "/healthz").status, 200, "connection %d" % (i + 1))
+        check(extra_connection_refused(port), "connection %d was served with LOCKD_MAX_CONNECTIONS=%d"
+              % (limit + 1, limit))
+    finally:
+        for c in clients:
+            c.close()
+        rc, err = b.stop()
+    eq(rc, 0, "exit code with LOCKD_MAX_CONNECTIONS")
+    # LOCKD_LOG_FORMAT=json with LOCKD_LOG_LEVEL=info: JSON lines, the access line among them
+    b, port = bare({"LOCKD_LOG_FORMAT": "json", "LOCKD_LOG_LEVEL": "info"})
+    try:
+        eq(b.request("GET", "/healthz", headers={"X-Request-Id": "env-log-probe-1"}).status, 200, "/healthz")
+        time.sleep(0.2)
+    finally:
+        rc, err = b.stop()
+    eq(rc, 0, "exit code with LOCKD_LOG_FORMAT")
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("==") and "Sanitizer" not in ln
+             and "runtime error" not in ln]
+    for ln in lines:
+        try:
+            json.loads(ln)
+        except ValueError:
+            raise harness.Fail("log line is not JSON with LOCKD_LOG_FORMAT=json: %r" % ln[:300])
+    check(any("env-log-probe-1" in ln for ln in lines), "no access line for the probe with LOCKD_LOG_LEVEL=info")
+    # LOCKD_LOG_LEVEL=error drops the access lines (they are info)
+    b, port = bare({"LOCKD_LOG_LEVEL": "error"})
+    try:
+        eq(b.request("GET", "/healthz", headers={"X-Request-Id": "env-log-probe-2"}).status, 200, "/healthz")
+        time.sleep(0.2)
+    finally:
+        rc, err = b.stop()
+    eq(rc, 0, "exit code with LOCKD_LOG_LEVEL")
+    check("env-log-probe-2" not in err, "an access line was written with LOCKD_LOG_LEVEL=error: %r" % err[-300:])
+
+
 @harness.scenario("--max-ttl-ms, --max-wait-ms, --default-ttl-ms and --max-body-bytes take effect")
 def limit_flags(ctx):
     ld = ctx.new_lockd(["--max-ttl-ms", "5000", "--max-wait-ms", "2000", "--default-ttl-ms", "3000",
@@ -366,6 +418,30 @@ def auth(ctx):
     eq(rc, 2, "exit code for a missing token file")
 
 
+def extra_connection_refused(port):
+    """Whether one more connection to lockd is refused: closed, reset, not
+    answered within 3 s, or answered 503."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=3)
+        try:
+            s.sendall(http_request("GET", "/healthz"))
+            out = b""
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                out += chunk
+                if parse_http(out) is not None:
+                    break
+            p = parse_http(out) if out else None
+            return p is None or p[0] == 503
+        finally:
+            s.close()
+    except OSError:
+        return True
+
+
 @harness.scenario("--max-connections bounds concurrent connections and lockd recovers when they close")
 def max_connections(ctx):
     limit = 16  # lockd's smallest accepted value
@@ -376,27 +452,8 @@ def max_connections(ctx):
             c = ld.client(timeout=5)
             eq(c.request("GET", "/healthz").status, 200, "connection %d" % (i + 1))
             clients.append(c)
-        refused = False
-        try:
-            s = socket.create_connection(("127.0.0.1", ld.port), timeout=3)
-            try:
-                s.sendall(http_request("GET", "/healthz"))
-                out = b""
-                deadline = time.monotonic() + 3
-                while time.monotonic() < deadline:
-                    chunk = s.recv(4096)
-                    if not chunk:
-                        break
-                    out += chunk
-                    if parse_http(out) is not None:
-                        break
-                p = parse_http(out) if out else None
-                refused = p is None or p[0] == 503
-            finally:
-                s.close()
-        except OSError:
-            refused = True
-        check(refused, "connection %d was served with --max-connections %d" % (limit + 1, limit))
+        check(extra_connection_refused(ld.port), "connection %d was served with --max-connections %d"
+              % (limit + 1, limit))
     finally:
         for c in clients:
             c.close()
