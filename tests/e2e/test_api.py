@@ -732,6 +732,19 @@ def params_query(ctx):
     release(ctx, key, g["token"])
 
 
+@harness.scenario("in a query value %2B is a literal + while + is a space, and the key keeps its literal +")
+def query_plus(ctx):
+    key = ctx.key("plus") + "+k"
+    r = req(ctx, "POST", key, query="ttl_ms=5000&owner=a%2Bb+c%2B%2B", safe="+")
+    g = expect_grant(r, key, 5000)
+    expect_held(ctx, key, g["fence"], "a+b c++")
+    expect_free(ctx, key[:-2] + " k", "the key with a space where the path had +")
+    # digits may be percent-encoded too (%36 is 6)
+    r = req(ctx, "PUT", key, query="token=%s&ttl_ms=%%36000" % g["token"], safe="+")
+    expect_grant(r, key, 6000, status=200, what="renew with ttl_ms=%36000 in the query")
+    release(ctx, key, g["token"])
+
+
 @harness.scenario("acquire reads a JSON body whatever its Content-Type, and fields may be split between query and body")
 def params_body_ctype(ctx):
     for ctype in ("application/json", "application/x-www-form-urlencoded", "text/plain",
@@ -1151,14 +1164,21 @@ def request_id(ctx):
 def content_types(ctx):
     key = ctx.key("ct")
     g = acquire(ctx, key, ttl_ms=5000)
+    seen = set()
     for method, p, body, headers in (
             ("GET", path(key), None, None), ("POST", path(key), None, None),
             ("PUT", path(key), None, {"Lock-Token": g["token"]}), ("GET", "/healthz", None, None),
             ("GET", "/readyz", None, None), ("GET", "/x", None, None), ("PATCH", path(key), None, None),
             ("POST", path(key), b"[", None), ("DELETE", path(key), None, None),
-            ("DELETE", path(key), None, {"Lock-Token": g["token"]})):
+            ("POST", path(key), b"{" + b" " * 9000 + b"}", None), ("GET", "/locks/", None, None),
+            ("PUT", path(key), None, {"Lock-Token": "0" * 32}),
+            ("DELETE", path(key), None, {"Lock-Token": g["token"]}),
+            ("PUT", path(key), None, {"Lock-Token": g["token"]})):
         r = ctx.lockd.request(method, p, body, headers)
         expect_json(r, r.status, "%s %s" % (method, p))
+        seen.add(r.status)
+    # the list reaches every kind of answer, errors included
+    eq(sorted(seen), [200, 400, 404, 405, 409, 413], "statuses met")
 
 
 @harness.scenario("HTTP/1.0, keep-alive, chunked bodies and pipelined requests are served")
@@ -1214,6 +1234,9 @@ def http_framing(ctx):
 
 # ------------------------------------------------------ data-driven cases
 
+EXPECT_KEYS = ("status", "code", "setup", "after", "keep_newline")
+
+
 def load_case(d):
     with open(os.path.join(d, "request"), "rb") as f:
         text = f.read()
@@ -1245,6 +1268,12 @@ def data_cases(ctx):
     for name in cases:
         d = os.path.join(DATA_DIR, name)
         method, target, headers, body, expect = load_case(d)
+        # a misspelt expectation would silently check nothing
+        unknown = [k for k in expect if k not in EXPECT_KEYS and not k.startswith(("json.", "header."))]
+        check(not unknown, "%s/expect: unknown keys %s" % (name, unknown))
+        check(re.match(r"^[1-5]\d\d$", expect.get("status", "")), "%s/expect: no status" % name)
+        check(expect.get("after", "held") in ("held", "free"), "%s/expect: after %r" % (name, expect.get("after")))
+        check(expect.get("setup", "held") == "held", "%s/expect: setup %r" % (name, expect.get("setup")))
         key = ctx.key("dd")
         target = target.replace(b"@KEY@", quote(key).encode())
         expect = {k: v.replace("@KEY@", key) for k, v in expect.items()}
