@@ -735,7 +735,8 @@ static enum backend_result run_op(struct mysql_be *be, attempt_fn fn, void *arg)
     return BACKEND_UNAVAILABLE;
 }
 
-struct acquire_arg {
+/* acquire_attempt()'s and renew_attempt()'s argument through run_op() */
+struct grant_arg {
     const struct lock_req *req;
     struct lock_grant *out;
 };
@@ -743,7 +744,7 @@ struct acquire_arg {
 static enum attempt
 acquire_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
-    struct acquire_arg *a = arg;
+    struct grant_arg *a = arg;
     const struct lock_req *req = a->req;
     struct mysql_be *be = c->be;
     MYSQL_BIND p[5];
@@ -842,15 +843,10 @@ static enum attempt settle_unmatched(struct mysql_conn *c,
     return ATTEMPT_DONE;
 }
 
-struct renew_arg {
-    const struct lock_req *req;
-    struct lock_grant *out;
-};
-
 static enum attempt
 renew_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
-    struct renew_arg *a = arg;
+    struct grant_arg *a = arg;
     const struct lock_req *req = a->req;
     MYSQL_BIND p[4], r[3];
     unsigned long klen, tlen;
@@ -1536,7 +1532,7 @@ static enum backend_result mysql_be_acquire(struct backend *base,
                                             const struct lock_req *req,
                                             struct lock_grant *out)
 {
-    struct acquire_arg a = { .req = req, .out = out };
+    struct grant_arg a = { .req = req, .out = out };
 
     /* req->waiter is ignored: no queue in the store (no CAP_QUEUE) */
     return run_op((struct mysql_be *)base, acquire_attempt, &a);
@@ -1546,7 +1542,7 @@ static enum backend_result mysql_be_renew(struct backend *base,
                                           const struct lock_req *req,
                                           struct lock_grant *out)
 {
-    struct renew_arg a = { .req = req, .out = out };
+    struct grant_arg a = { .req = req, .out = out };
 
     return run_op((struct mysql_be *)base, renew_attempt, &a);
 }
