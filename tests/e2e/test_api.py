@@ -1348,6 +1348,7 @@ def store_paused(ctx):
         body = expect_json(r, 503, "/readyz on a paused store")
         eq(body.get("status"), "unavailable", "readyz status")
         check(isinstance(body.get("reason"), str) and body["reason"], "readyz reason")
+        eq(body.get("backend"), ctx.backend, "readyz backend")
         # a waiting acquire whose last attempt met the unavailable store: 503 at its deadline, not 409
         r = req(ctx, "POST", free, {"ttl_ms": 5000, "wait_ms": 1500}, timeout=20)
         expect_error(r, 503, "backend_unavailable", "waiting acquire on a paused store")

@@ -116,6 +116,7 @@ def sigterm(ctx):
         body = expect_json(r, 503, "/readyz after SIGTERM")
         eq(body.get("status"), "unavailable", "readyz status")
         eq(body.get("reason"), "shutting down", "readyz reason")
+        eq(body.get("backend"), ctx.backend, "readyz backend while shutting down")
         # a new request is refused with 503 shutting_down (or the connection is gone)
         try:
             r = keep.request("POST", path(ctx.key("term-new")), {"ttl_ms": 1000})
