@@ -4,9 +4,10 @@
  * One shared handle per process, owned by a keeper thread that opens it,
  * prepares the root nodes, samples the server's clock and replaces the
  * handle when its session expires. Requests borrow the handle, issue
- * asynchronous calls and wait for them with a deadline (timeout_ms), so no
- * request hangs on a lost connection. The library's threads only store
- * results, signal condition variables and call hooks->notify.
+ * asynchronous calls and wait for them with a deadline (timeout_ms;
+ * backends/zk_call.c), so no request hangs on a lost connection. The
+ * library's threads only store results, signal condition variables and
+ * call hooks->notify.
  *
  * The recipe, per key (key bytes base64url-encoded into one node name):
  *
@@ -33,6 +34,7 @@
  * grant made here is one multi without a read (zk_release_known()).
  */
 #include "backends/backend.h"
+#include "backends/zk_call.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -48,10 +50,8 @@
 #include "service/log.h"
 #include "service/metrics.h"
 
-#define ZK_PATH_MAX   1536 /* chroot + /lockd/locks/k + 683 + child */
 #define ZK_CHROOT_MAX 256
 #define ZK_NAME_MAX   96 /* a child's name */
-#define ZK_DATA_MAX   (32 + LOCK_TOKEN_MAX + LOCK_OWNER_MAX)
 #define ZK_SEQ_DIGITS 10 /* ZooKeeper's sequence suffix */
 #define ZK_MAX_ROUNDS 16 /* look-act rounds per request */
 /* others reap a waiter node this long after the deadline in its name */
@@ -69,32 +69,9 @@
  * connected (its default, 0, is a getaddrinfo() per I/O loop turn: a
  * netlink dump per request); it always does on a connection loss */
 #define ZK_RESOLVE_DELAY_MS 30000
-#define ZK_MULTI_MAX        5    /* ops in one multi */
 #define ZK_OWN_SLOTS        4096 /* grants remembered for a quick release */
 
 extern const struct backend_ops zk_be_ops;
-
-/* One asynchronous call, shared by the requesting thread and the library's
- * completion thread: whichever lets go last frees it. */
-struct zk_call {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int refs; /* guarded by mu */
-    int done; /* guarded by mu */
-    int rc;
-    struct Stat stat;
-    char *data; /* get: owned copy of the node's data */
-    int data_len;
-    char **kids; /* get_children: owned, one block with the names */
-    int nkids;
-    char name[ZK_PATH_MAX]; /* create: the created path */
-    /* multi: the library writes results and stats here at completion */
-    zoo_op_t ops[ZK_MULTI_MAX];
-    zoo_op_result_t results[ZK_MULTI_MAX];
-    struct Stat set_stat;
-    char paths[4][ZK_PATH_MAX];
-    char buf[ZK_DATA_MAX];
-};
 
 /* A handle and the requests that borrowed it. */
 struct zk_conn {
@@ -402,183 +379,6 @@ static int64_t zk_server_now(struct zk_be *be)
     return now;
 }
 
-/* ---- calls: async requests waited for with a deadline ----------------- */
-
-static struct zk_call *zk_call_new(void)
-{
-    struct zk_call *c = calloc(1, sizeof(*c));
-    pthread_condattr_t ca;
-
-    if (c == NULL)
-        return NULL;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (pthread_mutex_init(&c->mu, NULL) != 0) {
-        pthread_condattr_destroy(&ca);
-        free(c);
-        return NULL;
-    }
-    if (pthread_cond_init(&c->cv, &ca) != 0) {
-        pthread_condattr_destroy(&ca);
-        pthread_mutex_destroy(&c->mu);
-        free(c);
-        return NULL;
-    }
-    pthread_condattr_destroy(&ca);
-    c->refs = 2; /* the caller's and the completion's */
-    return c;
-}
-
-static void zk_call_unref(struct zk_call *c)
-{
-    int left;
-
-    if (c == NULL)
-        return;
-    pthread_mutex_lock(&c->mu);
-    left = --c->refs;
-    pthread_mutex_unlock(&c->mu);
-    if (left > 0)
-        return;
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
-    free(c->data);
-    free(c->kids);
-    free(c);
-}
-
-/* Completion side: store, wake the caller, let go. */
-static void zk_call_finish(struct zk_call *c, int rc)
-{
-    pthread_mutex_lock(&c->mu);
-    c->rc = rc;
-    c->done = 1;
-    pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    zk_call_unref(c);
-}
-
-static void zk_cb_void(int rc, const void *data)
-{
-    zk_call_finish((struct zk_call *)(uintptr_t)data, rc);
-}
-
-static void zk_cb_stat(int rc, const struct Stat *stat, const void *data)
-{
-    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
-
-    if (rc == ZOK && stat != NULL)
-        c->stat = *stat;
-    zk_call_finish(c, rc);
-}
-
-static void zk_cb_data(int rc,
-                       const char *value,
-                       int value_len,
-                       const struct Stat *stat,
-                       const void *data)
-{
-    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
-
-    if (rc == ZOK) {
-        if (stat != NULL)
-            c->stat = *stat;
-        if (value != NULL && value_len > 0) {
-            c->data = malloc((size_t)value_len);
-            if (c->data == NULL) {
-                rc = ZSYSTEMERROR;
-            } else {
-                memcpy(c->data, value, (size_t)value_len);
-                c->data_len = value_len;
-            }
-        }
-    }
-    zk_call_finish(c, rc);
-}
-
-static void zk_cb_kids(int rc,
-                       const struct String_vector *strings,
-                       const struct Stat *stat,
-                       const void *data)
-{
-    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
-
-    if (rc == ZOK && strings != NULL && strings->count > 0) {
-        size_t n = (size_t)strings->count, total = 0;
-        for (size_t i = 0; i < n; i++)
-            total += strlen(strings->data[i]) + 1;
-        c->kids = malloc(n * sizeof(char *) + total);
-        if (c->kids == NULL) {
-            rc = ZSYSTEMERROR;
-        } else {
-            char *p = (char *)(c->kids + n);
-            for (size_t i = 0; i < n; i++) {
-                size_t l = strlen(strings->data[i]) + 1;
-                memcpy(p, strings->data[i], l);
-                c->kids[i] = p;
-                p += l;
-            }
-            c->nkids = (int)n;
-        }
-    }
-    if (rc == ZOK && stat != NULL)
-        c->stat = *stat;
-    zk_call_finish(c, rc);
-}
-
-static void zk_cb_create(int rc,
-                         const char *name,
-                         const struct Stat *stat,
-                         const void *data)
-{
-    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
-
-    if (rc == ZOK) {
-        if (name != NULL)
-            snprintf(c->name, sizeof(c->name), "%s", name);
-        if (stat != NULL)
-            c->stat = *stat;
-    }
-    zk_call_finish(c, rc);
-}
-
-/* Wait for c until deadline (monotonic ms); its rc, or ZOPERATIONTIMEOUT.
- * issued is what the zoo_a* call returned: on failure no completion comes. */
-static int zk_call_wait(struct zk_call *c, int issued, int64_t deadline)
-{
-    struct timespec ts;
-    int rc;
-
-    if (issued != ZOK) {
-        zk_call_unref(c); /* the completion's reference: it never runs */
-        return issued;
-    }
-    ts.tv_sec = (time_t)(deadline / 1000);
-    ts.tv_nsec = (long)(deadline % 1000) * 1000000L;
-    pthread_mutex_lock(&c->mu);
-    while (!c->done) {
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT)
-            break;
-    }
-    rc = c->done ? c->rc : ZOPERATIONTIMEOUT;
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
-/* zk_call_wait(), then copy c's stat to st (when not NULL and the call
- * succeeded) and drop the caller's reference: the tail of every one-call
- * wrapper that keeps no more than a stat. */
-static int
-zk_call_run(struct zk_call *c, int issued, int64_t deadline, struct Stat *st)
-{
-    int rc = zk_call_wait(c, issued, deadline);
-
-    if (rc == ZOK && st != NULL)
-        *st = c->stat;
-    zk_call_unref(c);
-    return rc;
-}
-
 /* ---- watches and notifications ---------------------------------------- */
 
 /* A watch on h or on a predecessor fired (or a renew changed h): some
@@ -723,8 +523,8 @@ static int zk_get_kids(struct zk_conn *cn,
     *out = NULL;
     if (c == NULL)
         return ZSYSTEMERROR;
-    rc =
-        zk_call_wait(c, zoo_aget_children2(cn->zh, path, 0, zk_cb_kids, c), dl);
+    rc = zk_call_wait(
+        c, zoo_aget_children2(cn->zh, path, 0, zk_call_on_kids, c), dl);
     if (rc == ZOK)
         *out = c; /* the caller unrefs it when done with the names */
     else
@@ -748,9 +548,10 @@ static int zk_get(struct zk_be *be,
     if (c == NULL)
         return ZSYSTEMERROR;
     if (watch)
-        rc = zoo_awget(cn->zh, path, zk_be_node_watcher, be, zk_cb_data, c);
+        rc =
+            zoo_awget(cn->zh, path, zk_be_node_watcher, be, zk_call_on_data, c);
     else
-        rc = zoo_aget(cn->zh, path, 0, zk_cb_data, c);
+        rc = zoo_aget(cn->zh, path, 0, zk_call_on_data, c);
     rc = zk_call_wait(c, rc, dl);
     if (rc == ZOK) {
         *st = c->stat;
@@ -768,8 +569,8 @@ zk_delete(struct zk_conn *cn, const char *path, int version, int64_t dl)
 
     if (c == NULL)
         return ZSYSTEMERROR;
-    return zk_call_run(c, zoo_adelete(cn->zh, path, version, zk_cb_void, c), dl,
-                       NULL);
+    return zk_call_run(
+        c, zoo_adelete(cn->zh, path, version, zk_call_on_void, c), dl, NULL);
 }
 
 static int zk_create(struct zk_conn *cn,
@@ -787,10 +588,11 @@ static int zk_create(struct zk_conn *cn,
 
     if (c == NULL)
         return ZSYSTEMERROR;
-    rc = zk_call_wait(c,
-                      zoo_acreate2(cn->zh, path, data, len,
-                                   &ZOO_OPEN_ACL_UNSAFE, mode, zk_cb_create, c),
-                      dl);
+    rc =
+        zk_call_wait(c,
+                     zoo_acreate2(cn->zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE,
+                                  mode, zk_call_on_create, c),
+                     dl);
     if (rc == ZOK) {
         if (name != NULL)
             snprintf(name, name_cap, "%s", c->name);
@@ -814,7 +616,8 @@ static int zk_set(struct zk_conn *cn,
     if (c == NULL)
         return ZSYSTEMERROR;
     return zk_call_run(
-        c, zoo_aset(cn->zh, path, data, len, version, zk_cb_stat, c), dl, st);
+        c, zoo_aset(cn->zh, path, data, len, version, zk_call_on_stat, c), dl,
+        st);
 }
 
 static int zk_exists(struct zk_conn *cn, const char *path, int64_t dl)
@@ -823,7 +626,7 @@ static int zk_exists(struct zk_conn *cn, const char *path, int64_t dl)
 
     if (c == NULL)
         return ZSYSTEMERROR;
-    return zk_call_run(c, zoo_aexists(cn->zh, path, 0, zk_cb_stat, c), dl,
+    return zk_call_run(c, zoo_aexists(cn->zh, path, 0, zk_call_on_stat, c), dl,
                        NULL);
 }
 
@@ -842,22 +645,6 @@ static int zk_marker_name(const char *token, char *out, size_t cap)
     out[0] = 't';
     memcpy(out + 1, token, n + 1);
     return 0;
-}
-
-/* The index of the op a failed multi failed on, or -1 (also when no
- * answer came: then the library may still be writing the results). */
-static int zk_multi_failed(struct zk_call *c, int n)
-{
-    int done;
-
-    pthread_mutex_lock(&c->mu);
-    done = c->done;
-    pthread_mutex_unlock(&c->mu);
-    for (int i = 0; done && i < n; i++)
-        if (c->results[i].err != ZOK &&
-            c->results[i].err != ZRUNTIMEINCONSISTENCY)
-            return i;
-    return -1;
 }
 
 /*
@@ -909,7 +696,7 @@ static int zk_grant(struct zk_conn *cn,
     zoo_set_op_init(&c->ops[n++], c->paths[0], c->buf, (int)len, 0,
                     &c->set_stat);
     rc = zk_call_wait(
-        c, zoo_amulti(cn->zh, n, c->ops, c->results, zk_cb_void, c), dl);
+        c, zoo_amulti(cn->zh, n, c->ops, c->results, zk_call_on_void, c), dl);
     if (rc == ZOK)
         *st = c->set_stat;
     zk_call_unref(c);
@@ -961,8 +748,8 @@ static int zk_drop(struct zk_conn *cn,
         zoo_delete_op_init(&c->ops[n++], c->paths[2], -1);
     }
     rc = zk_call_wait(
-        c, zoo_amulti(cn->zh, n, c->ops, c->results, zk_cb_void, c), dl);
-    if (rc != ZOK && (i = zk_multi_failed(c, n)) >= 0) {
+        c, zoo_amulti(cn->zh, n, c->ops, c->results, zk_call_on_void, c), dl);
+    if (rc != ZOK && (i = zk_call_multi_failed(c, n)) >= 0) {
         *failed = what[i];
         rc = c->results[i].err;
     }

@@ -1,0 +1,198 @@
+/*
+ * backends/zk_call.c - one asynchronous ZooKeeper call waited for with a
+ * deadline (see zk_call.h). The call is shared by the requesting thread
+ * and the library's completion thread: whichever lets go last frees it.
+ */
+#include "backends/zk_call.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct zk_call *zk_call_new(void)
+{
+    struct zk_call *c = calloc(1, sizeof(*c));
+    pthread_condattr_t ca;
+
+    if (c == NULL)
+        return NULL;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        pthread_condattr_destroy(&ca);
+        free(c);
+        return NULL;
+    }
+    if (pthread_cond_init(&c->cv, &ca) != 0) {
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return NULL;
+    }
+    pthread_condattr_destroy(&ca);
+    c->refs = 2; /* the caller's and the completion's */
+    return c;
+}
+
+void zk_call_unref(struct zk_call *c)
+{
+    int left;
+
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->mu);
+    left = --c->refs;
+    pthread_mutex_unlock(&c->mu);
+    if (left > 0)
+        return;
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c->data);
+    free(c->kids);
+    free(c);
+}
+
+/* Completion side: store, wake the caller, let go. */
+static void zk_call_finish(struct zk_call *c, int rc)
+{
+    pthread_mutex_lock(&c->mu);
+    c->rc = rc;
+    c->done = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    zk_call_unref(c);
+}
+
+void zk_call_on_void(int rc, const void *data)
+{
+    zk_call_finish((struct zk_call *)(uintptr_t)data, rc);
+}
+
+void zk_call_on_stat(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
+
+    if (rc == ZOK && stat != NULL)
+        c->stat = *stat;
+    zk_call_finish(c, rc);
+}
+
+void zk_call_on_data(int rc,
+                     const char *value,
+                     int value_len,
+                     const struct Stat *stat,
+                     const void *data)
+{
+    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
+
+    if (rc == ZOK) {
+        if (stat != NULL)
+            c->stat = *stat;
+        if (value != NULL && value_len > 0) {
+            c->data = malloc((size_t)value_len);
+            if (c->data == NULL) {
+                rc = ZSYSTEMERROR;
+            } else {
+                memcpy(c->data, value, (size_t)value_len);
+                c->data_len = value_len;
+            }
+        }
+    }
+    zk_call_finish(c, rc);
+}
+
+void zk_call_on_kids(int rc,
+                     const struct String_vector *strings,
+                     const struct Stat *stat,
+                     const void *data)
+{
+    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
+
+    if (rc == ZOK && strings != NULL && strings->count > 0) {
+        size_t n = (size_t)strings->count, total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += strlen(strings->data[i]) + 1;
+        c->kids = malloc(n * sizeof(char *) + total);
+        if (c->kids == NULL) {
+            rc = ZSYSTEMERROR;
+        } else {
+            char *p = (char *)(c->kids + n);
+            for (size_t i = 0; i < n; i++) {
+                size_t l = strlen(strings->data[i]) + 1;
+                memcpy(p, strings->data[i], l);
+                c->kids[i] = p;
+                p += l;
+            }
+            c->nkids = (int)n;
+        }
+    }
+    if (rc == ZOK && stat != NULL)
+        c->stat = *stat;
+    zk_call_finish(c, rc);
+}
+
+void zk_call_on_create(int rc,
+                       const char *name,
+                       const struct Stat *stat,
+                       const void *data)
+{
+    struct zk_call *c = (struct zk_call *)(uintptr_t)data;
+
+    if (rc == ZOK) {
+        if (name != NULL)
+            snprintf(c->name, sizeof(c->name), "%s", name);
+        if (stat != NULL)
+            c->stat = *stat;
+    }
+    zk_call_finish(c, rc);
+}
+
+int zk_call_wait(struct zk_call *c, int issued, int64_t deadline)
+{
+    struct timespec ts;
+    int rc;
+
+    if (issued != ZOK) {
+        zk_call_unref(c); /* the completion's reference: it never runs */
+        return issued;
+    }
+    ts.tv_sec = (time_t)(deadline / 1000);
+    ts.tv_nsec = (long)(deadline % 1000) * 1000000L;
+    pthread_mutex_lock(&c->mu);
+    while (!c->done) {
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT)
+            break;
+    }
+    rc = c->done ? c->rc : ZOPERATIONTIMEOUT;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int zk_call_run(struct zk_call *c,
+                int issued,
+                int64_t deadline,
+                struct Stat *st)
+{
+    int rc = zk_call_wait(c, issued, deadline);
+
+    if (rc == ZOK && st != NULL)
+        *st = c->stat;
+    zk_call_unref(c);
+    return rc;
+}
+
+int zk_call_multi_failed(struct zk_call *c, int n)
+{
+    int done;
+
+    pthread_mutex_lock(&c->mu);
+    done = c->done;
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; done && i < n; i++)
+        if (c->results[i].err != ZOK &&
+            c->results[i].err != ZRUNTIMEINCONSISTENCY)
+            return i;
+    return -1;
+}
