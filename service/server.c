@@ -527,6 +527,7 @@ struct server *server_start(const struct config *cfg,
                               .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
     struct addrinfo *ai = NULL;
+    unsigned pool;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      MHD_USE_TURBO;
@@ -547,20 +548,23 @@ struct server *server_start(const struct config *cfg,
     }
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* libmicrohttpd splits the connection limit between pool threads, and
+     * a pool of one is no pool (0: its one internal thread) */
+    pool = cfg->threads < cfg->max_connections ? cfg->threads
+                                               : cfg->max_connections;
+    if (pool <= 1)
+        pool = 0;
+    /* the logger first: messages about the options after it reach it */
     srv->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-        ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
-        /* libmicrohttpd splits the connection limit between threads */
-        cfg->threads < cfg->max_connections ? cfg->threads
-                                            : cfg->max_connections,
-        MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+        mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_CONNECTION_LIMIT,
+        cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)8192,
         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)1024,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (srv->daemon == NULL) {
         log_error("cannot listen on %s (in use, or not a local address?)",
