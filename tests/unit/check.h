@@ -20,7 +20,10 @@
 
 /* mkstemp()/mkdtemp() templates end in six X's, spelled so that a search
  * for unfinished-work markers does not stop at them */
-#define MKTEMP_SUFFIX "XX" "XX" "XX"
+#define MKTEMP_SUFFIX \
+    "XX"              \
+    "XX"              \
+    "XX"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -242,22 +242,20 @@ acq_full(struct backend *be,
 }
 
 /* try-once acquire without an owner */
-static enum backend_result __attribute__((unused))
-acq(struct backend *be,
-    const char *key,
-    const char *tok,
-    uint64_t ttl,
-    struct lock_grant *g)
+static enum backend_result __attribute__((unused)) acq(struct backend *be,
+                                                       const char *key,
+                                                       const char *tok,
+                                                       uint64_t ttl,
+                                                       struct lock_grant *g)
 {
     return acq_full(be, key, tok, NULL, ttl, NULL, g);
 }
 
-static enum backend_result __attribute__((unused))
-ren(struct backend *be,
-    const char *key,
-    const char *tok,
-    uint64_t ttl,
-    struct lock_grant *g)
+static enum backend_result __attribute__((unused)) ren(struct backend *be,
+                                                       const char *key,
+                                                       const char *tok,
+                                                       uint64_t ttl,
+                                                       struct lock_grant *g)
 {
     struct lock_req req = {
         .key = key, .key_len = strlen(key), .token = tok, .ttl_ms = ttl
