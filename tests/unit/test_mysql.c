@@ -571,8 +571,7 @@ static void test_dropped_tables_are_made_again(void)
                           " WHERE lock_key = 'drop'"),
                  0);
     CHECK(root_sql("DROP TABLE lockd.other_locks, lockd.other_locks_seq,"
-                   " lockd.other_locks_events, lockd.other_locks_fence") ==
-          0);
+                   " lockd.other_locks_events, lockd.other_locks_fence") == 0);
     CHECK_EQ_INT(acq(be, "drop", TOK_A, 5000, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be, "drop", TOK_A), BACKEND_OK);
     mysql_be_ops.close(be);
@@ -600,8 +599,8 @@ static void test_old_schema_upgrade_gives_larger_fences(void)
     CHECK(root_sql("CREATE TABLE lockd.up_locks_events (id BIGINT UNSIGNED"
                    " NOT NULL, lock_key VARBINARY(512) NOT NULL, PRIMARY KEY"
                    " (id)) ENGINE = InnoDB") == 0);
-    CHECK(root_sql("INSERT INTO lockd.up_locks_seq VALUES (1, 7000), (2, 5)")
-          == 0);
+    CHECK(root_sql("INSERT INTO lockd.up_locks_seq VALUES (1, 7000), (2, 5)") ==
+          0);
     /* a held lock granted by the old version, fence above the sequence */
     CHECK(root_sql("INSERT INTO lockd.up_locks VALUES ('held', 'x', NULL,"
                    " 7300, 60000, 9999999999999)") == 0);

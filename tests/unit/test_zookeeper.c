@@ -166,11 +166,13 @@ static void test_acquire_inspect_renew_release(void)
     struct lock_info info;
 
     CHECK_EQ_INT(zk_be_ops.ping(be_main), BACKEND_OK);
-    CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_A, 5000, NULL, &g),
+                 BACKEND_OK);
     CHECK(g.fence > 0 && g.fence <= LOCK_FENCE_MAX);
     CHECK_EQ_U64(g.ttl_ms, 5000);
     CHECK(g.expires_at_ms > backend_now_ms() + 4000);
-    CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_B, 5000, NULL, &h), BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_B, 5000, NULL, &h),
+                 BACKEND_HELD);
     CHECK(h.retry_ms > 4000 && h.retry_ms <= 5000);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "a/../b", 6, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
@@ -188,7 +190,8 @@ static void test_acquire_inspect_renew_release(void)
     CHECK_EQ_INT(rel(be_main, "a/../b", TOK_A), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "a/../b", 6, &info),
                  BACKEND_NOT_FOUND);
-    CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_B, 5000, NULL, &h), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_B, 5000, NULL, &h),
+                 BACKEND_OK);
     CHECK(h.fence > g.fence);
     CHECK_EQ_INT(rel(be_main, "a/../b", TOK_B), BACKEND_OK);
 }
@@ -203,10 +206,12 @@ static void test_keys_are_distinct_nodes(void)
     char big[LOCK_KEY_MAX + 1];
 
     for (size_t i = 0; i < n; i++)
-        CHECK_MSG(acq_wait(be_main, keys[i], TOK_A, 5000, NULL, &g) == BACKEND_OK,
+        CHECK_MSG(acq_wait(be_main, keys[i], TOK_A, 5000, NULL, &g) ==
+                      BACKEND_OK,
                   "%s", keys[i]);
     for (size_t i = 0; i < n; i++)
-        CHECK_MSG(acq_wait(be_main, keys[i], TOK_B, 5000, NULL, &g) == BACKEND_HELD,
+        CHECK_MSG(acq_wait(be_main, keys[i], TOK_B, 5000, NULL, &g) ==
+                      BACKEND_HELD,
                   "%s", keys[i]);
     for (size_t i = 0; i < n; i++)
         CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
