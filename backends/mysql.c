@@ -552,7 +552,7 @@ static struct mysql_conn *conn_get(struct mysql_be *be, bool *fresh)
         return c;
     now = backend_mono_ms();
     if (now < c->retry_at_ms &&
-        atomic_load_explicit(&be->ok_at_ms, memory_order_relaxed) <=
+        atomic_load_explicit(&be->ok_at_ms, memory_order_relaxed) <
             c->failed_at_ms)
         return NULL; /* backing off, and no thread got through since */
     if (conn_connect(c) != 0) {

@@ -286,12 +286,12 @@ static void redis_be_mark(struct redis_be *be, int up, const char *detail)
 {
     int was;
 
-    if (up) {
-        int64_t now = backend_mono_ms();
-        if (now - atomic_load_explicit(&be->last_ok_ms, memory_order_relaxed) >=
-            5)
-            atomic_store_explicit(&be->last_ok_ms, now, memory_order_relaxed);
-    }
+    /* every success, not a sample of them: a thread that failed a moment
+     * before the last sample would otherwise keep backing off (and answer
+     * /readyz 503) after Redis is back */
+    if (up)
+        atomic_store_explicit(&be->last_ok_ms, backend_mono_ms(),
+                              memory_order_relaxed);
     if (atomic_load_explicit(&be->up, memory_order_relaxed) == up)
         return;
     was = atomic_exchange(&be->up, up);
@@ -564,7 +564,7 @@ static int redis_be_conn_ready(struct redis_be *be, struct redis_conn *cn)
     /* back off, unless another thread has reached Redis since we failed:
      * then it is back and this thread should not answer 503 any longer */
     if (backend_mono_ms() < cn->retry_at_ms &&
-        atomic_load_explicit(&be->last_ok_ms, memory_order_relaxed) <=
+        atomic_load_explicit(&be->last_ok_ms, memory_order_relaxed) <
             cn->failed_at_ms)
         return -1;
     if (redis_be_conn_open(be, cn, err, sizeof(err)) != 0) {
