@@ -59,6 +59,7 @@
 /* a waiter looks at its place at least this often, whatever its watch */
 #define ZK_WAITER_RECHECK_MS  5000
 #define ZK_CLOCK_REFRESH_MS   5000
+#define ZK_CLOCK_SLACK_MS     2 /* see zk_server_now() */
 #define ZK_KEEPER_TICK_MS     250
 #define ZK_SWEEP_BATCH        20   /* keys looked at per keeper tick */
 #define ZK_SWEEP_RELIST_MS    2000 /* a new pass at most this often */
@@ -376,7 +377,9 @@ static int64_t zk_server_now(struct zk_be *be)
                                    ? be->clock.cur_ms
                                    : be->clock.prev_ms);
     pthread_mutex_unlock(&be->mu);
-    return now;
+    /* mtime and our clock are whole ms: each sample may be ahead by up to
+     * 1 ms, and an mtime marks a write up to 1 ms after it */
+    return now - ZK_CLOCK_SLACK_MS;
 }
 
 /* ---- watches and notifications ---------------------------------------- */
@@ -632,8 +635,9 @@ static int zk_exists(struct zk_conn *cn, const char *path, int64_t dl)
 
 /* h's token marker, "t<token>": a sibling of h, created and deleted with
  * it. Its name is unique to one grant (tokens are 128 random bits), which a
- * version number is not: a release that checks the marker and h's version
- * can never hit a later grant of the key (an ABA), so it needs no read.
+ * version number is not (every fresh h has version 1): a release, renew or
+ * reap that checks the marker with h's version can never hit a later grant
+ * of the key (an ABA), so a release needs no read.
  * -1 for a token that cannot be a node name (lockd's are 32 hex chars). */
 static int zk_marker_name(const char *token, char *out, size_t cap)
 {
@@ -645,6 +649,54 @@ static int zk_marker_name(const char *token, char *out, size_t cap)
     out[0] = 't';
     memcpy(out + 1, token, n + 1);
     return 0;
+}
+
+/*
+ * Renew: set h's data at version, in one multi with a check that h's
+ * marker exists, so a renew that read h just before it expired and was
+ * granted again (same version) cannot overwrite the new holder. marker
+ * NULL: a plain versioned set.
+ */
+static int zk_set_marked(struct zk_conn *cn,
+                         const char *parent,
+                         const char *marker,
+                         const char *data,
+                         size_t len,
+                         int version,
+                         int64_t dl,
+                         struct Stat *st)
+{
+    struct zk_call *c;
+    int rc, i;
+
+    if (marker == NULL) {
+        char hpath[ZK_PATH_MAX];
+        if (zk_child_path(parent, "h", hpath, sizeof(hpath)) != 0)
+            return ZBADARGUMENTS;
+        return zk_set(cn, hpath, data, (int)len, version, dl, st);
+    }
+    c = zk_call_new();
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    if (zk_child_path(parent, "h", c->paths[0], ZK_PATH_MAX) != 0 ||
+        zk_child_path(parent, marker, c->paths[1], ZK_PATH_MAX) != 0 ||
+        len > sizeof(c->buf)) {
+        zk_call_unref(c);
+        zk_call_unref(c);
+        return ZBADARGUMENTS;
+    }
+    memcpy(c->buf, data, len);
+    zoo_check_op_init(&c->ops[0], c->paths[1], -1);
+    zoo_set_op_init(&c->ops[1], c->paths[0], c->buf, (int)len, version,
+                    &c->set_stat);
+    rc = zk_call_wait(
+        c, zoo_amulti(cn->zh, 2, c->ops, c->results, zk_call_on_void, c), dl);
+    if (rc == ZOK)
+        *st = c->set_stat;
+    else if ((i = zk_call_multi_failed(c, 2)) >= 0)
+        rc = c->results[i].err;
+    zk_call_unref(c);
+    return rc;
 }
 
 /*
@@ -758,9 +810,13 @@ static int zk_drop(struct zk_conn *cn,
 }
 
 /*
- * Free h at version, for a holder whose token we have checked (marker may
- * be NULL): with its marker if it has one (an h written by an older lockd
- * has none) and with the key's node when with_parent and nobody waits.
+ * Free h at version, for a holder whose token we have checked: with its
+ * marker, and with the key's node when with_parent and nobody waits. A
+ * missing marker means h is no longer that holder (released or reaped in
+ * between): ZNONODE, and never a second try without the marker, which
+ * could delete a later grant that happens to have the same version (every
+ * fresh h has version 1). marker is NULL only for an h whose token is not
+ * lockd's (hex), which no lockd writes.
  */
 static int zk_drop_checked(struct zk_conn *cn,
                            const char *parent,
@@ -776,8 +832,6 @@ static int zk_drop_checked(struct zk_conn *cn,
         rc = zk_drop(cn, parent, marker, version, with_parent, dl, &failed);
         if (rc == ZNOTEMPTY && failed == ZK_DROP_PARENT)
             with_parent = false; /* waiters: the key's node stays theirs */
-        else if (rc == ZNONODE && failed == ZK_DROP_MARKER)
-            marker = NULL;
         else
             break;
     }
@@ -1467,6 +1521,7 @@ static enum backend_result zk_be_renew(struct backend *b,
 {
     struct zk_be *be = (struct zk_be *)b;
     char parent[ZK_PATH_MAX], hpath[ZK_PATH_MAX], data[ZK_DATA_MAX];
+    char marker[LOCK_TOKEN_MAX + 2];
     struct zk_conn *cn;
     struct zk_holder h;
     struct Stat st;
@@ -1476,6 +1531,8 @@ static enum backend_result zk_be_renew(struct backend *b,
     if (zk_key_path(be, req->key, req->key_len, parent, sizeof(parent)) != 0 ||
         zk_child_path(parent, "h", hpath, sizeof(hpath)) != 0)
         return BACKEND_NOT_FOUND;
+    if (zk_marker_name(req->token, marker, sizeof(marker)) != 0)
+        marker[0] = '\0';
     cn = zk_conn_get(be);
     if (cn == NULL)
         return BACKEND_UNAVAILABLE;
@@ -1494,8 +1551,10 @@ static enum backend_result zk_be_renew(struct backend *b,
             r = BACKEND_UNAVAILABLE;
             break;
         }
-        /* the version check: a reap or release in between wins */
-        rc = zk_set(cn, hpath, data, (int)len, st.version, dl, &st);
+        /* the version and marker checks: a reap or release in between
+         * wins, and a later grant of the key is never overwritten */
+        rc = zk_set_marked(cn, parent, marker[0] != '\0' ? marker : NULL, data,
+                           len, st.version, dl, &st);
         if (rc == ZOK) {
             struct zk_own o;
             bool alone =
