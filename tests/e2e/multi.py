@@ -104,6 +104,57 @@ def check_exclusion(holds):
         check(b[2] > a[2], "fence did not grow: %r then %r" % (a, b))
 
 
+def expiry_race(instances, key, seconds=3.0, ttl=0.1):
+    """Short locks on one key, a third of them abandoned to expire, fought
+    over by try-once clients (three per instance), so that expired holders
+    are taken over, by several instances at once, while the next grant is
+    made. What a client sees lies inside its real hold: (grant seen,
+    release sent) for a released lock and (grant seen, acquire sent + ttl,
+    less 1 ms for clocks in whole ms) for an abandoned one; those must
+    never overlap, fences must grow, and a release answered before its lock
+    could have expired must free it (200). Returns the number of holds."""
+    holds, bad, lock = [], [], threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def worker(ld, n):
+        c = ld.client(timeout=10)
+        i = 0
+        while time.monotonic() < stop:
+            i += 1
+            t0 = time.monotonic()
+            r = acquire(c, key, ttl_ms=int(ttl * 1000))
+            t1 = time.monotonic()
+            if r.status == 409:
+                continue
+            if r.status != 201:
+                bad.append("acquire: %r" % r)
+                continue
+            if (i + n) % 3 == 0:  # abandoned: held until its TTL
+                if t1 < t0 + ttl - 0.001:
+                    with lock:
+                        holds.append((t1, t0 + ttl - 0.001, r.json["fence"]))
+                continue
+            t2 = time.monotonic()
+            rr = release(c, key, r.json["token"])
+            t3 = time.monotonic()
+            if rr.status == 200:
+                with lock:
+                    holds.append((t1, t2, r.json["fence"]))
+            elif t3 < t0 + ttl:
+                bad.append("release %.0f ms after the acquire was sent: %r" % ((t3 - t0) * 1000, rr))
+        c.close()
+
+    ts = [threading.Thread(target=worker, args=(ld, n)) for n, ld in enumerate(list(instances) * 3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(seconds + 20)
+    check(not bad, "wrong answers: %s" % bad[:3])
+    check(len(holds) >= 30, "only %d holds in %g s" % (len(holds), seconds))
+    check_exclusion(holds)
+    return len(holds)
+
+
 class Load:
     """Clients that acquire one key, hold it a moment and release it, in a
     loop, on several lockd instances, recording what they see:
@@ -113,8 +164,9 @@ class Load:
       bad:    every answer that is wrong.
     With faults=False, anything but 201/409 on acquire and 200 on release is
     wrong. With faults=True (the store may be killed or stopped), 503
-    backend_unavailable on acquire and 404/503 on release are right too; a
-    failed or hung request never is."""
+    backend_unavailable on acquire and 404/503 on release are right too, and
+    409 on a release answered after the lock may have expired (a release
+    held up by the outage); a failed or hung request never is."""
 
     def __init__(self, key, ttl_ms=1500, wait_ms=0, hold_s=0.005, timeout=6.0, faults=True):
         self.key, self.ttl_ms, self.wait_ms = key, ttl_ms, wait_ms
@@ -169,11 +221,13 @@ class Load:
                         self.bad.append("release failed or hung: %r" % e)
                         c = ld.client(timeout=self.timeout)
                         continue
+                    t3 = time.monotonic()
+                    expired = t3 >= t0 + self.ttl_ms / 1000.0  # by the answer, it may have
                     if rr.status == 200:
                         with self.lock:
                             self.holds.append((t1, t2, r.json["fence"]))
-                    elif not (self.faults and rr.status in (404, 503)):
-                        self.bad.append("release: %r" % rr)
+                    elif not (self.faults and (rr.status in (404, 503) or (rr.status == 409 and expired))):
+                        self.bad.append("release %.0f ms after the acquire was sent: %r" % ((t3 - t0) * 1000, rr))
                 elif r.status == 503 and self.faults:
                     if r.error_code() != "backend_unavailable":
                         self.bad.append("503: %r" % r)

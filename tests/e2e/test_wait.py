@@ -18,6 +18,7 @@ import time
 
 import harness
 from harness import check, eq
+from multi import expiry_race
 from test_api import (acquire, expect_error, expect_free, expect_grant, expect_held, expect_json, metric,
                       metrics, parse_http, path, release, req)
 
@@ -599,3 +600,10 @@ def fifo_across_instances(ctx):
     eq(order, list(range(len(ws))), "grant order of waiters that arrived in order 0..5 on alternating instances")
     fences = [w.resp.json["fence"] for w in ws]
     check(all(a < b for a, b in zip(fences, fences[1:])), "fences in arrival order not increasing: %r" % fences)
+
+
+@harness.scenario("expired locks taken over while try-once clients fight for the key (two instances on a shared store): holds never overlap, an unexpired holder's release frees it")
+def expiry_takeover_race(ctx):
+    instances = (ctx.lockd,) if ctx.server is None else (ctx.lockd, ctx.new_lockd())
+    n = expiry_race(instances, ctx.key("race"))
+    harness.log("     %d holds in 3 s on %d instance(s)" % (n, len(instances)))
