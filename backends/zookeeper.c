@@ -865,9 +865,13 @@ static bool zk_void(const struct zk_holder *h, const struct Stat *st)
 static int64_t
 zk_remaining(struct zk_be *be, const struct zk_holder *h, const struct Stat *st)
 {
+    int64_t left;
+
     if (zk_void(h, st))
         return 0;
-    return st->mtime + (int64_t)h->ttl_ms - zk_server_now(be);
+    left = st->mtime + (int64_t)h->ttl_ms - zk_server_now(be);
+    /* never more than the TTL, whatever the clock slack adds */
+    return left < (int64_t)h->ttl_ms ? left : (int64_t)h->ttl_ms;
 }
 
 static int zk_fill_grant(struct zk_be *be,
