@@ -169,7 +169,7 @@ struct zk_kid {
 struct zk_holder {
     uint64_t ttl_ms;
     int64_t grant_by; /* server ms: a grant made later (ctime) is void;
-                         0: none (renewed, or an older lockd's) */
+                         0: none (renewed) */
     char token[LOCK_TOKEN_MAX + 1];
     bool has_owner;
     char owner[LOCK_OWNER_MAX + 1];
@@ -269,6 +269,12 @@ static int64_t zk_mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+static bool zk_is_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+           (c >= 'A' && c <= 'F');
+}
+
 /* "lockd1 <ttl_ms> <token>[ <grant_by>][\n<owner>]" */
 static int zk_fmt_holder(char *buf,
                          size_t cap,
@@ -310,7 +316,8 @@ static int zk_parse_holder(const char *data, int len, struct zk_holder *h)
         return -1;
     p++;
     n = 0;
-    while (p + n < end && p[n] != '\n' && p[n] != ' ' && n < LOCK_TOKEN_MAX)
+    /* lockd's tokens are hex, so every holder has a marker (below) */
+    while (p + n < end && zk_is_hex(p[n]) && n < LOCK_TOKEN_MAX)
         n++;
     if (n == 0 || (p + n < end && p[n] != '\n' && p[n] != ' '))
         return -1;
@@ -654,8 +661,7 @@ static int zk_marker_name(const char *token, char *out, size_t cap)
 /*
  * Renew: set h's data at version, in one multi with a check that h's
  * marker exists, so a renew that read h just before it expired and was
- * granted again (same version) cannot overwrite the new holder. marker
- * NULL: a plain versioned set.
+ * granted again (same version) cannot overwrite the new holder.
  */
 static int zk_set_marked(struct zk_conn *cn,
                          const char *parent,
@@ -666,16 +672,9 @@ static int zk_set_marked(struct zk_conn *cn,
                          int64_t dl,
                          struct Stat *st)
 {
-    struct zk_call *c;
+    struct zk_call *c = zk_call_new();
     int rc, i;
 
-    if (marker == NULL) {
-        char hpath[ZK_PATH_MAX];
-        if (zk_child_path(parent, "h", hpath, sizeof(hpath)) != 0)
-            return ZBADARGUMENTS;
-        return zk_set(cn, hpath, data, (int)len, version, dl, st);
-    }
-    c = zk_call_new();
     if (c == NULL)
         return ZSYSTEMERROR;
     if (zk_child_path(parent, "h", c->paths[0], ZK_PATH_MAX) != 0 ||
@@ -701,7 +700,7 @@ static int zk_set_marked(struct zk_conn *cn,
 
 /*
  * The grant, one multi and one transaction: [create the key's node +]
- * create h [+ delete our waiter node] [+ create h's marker] + set h to the
+ * create h [+ delete our waiter node] + create h's marker + set h to the
  * same data, whose stat gives the czxid (fence) and mtime (start of the
  * TTL) in the same round trip. The key's node made here is persistent, not
  * a container: the C client 3.8 cannot read the server's answer to a
@@ -726,8 +725,7 @@ static int zk_grant(struct zk_conn *cn,
     if (zk_child_path(parent, "h", c->paths[0], ZK_PATH_MAX) != 0 ||
         (waiter_name != NULL &&
          zk_child_path(parent, waiter_name, c->paths[1], ZK_PATH_MAX) != 0) ||
-        (marker != NULL &&
-         zk_child_path(parent, marker, c->paths[2], ZK_PATH_MAX) != 0) ||
+        zk_child_path(parent, marker, c->paths[2], ZK_PATH_MAX) != 0 ||
         snprintf(c->paths[3], ZK_PATH_MAX, "%s", parent) >= ZK_PATH_MAX ||
         len > sizeof(c->buf)) {
         zk_call_unref(c);
@@ -742,9 +740,8 @@ static int zk_grant(struct zk_conn *cn,
                        &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
     if (waiter_name != NULL)
         zoo_delete_op_init(&c->ops[n++], c->paths[1], -1);
-    if (marker != NULL)
-        zoo_create_op_init(&c->ops[n++], c->paths[2], NULL, -1,
-                           &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+    zoo_create_op_init(&c->ops[n++], c->paths[2], NULL, -1,
+                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
     zoo_set_op_init(&c->ops[n++], c->paths[0], c->buf, (int)len, 0,
                     &c->set_stat);
     rc = zk_call_wait(
@@ -763,7 +760,7 @@ enum zk_drop_op {
     ZK_DROP_PARENT,
 };
 
-/* One multi: [delete h's marker +] delete h at version [+ delete the key's
+/* One multi: delete h's marker + delete h at version [+ delete the key's
  * node, which fails with ZNOTEMPTY while anyone waits]. On failure *failed
  * says which op the store refused. */
 static int zk_drop(struct zk_conn *cn,
@@ -782,17 +779,14 @@ static int zk_drop(struct zk_conn *cn,
     if (c == NULL)
         return ZSYSTEMERROR;
     if (zk_child_path(parent, "h", c->paths[0], ZK_PATH_MAX) != 0 ||
-        (marker != NULL &&
-         zk_child_path(parent, marker, c->paths[1], ZK_PATH_MAX) != 0) ||
+        zk_child_path(parent, marker, c->paths[1], ZK_PATH_MAX) != 0 ||
         snprintf(c->paths[2], ZK_PATH_MAX, "%s", parent) >= ZK_PATH_MAX) {
         zk_call_unref(c);
         zk_call_unref(c);
         return ZBADARGUMENTS;
     }
-    if (marker != NULL) {
-        what[n] = ZK_DROP_MARKER;
-        zoo_delete_op_init(&c->ops[n++], c->paths[1], -1);
-    }
+    what[n] = ZK_DROP_MARKER;
+    zoo_delete_op_init(&c->ops[n++], c->paths[1], -1);
     what[n] = ZK_DROP_HOLDER;
     zoo_delete_op_init(&c->ops[n++], c->paths[0], version);
     if (with_parent) {
@@ -815,8 +809,7 @@ static int zk_drop(struct zk_conn *cn,
  * missing marker means h is no longer that holder (released or reaped in
  * between): ZNONODE, and never a second try without the marker, which
  * could delete a later grant that happens to have the same version (every
- * fresh h has version 1). marker is NULL only for an h whose token is not
- * lockd's (hex), which no lockd writes.
+ * fresh h has version 1).
  */
 static int zk_drop_checked(struct zk_conn *cn,
                            const char *parent,
@@ -826,15 +819,11 @@ static int zk_drop_checked(struct zk_conn *cn,
                            int64_t dl)
 {
     enum zk_drop_op failed;
-    int rc;
+    int rc = zk_drop(cn, parent, marker, version, with_parent, dl, &failed);
 
-    for (int i = 0; i < 3; i++) {
-        rc = zk_drop(cn, parent, marker, version, with_parent, dl, &failed);
-        if (rc == ZNOTEMPTY && failed == ZK_DROP_PARENT)
-            with_parent = false; /* waiters: the key's node stays theirs */
-        else
-            break;
-    }
+    /* waiters: the key's node stays theirs */
+    if (rc == ZNOTEMPTY && failed == ZK_DROP_PARENT)
+        rc = zk_drop(cn, parent, marker, version, false, dl, &failed);
     return rc;
 }
 
@@ -904,10 +893,9 @@ static int zk_reap_holder(struct zk_be *be,
                           size_t key_len)
 {
     char marker[LOCK_TOKEN_MAX + 2];
-    int rc = zk_drop_checked(
-        cn, parent,
-        zk_marker_name(h->token, marker, sizeof(marker)) == 0 ? marker : NULL,
-        version, false, dl);
+    int rc = zk_marker_name(h->token, marker, sizeof(marker)) == 0
+                 ? zk_drop_checked(cn, parent, marker, version, false, dl)
+                 : ZBADARGUMENTS; /* not lockd's: zk_parse_holder() refuses */
 
     if (rc == ZOK) {
         metrics_lock_expired(1);
@@ -1126,9 +1114,9 @@ struct zk_acq {
     char hpath[ZK_PATH_MAX];
     char data[ZK_DATA_MAX];
     size_t data_len;
-    char marker[LOCK_TOKEN_MAX + 2]; /* "" when the token cannot name one */
-    int64_t grant_by;                /* server ms, written into h */
-    int64_t dl;                      /* monotonic ms */
+    char marker[LOCK_TOKEN_MAX + 2];
+    int64_t grant_by; /* server ms, written into h */
+    int64_t dl;       /* monotonic ms */
 };
 
 /* A grant: h is ours with stat st; alone: nobody else waited. */
@@ -1140,14 +1128,11 @@ static enum backend_result zk_acq_granted(struct zk_acq *a,
     /* void: a grant committed past grant_by is nobody's (zk_void()) */
     if (st->ctime > a->grant_by ||
         zk_fill_grant(a->be, st, a->req->ttl_ms, out) != 0) {
-        zk_drop_checked(a->cn, a->parent,
-                        a->marker[0] != '\0' ? a->marker : NULL, st->version,
-                        false, a->dl);
+        zk_drop_checked(a->cn, a->parent, a->marker, st->version, false, a->dl);
         return zk_unavailable("grant", ZOPERATIONTIMEOUT);
     }
-    if (a->marker[0] != '\0')
-        zk_own_put(a->be, a->req->key, a->req->key_len, a->req->token, st,
-                   a->req->ttl_ms, alone);
+    zk_own_put(a->be, a->req->key, a->req->key_len, a->req->token, st,
+               a->req->ttl_ms, alone);
     if (a->w != NULL) {
         zk_waiter_free(a->be, a->w);
         a->req->waiter->be_data = NULL;
@@ -1202,8 +1187,7 @@ static int zk_acq_register(struct zk_acq *a)
 static int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out)
 {
     struct Stat st;
-    int rc = zk_grant(a->cn, a->parent, true, NULL,
-                      a->marker[0] != '\0' ? a->marker : NULL, a->data,
+    int rc = zk_grant(a->cn, a->parent, true, NULL, a->marker, a->data,
                       a->data_len, a->dl, &st);
 
     if (rc == ZOK)
@@ -1411,9 +1395,8 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
 
     /* free and nobody ahead of us */
     rc = zk_grant(a->cn, a->parent, false,
-                  w != NULL && w->name[0] != '\0' ? w->name : NULL,
-                  a->marker[0] != '\0' ? a->marker : NULL, a->data, a->data_len,
-                  a->dl, &st);
+                  w != NULL && w->name[0] != '\0' ? w->name : NULL, a->marker,
+                  a->data, a->data_len, a->dl, &st);
     if (rc == ZOK) {
         /* others behind us: the release leaves the key's node to them */
         ret = zk_acq_granted(a, &st, nw <= (own == 0 ? 1u : 0u), out);
@@ -1446,12 +1429,11 @@ static enum backend_result zk_be_acquire(struct backend *b,
             0 ||
         zk_child_path(a.parent, "h", a.hpath, sizeof(a.hpath)) != 0 ||
         zk_fmt_holder(a.data, sizeof(a.data), req->token, req->ttl_ms,
-                      a.grant_by, req->owner, &a.data_len) != 0) {
+                      a.grant_by, req->owner, &a.data_len) != 0 ||
+        zk_marker_name(req->token, a.marker, sizeof(a.marker)) != 0) {
         log_error("zookeeper: acquire: key, token or owner too long");
         return BACKEND_UNAVAILABLE;
     }
-    if (zk_marker_name(req->token, a.marker, sizeof(a.marker)) != 0)
-        a.marker[0] = '\0';
     if (req->waiter != NULL) {
         a.w = req->waiter->be_data;
         if (a.w == NULL) {
@@ -1490,7 +1472,10 @@ done:
 /* ---- renew, release, inspect ------------------------------------------ */
 
 /* Read h for a token holder's request: OK with h and st when req->token
- * holds it unexpired; NOT_FOUND, MISMATCH or UNAVAILABLE otherwise. */
+ * holds it unexpired; NOT_FOUND, MISMATCH or UNAVAILABLE otherwise. A
+ * token that cannot name a marker (not hex) is never OK: every h lockd
+ * reads has a hex token (zk_parse_holder()), so after OK the caller's
+ * marker is valid. */
 static enum backend_result zk_read_own(struct zk_be *be,
                                        struct zk_conn *cn,
                                        const struct lock_req *req,
@@ -1557,8 +1542,7 @@ static enum backend_result zk_be_renew(struct backend *b,
         }
         /* the version and marker checks: a reap or release in between
          * wins, and a later grant of the key is never overwritten */
-        rc = zk_set_marked(cn, parent, marker[0] != '\0' ? marker : NULL, data,
-                           len, st.version, dl, &st);
+        rc = zk_set_marked(cn, parent, marker, data, len, st.version, dl, &st);
         if (rc == ZOK) {
             struct zk_own o;
             bool alone =
@@ -1599,7 +1583,6 @@ static int zk_release_known(struct zk_be *be,
                             const char *marker,
                             int64_t dl)
 {
-    enum zk_drop_op failed;
     struct zk_own o;
     int rc;
 
@@ -1609,9 +1592,7 @@ static int zk_release_known(struct zk_be *be,
         zk_own_drop(be, req->key, req->key_len);
         return -1; /* expired by now: the read path reaps it */
     }
-    rc = zk_drop(cn, parent, marker, o.version, o.alone, dl, &failed);
-    if (rc == ZNOTEMPTY && failed == ZK_DROP_PARENT)
-        rc = zk_drop(cn, parent, marker, o.version, false, dl, &failed);
+    rc = zk_drop_checked(cn, parent, marker, o.version, o.alone, dl);
     if (rc == ZOK)
         return BACKEND_OK;
     if (rc == ZNONODE || rc == ZBADVERSION) {
@@ -1660,8 +1641,7 @@ static enum backend_result zk_be_release(struct backend *b,
         if (r != BACKEND_OK)
             break;
         /* the key's node goes too unless someone waits */
-        rc = zk_drop_checked(cn, parent, marker[0] != '\0' ? marker : NULL,
-                             st.version, true, dl);
+        rc = zk_drop_checked(cn, parent, marker, st.version, true, dl);
         r = BACKEND_UNAVAILABLE;
         if (rc == ZOK) {
             r = BACKEND_OK;
@@ -1886,10 +1866,10 @@ static void zk_be_empty_trash(struct zk_be *be, struct zk_conn *cn)
 
 /*
  * Look at one key's node: drop waiters past their deadline, an expired
- * holder, markers of holders that are gone (an older lockd's release or
- * reap leaves them) and, when nothing is left, the node itself. This is
- * what frees keys that nobody touches again (a holder that died and never
- * released, a queue whose waiters all left), so nothing grows without
+ * holder, markers without their holder (lockd drops them together; a
+ * store edited by hand may not) and, when nothing is left, the node itself.
+ * This is what frees keys that nobody touches again (a holder that died and
+ * never released, a queue whose waiters all left), so nothing grows without
  * bound.
  */
 static void

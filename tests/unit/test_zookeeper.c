@@ -103,6 +103,33 @@ static enum backend_result acq_wait(struct backend *be,
 
 static struct backend *be_main;
 
+/* A handle of our own, to change the store behind lockd's back; NULL (and
+ * a failed check) when it does not connect within 5 s. */
+static zhandle_t *raw_open(void)
+{
+    char hosts[64];
+    zhandle_t *zh;
+
+    snprintf(hosts, sizeof(hosts), "127.0.0.1:%d", srv.port);
+    zh = zookeeper_init(hosts, NULL, 4000, NULL, NULL, 0);
+    for (int i = 0;
+         zh != NULL && i < 50 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++)
+        check_sleep_ms(100);
+    CHECK(zh != NULL && zoo_state(zh) == ZOO_CONNECTED_STATE);
+    if (zh != NULL && zoo_state(zh) != ZOO_CONNECTED_STATE) {
+        zookeeper_close(zh);
+        zh = NULL;
+    }
+    return zh;
+}
+
+/* A persistent node with data (NULL: none). */
+static int raw_node(zhandle_t *zh, const char *path, const char *data)
+{
+    return zoo_create(zh, path, data, data != NULL ? (int)strlen(data) : -1,
+                      &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+}
+
 /* ---- cases without a server ---- */
 
 static void test_open_rejects_bad_urls(void)
@@ -336,26 +363,16 @@ static void test_stale_release_never_frees_a_later_grant(void)
  * next grant). With the marker gone, h stays as it is. */
 static void test_holder_without_marker_is_never_freed_by_version(void)
 {
-    char hosts[64];
     struct lock_grant g, r;
     struct lock_info info = { 0 };
     struct Stat st = { 0 };
-    zhandle_t *zh;
-    int rc = ZCONNECTIONLOSS;
+    zhandle_t *zh = raw_open();
 
-    snprintf(hosts, sizeof(hosts), "127.0.0.1:%d", srv.port);
-    zh = zookeeper_init(hosts, NULL, 4000, NULL, NULL, 0);
-    CHECK(zh != NULL);
     if (zh == NULL)
         return;
     CHECK_EQ_INT(acq_wait(be_main, "m", TOK_A, 5000, NULL, &g), BACKEND_OK);
     /* the key "m" is node kbQ */
-    for (int i = 0; i < 50 && rc == ZCONNECTIONLOSS; i++) {
-        rc = zoo_delete(zh, "/lockd/locks/kbQ/t" TOK_A, -1);
-        if (rc == ZCONNECTIONLOSS)
-            check_sleep_ms(100);
-    }
-    CHECK_EQ_INT(rc, ZOK);
+    CHECK_EQ_INT(zoo_delete(zh, "/lockd/locks/kbQ/t" TOK_A, -1), ZOK);
     CHECK_EQ_INT(rel(be_main, "m", TOK_B), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be_main, "m", TOK_A), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(ren(be_main, "m", TOK_A, 9000, &r), BACKEND_NOT_FOUND);
@@ -373,40 +390,47 @@ static void test_holder_without_marker_is_never_freed_by_version(void)
  * request that sat in a paused server) is nobody's: the key is free. */
 static void test_grant_past_its_deadline_is_void(void)
 {
-    static const char data[] = "lockd1 60000 " TOK_A " 1\nlate";
-    char hosts[64];
     struct lock_grant g;
     struct lock_info info;
-    zhandle_t *zh;
-    int rc = ZCONNECTIONLOSS;
+    zhandle_t *zh = raw_open();
 
-    snprintf(hosts, sizeof(hosts), "127.0.0.1:%d", srv.port);
-    zh = zookeeper_init(hosts, NULL, 4000, NULL, NULL, 0);
-    CHECK(zh != NULL);
     if (zh == NULL)
         return;
-    /* the key "v" is node kdg */
-    for (int i = 0; i < 50 && rc == ZCONNECTIONLOSS; i++) {
-        rc = zoo_create(zh, "/lockd/locks/kdg", NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
-                        0, NULL, 0);
-        if (rc == ZCONNECTIONLOSS)
-            check_sleep_ms(100);
-    }
-    CHECK_EQ_INT(rc, ZOK);
-    CHECK_EQ_INT(zoo_create(zh, "/lockd/locks/kdg/h", data,
-                            (int)sizeof(data) - 1, &ZOO_OPEN_ACL_UNSAFE, 0,
-                            NULL, 0),
-                 ZOK);
-    /* and its marker, as lockd's grant makes them together */
-    CHECK_EQ_INT(zoo_create(zh, "/lockd/locks/kdg/t" TOK_A, NULL, -1,
-                            &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
-                 ZOK);
+    /* the key "v" is node kdg; h and its marker, as a grant makes them */
+    CHECK_EQ_INT(raw_node(zh, "/lockd/locks/kdg", NULL), ZOK);
+    CHECK_EQ_INT(
+        raw_node(zh, "/lockd/locks/kdg/h", "lockd1 60000 " TOK_A " 1\nlate"),
+        ZOK);
+    CHECK_EQ_INT(raw_node(zh, "/lockd/locks/kdg/t" TOK_A, NULL), ZOK);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "v", 1, &info), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(acq_wait(be_main, "v", TOK_B, 1000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(zk_be_ops.inspect(be_main, "v", 1, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
     CHECK_EQ_INT(rel(be_main, "v", TOK_A), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be_main, "v", TOK_B), BACKEND_OK);
+    zookeeper_close(zh);
+}
+
+/* A holder whose token is not lockd's (not hex, so it has no marker) is
+ * data lockd cannot read: the key stays held and nothing deletes it by
+ * version alone, however long ago it would have expired. */
+static void test_holder_with_a_foreign_token_is_left_alone(void)
+{
+    struct lock_grant g;
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    /* the key "n" is node kbg */
+    CHECK_EQ_INT(raw_node(zh, "/lockd/locks/kbg", NULL), ZOK);
+    CHECK_EQ_INT(
+        raw_node(zh, "/lockd/locks/kbg/h", "lockd1 1 not-a-hex-token 1"), ZOK);
+    CHECK_EQ_INT(acq_wait(be_main, "n", TOK_B, 1000, NULL, &g), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "n", TOK_A), BACKEND_MISMATCH);
+    CHECK_EQ_INT(zoo_exists(zh, "/lockd/locks/kbg/h", 0, NULL), ZOK);
+    CHECK_EQ_INT(zoo_delete(zh, "/lockd/locks/kbg/h", -1), ZOK);
+    CHECK_EQ_INT(acq_wait(be_main, "n", TOK_B, 1000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "n", TOK_B), BACKEND_OK);
     zookeeper_close(zh);
 }
 
@@ -473,6 +497,7 @@ static const struct check_case online[] = {
     CHECK_CASE(test_release_after_expiry_is_not_found),
     CHECK_CASE(test_stale_release_never_frees_a_later_grant),
     CHECK_CASE(test_holder_without_marker_is_never_freed_by_version),
+    CHECK_CASE(test_holder_with_a_foreign_token_is_left_alone),
     CHECK_CASE(test_grant_past_its_deadline_is_void),
     CHECK_CASE(test_chroot_keeps_locks_apart),
     CHECK_CASE(test_restart_answers_unavailable_then_recovers),
