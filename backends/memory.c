@@ -401,10 +401,11 @@ static void sweep_entry(struct keytab_entry *ke, void *arg)
     struct sweep *sw = arg;
     struct mem_entry *e = (struct mem_entry *)ke;
 
+    if (e->qhead != NULL && sw->nwake == MEM_SWEEP_BATCH)
+        return; /* no room to notify its waiters: the next pass expires it */
     if (!do_expire_if_due(sw->m, e, sw->now))
         return;
-    if (e->qhead != NULL && sw->nwake < MEM_SWEEP_BATCH) {
-        /* the wait queue's own retry timer covers a full batch */
+    if (e->qhead != NULL) {
         sw->wake[sw->nwake] = strndup(e->key, e->ke.key_len);
         if (sw->wake[sw->nwake] != NULL)
             sw->wake_len[sw->nwake++] = e->ke.key_len;
@@ -429,14 +430,17 @@ static void *sweeper_main(void *arg)
         pthread_mutex_unlock(&m->stop_mu);
         for (int i = 0; i < MEM_SHARDS; i++) {
             struct sweep sw = { .m = m, .s = &m->shards[i] };
-            pthread_mutex_lock(&sw.s->mu);
-            sw.now = backend_mono_ms();
-            keytab_foreach(&sw.s->tab, sweep_entry, &sw);
-            pthread_mutex_unlock(&sw.s->mu);
-            for (size_t k = 0; k < sw.nwake; k++) {
-                notify(m, sw.wake[k], sw.wake_len[k]);
-                free(sw.wake[k]);
-            }
+            do { /* again while a full batch may have left some behind */
+                sw.nwake = 0;
+                pthread_mutex_lock(&sw.s->mu);
+                sw.now = backend_mono_ms();
+                keytab_foreach(&sw.s->tab, sweep_entry, &sw);
+                pthread_mutex_unlock(&sw.s->mu);
+                for (size_t k = 0; k < sw.nwake; k++) {
+                    notify(m, sw.wake[k], sw.wake_len[k]);
+                    free(sw.wake[k]);
+                }
+            } while (sw.nwake == MEM_SWEEP_BATCH);
         }
         pthread_mutex_lock(&m->stop_mu);
     }
