@@ -128,7 +128,7 @@ static int result_ok(enum backend_result r)
     return r != BACKEND_UNAVAILABLE && r != BACKEND_NO_MEMORY;
 }
 
-static int64_t mono_us(void)
+int64_t backend_mono_us(void)
 {
     struct timespec ts;
 
@@ -136,16 +136,27 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+uint64_t backend_grant_left_ms(const struct lock_grant *g, int64_t now_us)
+{
+    int64_t left = g->valid_until_us - now_us;
+
+    if (left <= 0)
+        return 0;
+    return left < 1500 ? 1 : (uint64_t)((left + 500) / 1000);
+}
+
 enum backend_result backend_acquire(struct backend *be,
                                     const struct lock_req *req,
                                     struct lock_grant *out)
 {
-    int64_t t0 = mono_us();
+    int64_t t0 = backend_mono_us();
     enum backend_result r;
 
     memset(out, 0, sizeof(*out));
     r = be->ops->acquire(be, req, out);
-    metrics_backend_op(METRICS_OP_ACQUIRE, result_ok(r), mono_us() - t0);
+    if (r == BACKEND_OK) /* counted from the send: never more than is left */
+        out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
+    metrics_backend_op(METRICS_OP_ACQUIRE, result_ok(r), backend_mono_us() - t0);
     if (r == BACKEND_OK)
         metrics_lock_granted();
     return r;
@@ -155,12 +166,14 @@ enum backend_result backend_renew(struct backend *be,
                                   const struct lock_req *req,
                                   struct lock_grant *out)
 {
-    int64_t t0 = mono_us();
+    int64_t t0 = backend_mono_us();
     enum backend_result r;
 
     memset(out, 0, sizeof(*out));
     r = be->ops->renew(be, req, out);
-    metrics_backend_op(METRICS_OP_RENEW, result_ok(r), mono_us() - t0);
+    if (r == BACKEND_OK)
+        out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
+    metrics_backend_op(METRICS_OP_RENEW, result_ok(r), backend_mono_us() - t0);
     if (r == BACKEND_OK)
         metrics_lock_renewed();
     return r;
@@ -169,10 +182,10 @@ enum backend_result backend_renew(struct backend *be,
 enum backend_result backend_release(struct backend *be,
                                     const struct lock_req *req)
 {
-    int64_t t0 = mono_us();
+    int64_t t0 = backend_mono_us();
     enum backend_result r = be->ops->release(be, req);
 
-    metrics_backend_op(METRICS_OP_RELEASE, result_ok(r), mono_us() - t0);
+    metrics_backend_op(METRICS_OP_RELEASE, result_ok(r), backend_mono_us() - t0);
     if (r == BACKEND_OK)
         metrics_lock_released();
     return r;
@@ -183,12 +196,12 @@ enum backend_result backend_inspect(struct backend *be,
                                     size_t key_len,
                                     struct lock_info *out)
 {
-    int64_t t0 = mono_us();
+    int64_t t0 = backend_mono_us();
     enum backend_result r;
 
     memset(out, 0, sizeof(*out));
     r = be->ops->inspect(be, key, key_len, out);
-    metrics_backend_op(METRICS_OP_INSPECT, result_ok(r), mono_us() - t0);
+    metrics_backend_op(METRICS_OP_INSPECT, result_ok(r), backend_mono_us() - t0);
     return r;
 }
 
@@ -202,18 +215,18 @@ enum backend_result backend_cancel_wait(struct backend *be,
 
     if (be->ops->cancel_wait == NULL)
         return BACKEND_OK;
-    t0 = mono_us();
+    t0 = backend_mono_us();
     r = be->ops->cancel_wait(be, key, key_len, waiter);
-    metrics_backend_op(METRICS_OP_CANCEL_WAIT, result_ok(r), mono_us() - t0);
+    metrics_backend_op(METRICS_OP_CANCEL_WAIT, result_ok(r), backend_mono_us() - t0);
     return r;
 }
 
 enum backend_result backend_ping(struct backend *be)
 {
-    int64_t t0 = mono_us();
+    int64_t t0 = backend_mono_us();
     enum backend_result r = be->ops->ping(be);
 
-    metrics_backend_op(METRICS_OP_PING, result_ok(r), mono_us() - t0);
+    metrics_backend_op(METRICS_OP_PING, result_ok(r), backend_mono_us() - t0);
     return r;
 }
 

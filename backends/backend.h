@@ -79,6 +79,10 @@ struct lock_grant {
     bool behind;           /* BACKEND_HELD with a waiter on a queueing
                               store: no one holds the key, but an earlier
                               waiter in the store's queue goes first */
+    int64_t valid_until_us; /* OK: set by backend_acquire()/backend_renew(),
+                               not by adapters: monotonic us when the call
+                               was sent + ttl_ms, the latest instant the
+                               grant can still be valid */
 };
 
 struct lock_info {
@@ -104,6 +108,10 @@ struct backend_hooks {
 
 struct backend { /* first member of every adapter's state */
     const struct backend_ops *ops;
+    int64_t call_timeout_ms; /* set by open(): the longest one call may wait
+                                for the store (its timeout option); 0 for a
+                                store that never waits on I/O (memory), whose
+                                calls run on the caller's thread */
 };
 
 struct backend_ops {
@@ -227,9 +235,16 @@ backend_percent_decode(const char *s, size_t n, size_t *out_len, bool *bad);
  * signs, overflow or range. */
 int backend_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
-/* Wall clock and monotonic clock in milliseconds. */
+/* Wall clock and monotonic clock in milliseconds; monotonic in us. */
 int64_t backend_now_ms(void);
 int64_t backend_mono_ms(void);
+int64_t backend_mono_us(void);
+
+/* What is left of an OK grant at monotonic time now_us, in whole ms
+ * (rounded to nearest, at least 1 while any is left): 0 once it may have
+ * expired. Counted from when the store call was sent, so time spent in
+ * lockd and in the store is taken off, never added. */
+uint64_t backend_grant_left_ms(const struct lock_grant *g, int64_t now_us);
 
 /* Constant-time comparison of two NUL-terminated tokens: true if equal. */
 bool backend_token_eq(const char *a, const char *b);

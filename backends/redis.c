@@ -991,6 +991,7 @@ static enum backend_result redis_be_parse_url(struct redis_be *be,
         goto out;
     }
     be->cmd_tv = redis_be_tv(n);
+    be->base.call_timeout_ms = (int64_t)n;
     {
         size_t len = be->prefix_len + 32;
         be->channel = malloc(len);

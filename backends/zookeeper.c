@@ -2218,6 +2218,7 @@ static enum backend_result zk_be_open(const char *url,
         be->hooks = *hooks;
     be->session_ms = (int)session;
     be->timeout_ms = (int64_t)timeout;
+    be->base.call_timeout_ms = be->timeout_ms;
     if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
         uint64_t x = (uint64_t)zk_mono_us() ^ (uint64_t)backend_now_ms() << 20;
         memcpy(rnd, &x, sizeof(rnd));
