@@ -15,11 +15,17 @@
 
 #define MSG_MAX 512
 
-void api_acquire_cleanup(struct api_acquire *acq)
+void api_call_cleanup(struct api_call *c)
 {
-    free(acq->key);
-    free(acq->owner);
-    memset(acq, 0, sizeof(*acq));
+    free(c->key);
+    free(c->owner);
+    free(c->client_token);
+    memset(c, 0, sizeof(*c));
+}
+
+const char *api_call_token(const struct api_call *c)
+{
+    return c->verb == API_VERB_ACQUIRE ? c->token : c->client_token;
 }
 
 void api_response_cleanup(struct api_response *resp)
@@ -78,74 +84,6 @@ static void backend_error(struct api_response *resp, enum backend_result r)
     codec_error(resp, e, NULL);
 }
 
-enum api_error handle_acquire_parse(const struct api_config *cfg,
-                                    const struct api_request *rq,
-                                    char *key,
-                                    size_t key_len,
-                                    struct api_acquire *acq,
-                                    struct api_response *resp)
-{
-    struct api_params p;
-    char msg[MSG_MAX];
-    enum api_error err;
-
-    memset(acq, 0, sizeof(*acq));
-    acq->key = key; /* ours now, freed by api_acquire_cleanup() */
-    acq->key_len = key_len;
-    err = codec_parse_params(rq, API_P_TTL_MS | API_P_WAIT_MS | API_P_OWNER,
-                             cfg->max_ttl_ms, cfg->max_wait_ms, &p, msg,
-                             sizeof(msg));
-    if (err != API_OK) {
-        codec_error(resp, err, msg);
-        return err;
-    }
-    acq->ttl_ms = p.has_ttl_ms ? p.ttl_ms : cfg->default_ttl_ms;
-    acq->wait_ms = p.has_wait_ms ? p.wait_ms : 0;
-    acq->owner = p.owner; /* handed over */
-    p.owner = NULL;
-    codec_params_cleanup(&p);
-    if (make_token(acq->token) != 0) {
-        log_error("getrandom failed: no token can be made");
-        codec_error(resp, API_INTERNAL, "cannot make a token");
-        return API_INTERNAL;
-    }
-    return API_OK;
-}
-
-static void grant_reply(struct api_response *resp,
-                        unsigned status,
-                        const char *key,
-                        size_t key_len,
-                        const char *token,
-                        const struct lock_grant *g)
-{
-    codec_grant(resp, status, key, key_len, token, g->fence, g->ttl_ms,
-                g->expires_at_ms);
-}
-
-void handle_acquire_reply(const struct api_acquire *acq,
-                          enum backend_result r,
-                          const struct lock_grant *g,
-                          struct api_response *resp)
-{
-    if (r == BACKEND_OK) {
-        grant_reply(resp, 201, acq->key, acq->key_len, acq->token, g);
-    } else if (r == BACKEND_HELD) {
-        uint64_t ms = g->retry_ms > 0 ? g->retry_ms : 1;
-        metrics_lock_conflict();
-        codec_reply(resp, 409, "{s:{s:s,s:s,s:I}}", "error", "code",
-                    "lock_held", "message",
-                    acq->wait_ms > 0
-                        ? "the lock is still held by someone else after "
-                          "waiting wait_ms"
-                        : "the lock is held by someone else",
-                    "retry_after_ms", (json_int_t)ms);
-        resp->retry_after = (unsigned)((ms + 999) / 1000);
-    } else {
-        backend_error(resp, r);
-    }
-}
-
 /* Token from header, query or body: missing_token when none (or ""). */
 static enum api_error parse_token_params(const struct api_config *cfg,
                                          const struct api_request *rq,
@@ -169,87 +107,155 @@ static enum api_error parse_token_params(const struct api_config *cfg,
     return API_OK;
 }
 
-void handle_renew(const struct api_config *cfg,
-                  const struct api_request *rq,
-                  const char *key,
-                  size_t key_len,
-                  struct api_response *resp)
+enum api_error handle_call_parse(const struct api_config *cfg,
+                                 const struct api_request *rq,
+                                 enum api_verb verb,
+                                 char *key,
+                                 size_t key_len,
+                                 struct api_call *c,
+                                 struct api_response *resp)
 {
+    static const unsigned allowed[] = {
+        [API_VERB_ACQUIRE] = API_P_TTL_MS | API_P_WAIT_MS | API_P_OWNER,
+        [API_VERB_RENEW] = API_P_TOKEN | API_P_TTL_MS,
+        [API_VERB_RELEASE] = API_P_TOKEN,
+        [API_VERB_INSPECT] = 0,
+    };
     struct api_params p;
-    struct lock_req req = { 0 };
-    struct lock_grant g;
-    enum backend_result r;
-
-    if (parse_token_params(cfg, rq, API_P_TOKEN | API_P_TTL_MS, &p, resp) !=
-        API_OK)
-        return;
-    req.key = key;
-    req.key_len = key_len;
-    req.token = p.token;
-    req.ttl_ms = p.has_ttl_ms ? p.ttl_ms : 0; /* 0: keep the last TTL */
-    r = backend_renew(cfg->backend, &req, &g);
-    if (r == BACKEND_OK)
-        grant_reply(resp, 200, key, key_len, p.token, &g);
-    else
-        backend_error(resp, r);
-    codec_params_cleanup(&p);
-}
-
-void handle_release(const struct api_config *cfg,
-                    const struct api_request *rq,
-                    const char *key,
-                    size_t key_len,
-                    struct api_response *resp)
-{
-    struct api_params p;
-    struct lock_req req = { 0 };
-    enum backend_result r;
-
-    if (parse_token_params(cfg, rq, API_P_TOKEN, &p, resp) != API_OK)
-        return;
-    req.key = key;
-    req.key_len = key_len;
-    req.token = p.token;
-    r = backend_release(cfg->backend, &req);
-    if (r == BACKEND_OK)
-        codec_reply(resp, 200, "{s:s%,s:b}", "key", key, key_len, "released",
-                    1);
-    else
-        backend_error(resp, r);
-    codec_params_cleanup(&p);
-}
-
-void handle_inspect(const struct api_config *cfg,
-                    const struct api_request *rq,
-                    const char *key,
-                    size_t key_len,
-                    struct api_response *resp)
-{
-    struct api_params p;
-    struct lock_info info;
     char msg[MSG_MAX];
-    char when[40];
     enum api_error err;
-    enum backend_result r;
 
-    err = codec_parse_params(rq, 0, cfg->max_ttl_ms, cfg->max_wait_ms, &p, msg,
-                             sizeof(msg));
-    if (err != API_OK) {
-        codec_error(resp, err, msg);
-        return;
+    memset(c, 0, sizeof(*c));
+    c->verb = verb;
+    c->key = key; /* ours now, freed by api_call_cleanup() */
+    c->key_len = key_len;
+    if (verb == API_VERB_RENEW || verb == API_VERB_RELEASE) {
+        err = parse_token_params(cfg, rq, allowed[verb], &p, resp);
+        if (err != API_OK)
+            return err;
+        c->client_token = p.token; /* handed over */
+        p.token = NULL;
+    } else {
+        err = codec_parse_params(rq, allowed[verb], cfg->max_ttl_ms,
+                                 cfg->max_wait_ms, &p, msg, sizeof(msg));
+        if (err != API_OK) {
+            codec_error(resp, err, msg);
+            return err;
+        }
+    }
+    if (verb == API_VERB_ACQUIRE) {
+        c->ttl_ms = p.has_ttl_ms ? p.ttl_ms : cfg->default_ttl_ms;
+        c->wait_ms = p.has_wait_ms ? p.wait_ms : 0;
+        c->owner = p.owner; /* handed over */
+        p.owner = NULL;
+    } else if (verb == API_VERB_RENEW) {
+        c->ttl_ms = p.has_ttl_ms ? p.ttl_ms : 0; /* 0: keep the last TTL */
     }
     codec_params_cleanup(&p);
-    r = backend_inspect(cfg->backend, key, key_len, &info);
+    if (verb == API_VERB_ACQUIRE && make_token(c->token) != 0) {
+        log_error("getrandom failed: no token can be made");
+        codec_error(resp, API_INTERNAL, "cannot make a token");
+        return API_INTERNAL;
+    }
+    return API_OK;
+}
+
+/* A grant or renewal as it stands now: 503 if nothing of it is left. */
+static void grant_reply(struct api_response *resp,
+                        unsigned status,
+                        const struct api_call *c,
+                        const struct lock_grant *g)
+{
+    uint64_t left = backend_grant_left_ms(g, backend_mono_us());
+
+    if (left == 0) {
+        log_warn("the store answered after the grant's TTL had passed: "
+                 "answering 503, not a grant");
+        resp->retry_after = 1;
+        codec_error(resp, API_BACKEND_UNAVAILABLE,
+                    "the store answered too late: the lock's TTL passed "
+                    "before the answer could be sent");
+        return;
+    }
+    codec_grant(resp, status, c->key, c->key_len, api_call_token(c), g->fence,
+                left, g->expires_at_ms);
+}
+
+static void held_reply(const struct api_call *c,
+                       const struct lock_grant *g,
+                       struct api_response *resp)
+{
+    uint64_t ms = g->retry_ms > 0 ? g->retry_ms : 1;
+
+    metrics_lock_conflict();
+    codec_reply(resp, 409, "{s:{s:s,s:s,s:I}}", "error", "code", "lock_held",
+                "message",
+                c->wait_ms > 0 ? "the lock is still held by someone else "
+                                 "after waiting wait_ms"
+                               : "the lock is held by someone else",
+                "retry_after_ms", (json_int_t)ms);
+    resp->retry_after = (unsigned)((ms + 999) / 1000);
+}
+
+static void inspect_reply(const struct api_call *c,
+                          const struct lock_info *info,
+                          struct api_response *resp)
+{
+    char when[40];
+
+    codec_format_time(info->expires_at_ms, when, sizeof(when));
+    /* "s*": the owner is left out when there is none */
+    codec_reply(resp, 200, "{s:s%,s:b,s:I,s:I,s:s,s:s*}", "key", c->key,
+                c->key_len, "held", 1, "fence", (json_int_t)info->fence,
+                "ttl_ms", (json_int_t)(info->ttl_ms > 0 ? info->ttl_ms : 1),
+                "expires_at", when, "owner",
+                info->has_owner ? info->owner : NULL);
+}
+
+static void readyz_reply(const struct api_config *cfg,
+                         enum backend_result r,
+                         struct api_response *resp);
+static void metrics_reply(int64_t held, struct api_response *resp);
+
+void handle_call_reply(const struct api_config *cfg,
+                       const struct api_call *c,
+                       enum backend_result r,
+                       const struct lock_grant *g,
+                       const struct lock_info *info,
+                       int64_t held,
+                       struct api_response *resp)
+{
+    if (c->verb == API_VERB_READYZ) {
+        readyz_reply(cfg, r, resp);
+        return;
+    }
+    if (c->verb == API_VERB_METRICS) {
+        metrics_reply(held, resp);
+        return;
+    }
+    if (r == BACKEND_HELD && c->verb == API_VERB_ACQUIRE) {
+        held_reply(c, g, resp);
+        return;
+    }
     if (r != BACKEND_OK) {
         backend_error(resp, r);
         return;
     }
-    codec_format_time(info.expires_at_ms, when, sizeof(when));
-    /* "s*": the owner is left out when there is none */
-    codec_reply(resp, 200, "{s:s%,s:b,s:I,s:I,s:s,s:s*}", "key", key, key_len,
-                "held", 1, "fence", (json_int_t)info.fence, "ttl_ms",
-                (json_int_t)(info.ttl_ms > 0 ? info.ttl_ms : 1), "expires_at",
-                when, "owner", info.has_owner ? info.owner : NULL);
+    switch (c->verb) {
+    case API_VERB_ACQUIRE:
+        grant_reply(resp, 201, c, g);
+        break;
+    case API_VERB_RENEW:
+        grant_reply(resp, 200, c, g);
+        break;
+    case API_VERB_RELEASE:
+        codec_reply(resp, 200, "{s:s%,s:b}", "key", c->key, c->key_len,
+                    "released", 1);
+        break;
+    default:
+        inspect_reply(c, info, resp);
+        break;
+    }
 }
 
 void handle_healthz(struct api_response *resp)
@@ -257,20 +263,21 @@ void handle_healthz(struct api_response *resp)
     codec_reply(resp, 200, "{s:s}", "status", "ok");
 }
 
-void handle_readyz(const struct api_config *cfg,
-                   bool shutting_down,
-                   struct api_response *resp)
+void handle_readyz_draining(const struct api_config *cfg,
+                            struct api_response *resp)
+{
+    codec_reply(resp, 503, "{s:s,s:s,s:s}", "status", "unavailable",
+                "backend", backend_scheme(cfg->backend), "reason",
+                "shutting down");
+    resp->retry_after = 1;
+}
+
+static void readyz_reply(const struct api_config *cfg,
+                         enum backend_result r,
+                         struct api_response *resp)
 {
     const char *scheme = backend_scheme(cfg->backend);
-    enum backend_result r;
 
-    if (shutting_down) {
-        codec_reply(resp, 503, "{s:s,s:s,s:s}", "status", "unavailable",
-                    "backend", scheme, "reason", "shutting down");
-        resp->retry_after = 1;
-        return;
-    }
-    r = backend_ping(cfg->backend);
     if (r == BACKEND_OK) {
         codec_reply(resp, 200, "{s:s,s:s,s:s}", "status", "ready", "backend",
                     scheme, "fifo",
@@ -284,10 +291,10 @@ void handle_readyz(const struct api_config *cfg,
     }
 }
 
-void handle_metrics(const struct api_config *cfg, struct api_response *resp)
+static void metrics_reply(int64_t held, struct api_response *resp)
 {
     size_t len = 0;
-    char *text = metrics_render(backend_held_count(cfg->backend), &len);
+    char *text = metrics_render(held, &len);
 
     if (text == NULL) {
         codec_error(resp, API_INTERNAL, NULL);

@@ -1,7 +1,8 @@
 /*
- * api/handlers.h - one function per endpoint. Each fills an api_response;
- * acquire is split in two because waiting belongs to the server: parse
- * into an api_acquire, then build the reply from the backend's answer.
+ * api/handlers.h - one function per endpoint. Each fills an api_response.
+ * The lock verbs are split in two because store calls and waiting belong
+ * to the server: parse into an api_call, then build the reply from the
+ * backend's answer.
  */
 #ifndef API_HANDLERS_H
 #define API_HANDLERS_H
@@ -16,52 +17,59 @@ struct api_config { /* frozen before the server starts */
     const char *auth_token; /* NULL: no auth */
 };
 
-struct api_acquire { /* a parsed acquire, for the server's wait queue */
-    char *key;       /* owned, decoded */
+enum api_verb {
+    API_VERB_ACQUIRE = 0,
+    API_VERB_RENEW,
+    API_VERB_RELEASE,
+    API_VERB_INSPECT,
+    API_VERB_READYZ,  /* GET /readyz: no key */
+    API_VERB_METRICS, /* GET /metrics: no key */
+};
+
+struct api_call { /* a parsed request that needs the store, for the
+                    server to run */
+    enum api_verb verb;
+    char *key; /* owned, decoded */
     size_t key_len;
-    char token[API_TOKEN_LEN + 1]; /* fresh, from getrandom */
+    char token[API_TOKEN_LEN + 1]; /* acquire: fresh, from getrandom */
+    char *client_token;            /* renew, release: owned */
     char *owner;                   /* owned; NULL when none */
-    uint64_t ttl_ms;
+    uint64_t ttl_ms;               /* renew: 0 = keep the last TTL */
     uint64_t wait_ms;
 };
 
-void api_acquire_cleanup(struct api_acquire *acq); /* accepts zeroed */
+void api_call_cleanup(struct api_call *c); /* accepts zeroed */
 void api_response_cleanup(struct api_response *resp);
 
-/* POST /locks/{key}: API_OK and *acq filled (the caller runs it), or an
- * error already written into resp. key is handed over to acq. */
-enum api_error handle_acquire_parse(const struct api_config *cfg,
-                                    const struct api_request *rq,
-                                    char *key,
-                                    size_t key_len,
-                                    struct api_acquire *acq,
-                                    struct api_response *resp);
-/* The answer to an acquire: 201 on BACKEND_OK, 409 lock_held with
- * retry_ms on BACKEND_HELD, else the mapped error. */
-void handle_acquire_reply(const struct api_acquire *acq,
-                          enum backend_result r,
-                          const struct lock_grant *g,
-                          struct api_response *resp);
+/* The token the store call names: the fresh one or the client's. */
+const char *api_call_token(const struct api_call *c);
 
-void handle_renew(const struct api_config *cfg,
-                  const struct api_request *rq,
-                  const char *key,
-                  size_t key_len,
-                  struct api_response *resp);
-void handle_release(const struct api_config *cfg,
-                    const struct api_request *rq,
-                    const char *key,
-                    size_t key_len,
-                    struct api_response *resp);
-void handle_inspect(const struct api_config *cfg,
-                    const struct api_request *rq,
-                    const char *key,
-                    size_t key_len,
-                    struct api_response *resp);
+/* POST, PUT, DELETE, GET or HEAD /locks/{key}: API_OK and *c filled (the
+ * caller runs it and answers with handle_call_reply()), or an error
+ * already written into resp. key is handed over to c. */
+enum api_error handle_call_parse(const struct api_config *cfg,
+                                 const struct api_request *rq,
+                                 enum api_verb verb,
+                                 char *key,
+                                 size_t key_len,
+                                 struct api_call *c,
+                                 struct api_response *resp);
+/* The answer to c once the store answered r: acquire 201 (or 409
+ * lock_held with retry_ms on BACKEND_HELD), renew 200, release 200,
+ * inspect 200 from info, readyz from the ping's r, metrics with held (the
+ * store's held count, -1 if unknown), else the mapped error. A grant's
+ * ttl_ms is what is left of it now (backend_grant_left_ms()); a grant with
+ * nothing left is answered 503, never as held. */
+void handle_call_reply(const struct api_config *cfg,
+                       const struct api_call *c,
+                       enum backend_result r,
+                       const struct lock_grant *g,
+                       const struct lock_info *info,
+                       int64_t held,
+                       struct api_response *resp);
 void handle_healthz(struct api_response *resp);
-void handle_readyz(const struct api_config *cfg,
-                   bool shutting_down,
-                   struct api_response *resp);
-void handle_metrics(const struct api_config *cfg, struct api_response *resp);
+/* /readyz while the instance drains: 503 without asking the store. */
+void handle_readyz_draining(const struct api_config *cfg,
+                            struct api_response *resp);
 
 #endif /* API_HANDLERS_H */

@@ -45,10 +45,11 @@ static bool authorized(const struct api_config *cfg,
 static enum api_action route_lock(const struct api_config *cfg,
                                   const struct api_request *rq,
                                   struct api_response *resp,
-                                  struct api_acquire *acq)
+                                  struct api_call *call)
 {
     const char *m = rq->method;
     enum metrics_route route;
+    enum api_verb verb;
     char msg[256];
     char *key = NULL;
     size_t key_len = 0;
@@ -85,35 +86,35 @@ static enum api_action route_lock(const struct api_config *cfg,
     }
     switch (route) {
     case METRICS_ROUTE_ACQUIRE:
-        /* key is handed over to acq, even on error */
-        if (handle_acquire_parse(cfg, rq, key, key_len, acq, resp) != API_OK)
-            return API_ACTION_REPLY;
-        return API_ACTION_ACQUIRE;
+        verb = API_VERB_ACQUIRE;
+        break;
     case METRICS_ROUTE_RENEW:
-        handle_renew(cfg, rq, key, key_len, resp);
+        verb = API_VERB_RENEW;
         break;
     case METRICS_ROUTE_RELEASE:
-        handle_release(cfg, rq, key, key_len, resp);
+        verb = API_VERB_RELEASE;
         break;
     default:
-        handle_inspect(cfg, rq, key, key_len, resp);
+        verb = API_VERB_INSPECT;
         break;
     }
-    free(key);
-    return API_ACTION_REPLY;
+    /* key is handed over to call, even on error */
+    if (handle_call_parse(cfg, rq, verb, key, key_len, call, resp) != API_OK)
+        return API_ACTION_REPLY;
+    return API_ACTION_CALL;
 }
 
 enum api_action router_dispatch(const struct api_config *cfg,
                                 const struct api_request *rq,
                                 struct api_response *resp,
-                                struct api_acquire *acq)
+                                struct api_call *call)
 {
     const char *path = rq->path;
 
     memset(resp, 0, sizeof(*resp));
     resp->route = METRICS_ROUTE_OTHER;
     if (strncmp(path, LOCKS_PREFIX, strlen(LOCKS_PREFIX)) == 0)
-        return route_lock(cfg, rq, resp, acq);
+        return route_lock(cfg, rq, resp, call);
 
     if (strcmp(path, "/healthz") == 0)
         resp->route = METRICS_ROUTE_HEALTHZ;
@@ -129,11 +130,17 @@ enum api_action router_dispatch(const struct api_config *cfg,
         not_allowed(resp, ALLOW_OPS);
         return API_ACTION_REPLY;
     }
-    if (resp->route == METRICS_ROUTE_HEALTHZ)
+    if (resp->route == METRICS_ROUTE_HEALTHZ) {
         handle_healthz(resp);
-    else if (resp->route == METRICS_ROUTE_READYZ)
-        handle_readyz(cfg, rq->shutting_down, resp);
-    else
-        handle_metrics(cfg, resp);
-    return API_ACTION_REPLY;
+        return API_ACTION_REPLY;
+    }
+    if (resp->route == METRICS_ROUTE_READYZ && rq->shutting_down) {
+        handle_readyz_draining(cfg, resp);
+        return API_ACTION_REPLY;
+    }
+    /* both ask the store: the server runs them off its threads */
+    memset(call, 0, sizeof(*call));
+    call->verb = resp->route == METRICS_ROUTE_READYZ ? API_VERB_READYZ
+                                                     : API_VERB_METRICS;
+    return API_ACTION_CALL;
 }

@@ -9,14 +9,15 @@
 
 enum api_action {
     API_ACTION_REPLY = 0, /* resp is the answer */
-    API_ACTION_ACQUIRE,   /* run acq (maybe waiting), then
-                             handle_acquire_reply() */
+    API_ACTION_CALL,      /* run call (maybe waiting), then
+                             handle_call_reply() */
 };
 
-/* Route rq. The caller cleans up resp (and acq, for API_ACTION_ACQUIRE). */
+/* Route rq. The caller cleans up resp and call (which a request that fails
+ * to parse may have filled in part). */
 enum api_action router_dispatch(const struct api_config *cfg,
                                 const struct api_request *rq,
                                 struct api_response *resp,
-                                struct api_acquire *acq);
+                                struct api_call *call);
 
 #endif /* API_ROUTER_H */

@@ -29,7 +29,8 @@
 #include "service/server.h"
 #include "service/waitq.h"
 
-#define DRAIN_MS 5000
+#define DRAIN_MS       5000
+#define WAITQ_GRACE_MS 1000 /* for store calls owed at exit */
 
 /* Raise the open-file limit to the hard limit: every waiter is a socket. */
 static void raise_nofile(struct config *c)
@@ -183,10 +184,17 @@ int main(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    waitq_bind(q, be);
     if (cfg.threads == 0) /* a network backend's calls block a thread */
         cfg.threads = strcmp(backend_scheme(be), "memory") == 0 ? cfg.cores
                                                                 : 4 * cfg.cores;
+    /* the workers make the store calls (memory's run on server threads:
+     * they only retry waiters) */
+    if (waitq_bind(q, be, be->call_timeout_ms > 0 ? cfg.threads : 2) != 0) {
+        log_error("cannot start the wait queue's workers: %s",
+                  strerror(errno));
+        rc = 1;
+        goto out;
+    }
     metrics_setup(LOCKD_VERSION, backend_scheme(be));
     api.backend = be;
     api.default_ttl_ms = cfg.default_ttl_ms;
@@ -215,6 +223,9 @@ int main(int argc, char **argv)
                  DRAIN_MS);
 out:
     server_stop(srv);
+    /* owed store calls (places given up, grants nobody received) get a
+     * short grace; the store's TTLs end whatever is left */
+    waitq_stop(q, WAITQ_GRACE_MS);
     /* the backend's threads may notify the queue until it is closed */
     backend_close(be);
     waitq_free(q);

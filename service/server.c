@@ -1,8 +1,9 @@
 /*
  * service/server.c - the libmicrohttpd daemon and the glue between it and
  * api/: per-request state in *req_cls, the body read up to
- * --max-body-bytes, the request turned into a struct api_request, waiting
- * acquires parked in the wait queue with their connection suspended, the
+ * --max-body-bytes, the request turned into a struct api_request, lock
+ * requests run by the wait queue (on a network store with their
+ * connection suspended while a worker calls the store), the
  * answer turned into an MHD response, and the access log and metrics when
  * the request completes.
  */
@@ -43,7 +44,7 @@ struct server {
 
 enum phase {
     PHASE_READ = 0, /* reading the body */
-    PHASE_WAITING,  /* parked in the wait queue, connection suspended */
+    PHASE_WAITING,  /* run by the wait queue, connection suspended */
 };
 
 struct request { /* *req_cls: from the first call to completion */
@@ -54,12 +55,11 @@ struct request { /* *req_cls: from the first call to completion */
     char *body; /* owned */
     size_t len, cap;
     bool too_large;
-    bool acquiring;  /* acq holds a parsed acquire */
-    bool granted;    /* a 201 for acq was queued */
+    bool granted;    /* the store granted call (an acquire) */
     unsigned status; /* what was queued, for the log */
     enum metrics_route route;
-    struct api_acquire acq; /* owned strings */
-    struct wq_waiter w;     /* req strings borrowed from acq */
+    struct api_call call; /* owned strings */
+    struct wq_waiter w;   /* req strings borrowed from call */
     /* for the response and the access log; every request keeps them, so
      * they are sized to fit (a waiter's footprint counts) */
     char *request_id; /* owned */
@@ -310,7 +310,7 @@ static void waiter_wake(struct wq_waiter *w)
 
     /* a grant from now on: if libmicrohttpd closes the connection without
      * calling us again, completion must release it */
-    if (w->result == BACKEND_OK)
+    if (w->result == BACKEND_OK && w->op == WQ_ACQUIRE)
         r->granted = true;
 
     MHD_resume_connection(r->conn);
@@ -324,39 +324,55 @@ static int connection_fd(struct MHD_Connection *conn)
     return ci != NULL ? ci->connect_fd : -1;
 }
 
-/* The acquire's answer, once the wait queue is done with it. */
-static enum MHD_Result answer_acquire(struct request *r)
+/* The answer to a lock request, once the wait queue is done with it. */
+static enum MHD_Result answer_call(struct request *r)
 {
-    struct api_response resp = { .route = METRICS_ROUTE_ACQUIRE };
+    struct api_response resp = { .route = r->route };
 
-    if (r->w.shutting_down) {
-        return queue_error(r, API_SHUTTING_DOWN, METRICS_ROUTE_ACQUIRE);
+    if (r->w.shutting_down && r->call.verb == API_VERB_READYZ) {
+        handle_readyz_draining(r->srv->api, &resp);
+        return queue(r, &resp);
     }
-    handle_acquire_reply(&r->acq, r->w.result, &r->w.grant, &resp);
-    resp.route = METRICS_ROUTE_ACQUIRE;
-    if (r->w.result == BACKEND_OK)
+    if (r->w.shutting_down && r->call.verb == API_VERB_METRICS)
+        r->w.count = -1; /* still served while draining */
+    else if (r->w.shutting_down)
+        return queue_error(r, API_SHUTTING_DOWN, r->route);
+    if (r->call.verb == API_VERB_ACQUIRE && r->w.result == BACKEND_OK)
         r->granted = true; /* released in completed() if never delivered */
+    handle_call_reply(r->srv->api, &r->call, r->w.result, &r->w.grant,
+                      &r->w.info, r->w.count, &resp);
+    resp.route = r->route;
     return queue(r, &resp);
 }
 
-static enum MHD_Result run_acquire(struct request *r)
+static enum MHD_Result run_call(struct request *r)
 {
+    static const enum wq_op ops[] = {
+        [API_VERB_ACQUIRE] = WQ_ACQUIRE,
+        [API_VERB_RENEW] = WQ_RENEW,
+        [API_VERB_RELEASE] = WQ_RELEASE,
+        [API_VERB_INSPECT] = WQ_INSPECT,
+        [API_VERB_READYZ] = WQ_PING,
+        [API_VERB_METRICS] = WQ_COUNT,
+    };
     struct wq_waiter *w = &r->w;
 
     memset(w, 0, sizeof(*w));
-    w->req.key = r->acq.key;
-    w->req.key_len = r->acq.key_len;
-    w->req.token = r->acq.token;
-    w->req.owner = r->acq.owner;
-    w->req.ttl_ms = r->acq.ttl_ms;
-    w->wait_ms = (int64_t)r->acq.wait_ms;
+    w->op = ops[r->call.verb];
+    w->req.key = r->call.key;
+    w->req.key_len = r->call.key_len;
+    w->req.token = api_call_token(&r->call);
+    w->req.owner = r->call.owner;
+    w->req.ttl_ms = r->call.ttl_ms;
+    w->wait_ms = (int64_t)r->call.wait_ms;
+    w->start_us = r->start_us;
     w->fd = w->wait_ms > 0 ? connection_fd(r->conn) : -1;
     w->suspend = waiter_suspend;
     w->wake = waiter_wake;
     w->arg = r;
     if (waitq_start(r->srv->q, w) == WQ_PARKED)
         return MHD_YES; /* suspended; wake() resumes it */
-    return answer_acquire(r);
+    return answer_call(r);
 }
 
 static enum MHD_Result
@@ -384,14 +400,13 @@ dispatch(struct request *r, const char *url, const char *method)
         r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     rq.shutting_down = atomic_load(&srv->shutting_down);
 
-    action = router_dispatch(srv->api, &rq, &resp, &r->acq);
-    if (action == API_ACTION_ACQUIRE) {
+    action = router_dispatch(srv->api, &rq, &resp, &r->call);
+    if (action == API_ACTION_CALL) {
+        r->route = resp.route;
         api_response_cleanup(&resp);
-        r->acquiring = true;
-        return run_acquire(r);
+        return run_call(r);
     }
-    if (r->acq.key != NULL)
-        api_acquire_cleanup(&r->acq); /* an acquire that failed to parse */
+    api_call_cleanup(&r->call); /* a lock request that failed to parse */
     return queue(r, &resp);
 }
 
@@ -453,7 +468,7 @@ static enum MHD_Result on_request(void *cls,
     }
     if (r->phase == PHASE_WAITING) {
         r->phase = PHASE_READ;
-        return answer_acquire(r); /* resumed by the wait queue */
+        return answer_call(r); /* resumed by the wait queue */
     }
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
@@ -496,13 +511,7 @@ static void on_completed(void *cls,
     dur = mono_us() - r->start_us;
     if (r->granted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         /* the client never got its grant: no lock may be held by nobody */
-        struct lock_req req = { .key = r->acq.key,
-                                .key_len = r->acq.key_len,
-                                .token = r->acq.token };
-        enum backend_result br = backend_release(srv->api->backend, &req);
-        log_info("released a grant whose client left before the answer "
-                 "(%s)",
-                 backend_result_str(br));
+        waitq_orphan(srv->q, r->call.key, r->call.key_len, r->call.token);
     }
     if (r->status == 0) {
         r->status = 499; /* the client left before an answer */
@@ -510,7 +519,7 @@ static void on_completed(void *cls,
     }
     log_access(r->method, r->path != NULL ? r->path : "-", r->status, dur,
                r->request_id);
-    api_acquire_cleanup(&r->acq);
+    api_call_cleanup(&r->call);
     free(r->body);
     free(r->path);
     free(r->request_id);

@@ -1,14 +1,22 @@
 /*
- * service/waitq.h - clients waiting for a lock, without a thread each.
+ * service/waitq.h - every lock request's store call, and clients waiting
+ * for a lock, without a thread each and without one stalled store call
+ * holding anyone else's answer.
  *
- * waitq_start() tries the backend once; if the key is held and the client
- * may wait, the caller's connection is suspended (through the waiter's
- * suspend callback) and the waiter is parked in a FIFO per key. One thread
- * then retries the first waiter of a key when the backend notifies that the
- * key may be free, or when the holder's TTL is due; it answers 409 when a
- * waiter's deadline passes and drops a waiter whose client hangs up (their
- * sockets sit in an epoll set watched for EPOLLRDHUP). Each parked waiter
- * gets exactly one wake() call, from the waitq thread, with its result.
+ * waitq_start() runs one request: acquire (maybe waiting), renew, release
+ * or inspect. On a store that never waits on I/O (memory) the call runs on
+ * the caller's thread. On a network store the caller's connection is
+ * suspended (through the request's suspend callback) and a worker thread
+ * makes the call; the request is answered by its wake callback when the
+ * call returns or when the request's bound passes, whichever is first:
+ * arrival + max(wait_ms, the store's call timeout). A call still in flight
+ * at the bound finishes in the background, and a grant nobody will receive
+ * is released at once.
+ *
+ * Waiting acquires are parked in a FIFO per key. One timer thread answers
+ * deadlines and hang-ups and never calls the store; it hands retries (on a
+ * backend notification that the key may be free, or when the holder's TTL
+ * is due) to the workers, at most one call per key at a time.
  */
 #ifndef SERVICE_WAITQ_H
 #define SERVICE_WAITQ_H
@@ -19,7 +27,7 @@
 #include "backends/backend.h"
 
 struct waitq;
-struct wq_key;
+struct wq_job;
 
 struct wq_timer { /* private to waitq: one entry of its min-heap */
     int64_t at;   /* monotonic ms */
@@ -27,10 +35,23 @@ struct wq_timer { /* private to waitq: one entry of its min-heap */
     int kind;
 };
 
+enum wq_op {
+    WQ_ACQUIRE = 0,
+    WQ_RENEW,
+    WQ_RELEASE,
+    WQ_INSPECT,
+    WQ_PING,  /* readiness: result only */
+    WQ_COUNT, /* locks held: count */
+};
+
 struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
     /* set by the caller before waitq_start() */
-    struct lock_req req;                  /* strings borrowed from the caller */
-    int64_t wait_ms;                      /* 0: try once */
+    enum wq_op op;
+    struct lock_req req;                  /* strings borrowed until the
+                                             answer; waiter is waitq's */
+    int64_t wait_ms;                      /* acquire: 0 = try once */
+    int64_t start_us;                     /* monotonic us the request
+                                             arrived; 0 = now */
     int fd;                               /* the client's socket, or -1 */
     void (*suspend)(struct wq_waiter *w); /* park: stop serving it */
     void (*wake)(struct wq_waiter *w);    /* result ready: serve it */
@@ -38,16 +59,16 @@ struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
 
     /* the result, valid once waitq_start() says WQ_DONE or in wake() */
     enum backend_result result;
-    struct lock_grant grant; /* OK: the grant; HELD: retry_ms */
+    struct lock_grant grant; /* acquire/renew OK: the grant (its ttl_ms is
+                                the store's; see backend_grant_left_ms());
+                                HELD: retry_ms */
+    struct lock_info info;   /* inspect OK */
+    int64_t count;           /* WQ_COUNT: backend_held_count() */
     bool shutting_down;      /* answered because the instance is draining */
     bool client_gone;        /* the client hung up while waiting */
 
     /* private to waitq */
-    struct lock_waiter lw;
-    struct wq_key *key;
-    struct wq_waiter *prev, *next;
-    struct wq_timer deadline;
-    bool last_unavailable;
+    struct wq_job *job;
 };
 
 enum wq_start {
@@ -55,25 +76,38 @@ enum wq_start {
     WQ_PARKED,   /* w->suspend() was called; w->wake() will be */
 };
 
-/* Start the waitq thread. NULL on failure (errno set). */
+/* Start the timer thread. NULL on failure (errno set). */
 struct waitq *waitq_new(void);
-/* Give the queue its backend, before any waitq_start(). */
-void waitq_bind(struct waitq *q, struct backend *be);
-/* Stop the thread and free; call waitq_shutdown() first. Accepts NULL. */
+/* Give the queue its backend and start workers threads for its calls,
+ * before any waitq_start(). -1 if no thread could start (errno set). */
+int waitq_bind(struct waitq *q, struct backend *be, unsigned workers);
+/* Run the store calls still owed (giving up places, releasing grants
+ * nobody received) for up to grace_ms, then stop the workers. After
+ * waitq_shutdown() and once no more waitq_start() or waitq_orphan() can
+ * come; before the backend is closed. */
+void waitq_stop(struct waitq *q, int64_t grace_ms);
+/* Stop the thread and free; call waitq_shutdown() and waitq_stop() first.
+ * Accepts NULL. */
 void waitq_free(struct waitq *q);
 
 /* The backend's notify hook (struct backend_hooks.notify, arg = q). */
 void waitq_notify(void *q, const char *key, size_t key_len);
 
-/* Try w->req now; park it if held and w->wait_ms > 0. Runs on a server
- * thread; blocks for one backend call at most. */
+/* Run w. Runs on a server thread and never blocks on a network store. */
 enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w);
 
-/* Answer every parked waiter (result UNAVAILABLE, shutting_down set) and
- * every later waitq_start() at once; returns when all are answered. */
+/* A grant whose client never received it (it hung up): release it, off
+ * the caller's thread on a network store. Strings are copied. */
+void waitq_orphan(struct waitq *q,
+                  const char *key,
+                  size_t key_len,
+                  const char *token);
+
+/* Answer every request in flight (result UNAVAILABLE, shutting_down set)
+ * and every later waitq_start() at once; returns when all are answered. */
 void waitq_shutdown(struct waitq *q);
 
-/* Clients waiting now. */
+/* Clients waiting for a lock now. */
 int64_t waitq_count(struct waitq *q);
 
 #endif /* SERVICE_WAITQ_H */

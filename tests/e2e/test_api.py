@@ -86,6 +86,14 @@ def check_fence(f, what="fence"):
     check(1 <= f < FENCE_LIMIT, "%s %r out of [1, 2^53)" % (what, f))
 
 
+def check_ttl_left(got, want, what="ttl_ms"):
+    """A grant's ttl_ms is what is left of want when lockd answered: never
+    more, and (on a machine that is not stalled) not much less."""
+    check(isinstance(got, int) and not isinstance(got, bool), "%s %r is not an integer" % (what, got))
+    check(1 <= got <= want and got > want - 1000,
+          "%s %r: want what is left of %d (at most %d, less by under 1 s)" % (what, got, want, want))
+
+
 def expect_grant(r, key, ttl_ms=None, status=201, what="grant", t_sent=None):
     """A grant (201) or renewal (200) body: key, token, fence, ttl_ms,
     expires_at ~ now + ttl_ms."""
@@ -95,7 +103,7 @@ def expect_grant(r, key, ttl_ms=None, status=201, what="grant", t_sent=None):
           "%s token %r is not 32 lowercase hex chars" % (what, body.get("token")))
     check_fence(body.get("fence"), what + " fence")
     if ttl_ms is not None:
-        eq(body.get("ttl_ms"), ttl_ms, what + " ttl_ms")
+        check_ttl_left(body.get("ttl_ms"), ttl_ms, what + " ttl_ms")
     ttl = body.get("ttl_ms")
     check(isinstance(ttl, int) and ttl >= 1, "%s ttl_ms %r" % (what, ttl))
     exp = parse_expires(body.get("expires_at"))
@@ -401,7 +409,12 @@ def limits_default(ctx):
     check(time.monotonic() - t0 < 2.0, "a waiting acquire of a free key was not granted at once")
     release(ctx, key, g["token"])
     r = req(ctx, "POST", key, {"ttl_ms": 1})
-    g = expect_grant(r, key, 1, what="acquire with ttl_ms 1")
+    if r.status == 503:
+        # accepted, but the store's round trip outlasted the 1 ms: lockd
+        # never answers 201 for a grant that may be gone already
+        eq(r.error_code(), "backend_unavailable", "acquire with ttl_ms 1 answered 503")
+    else:
+        expect_grant(r, key, 1, what="acquire with ttl_ms 1")
     for body in ({"ttl_ms": MAX_TTL_MS + 1}, {"wait_ms": MAX_WAIT_MS + 1}, {"ttl_ms": 0}):
         k2 = ctx.key("max")
         expect_error(req(ctx, "POST", k2, body), 400, "invalid_parameter", "acquire %r" % body)
@@ -761,7 +774,7 @@ def params_body_ctype(ctx):
     check(resp is not None, "no answer to a body without Content-Type")
     eq(resp[0], 201, "acquire without Content-Type (body %r)" % resp[2][:200])
     g = raw_json(resp)
-    eq(g.get("ttl_ms"), 2345, "ttl_ms")
+    check_ttl_left(g.get("ttl_ms"), 2345)
     release(ctx, key, g["token"])
     key = ctx.key("split")
     r = req(ctx, "POST", key, {"ttl_ms": 2222}, query="owner=split")
@@ -1199,7 +1212,7 @@ def http_framing(ctx):
     check(resp is not None, "no answer to a chunked body")
     eq(resp[0], 201, "chunked acquire (%r)" % (resp[2][:200],))
     g = raw_json(resp)
-    eq(g.get("ttl_ms"), 3333, "ttl_ms from a chunked body")
+    check_ttl_left(g.get("ttl_ms"), 3333, "ttl_ms from a chunked body")
     expect_held(ctx, key, g["fence"], "chunked")
     # pipelined: three requests in one write, three answers in order
     data = (http_request("GET", path(key)) + http_request("DELETE", path(key), headers={"Lock-Token": g["token"]})
@@ -1304,7 +1317,12 @@ def data_cases(ctx):
                 if k.startswith("json."):
                     field = k[5:]
                     want = json.loads(v)
-                    if not isinstance(j, dict) or j.get(field) != want:
+                    got = j.get(field) if isinstance(j, dict) else None
+                    if field == "ttl_ms" and isinstance(got, int) and isinstance(want, int):
+                        # what is left of the TTL when lockd answered
+                        if not (1 <= got <= want and got > want - 1000):
+                            problems.append("ttl_ms = %r, want what is left of %r" % (got, want))
+                    elif not isinstance(j, dict) or got != want:
                         problems.append("%s = %r, want %r" % (field, j.get(field) if isinstance(j, dict) else None,
                                                               want))
                 if k.startswith("header."):

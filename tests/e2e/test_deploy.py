@@ -293,7 +293,7 @@ def t_image(ctx):
         r = harness.http(port, "PUT", "/locks/deploy/smoke", {"ttl_ms": 8000}, {"Lock-Token": token})
         eq(r.status, 200, "renew: %r" % r)
         eq(r.json["fence"], fence, "fence after renew")
-        eq(r.json["ttl_ms"], 8000, "ttl after renew")
+        check(7000 < r.json["ttl_ms"] <= 8000, "ttl after renew: %r, want what is left of 8000" % r.json["ttl_ms"])
         r = harness.http(port, "GET", "/locks/deploy/smoke")
         eq(r.status, 200, "inspect: %r" % r)
         eq(r.json.get("owner"), "e2e", "owner")

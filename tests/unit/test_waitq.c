@@ -51,13 +51,14 @@ static void env_open(struct env *e)
     hooks.arg = e->q;
     CHECK_EQ_INT(backend_open("memory://", &hooks, &e->be, err, sizeof(err)),
                  BACKEND_OK);
-    waitq_bind(e->q, e->be);
+    CHECK_EQ_INT(waitq_bind(e->q, e->be, 2), 0);
 }
 
 /* In lockd's order (service/main.c): shutdown, free the queue, close. */
 static void env_close(struct env *e)
 {
     waitq_shutdown(e->q);
+    waitq_stop(e->q, 1000);
     waitq_free(e->q);
     backend_close(e->be);
 }
