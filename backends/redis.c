@@ -12,7 +12,7 @@
  *   P "lock:{" K "}"    hash  t = sha1hex(token), f = fence, ttl, [o = owner]
  *   P "fence:{" K "}"   integer, INCRed by every grant, never expires
  *   P "queue:{" K "}"   list of waiter ids, first come first served
- *   P "qdl:{" K "}"     hash waiter id -> its deadline (unix ms)
+ *   P "qdl:{" K "}"     hash waiter id -> its deadline (Redis's unix ms)
  *   channel P "released:" db   PUBLISHed with K by every release
  * P and the fixed words around K make the mapping injective: K is what is
  * left after stripping them, and "lock:" and "fence:" never collide.
@@ -76,20 +76,23 @@ enum redis_be_script {
  */
 static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     /* acquire: KEYS lock, fence, queue, deadlines; ARGV token, ttl_ms,
-     * has_owner, owner, waiter ("" = try once), its deadline (unix ms),
-     * this instance's waiter prefix, release channel, key, not-after
-     * (Redis unix ms; the last argument).
+     * has_owner, owner, waiter ("" = try once), what is left of its wait
+     * (ms, >= 0), this instance's waiter prefix, release channel, key,
+     * not-after (Redis unix ms; the last argument).
      * {-2}: run after lockd gave up on it, nothing done.
      * {1, fence, ttl, expires_at} granted;
      * {0, retry_ms, behind, ours} held, or free with an earlier waiter
      * first (behind = 1; ours = 1 when that waiter is this instance's).
      * A retry of an acquire whose reply was lost finds its own token and
-     * is granted again, with the same fence. Waiters whose deadline (plus
-     * a grace for clock skew) passed are dropped from the head: their
-     * lockd would have cancelled them, so it is gone. Behind another
-     * instance's waiter on a free key, retry soon (it should take the key
-     * at once); a waiter's grant is published so the others learn the new
-     * holder's TTL. */
+     * is granted again, with the same fence. A place's deadline is
+     * Redis's now plus the wait left, set again by every try: lockd's
+     * wall clock never reaches Redis, so a skewed one can neither reap a
+     * live place nor keep a dead one. Places whose deadline (plus a grace
+     * for a late cancel) passed are dropped from the head: their lockd
+     * would have cancelled them, so it is gone; the queue's own expiry
+     * follows its last deadline. Behind another instance's waiter on a
+     * free key, retry soon (it should take the key at once); a waiter's
+     * grant is published so the others learn the new holder's TTL. */
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
@@ -104,16 +107,17 @@ static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     "  redis.call('HDEL', KEYS[4], head)\n"
     "  head = redis.call('LINDEX', KEYS[3], 0)\n"
     "end\n"
-    "if uid ~= '' and redis.call('HEXISTS', KEYS[4], uid) == 0 then\n"
-    "  redis.call('RPUSH', KEYS[3], uid)\n"
-    "  redis.call('HSET', KEYS[4], uid, ARGV[6])\n"
-    "  local keep = tonumber(ARGV[6]) + grace - now\n"
-    "  if keep < grace then keep = grace end\n"
-    "  if redis.call('PTTL', KEYS[3]) < keep then\n"
-    "    redis.call('PEXPIRE', KEYS[3], keep)\n"
-    "    redis.call('PEXPIRE', KEYS[4], keep)\n"
+    "if uid ~= '' then\n"
+    "  local left = tonumber(ARGV[6])\n"
+    "  if redis.call('HEXISTS', KEYS[4], uid) == 0 then\n"
+    "    redis.call('RPUSH', KEYS[3], uid)\n"
+    "    if not head then head = uid end\n"
     "  end\n"
-    "  if not head then head = uid end\n"
+    "  redis.call('HSET', KEYS[4], uid, string.format('%.0f', now + left))\n"
+    "  if redis.call('PTTL', KEYS[3]) < left + grace then\n"
+    "    redis.call('PEXPIRE', KEYS[3], left + grace)\n"
+    "    redis.call('PEXPIRE', KEYS[4], left + grace)\n"
+    "  end\n"
     "end\n"
     "local h = redis.sha1hex(ARGV[1])\n"
     "local cur = redis.call('HMGET', KEYS[1], 't', 'f', 'ttl')\n"
@@ -217,6 +221,9 @@ struct redis_be;
 /* A waiter's place in a key's queue: lock_waiter.be_data. */
 struct redis_be_wait {
     char id[REDIS_BE_WAITER_MAX]; /* this instance's id ':' waiter->id */
+    int64_t end_ms; /* monotonic: when the wait runs out, taken from the
+                       waiter's wall-clock deadline once, on the first try,
+                       so a step of the wall clock later changes nothing */
 };
 
 extern const struct backend_ops redis_be_ops;
@@ -1102,8 +1109,19 @@ static struct redis_be_wait *redis_be_wait_get(struct redis_be *be,
         return NULL;
     snprintf(bw->id, sizeof(bw->id), "%s%llu", be->instance,
              (unsigned long long)w->id);
+    /* deadline_ms and backend_now_ms() are both lockd's wall clock: their
+     * difference is the wait left, whatever that clock's error */
+    bw->end_ms = backend_mono_ms() + (w->deadline_ms - backend_now_ms());
     w->be_data = bw;
     return bw;
+}
+
+/* What is left of bw's wait, in ms (0 once it ran out). */
+static int64_t redis_be_wait_left(const struct redis_be_wait *bw)
+{
+    int64_t left = bw->end_ms - backend_mono_ms();
+
+    return left > 0 ? left : 0;
 }
 
 static void redis_be_wait_free(struct lock_waiter *w)
@@ -1119,7 +1137,7 @@ static enum backend_result redis_be_acquire(struct backend *b,
     struct redis_be *be = (struct redis_be *)b;
     char lock[REDIS_BE_KEYBUF], fence[REDIS_BE_KEYBUF];
     char queue[REDIS_BE_KEYBUF], qdl[REDIS_BE_KEYBUF];
-    char ttl[24], deadline[24];
+    char ttl[24], left[24];
     const char *args[13];
     size_t lens[13];
     struct redis_be_wait *bw = NULL;
@@ -1134,8 +1152,8 @@ static enum backend_result redis_be_acquire(struct backend *b,
             return BACKEND_NO_MEMORY;
     }
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
-    snprintf(deadline, sizeof(deadline), "%lld",
-             req->waiter != NULL ? (long long)req->waiter->deadline_ms : 0LL);
+    snprintf(left, sizeof(left), "%lld",
+             bw != NULL ? (long long)redis_be_wait_left(bw) : 0LL);
     args[0] = lock;
     lens[0] = redis_be_key(be, "lock:", req->key, req->key_len, lock);
     args[1] = fence;
@@ -1154,8 +1172,8 @@ static enum backend_result redis_be_acquire(struct backend *b,
     lens[7] = req->owner != NULL ? strlen(req->owner) : 0;
     args[8] = bw != NULL ? bw->id : "";
     lens[8] = strlen(args[8]);
-    args[9] = deadline;
-    lens[9] = strlen(deadline);
+    args[9] = left;
+    lens[9] = strlen(left);
     args[10] = be->instance;
     lens[10] = strlen(be->instance);
     args[11] = be->channel;
