@@ -48,6 +48,9 @@
 #define REDIS_BE_SUB_PING_MS        5000 /* idle subscriber checks its link */
 #define REDIS_BE_LOG_EVERY_MS       1000 /* rate limit of repeated warnings */
 #define REDIS_BE_WAITER_MAX         48   /* instance id ':' waiter id */
+#define REDIS_BE_GRACE_MS           1000 /* the acquire script's grace */
+#define REDIS_BE_TRASH_MAX          4096 /* failed cancels kept to retry */
+#define REDIS_BE_TRASH_EVERY_MS     100  /* how often they are retried */
 /* prefix + "fence:{" + key + "}", the longest kind */
 #define REDIS_BE_KEYBUF (REDIS_BE_PREFIX_MAX + 8 + LOCK_KEY_MAX + 1)
 
@@ -97,7 +100,7 @@ static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "if now > tonumber(ARGV[10]) then return {-2} end\n"
-    "local grace = 1000\n"
+    "local grace = 1000\n" /* REDIS_BE_GRACE_MS */
     "local uid = ARGV[5]\n"
     "local head = redis.call('LINDEX', KEYS[3], 0)\n"
     "while head do\n"
@@ -226,6 +229,18 @@ struct redis_be_wait {
                        so a step of the wall clock later changes nothing */
 };
 
+/* A place to take out of a queue once Redis answers again: a cancel that
+ * failed. Without it, the place would keep a free key from everyone else
+ * until its deadline. */
+struct redis_be_trash {
+    struct redis_be_trash *next;
+    int64_t until_ms; /* monotonic: the place's deadline plus the grace;
+                         past it, Redis drops the place by itself */
+    char id[REDIS_BE_WAITER_MAX];
+    size_t key_len;
+    char key[]; /* key_len bytes, not NUL-terminated */
+};
+
 extern const struct backend_ops redis_be_ops;
 
 /* One worker thread's connection, kept under be->tls. */
@@ -256,12 +271,14 @@ struct redis_be {
     struct timeval connect_tv;
     struct timeval cmd_tv;
 
-    pthread_key_t tls;        /* struct redis_conn * of this thread */
-    pthread_mutex_t lock;     /* guards conns and the sub_* fields */
-    struct redis_conn *conns; /* every thread's connection, so close() can
-                                 free those of threads still alive */
-    pthread_cond_t sub_cond;  /* signalled on sub_tried and stopping */
-    bool sub_tried;           /* the subscriber made its first attempt */
+    pthread_key_t tls;            /* struct redis_conn * of this thread */
+    pthread_mutex_t lock;         /* guards conns, trash and the sub_* fields */
+    struct redis_conn *conns;     /* every thread's connection, so close() can
+                                     free those of threads still alive */
+    struct redis_be_trash *trash; /* owned; retried by the subscriber */
+    size_t ntrash;                /* at most REDIS_BE_TRASH_MAX */
+    pthread_cond_t sub_cond;      /* signalled on sub_tried and stopping */
+    bool sub_tried;               /* the subscriber made its first attempt */
     pthread_t sub_thread;
     bool sub_started;
     atomic_bool stopping;
@@ -731,6 +748,129 @@ static redisReply *redis_be_script(struct redis_be *be,
     return r;
 }
 
+/* ---- cancels, and the failed ones ---- */
+
+/* Take waiter id out of key's queue: 0, or -1 when Redis did not answer. */
+static int redis_be_cancel_run(struct redis_be *be,
+                               const char *key,
+                               size_t key_len,
+                               const char *id)
+{
+    char queue[REDIS_BE_KEYBUF], qdl[REDIS_BE_KEYBUF], lock[REDIS_BE_KEYBUF];
+    const char *args[6];
+    size_t lens[6];
+    redisReply *r;
+
+    args[0] = queue;
+    lens[0] = redis_be_key(be, "queue:", key, key_len, queue);
+    args[1] = qdl;
+    lens[1] = redis_be_key(be, "qdl:", key, key_len, qdl);
+    args[2] = lock;
+    lens[2] = redis_be_key(be, "lock:", key, key_len, lock);
+    args[3] = id;
+    lens[3] = strlen(id);
+    args[4] = be->channel;
+    lens[4] = strlen(be->channel);
+    args[5] = key;
+    lens[5] = key_len;
+    r = redis_be_script(be, SCRIPT_CANCEL, 3, 6, args, lens, false);
+    if (r == NULL)
+        return -1;
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Keep a failed cancel to retry; past the bound (or out of memory) the
+ * place waits for its deadline, as it would without the list. */
+static void redis_be_trash_add(struct redis_be *be,
+                               const char *key,
+                               size_t key_len,
+                               const char *id,
+                               int64_t until_ms)
+{
+    struct redis_be_trash *t = malloc(sizeof(*t) + key_len);
+
+    if (t == NULL)
+        return;
+    t->until_ms = until_ms;
+    snprintf(t->id, sizeof(t->id), "%s", id);
+    t->key_len = key_len;
+    memcpy(t->key, key, key_len);
+    pthread_mutex_lock(&be->lock);
+    if (be->ntrash < REDIS_BE_TRASH_MAX) {
+        t->next = be->trash;
+        be->trash = t;
+        be->ntrash++;
+        t = NULL;
+    }
+    pthread_mutex_unlock(&be->lock);
+    if (t != NULL) {
+        redis_be_warn(be, "cancel", "too many failed cancels to retry");
+        free(t);
+    }
+}
+
+static bool redis_be_trash_any(struct redis_be *be)
+{
+    bool any;
+
+    pthread_mutex_lock(&be->lock);
+    any = be->trash != NULL;
+    pthread_mutex_unlock(&be->lock);
+    return any;
+}
+
+/*
+ * Retry the failed cancels, on this thread's own connection, until one
+ * fails again: that one and the rest go back on the list. Those whose
+ * place Redis has dropped by itself by now are forgotten.
+ */
+static void redis_be_trash_empty(struct redis_be *be)
+{
+    struct redis_be_trash *t, *next;
+
+    pthread_mutex_lock(&be->lock);
+    t = be->trash;
+    be->trash = NULL;
+    be->ntrash = 0;
+    pthread_mutex_unlock(&be->lock);
+    for (; t != NULL; t = next) {
+        next = t->next;
+        if (backend_mono_ms() > t->until_ms ||
+            redis_be_cancel_run(be, t->key, t->key_len, t->id) == 0) {
+            free(t);
+            continue;
+        }
+        /* away again: back on the list, within its bound */
+        pthread_mutex_lock(&be->lock);
+        for (; t != NULL; t = next) {
+            next = t->next;
+            if (be->ntrash >= REDIS_BE_TRASH_MAX) {
+                free(t);
+                continue;
+            }
+            t->next = be->trash;
+            be->trash = t;
+            be->ntrash++;
+        }
+        pthread_mutex_unlock(&be->lock);
+        return;
+    }
+}
+
+/* The subscriber's turn to retry failed cancels, every
+ * REDIS_BE_TRASH_EVERY_MS at most; *last_ms is its monotonic clock. */
+static void redis_be_trash_tick(struct redis_be *be, int64_t *last_ms)
+{
+    int64_t now = backend_mono_ms();
+
+    if (now - *last_ms < REDIS_BE_TRASH_EVERY_MS)
+        return;
+    *last_ms = now;
+    if (redis_be_trash_any(be))
+        redis_be_trash_empty(be);
+}
+
 /* ---- the subscriber ---- */
 
 static void redis_be_sub_sleep(struct redis_be *be, int64_t ms)
@@ -785,7 +925,7 @@ static void redis_be_sub_handle(struct redis_be *be, const redisReply *r)
  */
 static void redis_be_sub_read(struct redis_be *be, redisContext *c)
 {
-    int64_t last_rx = backend_mono_ms();
+    int64_t last_rx = backend_mono_ms(), last_trash = 0;
     bool ping_out = false;
 
     while (!atomic_load(&be->stopping)) {
@@ -793,6 +933,8 @@ static void redis_be_sub_read(struct redis_be *be, redisContext *c)
         struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
         int n;
 
+        /* on another connection: this one only listens */
+        redis_be_trash_tick(be, &last_trash);
         if (redisGetReplyFromReader(c, (void **)&r) != REDIS_OK)
             return;
         if (r != NULL) {
@@ -832,7 +974,7 @@ static void redis_be_sub_read(struct redis_be *be, redisContext *c)
 static void *redis_be_sub_main(void *arg)
 {
     struct redis_be *be = arg;
-    int64_t backoff = 0;
+    int64_t backoff = 0, last_trash = 0;
     char err[256];
 
     while (!atomic_load(&be->stopping)) {
@@ -873,6 +1015,9 @@ static void *redis_be_sub_main(void *arg)
         if (backoff > REDIS_BE_BACKOFF_MAX_MS)
             backoff = REDIS_BE_BACKOFF_MAX_MS;
         redis_be_sub_sleep(be, backoff);
+        /* commands may work while SUBSCRIBE does not */
+        if (!atomic_load(&be->stopping))
+            redis_be_trash_tick(be, &last_trash);
     }
     return NULL;
 }
@@ -1219,36 +1364,20 @@ static enum backend_result redis_be_cancel_wait(struct backend *b,
 {
     struct redis_be *be = (struct redis_be *)b;
     struct redis_be_wait *bw = waiter->be_data;
-    char queue[REDIS_BE_KEYBUF], qdl[REDIS_BE_KEYBUF], lock[REDIS_BE_KEYBUF];
-    const char *args[6];
-    size_t lens[6];
-    redisReply *r;
+    enum backend_result res = BACKEND_OK;
 
     if (bw == NULL)
         return BACKEND_OK;
-    if (key_len == 0 || key_len > LOCK_KEY_MAX) {
-        redis_be_wait_free(waiter);
-        return BACKEND_OK;
+    if (key_len > 0 && key_len <= LOCK_KEY_MAX &&
+        redis_be_cancel_run(be, key, key_len, bw->id) != 0) {
+        /* retried by the subscriber once Redis answers; at the latest,
+         * the place goes when its deadline passes */
+        redis_be_trash_add(be, key, key_len, bw->id,
+                           bw->end_ms + REDIS_BE_GRACE_MS);
+        res = BACKEND_UNAVAILABLE;
     }
-    args[0] = queue;
-    lens[0] = redis_be_key(be, "queue:", key, key_len, queue);
-    args[1] = qdl;
-    lens[1] = redis_be_key(be, "qdl:", key, key_len, qdl);
-    args[2] = lock;
-    lens[2] = redis_be_key(be, "lock:", key, key_len, lock);
-    args[3] = bw->id;
-    lens[3] = strlen(bw->id);
-    args[4] = be->channel;
-    lens[4] = strlen(be->channel);
-    args[5] = key;
-    lens[5] = key_len;
-    r = redis_be_script(be, SCRIPT_CANCEL, 3, 6, args, lens, false);
-    /* unreachable: the place is dropped when its deadline passes */
     redis_be_wait_free(waiter);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    freeReplyObject(r);
-    return BACKEND_OK;
+    return res;
 }
 
 static enum backend_result redis_be_renew(struct backend *b,
@@ -1428,6 +1557,11 @@ static void redis_be_close(struct backend *b)
     for (; cn != NULL; cn = next) {
         next = cn->next;
         redis_be_conn_free(cn);
+    }
+    while (be->trash != NULL) { /* their places go at their deadlines */
+        struct redis_be_trash *t = be->trash;
+        be->trash = t->next;
+        free(t);
     }
     pthread_cond_destroy(&be->sub_cond);
     pthread_mutex_destroy(&be->lock);

@@ -4,10 +4,12 @@ instances and Redis restarts, waiters hear releases and expiries through
 other instances, and a Redis that is killed, stopped or restarted gives
 503s (never a grant) and is served again without restarting lockd. The wait
 queue runs on Redis's clock: an instance whose clock is skewed (libfaketime)
-neither loses its waiters' places nor leaves dead places behind for long."""
+neither loses its waiters' places nor leaves dead places behind for long,
+and a place whose cancel failed while Redis was away goes once it is back."""
 
 import email.utils
 import os
+import socket
 import threading
 import time
 
@@ -79,6 +81,17 @@ class Waiter:
     def join(self, timeout=None):
         self.thread.join(timeout if timeout is not None else self.timeout + 5)
         return self.resp
+
+
+def parked(key, host_port, wait_ms, ttl_ms=5000):
+    """A waiting acquire on a raw socket nobody reads: close() is the
+    client hanging up."""
+    body = ('{"ttl_ms": %d, "wait_ms": %d}' % (ttl_ms, wait_ms)).encode()
+    s = socket.create_connection(("127.0.0.1", host_port), timeout=5)
+    s.sendall(b"POST " + path(key).encode() + b" HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/json\r\nContent-Length: " +
+              str(len(body)).encode() + b"\r\n\r\n" + body)
+    return s
 
 
 @harness.scenario("two instances on one Redis exclude each other and fences strictly increase",
@@ -350,3 +363,53 @@ def fast_clock_dead_place_goes(ctx):
     check(late <= 1.0 + 0.75, "free only %.2f s after the dead waiter's deadline" % late)
     eq(release(c, key, r.json["token"]).status, 200, "release")
     w.join(10)
+
+
+@harness.scenario("waiters that hang up while Redis is stopped give up their places once it is back, not at their deadline",
+                  backends=R, slow=True)
+def cancel_retried_after_stop(ctx):
+    keys = [ctx.key("cancel-a"), ctx.key("cancel-b")]
+    c = ctx.lockd.client()
+    holders = [acquire(c, k, ttl_ms=60000) for k in keys]
+    for h in holders:
+        eq(h.status, 201, "holder")
+    socks = [parked(k, ctx.lockd.port, wait_ms=30000) for k in keys]
+    try:
+        check(wait_until(lambda: all(len(queue_of(ctx, k)) == 1 for k in keys), 3.0),
+              "waiters never queued")
+        ctx.server.pause()
+        try:
+            time.sleep(0.1)
+            # the first cancel times out; the second finds the connection
+            # failed and backing off: neither may be lost
+            for s in socks:
+                s.close()
+            time.sleep(2.0)
+        finally:
+            ctx.server.resume()
+        t_cont = time.monotonic()
+        for k, h in zip(keys, holders):
+            check(wait_until(lambda: safe(lambda: release(ctx.lockd.client(timeout=5), k,
+                                                          h.json["token"]).status == 200), 5.0),
+                  "release after SIGCONT")
+        free = {}
+        while time.monotonic() < t_cont + 5.0 and len(free) < len(keys):
+            for k in keys:
+                if k in free:
+                    continue
+                r = acquire(c, k, ttl_ms=5000)
+                if r.status == 201:
+                    free[k] = (time.monotonic() - t_cont, r.json["token"])
+                else:
+                    check(r.status in (409, 503), "try-once: %r" % r)
+            time.sleep(0.05)
+        check(len(free) == len(keys),
+              "still blocked 5 s after SIGCONT (wait_ms 30 s): %r, queues %r"
+              % ([k for k in keys if k not in free], [queue_of(ctx, k) for k in keys]))
+        harness.log("     free %s s after SIGCONT" % ", ".join("%.2f" % v[0] for v in free.values()))
+        for k, (_, tok) in free.items():
+            eq(release(c, k, tok).status, 200, "release")
+    finally:
+        for s in socks:
+            s.close()
+        ensure_server_up(ctx)
