@@ -12,7 +12,7 @@
  *   P "lock:{" K "}"    hash  t = sha1hex(token), f = fence, ttl, [o = owner]
  *   P "fence:{" K "}"   integer, INCRed by every grant, never expires
  *   P "queue:{" K "}"   list of waiter ids, first come first served
- *   P "qdl:{" K "}"     hash waiter id -> its deadline (unix ms)
+ *   P "qdl:{" K "}"     hash waiter id -> its deadline (Redis's unix ms)
  *   channel P "released:" db   PUBLISHed with K by every release
  * P and the fixed words around K make the mapping injective: K is what is
  * left after stripping them, and "lock:" and "fence:" never collide.
@@ -48,6 +48,9 @@
 #define REDIS_BE_SUB_PING_MS        5000 /* idle subscriber checks its link */
 #define REDIS_BE_LOG_EVERY_MS       1000 /* rate limit of repeated warnings */
 #define REDIS_BE_WAITER_MAX         48   /* instance id ':' waiter id */
+#define REDIS_BE_GRACE_MS           1000 /* the acquire script's grace */
+#define REDIS_BE_TRASH_MAX          4096 /* failed cancels kept to retry */
+#define REDIS_BE_TRASH_EVERY_MS     100  /* how often they are retried */
 /* prefix + "fence:{" + key + "}", the longest kind */
 #define REDIS_BE_KEYBUF (REDIS_BE_PREFIX_MAX + 8 + LOCK_KEY_MAX + 1)
 
@@ -76,25 +79,28 @@ enum redis_be_script {
  */
 static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     /* acquire: KEYS lock, fence, queue, deadlines; ARGV token, ttl_ms,
-     * has_owner, owner, waiter ("" = try once), its deadline (unix ms),
-     * this instance's waiter prefix, release channel, key, not-after
-     * (Redis unix ms; the last argument).
+     * has_owner, owner, waiter ("" = try once), what is left of its wait
+     * (ms, >= 0), this instance's waiter prefix, release channel, key,
+     * not-after (Redis unix ms; the last argument).
      * {-2}: run after lockd gave up on it, nothing done.
      * {1, fence, ttl, expires_at} granted;
      * {0, retry_ms, behind, ours} held, or free with an earlier waiter
      * first (behind = 1; ours = 1 when that waiter is this instance's).
      * A retry of an acquire whose reply was lost finds its own token and
-     * is granted again, with the same fence. Waiters whose deadline (plus
-     * a grace for clock skew) passed are dropped from the head: their
-     * lockd would have cancelled them, so it is gone. Behind another
-     * instance's waiter on a free key, retry soon (it should take the key
-     * at once); a waiter's grant is published so the others learn the new
-     * holder's TTL. */
+     * is granted again, with the same fence. A place's deadline is
+     * Redis's now plus the wait left, set again by every try: lockd's
+     * wall clock never reaches Redis, so a skewed one can neither reap a
+     * live place nor keep a dead one. Places whose deadline (plus a grace
+     * for a late cancel) passed are dropped from the head: their lockd
+     * would have cancelled them, so it is gone; the queue's own expiry
+     * follows its last deadline. Behind another instance's waiter on a
+     * free key, retry soon (it should take the key at once); a waiter's
+     * grant is published so the others learn the new holder's TTL. */
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "if now > tonumber(ARGV[10]) then return {-2} end\n"
-    "local grace = 1000\n"
+    "local grace = 1000\n" /* REDIS_BE_GRACE_MS */
     "local uid = ARGV[5]\n"
     "local head = redis.call('LINDEX', KEYS[3], 0)\n"
     "while head do\n"
@@ -104,16 +110,17 @@ static const char *const redis_be_scripts[SCRIPT_COUNT] = {
     "  redis.call('HDEL', KEYS[4], head)\n"
     "  head = redis.call('LINDEX', KEYS[3], 0)\n"
     "end\n"
-    "if uid ~= '' and redis.call('HEXISTS', KEYS[4], uid) == 0 then\n"
-    "  redis.call('RPUSH', KEYS[3], uid)\n"
-    "  redis.call('HSET', KEYS[4], uid, ARGV[6])\n"
-    "  local keep = tonumber(ARGV[6]) + grace - now\n"
-    "  if keep < grace then keep = grace end\n"
-    "  if redis.call('PTTL', KEYS[3]) < keep then\n"
-    "    redis.call('PEXPIRE', KEYS[3], keep)\n"
-    "    redis.call('PEXPIRE', KEYS[4], keep)\n"
+    "if uid ~= '' then\n"
+    "  local left = tonumber(ARGV[6])\n"
+    "  if redis.call('HEXISTS', KEYS[4], uid) == 0 then\n"
+    "    redis.call('RPUSH', KEYS[3], uid)\n"
+    "    if not head then head = uid end\n"
     "  end\n"
-    "  if not head then head = uid end\n"
+    "  redis.call('HSET', KEYS[4], uid, string.format('%.0f', now + left))\n"
+    "  if redis.call('PTTL', KEYS[3]) < left + grace then\n"
+    "    redis.call('PEXPIRE', KEYS[3], left + grace)\n"
+    "    redis.call('PEXPIRE', KEYS[4], left + grace)\n"
+    "  end\n"
     "end\n"
     "local h = redis.sha1hex(ARGV[1])\n"
     "local cur = redis.call('HMGET', KEYS[1], 't', 'f', 'ttl')\n"
@@ -217,6 +224,21 @@ struct redis_be;
 /* A waiter's place in a key's queue: lock_waiter.be_data. */
 struct redis_be_wait {
     char id[REDIS_BE_WAITER_MAX]; /* this instance's id ':' waiter->id */
+    int64_t end_ms; /* monotonic: when the wait runs out, taken from the
+                       waiter's wall-clock deadline once, on the first try,
+                       so a step of the wall clock later changes nothing */
+};
+
+/* A place to take out of a queue once Redis answers again: a cancel that
+ * failed. Without it, the place would keep a free key from everyone else
+ * until its deadline. */
+struct redis_be_trash {
+    struct redis_be_trash *next;
+    int64_t until_ms; /* monotonic: the place's deadline plus the grace;
+                         past it, Redis drops the place by itself */
+    char id[REDIS_BE_WAITER_MAX];
+    size_t key_len;
+    char key[]; /* key_len bytes, not NUL-terminated */
 };
 
 extern const struct backend_ops redis_be_ops;
@@ -249,12 +271,14 @@ struct redis_be {
     struct timeval connect_tv;
     struct timeval cmd_tv;
 
-    pthread_key_t tls;        /* struct redis_conn * of this thread */
-    pthread_mutex_t lock;     /* guards conns and the sub_* fields */
-    struct redis_conn *conns; /* every thread's connection, so close() can
-                                 free those of threads still alive */
-    pthread_cond_t sub_cond;  /* signalled on sub_tried and stopping */
-    bool sub_tried;           /* the subscriber made its first attempt */
+    pthread_key_t tls;            /* struct redis_conn * of this thread */
+    pthread_mutex_t lock;         /* guards conns, trash and the sub_* fields */
+    struct redis_conn *conns;     /* every thread's connection, so close() can
+                                     free those of threads still alive */
+    struct redis_be_trash *trash; /* owned; retried by the subscriber */
+    size_t ntrash;                /* at most REDIS_BE_TRASH_MAX */
+    pthread_cond_t sub_cond;      /* signalled on sub_tried and stopping */
+    bool sub_tried;               /* the subscriber made its first attempt */
     pthread_t sub_thread;
     bool sub_started;
     atomic_bool stopping;
@@ -724,6 +748,129 @@ static redisReply *redis_be_script(struct redis_be *be,
     return r;
 }
 
+/* ---- cancels, and the failed ones ---- */
+
+/* Take waiter id out of key's queue: 0, or -1 when Redis did not answer. */
+static int redis_be_cancel_run(struct redis_be *be,
+                               const char *key,
+                               size_t key_len,
+                               const char *id)
+{
+    char queue[REDIS_BE_KEYBUF], qdl[REDIS_BE_KEYBUF], lock[REDIS_BE_KEYBUF];
+    const char *args[6];
+    size_t lens[6];
+    redisReply *r;
+
+    args[0] = queue;
+    lens[0] = redis_be_key(be, "queue:", key, key_len, queue);
+    args[1] = qdl;
+    lens[1] = redis_be_key(be, "qdl:", key, key_len, qdl);
+    args[2] = lock;
+    lens[2] = redis_be_key(be, "lock:", key, key_len, lock);
+    args[3] = id;
+    lens[3] = strlen(id);
+    args[4] = be->channel;
+    lens[4] = strlen(be->channel);
+    args[5] = key;
+    lens[5] = key_len;
+    r = redis_be_script(be, SCRIPT_CANCEL, 3, 6, args, lens, false);
+    if (r == NULL)
+        return -1;
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Keep a failed cancel to retry; past the bound (or out of memory) the
+ * place waits for its deadline, as it would without the list. */
+static void redis_be_trash_add(struct redis_be *be,
+                               const char *key,
+                               size_t key_len,
+                               const char *id,
+                               int64_t until_ms)
+{
+    struct redis_be_trash *t = malloc(sizeof(*t) + key_len);
+
+    if (t == NULL)
+        return;
+    t->until_ms = until_ms;
+    snprintf(t->id, sizeof(t->id), "%s", id);
+    t->key_len = key_len;
+    memcpy(t->key, key, key_len);
+    pthread_mutex_lock(&be->lock);
+    if (be->ntrash < REDIS_BE_TRASH_MAX) {
+        t->next = be->trash;
+        be->trash = t;
+        be->ntrash++;
+        t = NULL;
+    }
+    pthread_mutex_unlock(&be->lock);
+    if (t != NULL) {
+        redis_be_warn(be, "cancel", "too many failed cancels to retry");
+        free(t);
+    }
+}
+
+static bool redis_be_trash_any(struct redis_be *be)
+{
+    bool any;
+
+    pthread_mutex_lock(&be->lock);
+    any = be->trash != NULL;
+    pthread_mutex_unlock(&be->lock);
+    return any;
+}
+
+/*
+ * Retry the failed cancels, on this thread's own connection, until one
+ * fails again: that one and the rest go back on the list. Those whose
+ * place Redis has dropped by itself by now are forgotten.
+ */
+static void redis_be_trash_empty(struct redis_be *be)
+{
+    struct redis_be_trash *t, *next;
+
+    pthread_mutex_lock(&be->lock);
+    t = be->trash;
+    be->trash = NULL;
+    be->ntrash = 0;
+    pthread_mutex_unlock(&be->lock);
+    for (; t != NULL; t = next) {
+        next = t->next;
+        if (backend_mono_ms() > t->until_ms ||
+            redis_be_cancel_run(be, t->key, t->key_len, t->id) == 0) {
+            free(t);
+            continue;
+        }
+        /* away again: back on the list, within its bound */
+        pthread_mutex_lock(&be->lock);
+        for (; t != NULL; t = next) {
+            next = t->next;
+            if (be->ntrash >= REDIS_BE_TRASH_MAX) {
+                free(t);
+                continue;
+            }
+            t->next = be->trash;
+            be->trash = t;
+            be->ntrash++;
+        }
+        pthread_mutex_unlock(&be->lock);
+        return;
+    }
+}
+
+/* The subscriber's turn to retry failed cancels, every
+ * REDIS_BE_TRASH_EVERY_MS at most; *last_ms is its monotonic clock. */
+static void redis_be_trash_tick(struct redis_be *be, int64_t *last_ms)
+{
+    int64_t now = backend_mono_ms();
+
+    if (now - *last_ms < REDIS_BE_TRASH_EVERY_MS)
+        return;
+    *last_ms = now;
+    if (redis_be_trash_any(be))
+        redis_be_trash_empty(be);
+}
+
 /* ---- the subscriber ---- */
 
 static void redis_be_sub_sleep(struct redis_be *be, int64_t ms)
@@ -778,7 +925,7 @@ static void redis_be_sub_handle(struct redis_be *be, const redisReply *r)
  */
 static void redis_be_sub_read(struct redis_be *be, redisContext *c)
 {
-    int64_t last_rx = backend_mono_ms();
+    int64_t last_rx = backend_mono_ms(), last_trash = 0;
     bool ping_out = false;
 
     while (!atomic_load(&be->stopping)) {
@@ -786,6 +933,8 @@ static void redis_be_sub_read(struct redis_be *be, redisContext *c)
         struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
         int n;
 
+        /* on another connection: this one only listens */
+        redis_be_trash_tick(be, &last_trash);
         if (redisGetReplyFromReader(c, (void **)&r) != REDIS_OK)
             return;
         if (r != NULL) {
@@ -825,7 +974,7 @@ static void redis_be_sub_read(struct redis_be *be, redisContext *c)
 static void *redis_be_sub_main(void *arg)
 {
     struct redis_be *be = arg;
-    int64_t backoff = 0;
+    int64_t backoff = 0, last_trash = 0;
     char err[256];
 
     while (!atomic_load(&be->stopping)) {
@@ -866,6 +1015,9 @@ static void *redis_be_sub_main(void *arg)
         if (backoff > REDIS_BE_BACKOFF_MAX_MS)
             backoff = REDIS_BE_BACKOFF_MAX_MS;
         redis_be_sub_sleep(be, backoff);
+        /* commands may work while SUBSCRIBE does not */
+        if (!atomic_load(&be->stopping))
+            redis_be_trash_tick(be, &last_trash);
     }
     return NULL;
 }
@@ -1103,8 +1255,19 @@ static struct redis_be_wait *redis_be_wait_get(struct redis_be *be,
         return NULL;
     snprintf(bw->id, sizeof(bw->id), "%s%llu", be->instance,
              (unsigned long long)w->id);
+    /* deadline_ms and backend_now_ms() are both lockd's wall clock: their
+     * difference is the wait left, whatever that clock's error */
+    bw->end_ms = backend_mono_ms() + (w->deadline_ms - backend_now_ms());
     w->be_data = bw;
     return bw;
+}
+
+/* What is left of bw's wait, in ms (0 once it ran out). */
+static int64_t redis_be_wait_left(const struct redis_be_wait *bw)
+{
+    int64_t left = bw->end_ms - backend_mono_ms();
+
+    return left > 0 ? left : 0;
 }
 
 static void redis_be_wait_free(struct lock_waiter *w)
@@ -1120,7 +1283,7 @@ static enum backend_result redis_be_acquire(struct backend *b,
     struct redis_be *be = (struct redis_be *)b;
     char lock[REDIS_BE_KEYBUF], fence[REDIS_BE_KEYBUF];
     char queue[REDIS_BE_KEYBUF], qdl[REDIS_BE_KEYBUF];
-    char ttl[24], deadline[24];
+    char ttl[24], left[24];
     const char *args[13];
     size_t lens[13];
     struct redis_be_wait *bw = NULL;
@@ -1135,8 +1298,8 @@ static enum backend_result redis_be_acquire(struct backend *b,
             return BACKEND_NO_MEMORY;
     }
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
-    snprintf(deadline, sizeof(deadline), "%lld",
-             req->waiter != NULL ? (long long)req->waiter->deadline_ms : 0LL);
+    snprintf(left, sizeof(left), "%lld",
+             bw != NULL ? (long long)redis_be_wait_left(bw) : 0LL);
     args[0] = lock;
     lens[0] = redis_be_key(be, "lock:", req->key, req->key_len, lock);
     args[1] = fence;
@@ -1155,8 +1318,8 @@ static enum backend_result redis_be_acquire(struct backend *b,
     lens[7] = req->owner != NULL ? strlen(req->owner) : 0;
     args[8] = bw != NULL ? bw->id : "";
     lens[8] = strlen(args[8]);
-    args[9] = deadline;
-    lens[9] = strlen(deadline);
+    args[9] = left;
+    lens[9] = strlen(left);
     args[10] = be->instance;
     lens[10] = strlen(be->instance);
     args[11] = be->channel;
@@ -1202,36 +1365,20 @@ static enum backend_result redis_be_cancel_wait(struct backend *b,
 {
     struct redis_be *be = (struct redis_be *)b;
     struct redis_be_wait *bw = waiter->be_data;
-    char queue[REDIS_BE_KEYBUF], qdl[REDIS_BE_KEYBUF], lock[REDIS_BE_KEYBUF];
-    const char *args[6];
-    size_t lens[6];
-    redisReply *r;
+    enum backend_result res = BACKEND_OK;
 
     if (bw == NULL)
         return BACKEND_OK;
-    if (key_len == 0 || key_len > LOCK_KEY_MAX) {
-        redis_be_wait_free(waiter);
-        return BACKEND_OK;
+    if (key_len > 0 && key_len <= LOCK_KEY_MAX &&
+        redis_be_cancel_run(be, key, key_len, bw->id) != 0) {
+        /* retried by the subscriber once Redis answers; at the latest,
+         * the place goes when its deadline passes */
+        redis_be_trash_add(be, key, key_len, bw->id,
+                           bw->end_ms + REDIS_BE_GRACE_MS);
+        res = BACKEND_UNAVAILABLE;
     }
-    args[0] = queue;
-    lens[0] = redis_be_key(be, "queue:", key, key_len, queue);
-    args[1] = qdl;
-    lens[1] = redis_be_key(be, "qdl:", key, key_len, qdl);
-    args[2] = lock;
-    lens[2] = redis_be_key(be, "lock:", key, key_len, lock);
-    args[3] = bw->id;
-    lens[3] = strlen(bw->id);
-    args[4] = be->channel;
-    lens[4] = strlen(be->channel);
-    args[5] = key;
-    lens[5] = key_len;
-    r = redis_be_script(be, SCRIPT_CANCEL, 3, 6, args, lens, false);
-    /* unreachable: the place is dropped when its deadline passes */
     redis_be_wait_free(waiter);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    freeReplyObject(r);
-    return BACKEND_OK;
+    return res;
 }
 
 static enum backend_result redis_be_renew(struct backend *b,
@@ -1411,6 +1558,11 @@ static void redis_be_close(struct backend *b)
     for (; cn != NULL; cn = next) {
         next = cn->next;
         redis_be_conn_free(cn);
+    }
+    while (be->trash != NULL) { /* their places go at their deadlines */
+        struct redis_be_trash *t = be->trash;
+        be->trash = t->next;
+        free(t);
     }
     pthread_cond_destroy(&be->sub_cond);
     pthread_mutex_destroy(&be->lock);

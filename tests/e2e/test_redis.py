@@ -2,8 +2,14 @@
 lockd instances on one Redis exclude each other, fences keep growing across
 instances and Redis restarts, waiters hear releases and expiries through
 other instances, and a Redis that is killed, stopped or restarted gives
-503s (never a grant) and is served again without restarting lockd."""
+503s (never a grant) and is served again without restarting lockd. The wait
+queue runs on Redis's clock: an instance whose clock is skewed (libfaketime)
+neither loses its waiters' places nor leaves dead places behind for long,
+and a place whose cancel failed while Redis was away goes once it is back."""
 
+import email.utils
+import os
+import socket
 import threading
 import time
 
@@ -14,6 +20,78 @@ from multi import (Load, acquire, check_injective_grants, check_lock_kept, check
                    wait_first_grant, wait_ready, wait_until, wake_by_expiry, wake_by_release)
 
 R = ["redis"]
+# libfaketime from Debian's faketime package, preloaded into lockd itself
+# (the faketime wrapper forks, and may leave lockd behind on SIGTERM)
+LIBFAKETIME = next((p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+                                "/usr/lib/faketime/libfaketimeMT.so.1")
+                    if os.path.exists(p)), None)
+
+
+def skewed_lockd(ctx, offset, skew_s):
+    """Another lockd on the same Redis whose wall clock is offset ("-30s",
+    "+1h") from the real one; its monotonic clock is left alone, as NTP
+    would. Checked through the Date header."""
+    check(LIBFAKETIME is not None, "libfaketime (Debian package faketime) is not installed")
+    # under ASan, libfaketime in LD_PRELOAD comes before the ASan runtime
+    ld = ctx.new_lockd(env={"LD_PRELOAD": LIBFAKETIME, "FAKETIME": offset,
+                            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                            "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0"})
+    r = ld.request("GET", "/healthz")
+    eq(r.status, 200, "healthz")
+    their = email.utils.parsedate_to_datetime(r.header("Date")).timestamp()
+    check(abs(their - time.time() - skew_s) < 10,
+          "Date %r is not %+d s off the real clock" % (r.header("Date"), skew_s))
+    return ld
+
+
+def queue_of(ctx, key):
+    """The waiter ids in key's queue in Redis, first first."""
+    return ctx.server.command("LRANGE", "lockd:queue:{%s}" % key, "0", "-1")
+
+
+def queue_pttl(ctx, key):
+    return ctx.server.command("PTTL", "lockd:queue:{%s}" % key)
+
+
+def redis_now_ms(ctx):
+    sec, usec = ctx.server.command("TIME")
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+class Waiter:
+    """One waiting acquire in a thread: .resp (or .error) once answered,
+    .t_answer (monotonic), .t_sent."""
+
+    def __init__(self, ld, key, wait_ms, ttl_ms=5000, timeout=None):
+        self.ld, self.key, self.wait_ms, self.ttl_ms = ld, key, wait_ms, ttl_ms
+        self.timeout = timeout or wait_ms / 1000.0 + 10
+        self.resp = self.error = self.t_answer = None
+        self.client = ld.client(timeout=self.timeout)
+        self.t_sent = time.monotonic()
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.resp = acquire(self.client, self.key, ttl_ms=self.ttl_ms, wait_ms=self.wait_ms)
+        except Exception as e:  # noqa: BLE001 - the test looks at it
+            self.error = e
+        self.t_answer = time.monotonic()
+
+    def join(self, timeout=None):
+        self.thread.join(timeout if timeout is not None else self.timeout + 5)
+        return self.resp
+
+
+def parked(key, host_port, wait_ms, ttl_ms=5000):
+    """A waiting acquire on a raw socket nobody reads: close() is the
+    client hanging up."""
+    body = ('{"ttl_ms": %d, "wait_ms": %d}' % (ttl_ms, wait_ms)).encode()
+    s = socket.create_connection(("127.0.0.1", host_port), timeout=5)
+    s.sendall(b"POST " + path(key).encode() + b" HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/json\r\nContent-Length: " +
+              str(len(body)).encode() + b"\r\n\r\n" + body)
+    return s
 
 
 @harness.scenario("two instances on one Redis exclude each other and fences strictly increase",
@@ -211,3 +289,127 @@ def readyz_follows_redis(ctx):
     r = ctx.lockd.request("GET", "/readyz")
     eq(r.json.get("fifo"), "store", "fifo")
     eq(ctx.lockd.acquire(ctx.key("rz"), ttl_ms=100).status, 201, "acquire after")
+
+
+@harness.scenario("with one instance's clock 30 s slow, its waiter keeps its place at the head and is served before a later waiter on another instance",
+                  backends=R)
+def slow_clock_keeps_fifo(ctx):
+    slow = skewed_lockd(ctx, "-30s", -30)
+    normal = ctx.lockd
+    key = ctx.key("slowclock")
+    h = acquire(normal.client(), key, ttl_ms=20000)
+    eq(h.status, 201, "holder")
+    w1 = Waiter(slow, key, wait_ms=8000)
+    check(wait_until(lambda: len(queue_of(ctx, key)) == 1, 3.0), "w1 never queued")
+    first = queue_of(ctx, key)[0]
+    # its place's deadline and the queue's expiry are in Redis's clock
+    dl = int(ctx.server.command("HGET", "lockd:qdl:{%s}" % key, first))
+    now = redis_now_ms(ctx)
+    check(now + 6000 <= dl <= now + 9000,
+          "w1's place ends %+d ms from Redis's now, not ~ +8000" % (dl - now))
+    check(6000 <= queue_pttl(ctx, key) <= 10000, "queue PTTL %r" % queue_pttl(ctx, key))
+    w2 = Waiter(normal, key, wait_ms=8000)
+    check(wait_until(lambda: len(queue_of(ctx, key)) == 2, 3.0),
+          "w2's arrival reaped w1's place: queue %r" % queue_of(ctx, key))
+    time.sleep(1.5)  # past the old 1 s grace: w1's place must stay
+    q = queue_of(ctx, key)
+    eq(len(q), 2, "places in the queue 1.5 s later")
+    eq(q[0], first, "w1 is still first")
+    eq(release(normal.client(), key, h.json["token"]).status, 200, "release")
+    r1 = w1.join()
+    check(r1 is not None and r1.status == 201,
+          "w1 (first in line, slow clock) was not granted: %r / %r" % (r1, w1.error))
+    time.sleep(0.3)
+    check(w2.resp is None, "w2 was answered while w1 holds the key: %r" % w2.resp)
+    eq(release(slow.client(), key, r1.json["token"]).status, 200, "w1 releases")
+    r2 = w2.join()
+    check(r2 is not None and r2.status == 201, "w2 after w1: %r / %r" % (r2, w2.error))
+    check(r2.json["fence"] > r1.json["fence"], "fences grow")
+    eq(release(normal.client(), key, r2.json["token"]).status, 200, "w2 releases")
+
+
+@harness.scenario("with one instance's clock 1 h fast, its waiter's place dies soon after the wait when that instance is killed -9",
+                  backends=R)
+def fast_clock_dead_place_goes(ctx):
+    fast = skewed_lockd(ctx, "+1h", 3600)
+    normal = ctx.lockd
+    key = ctx.key("fastclock")
+    wait_ms = 2000
+    h = acquire(normal.client(), key, ttl_ms=20000)
+    eq(h.status, 201, "holder")
+    w = Waiter(fast, key, wait_ms=wait_ms, timeout=10)
+    check(wait_until(lambda: len(queue_of(ctx, key)) == 1, 3.0), "w never queued")
+    t_place_end = w.t_sent + wait_ms / 1000.0
+    pttl = queue_pttl(ctx, key)
+    check(0 < pttl <= wait_ms + 1500, "the queue expires in %r ms, not ~%d" % (pttl, wait_ms + 1000))
+    fast.kill9()
+    eq(release(normal.client(), key, h.json["token"]).status, 200, "release")
+    # never reaped early: until its deadline the dead place still comes first
+    r = acquire(normal.client(), key)
+    check(time.monotonic() < t_place_end - 0.3, "too slow to check before the deadline")
+    eq(r.status, 409, "try-once before the dead waiter's deadline")
+    got = None
+    c = normal.client()
+    while time.monotonic() < t_place_end + 5.0:
+        r = acquire(c, key, ttl_ms=5000)
+        if r.status == 201:
+            got = time.monotonic()
+            break
+        eq(r.status, 409, "try-once on the key")
+        time.sleep(0.05)
+    check(got is not None, "the key was still blocked 5 s after the dead waiter's deadline")
+    late = got - t_place_end
+    harness.log("     free %.2f s after the dead waiter's deadline" % late)
+    check(late <= 1.0 + 0.75, "free only %.2f s after the dead waiter's deadline" % late)
+    eq(release(c, key, r.json["token"]).status, 200, "release")
+    w.join(10)
+
+
+@harness.scenario("waiters that hang up while Redis is stopped give up their places once it is back, not at their deadline",
+                  backends=R, slow=True)
+def cancel_retried_after_stop(ctx):
+    keys = [ctx.key("cancel-a"), ctx.key("cancel-b")]
+    c = ctx.lockd.client()
+    holders = [acquire(c, k, ttl_ms=60000) for k in keys]
+    for h in holders:
+        eq(h.status, 201, "holder")
+    socks = [parked(k, ctx.lockd.port, wait_ms=30000) for k in keys]
+    try:
+        check(wait_until(lambda: all(len(queue_of(ctx, k)) == 1 for k in keys), 3.0),
+              "waiters never queued")
+        ctx.server.pause()
+        try:
+            time.sleep(0.1)
+            # the first cancel times out; the second finds the connection
+            # failed and backing off: neither may be lost
+            for s in socks:
+                s.close()
+            time.sleep(2.0)
+        finally:
+            ctx.server.resume()
+        t_cont = time.monotonic()
+        for k, h in zip(keys, holders):
+            check(wait_until(lambda: safe(lambda: release(ctx.lockd.client(timeout=5), k,
+                                                          h.json["token"]).status == 200), 5.0),
+                  "release after SIGCONT")
+        free = {}
+        while time.monotonic() < t_cont + 5.0 and len(free) < len(keys):
+            for k in keys:
+                if k in free:
+                    continue
+                r = acquire(c, k, ttl_ms=5000)
+                if r.status == 201:
+                    free[k] = (time.monotonic() - t_cont, r.json["token"])
+                else:
+                    check(r.status in (409, 503), "try-once: %r" % r)
+            time.sleep(0.05)
+        check(len(free) == len(keys),
+              "still blocked 5 s after SIGCONT (wait_ms 30 s): %r, queues %r"
+              % ([k for k in keys if k not in free], [queue_of(ctx, k) for k in keys]))
+        harness.log("     free %s s after SIGCONT" % ", ".join("%.2f" % v[0] for v in free.values()))
+        for k, (_, tok) in free.items():
+            eq(release(c, k, tok).status, 200, "release")
+    finally:
+        for s in socks:
+            s.close()
+        ensure_server_up(ctx)

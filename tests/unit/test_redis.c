@@ -451,6 +451,51 @@ static void test_dead_waiters_are_dropped_after_their_deadline(void)
     free(w1.be_data);
 }
 
+static long long raw_int(const char *fmt, const char *arg)
+{
+    redisReply *r = raw(fmt, arg);
+    long long v = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -9;
+
+    freeReplyObject(r);
+    return v;
+}
+
+static void test_failed_cancel_is_retried_once_redis_is_back(void)
+{
+    struct lock_waiter w1 = { .id = 361,
+                              .deadline_ms = backend_now_ms() + 30000 };
+    struct lock_grant g;
+    enum backend_result r = BACKEND_UNAVAILABLE;
+    int64_t t0;
+
+    CHECK_EQ_INT(acq(be_main, "tr1", TOK_A, 30000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_w(be_main, "tr1", TOK_B, &w1, &g), BACKEND_HELD);
+    server_signal(&srv, SIGKILL);
+    CHECK_EQ_INT(redis_be_ops.cancel_wait(be_main, "tr1", 3, &w1),
+                 BACKEND_UNAVAILABLE);
+    CHECK(w1.be_data == NULL);
+    CHECK(start_redis() == 0); /* appendonly: the place is still there */
+    t0 = backend_mono_ms();
+    while (r != BACKEND_OK && backend_mono_ms() - t0 < 3000) {
+        r = rel(be_main, "tr1", TOK_A);
+        if (r != BACKEND_OK)
+            check_sleep_ms(20);
+    }
+    CHECK_EQ_INT(r, BACKEND_OK);
+    /* the place goes within moments, not at its deadline 30 s away */
+    t0 = backend_mono_ms();
+    r = BACKEND_HELD;
+    while (r != BACKEND_OK && backend_mono_ms() - t0 < 3000) {
+        r = acq(be_main, "tr1", TOK_A, 5000, &g);
+        if (r != BACKEND_OK)
+            check_sleep_ms(20);
+    }
+    CHECK_EQ_INT(r, BACKEND_OK);
+    CHECK(backend_mono_ms() - t0 < 2000);
+    CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "tr1"), 0);
+    CHECK_EQ_INT(rel(be_main, "tr1", TOK_A), BACKEND_OK);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_open_succeeds_while_redis_is_down),
@@ -465,6 +510,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_queue_is_fifo_and_try_once_waits_its_turn),
     CHECK_CASE(test_cancel_wait_passes_the_turn_and_notifies),
     CHECK_CASE(test_dead_waiters_are_dropped_after_their_deadline),
+    CHECK_CASE(test_failed_cancel_is_retried_once_redis_is_back),
     CHECK_CASE(test_stopped_redis_answers_unavailable_in_time),
     CHECK_CASE(test_restart_keeps_holders_and_fences),
 };
