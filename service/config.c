@@ -53,6 +53,14 @@ static const struct opt opts[] = {
     { "max-connections", "LOCKD_MAX_CONNECTIONS", OPT_UINT, M(max_connections),
       1, 1000000,
       "open HTTP connections at most, waiters included (default 16000)" },
+    { "max-connections-per-ip", "LOCKD_MAX_CONNECTIONS_PER_IP", OPT_UINT,
+      M(max_connections_per_ip), 1, 1000000,
+      "open connections from one client address at most; more get 429 "
+      "(default: half of --max-connections)" },
+    { "request-timeout-ms", "LOCKD_REQUEST_TIMEOUT_MS", OPT_U64,
+      M(request_timeout_ms), 0, 3600000,
+      "time a request may take to arrive, headers and body, from its "
+      "connection's start or its first byte; 0: no bound (default 10000)" },
     { "log-level", "LOCKD_LOG_LEVEL", OPT_LEVEL, M(log_level), 0, 0,
       "debug, info, warn or error (default info)" },
     { "log-format", "LOCKD_LOG_FORMAT", OPT_FORMAT, M(log_format), 0, 0,
@@ -73,10 +81,10 @@ static void usage(FILE *f)
             "lockd serves distributed locks over HTTP/JSON.\n"
             "Every option is also an environment variable; the flag wins.\n\n");
     for (size_t i = 0; i < NOPTS; i++)
-        fprintf(f, "  --%-18s %-22s %s\n", opts[i].flag, opts[i].env,
+        fprintf(f, "  --%-22s %-28s %s\n", opts[i].flag, opts[i].env,
                 opts[i].help);
     fprintf(f,
-            "  --%-18s %-22s %s\n  --%-18s %-22s %s\n  --%-18s %-22s %s\n\n"
+            "  --%-22s %-28s %s\n  --%-22s %-28s %s\n  --%-22s %-28s %s\n\n"
             "backends built in: %s\n",
             "check-health [URL]", "",
             "GET URL (default http://<listen>/healthz); exit 0 on 200, "
@@ -197,6 +205,8 @@ enum config_result config_load(struct config *c, int argc, char **argv)
     c->max_wait_ms = 300000;
     c->max_body_bytes = 8192;
     c->max_connections = 16000;
+    c->max_connections_per_ip = 0; /* auto: server_start() halves the limit */
+    c->request_timeout_ms = 10000;
     c->log_level = LOG_LEVEL_INFO;
     c->log_format = LOG_FORMAT_TEXT;
 

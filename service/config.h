@@ -22,6 +22,8 @@ struct config {
     uint64_t max_wait_ms;
     uint64_t max_body_bytes;
     unsigned max_connections;
+    unsigned max_connections_per_ip; /* 0 = auto: half of max_connections */
+    uint64_t request_timeout_ms;     /* 0 = no bound */
     enum log_level log_level;
     enum log_format log_format;
     const char *auth_token_file;  /* NULL: no auth */

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "api/router.h"
+#include "service/conntrack.h"
 #include "service/log.h"
 #include "service/metrics.h"
 
@@ -36,6 +37,7 @@ struct server {
     const struct config *cfg;
     const struct api_config *api;
     struct waitq *q;
+    struct conntrack *ct; /* request timeout, per-address cap */
     _Atomic bool shutting_down;
     _Atomic int64_t in_flight; /* requests begun and not completed */
     _Atomic uint64_t next_request;
@@ -424,6 +426,8 @@ static enum MHD_Result on_request(void *cls,
 
     if (r == NULL) {
         const char *cl;
+        if (!conntrack_request_begins(conn))
+            return MHD_NO; /* refused or cut: MHD closes the connection */
         r = calloc(1, sizeof(*r));
         if (r == NULL)
             return MHD_NO; /* MHD closes the connection */
@@ -490,6 +494,7 @@ static enum MHD_Result on_request(void *cls,
         r->body[r->len] = '\0';
         return MHD_YES;
     }
+    conntrack_request_arrived(conn); /* no longer timed, waiters neither */
     if (r->too_large)
         return queue_error(r, API_BODY_TOO_LARGE, METRICS_ROUTE_OTHER);
     return dispatch(r, url, method);
@@ -504,7 +509,7 @@ static void on_completed(void *cls,
     struct request *r = *req_cls;
     int64_t dur;
 
-    (void)conn;
+    conntrack_request_done(conn); /* idle until the next request */
     if (r == NULL)
         return;
     *req_cls = NULL;
@@ -536,7 +541,7 @@ struct server *server_start(const struct config *cfg,
                               .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
     struct addrinfo *ai = NULL;
-    unsigned pool;
+    unsigned pool, per_ip;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      MHD_USE_TURBO;
@@ -557,6 +562,17 @@ struct server *server_start(const struct config *cfg,
     }
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* the per-address cap follows the connection limit main() settled on */
+    per_ip = cfg->max_connections_per_ip;
+    if (per_ip == 0)
+        per_ip = cfg->max_connections > 1 ? cfg->max_connections / 2 : 1;
+    srv->ct = conntrack_new(cfg->request_timeout_ms, per_ip);
+    if (srv->ct == NULL) {
+        log_error("cannot start the connection reaper: %s", strerror(errno));
+        freeaddrinfo(ai);
+        free(srv);
+        return NULL;
+    }
     /* libmicrohttpd splits the connection limit between pool threads, and
      * a pool of one is no pool (0: its one internal thread) */
     pool = cfg->threads < cfg->max_connections ? cfg->threads
@@ -573,11 +589,13 @@ struct server *server_start(const struct config *cfg,
         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)1024,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_NOTIFY_CONNECTION, conntrack_notify, srv->ct,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (srv->daemon == NULL) {
         log_error("cannot listen on %s (in use, or not a local address?)",
                   cfg->listen);
+        conntrack_free(srv->ct);
         free(srv);
         return NULL;
     }
@@ -607,5 +625,6 @@ void server_stop(struct server *s)
     if (s == NULL)
         return;
     MHD_stop_daemon(s->daemon);
+    conntrack_free(s->ct); /* after MHD's last CLOSED notification */
     free(s);
 }

@@ -305,7 +305,9 @@ def env_log_and_connections(ctx):
         return b, port
 
     limit = 16  # lockd's smallest accepted --max-connections
-    b, port = bare({"LOCKD_MAX_CONNECTIONS": str(limit), "LOCKD_THREADS": "1"})
+    # every connection comes from 127.0.0.1: lift the per-address cap (half)
+    b, port = bare({"LOCKD_MAX_CONNECTIONS": str(limit), "LOCKD_THREADS": "1",
+                    "LOCKD_MAX_CONNECTIONS_PER_IP": str(limit)})
     clients = []
     try:
         for i in range(limit):
@@ -446,7 +448,8 @@ def extra_connection_refused(port):
 @harness.scenario("--max-connections bounds concurrent connections and lockd recovers when they close")
 def max_connections(ctx):
     limit = 16  # lockd's smallest accepted value
-    ld = ctx.new_lockd(["--max-connections", str(limit), "--threads", "1"])
+    ld = ctx.new_lockd(["--max-connections", str(limit), "--threads", "1",
+                        "--max-connections-per-ip", str(limit)])  # all from 127.0.0.1
     clients = []
     try:
         for i in range(limit):

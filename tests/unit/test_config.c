@@ -16,10 +16,19 @@
 #include "tests/unit/check.h"
 
 static const char *const env_names[] = {
-    "LOCKD_LISTEN",         "LOCKD_BACKEND",         "LOCKD_THREADS",
-    "LOCKD_DEFAULT_TTL_MS", "LOCKD_MAX_TTL_MS",      "LOCKD_MAX_WAIT_MS",
-    "LOCKD_MAX_BODY_BYTES", "LOCKD_MAX_CONNECTIONS", "LOCKD_LOG_LEVEL",
-    "LOCKD_LOG_FORMAT",     "LOCKD_AUTH_TOKEN_FILE",
+    "LOCKD_LISTEN",
+    "LOCKD_BACKEND",
+    "LOCKD_THREADS",
+    "LOCKD_DEFAULT_TTL_MS",
+    "LOCKD_MAX_TTL_MS",
+    "LOCKD_MAX_WAIT_MS",
+    "LOCKD_MAX_BODY_BYTES",
+    "LOCKD_MAX_CONNECTIONS",
+    "LOCKD_LOG_LEVEL",
+    "LOCKD_LOG_FORMAT",
+    "LOCKD_AUTH_TOKEN_FILE",
+    "LOCKD_MAX_CONNECTIONS_PER_IP",
+    "LOCKD_REQUEST_TIMEOUT_MS",
 };
 
 static void env_clear(void)
@@ -92,6 +101,8 @@ static void test_config_defaults(void)
     CHECK_EQ_U64(c.max_wait_ms, 300000);
     CHECK_EQ_U64(c.max_body_bytes, 8192);
     CHECK_EQ_INT(c.max_connections, 16000);
+    CHECK_EQ_INT(c.max_connections_per_ip, 0); /* auto: half the limit */
+    CHECK_EQ_U64(c.request_timeout_ms, 10000);
     CHECK_EQ_INT(c.log_level, LOG_LEVEL_INFO);
     CHECK_EQ_INT(c.log_format, LOG_FORMAT_TEXT);
     CHECK(c.auth_token_file == NULL && c.auth_token == NULL);
@@ -110,7 +121,8 @@ static void test_config_reads_every_flag(void)
                       "--default-ttl-ms", "1000", "--max-ttl-ms", "60000",
                       "--max-wait-ms", "0", "--max-body-bytes", "1024",
                       "--max-connections", "100", "--log-level", "debug",
-                      "--log-format", "json"),
+                      "--log-format", "json", "--max-connections-per-ip", "7",
+                      "--request-timeout-ms", "2500"),
                  CONFIG_OK);
     CHECK_STR_EQ(c.listen_host, "0.0.0.0");
     CHECK_STR_EQ(c.listen_port, "9000");
@@ -121,6 +133,8 @@ static void test_config_reads_every_flag(void)
     CHECK_EQ_U64(c.max_wait_ms, 0);
     CHECK_EQ_U64(c.max_body_bytes, 1024);
     CHECK_EQ_INT(c.max_connections, 100);
+    CHECK_EQ_INT(c.max_connections_per_ip, 7);
+    CHECK_EQ_U64(c.request_timeout_ms, 2500);
     CHECK_EQ_INT(c.log_level, LOG_LEVEL_DEBUG);
     CHECK_EQ_INT(c.log_format, LOG_FORMAT_JSON);
     config_cleanup(&c);
@@ -165,6 +179,8 @@ static void test_config_reads_environment(void)
     setenv("LOCKD_MAX_WAIT_MS", "10", 1);
     setenv("LOCKD_MAX_BODY_BYTES", "2", 1);
     setenv("LOCKD_MAX_CONNECTIONS", "16", 1);
+    setenv("LOCKD_MAX_CONNECTIONS_PER_IP", "3", 1);
+    setenv("LOCKD_REQUEST_TIMEOUT_MS", "0", 1); /* no bound */
     setenv("LOCKD_LOG_LEVEL", "error", 1);
     setenv("LOCKD_LOG_FORMAT", "json", 1);
     CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
@@ -177,6 +193,8 @@ static void test_config_reads_environment(void)
     CHECK_EQ_U64(c.max_wait_ms, 10);
     CHECK_EQ_U64(c.max_body_bytes, 2);
     CHECK_EQ_INT(c.max_connections, 16);
+    CHECK_EQ_INT(c.max_connections_per_ip, 3);
+    CHECK_EQ_U64(c.request_timeout_ms, 0);
     CHECK_EQ_INT(c.log_level, LOG_LEVEL_ERROR);
     CHECK_EQ_INT(c.log_format, LOG_FORMAT_JSON);
     config_cleanup(&c);
@@ -231,6 +249,12 @@ static void test_config_rejects_invalid_values(void)
     CHECK_REJECTED("--max-body-bytes", "1048577");
     CHECK_REJECTED("--max-connections", "0");
     CHECK_REJECTED("--max-connections", "1000001");
+    CHECK_REJECTED("--max-connections-per-ip", "0");
+    CHECK_REJECTED("--max-connections-per-ip", "1000001");
+    CHECK_REJECTED("--max-connections-per-ip", "-1");
+    CHECK_REJECTED("--request-timeout-ms", "3600001");
+    CHECK_REJECTED("--request-timeout-ms", "1s");
+    CHECK_REJECTED("--request-timeout-ms", "-5");
     CHECK_REJECTED("--log-level", "verbose");
     CHECK_REJECTED("--log-level", "INFO ");
     CHECK_REJECTED("--log-format", "xml");
@@ -325,11 +349,22 @@ static void test_config_help_and_version_exit(void)
 static void test_config_help_lists_every_option(void)
 {
     static const char *const flags[] = {
-        "--listen",         "--backend",         "--threads",
-        "--default-ttl-ms", "--max-ttl-ms",      "--max-wait-ms",
-        "--max-body-bytes", "--max-connections", "--log-level",
-        "--log-format",     "--auth-token-file", "--check-health",
-        "--help",           "--version",
+        "--listen",
+        "--backend",
+        "--threads",
+        "--default-ttl-ms",
+        "--max-ttl-ms",
+        "--max-wait-ms",
+        "--max-body-bytes",
+        "--max-connections",
+        "--log-level",
+        "--log-format",
+        "--auth-token-file",
+        "--check-health",
+        "--help",
+        "--version",
+        "--max-connections-per-ip",
+        "--request-timeout-ms",
     };
     char path[] = "/tmp/lockd-test-help-" MKTEMP_SUFFIX;
     int fd = mkstemp(path), saved;

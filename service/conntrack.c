@@ -1,0 +1,514 @@
+/*
+ * service/conntrack.c - the connection table, the per-address counts and
+ * the reaper thread (see conntrack.h).
+ *
+ * Each connection's phase is one atomic word, (since_us << 3) | phase,
+ * changed by its libmicrohttpd thread (a request begins, arrives, ends) and
+ * by the reaper (an idle connection got bytes, a request ran out of time).
+ * The reaper only acts through a compare-and-swap from the word it read, so
+ * a request that arrives as it runs out of time is either cut or served,
+ * never cut after it was marked arrived. The table (the list and the
+ * address counts) sits under ct->mu; the reaper holds mu while it touches a
+ * socket, and libmicrohttpd's CLOSED notification, which comes before it
+ * closes the socket, takes mu to unlink it: a socket is never shut down
+ * after libmicrohttpd let go of it.
+ *
+ * An idle kept-alive connection is not timed: libmicrohttpd's 60 s idle
+ * timeout covers it. To tell when the next request begins, the reaper
+ * compares the socket's received byte count (TCP_INFO) with the one it saw
+ * when the connection went idle, once per probe period.
+ */
+#include "service/conntrack.h"
+
+#include <errno.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "service/log.h"
+
+#define ADDR_BUCKETS 4096
+#define TICK_MAX_US  250000   /* the reaper's period, at most */
+#define TICK_MIN_US  10000    /* and at least */
+#define PROBE_MAX_US 1000000  /* idle connections are looked at this often */
+#define REPORT_US    10000000 /* cuts and refusals are logged this often */
+
+enum phase {
+    PH_ARRIVING = 0, /* since: when the request began */
+    PH_SERVING,      /* arrived: being answered or parked */
+    PH_IDLE,         /* since: when it went idle; seen not read yet */
+    PH_IDLE_SEEN,    /* idle, seen holds the received byte count */
+    PH_CUT,          /* the reaper shut it down */
+    PH_REFUSED,      /* over its address's cap: shut down at its start */
+};
+
+#define PH_BITS 3
+#define PH_MASK ((uint64_t)7)
+
+struct addr_count {
+    struct addr_count *next; /* in its bucket */
+    unsigned n;              /* connections open from it */
+    uint8_t len;             /* 4 or 16 */
+    uint8_t a[16];
+};
+
+struct conn {
+    struct conn *prev, *next; /* in ct->conns, under ct->mu */
+    struct conntrack *ct;
+    int fd;                  /* libmicrohttpd's; valid while linked */
+    _Atomic uint64_t word;   /* (since_us << PH_BITS) | phase */
+    uint64_t seen;           /* reaper only: bytes received when idle */
+    struct addr_count *addr; /* under ct->mu; NULL if not counted */
+};
+
+struct conntrack {
+    int64_t timeout_us; /* 0: no bound */
+    int64_t tick_us, probe_us;
+    unsigned max_per_ip; /* 0: no cap */
+    uint64_t salt;       /* for the ids of 429s */
+    _Atomic uint64_t refused, cut, next_id;
+
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t cv;  /* stop */
+    bool stop;
+    struct conn *conns; /* every tracked connection */
+    struct addr_count *buckets[ADDR_BUCKETS];
+    pthread_t reaper;
+};
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static uint64_t word(int64_t since_us, enum phase ph)
+{
+    return ((uint64_t)since_us << PH_BITS) | (uint64_t)ph;
+}
+
+static enum phase phase_of(uint64_t w)
+{
+    return (enum phase)(w & PH_MASK);
+}
+
+static int64_t since_of(uint64_t w)
+{
+    return (int64_t)(w >> PH_BITS);
+}
+
+/* The client address as a key: IPv4 (also IPv4-mapped IPv6) in 4 bytes,
+ * IPv6 in 16; 0 if neither. */
+static uint8_t addr_key(const struct sockaddr *sa, uint8_t out[16])
+{
+    static const uint8_t mapped[12] = {
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff
+    };
+
+    if (sa == NULL)
+        return 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        memcpy(out, &in->sin_addr, 4);
+        return 4;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        if (memcmp(in6->sin6_addr.s6_addr, mapped, 12) == 0) {
+            memcpy(out, in6->sin6_addr.s6_addr + 12, 4);
+            return 4;
+        }
+        memcpy(out, in6->sin6_addr.s6_addr, 16);
+        return 16;
+    }
+    return 0;
+}
+
+static size_t addr_hash(const uint8_t *a, uint8_t len)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+
+    for (uint8_t i = 0; i < len; i++)
+        h = (h ^ a[i]) * 1099511628211ULL;
+    return (size_t)(h % ADDR_BUCKETS);
+}
+
+/* Count one more connection from a (under mu); NULL if out of memory. */
+static struct addr_count *
+addr_add(struct conntrack *ct, const uint8_t *a, uint8_t len)
+{
+    size_t b = addr_hash(a, len);
+    struct addr_count *e;
+
+    for (e = ct->buckets[b]; e != NULL; e = e->next)
+        if (e->len == len && memcmp(e->a, a, len) == 0)
+            break;
+    if (e == NULL) {
+        e = calloc(1, sizeof(*e));
+        if (e == NULL)
+            return NULL;
+        e->len = len;
+        memcpy(e->a, a, len);
+        e->next = ct->buckets[b];
+        ct->buckets[b] = e;
+    }
+    e->n++;
+    return e;
+}
+
+/* One connection fewer from e's address (under mu). */
+static void addr_del(struct conntrack *ct, struct addr_count *e)
+{
+    struct addr_count **p;
+
+    if (--e->n > 0)
+        return;
+    for (p = &ct->buckets[addr_hash(e->a, e->len)]; *p != NULL; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
+            break;
+        }
+    free(e);
+}
+
+/* Best effort, before the request is read: the client may not be reading
+ * yet, and a socket buffer takes a few hundred bytes without blocking. */
+static void send_429(struct conntrack *ct, int fd)
+{
+    static const char body[] =
+        "{\"error\":{\"code\":\"too_many_requests\",\"message\":\"too many "
+        "open connections from this address "
+        "(--max-connections-per-ip)\"}}";
+    uint64_t n =
+        atomic_fetch_add_explicit(&ct->next_id, 1, memory_order_relaxed);
+    char buf[512];
+    int len;
+
+    len = snprintf(buf, sizeof(buf),
+                   "HTTP/1.1 429 Too Many Requests\r\n"
+                   "Connection: close\r\n"
+                   "Content-Type: application/json\r\n"
+                   "Content-Length: %zu\r\n"
+                   "Retry-After: 1\r\n"
+                   "Cache-Control: no-store\r\n"
+                   "X-Request-Id: %016llx\r\n"
+                   "\r\n%s",
+                   sizeof(body) - 1, (unsigned long long)(n ^ ct->salt), body);
+    if (len > 0 && (size_t)len < sizeof(buf))
+        (void)send(fd, buf, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static void on_started(struct conntrack *ct,
+                       struct MHD_Connection *mc,
+                       void **socket_context)
+{
+    const union MHD_ConnectionInfo *fi =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    struct conn *c;
+    uint8_t a[16], alen;
+    bool refuse = false;
+
+    *socket_context = NULL;
+    if (fi == NULL)
+        return; /* cannot happen: libmicrohttpd gave it a socket */
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        /* untracked, it could not be timed: refuse it */
+        shutdown(fi->connect_fd, SHUT_RDWR);
+        return;
+    }
+    c->ct = ct;
+    c->fd = fi->connect_fd;
+    alen = ai != NULL ? addr_key(ai->client_addr, a) : 0;
+
+    pthread_mutex_lock(&ct->mu);
+    if (alen > 0) {
+        c->addr = addr_add(ct, a, alen);
+        refuse = c->addr == NULL ||
+                 (ct->max_per_ip > 0 && c->addr->n > ct->max_per_ip);
+    }
+    atomic_store_explicit(&c->word,
+                          word(mono_us(), refuse ? PH_REFUSED : PH_ARRIVING),
+                          memory_order_relaxed);
+    c->next = ct->conns;
+    if (ct->conns != NULL)
+        ct->conns->prev = c;
+    ct->conns = c;
+    pthread_mutex_unlock(&ct->mu);
+    *socket_context = c;
+
+    if (refuse) {
+        /* libmicrohttpd reads the end of the stream (or the request, which
+         * conntrack_request_begins() refuses) and closes it */
+        atomic_fetch_add_explicit(&ct->refused, 1, memory_order_relaxed);
+        send_429(ct, c->fd);
+        shutdown(c->fd, SHUT_RDWR);
+    }
+}
+
+static void on_closed(struct conntrack *ct, void **socket_context)
+{
+    struct conn *c = *socket_context;
+
+    if (c == NULL)
+        return;
+    *socket_context = NULL;
+    pthread_mutex_lock(&ct->mu);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        ct->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    if (c->addr != NULL)
+        addr_del(ct, c->addr);
+    pthread_mutex_unlock(&ct->mu);
+    free(c);
+}
+
+void conntrack_notify(void *cls,
+                      struct MHD_Connection *conn,
+                      void **socket_context,
+                      enum MHD_ConnectionNotificationCode toe)
+{
+    struct conntrack *ct = cls;
+
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        on_started(ct, conn, socket_context);
+    else if (toe == MHD_CONNECTION_NOTIFY_CLOSED)
+        on_closed(ct, socket_context);
+}
+
+static struct conn *conn_of(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+bool conntrack_request_begins(struct MHD_Connection *mc)
+{
+    struct conn *c = conn_of(mc);
+    uint64_t w;
+
+    if (c == NULL)
+        return false; /* refused at its start */
+    w = atomic_load(&c->word);
+    switch (phase_of(w)) {
+    case PH_CUT:
+    case PH_REFUSED:
+        return false;
+    case PH_IDLE:
+    case PH_IDLE_SEEN:
+        /* its headers came before the reaper noticed: time it from now
+         * (a failed swap means the reaper just did) */
+        atomic_compare_exchange_strong(&c->word, &w,
+                                       word(mono_us(), PH_ARRIVING));
+        return true;
+    default:
+        return true;
+    }
+}
+
+/* Set phase ph unless the connection was cut or refused: only the reaper
+ * changes the word meanwhile, and only to cut it. */
+static void set_phase(struct MHD_Connection *mc, enum phase ph)
+{
+    struct conn *c = conn_of(mc);
+    uint64_t w;
+
+    if (c == NULL)
+        return;
+    w = atomic_load(&c->word);
+    if (phase_of(w) == PH_CUT || phase_of(w) == PH_REFUSED)
+        return;
+    atomic_compare_exchange_strong(&c->word, &w, word(mono_us(), ph));
+}
+
+void conntrack_request_arrived(struct MHD_Connection *mc)
+{
+    set_phase(mc, PH_SERVING);
+}
+
+void conntrack_request_done(struct MHD_Connection *mc)
+{
+    set_phase(mc, PH_IDLE);
+}
+
+/* The bytes the socket has received so far; -1 if the kernel cannot say. */
+static int bytes_received(int fd, uint64_t *out)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) +
+                  sizeof(ti.tcpi_bytes_received))
+        return -1;
+    *out = ti.tcpi_bytes_received;
+    return 0;
+}
+
+/* One look at one connection (under mu). */
+static void
+reap_one(struct conntrack *ct, struct conn *c, int64_t now, bool probe)
+{
+    uint64_t w = atomic_load(&c->word), b = 0;
+
+    switch (phase_of(w)) {
+    case PH_ARRIVING:
+        if (ct->timeout_us > 0 && now - since_of(w) >= ct->timeout_us &&
+            atomic_compare_exchange_strong(&c->word, &w, word(now, PH_CUT))) {
+            shutdown(c->fd, SHUT_RDWR);
+            atomic_fetch_add_explicit(&ct->cut, 1, memory_order_relaxed);
+        }
+        break;
+    case PH_IDLE:
+        if (!probe)
+            break;
+        if (bytes_received(c->fd, &b) == 0) {
+            c->seen = b;
+            atomic_compare_exchange_strong(&c->word, &w,
+                                           word(since_of(w), PH_IDLE_SEEN));
+        } else { /* cannot tell idle from slow: time it from here */
+            atomic_compare_exchange_strong(&c->word, &w,
+                                           word(now, PH_ARRIVING));
+        }
+        break;
+    case PH_IDLE_SEEN:
+        if (probe && (bytes_received(c->fd, &b) != 0 || b != c->seen))
+            atomic_compare_exchange_strong(&c->word, &w,
+                                           word(now, PH_ARRIVING));
+        break;
+    default:
+        break;
+    }
+}
+
+static void report(struct conntrack *ct, uint64_t *cut, uint64_t *refused)
+{
+    uint64_t nc = atomic_load_explicit(&ct->cut, memory_order_relaxed);
+    uint64_t nr = atomic_load_explicit(&ct->refused, memory_order_relaxed);
+
+    if (nc != *cut)
+        log_warn("closed %llu connections whose request did not arrive "
+                 "within --request-timeout-ms %lld",
+                 (unsigned long long)(nc - *cut),
+                 (long long)(ct->timeout_us / 1000));
+    if (nr != *refused)
+        log_warn("refused %llu connections over --max-connections-per-ip "
+                 "%u (429)",
+                 (unsigned long long)(nr - *refused), ct->max_per_ip);
+    *cut = nc;
+    *refused = nr;
+}
+
+static void *reaper_main(void *arg)
+{
+    struct conntrack *ct = arg;
+    int64_t next_probe = 0, next_report = mono_us() + REPORT_US;
+    uint64_t cut = 0, refused = 0;
+
+    pthread_mutex_lock(&ct->mu);
+    while (!ct->stop) {
+        int64_t now = mono_us(), wake;
+        bool probe = ct->timeout_us > 0 && now >= next_probe;
+        struct timespec ts;
+
+        if (ct->timeout_us > 0)
+            for (struct conn *c = ct->conns; c != NULL; c = c->next)
+                reap_one(ct, c, now, probe);
+        if (probe)
+            next_probe = now + ct->probe_us;
+        if (now >= next_report) {
+            report(ct, &cut, &refused);
+            next_report = now + REPORT_US;
+        }
+        /* the condition variable uses CLOCK_MONOTONIC (conntrack_new) */
+        wake = mono_us() + ct->tick_us;
+        ts.tv_sec = (time_t)(wake / 1000000);
+        ts.tv_nsec = (long)(wake % 1000000) * 1000;
+        pthread_cond_timedwait(&ct->cv, &ct->mu, &ts);
+    }
+    pthread_mutex_unlock(&ct->mu);
+    report(ct, &cut, &refused);
+    return NULL;
+}
+
+struct conntrack *conntrack_new(uint64_t request_timeout_ms,
+                                unsigned max_per_ip)
+{
+    struct conntrack *ct = calloc(1, sizeof(*ct));
+    pthread_condattr_t ca;
+    int err;
+
+    if (ct == NULL)
+        return NULL;
+    ct->timeout_us = (int64_t)request_timeout_ms * 1000;
+    ct->max_per_ip = max_per_ip;
+    ct->tick_us = ct->timeout_us / 20;
+    if (ct->tick_us > TICK_MAX_US || ct->tick_us == 0)
+        ct->tick_us = TICK_MAX_US;
+    if (ct->tick_us < TICK_MIN_US)
+        ct->tick_us = TICK_MIN_US;
+    ct->probe_us = ct->timeout_us / 4;
+    if (ct->probe_us > PROBE_MAX_US)
+        ct->probe_us = PROBE_MAX_US;
+    if (ct->probe_us < ct->tick_us)
+        ct->probe_us = ct->tick_us;
+    ct->salt = (uint64_t)mono_us() * 0xc2b2ae3d27d4eb4fULL;
+    pthread_mutex_init(&ct->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ct->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    err = pthread_create(&ct->reaper, NULL, reaper_main, ct);
+    if (err != 0) {
+        pthread_cond_destroy(&ct->cv);
+        pthread_mutex_destroy(&ct->mu);
+        free(ct);
+        errno = err;
+        return NULL;
+    }
+    return ct;
+}
+
+void conntrack_free(struct conntrack *ct)
+{
+    if (ct == NULL)
+        return;
+    pthread_mutex_lock(&ct->mu);
+    ct->stop = true;
+    pthread_cond_signal(&ct->cv);
+    pthread_mutex_unlock(&ct->mu);
+    pthread_join(ct->reaper, NULL);
+    /* libmicrohttpd is stopped: every connection was unlinked, but free
+     * what an interrupted start may have left */
+    while (ct->conns != NULL) {
+        struct conn *c = ct->conns;
+        ct->conns = c->next;
+        free(c);
+    }
+    for (size_t b = 0; b < ADDR_BUCKETS; b++)
+        while (ct->buckets[b] != NULL) {
+            struct addr_count *e = ct->buckets[b];
+            ct->buckets[b] = e->next;
+            free(e);
+        }
+    pthread_cond_destroy(&ct->cv);
+    pthread_mutex_destroy(&ct->mu);
+    free(ct);
+}

@@ -1,0 +1,50 @@
+/*
+ * service/conntrack.h - every open HTTP connection, tracked from
+ * libmicrohttpd's connection notifications: a bound on the time a request
+ * may take to arrive (--request-timeout-ms), which libmicrohttpd's idle
+ * timeout is not, and a cap on the connections of one client address
+ * (--max-connections-per-ip).
+ *
+ * A request is timed from the connection's start, or on a kept-alive
+ * connection from the moment lockd sees the first byte of it, until it has
+ * fully arrived (headers and body). Past the bound, a reaper thread shuts
+ * the socket down (never closes it: libmicrohttpd owns it and closes it
+ * after its CLOSED notification, which takes the same mutex). A request
+ * that has arrived - being answered, or parked in the wait queue - is never
+ * cut. A connection over its address's cap is answered 429
+ * too_many_requests at once and shut down, before its request is read.
+ */
+#ifndef SERVICE_CONNTRACK_H
+#define SERVICE_CONNTRACK_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct conntrack;
+
+/* request_timeout_ms 0: no bound; max_per_ip 0: no cap. NULL on failure
+ * (errno set). Starts the reaper thread. */
+struct conntrack *conntrack_new(uint64_t request_timeout_ms,
+                                unsigned max_per_ip);
+
+/* After MHD_stop_daemon(): joins the reaper and frees. Accepts NULL. */
+void conntrack_free(struct conntrack *ct);
+
+/* MHD_OPTION_NOTIFY_CONNECTION's callback, cls = the conntrack. */
+void conntrack_notify(void *cls,
+                      struct MHD_Connection *conn,
+                      void **socket_context,
+                      enum MHD_ConnectionNotificationCode toe);
+
+/* The access handler's first call for a request (its headers are in).
+ * false: the connection was refused or cut; answer MHD_NO. */
+bool conntrack_request_begins(struct MHD_Connection *conn);
+
+/* The request has fully arrived (headers and body): no longer timed. */
+void conntrack_request_arrived(struct MHD_Connection *conn);
+
+/* The request is over: the connection is idle until the next request. */
+void conntrack_request_done(struct MHD_Connection *conn);
+
+#endif /* SERVICE_CONNTRACK_H */
