@@ -96,9 +96,11 @@ def run_backend(backend, scenarios, passed, failed, failures):
             finally:
                 signal.alarm(0)
                 try:
-                    ctx.cleanup()
+                    reports = ctx.cleanup()
                 except Exception:  # noqa: BLE001
-                    pass
+                    reports = []
+            if err is None and reports:
+                err = "a sanitizer report from another lockd of the scenario:\n" + reports[0]
             if err is None and not lockd.alive():
                 err = "lockd died: " + lockd.log_tail()
             if err is not None:

@@ -315,10 +315,16 @@ class Context:
         return ld
 
     def cleanup(self):
+        """Stop the extra instances; their sanitizer reports, if any."""
+        reports = []
         for ld in self.extra:
             if ld.alive():
                 ld.stop(5)
+            report = ld.sanitizer_report()
+            if report:
+                reports.append(report)
         self.extra = []
+        return reports
 
 
 def log(msg):

@@ -404,7 +404,9 @@ static void test_waitq_shutdown_answers_everyone(void)
     CHECK(late.w.shutting_down);
     CHECK_EQ_INT(late.w.result, BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(late.suspends, 0);
-    /* their places left the store: a free key is plain free again */
+    /* once the workers ran what was owed, their places left the store:
+     * a free key is plain free again */
+    waitq_stop(e.q, 1000);
     CHECK_EQ_INT(release(&e, "key-0", "holder"), BACKEND_OK);
     {
         struct lock_req req = {
