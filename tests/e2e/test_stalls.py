@@ -192,3 +192,86 @@ def renew_ttl_left(ctx):
     eq(n.status, 200, "renew")
     check(3000 - dt * 1000 - 1 <= n.json["ttl_ms"] <= 3000, "renew ttl_ms %r after %.1f ms" % (n.json["ttl_ms"], dt * 1000))
     release(c, key, r.json["token"])
+
+
+def proxied(ctx, proxy, timeout_ms):
+    """lockd's backend URL through proxy, with the store timeout given."""
+    url = ctx.url.replace("127.0.0.1:%d" % ctx.server.port, "127.0.0.1:%d" % proxy.port)
+    check(url != ctx.url, "the store URL names its port")
+    sep = "&" if "?" in url else "?"
+    if ctx.backend == "mysql":
+        return url + sep + "read_timeout_ms=%d&write_timeout_ms=%d" % (timeout_ms, timeout_ms)
+    return url + sep + "timeout_ms=%d" % timeout_ms
+
+
+@harness.scenario("a grant whose answer the store sends late is answered with what is left of its TTL",
+                  backends=STORES, slow=True)
+def late_store_answer(ctx):
+    from delayproxy import DelayProxy
+
+    with DelayProxy(ctx.server.port) as proxy:
+        slow = start_lockd(ctx, proxied(ctx, proxy, 4000))
+        direct = ctx.lockd
+        c = slow.client(timeout=15)
+        # warm up: the slow instance's connections are up and serve
+        k0 = ctx.key("warm")
+        r = acquire(c, k0, ttl_ms=2000)
+        eq(r.status, 201, "acquire through the proxy")
+        release(c, k0, r.json["token"])
+
+        # the store's answer held 0.6 s: granted, with 0.6 s less of its TTL
+        key = ctx.key("late")
+        proxy.hold_replies(0.6)
+        t0 = time.monotonic()
+        r = acquire(c, key, ttl_ms=3000)
+        dt = time.monotonic() - t0
+        eq(r.status, 201, "acquire answered 0.6 s late")
+        check(r.json["ttl_ms"] + dt * 1000 <= 3000 + 5,
+              "ttl_ms %d in an answer %.0f ms after the send: more than is left of 3000"
+              % (r.json["ttl_ms"], dt * 1000))
+        release(c, key, r.json["token"])
+
+
+@harness.scenario("a grant whose answer the store sends after its TTL passed is a 503 (or 409), never a 201 "
+                  "beside the next holder", backends=STORES, slow=True)
+def dead_store_answer(ctx):
+    from delayproxy import DelayProxy
+
+    with DelayProxy(ctx.server.port) as proxy:
+        slow = start_lockd(ctx, proxied(ctx, proxy, 4000))
+        direct = ctx.lockd
+        c = slow.client(timeout=15)
+        k0 = ctx.key("warm")
+        r = acquire(c, k0, ttl_ms=2000)
+        eq(r.status, 201, "acquire through the proxy")
+        release(c, k0, r.json["token"])
+        # held past the TTL: the lock expired before lockd heard of it
+        key = ctx.key("dead")
+        out = {}
+
+        def late():
+            cc = slow.client(timeout=15)
+            out["sent"] = time.monotonic()
+            out["r"] = cc.request("POST", path(key), {"ttl_ms": 1000})
+            out["answered"] = time.monotonic()
+
+        if ctx.backend == "redis":
+            # from the command that names the key: its own reply is held
+            proxy.hold_replies(1.8, when=lambda chunk: key.encode() in chunk)
+        else:
+            proxy.hold_replies(1.8)
+        t = threading.Thread(target=late)
+        t.start()
+        time.sleep(1.25)
+        other = acquire(direct.client(), key, ttl_ms=5000)  # free by then
+        t.join(10)
+        r = out.get("r")
+        check(r is not None, "no answer to the late acquire")
+        check(r.status != 201, "201 (ttl_ms %s) %.0f ms after the send for a 1000 ms lock, while the key was "
+              "granted to another (%s)" % (r.json.get("ttl_ms") if r.json else None,
+                                           (out["answered"] - out["sent"]) * 1000, other.status))
+        # 503: granted too late to hand out; 409: the store ran it after the
+        # other grant (a client library may wait for an earlier reply first)
+        check(r.status in (409, 503), "the late acquire: %r" % r)
+        eq(other.status, 201, "acquire through the other instance after the TTL")
+        release(direct.client(), key, other.json["token"])
