@@ -84,6 +84,18 @@ def error_table():
     return dict(FALLBACK_TABLE)
 
 
+def served_codes(table):
+    """The codes of table that lockd's sources name as a string: the error
+    X-macro (api/errors.h) and the few answers written elsewhere."""
+    text = ""
+    for d in ("api", "service"):
+        for name in sorted(os.listdir(os.path.join(harness.ROOT, d))):
+            if name.endswith((".c", ".h")):
+                with open(os.path.join(harness.ROOT, d, name), encoding="utf-8") as f:
+                    text += f.read()
+    return {c for c in table if re.search(r'\\?"%s\\?"' % re.escape(c), text)}
+
+
 class Spec:
     def __init__(self, doc):
         self.doc = doc
@@ -261,10 +273,16 @@ def check_document(spec, table):
         check(str(r.get("description", "")).strip(), "components.responses.%s: description" % name)
         check("X-Request-Id" in (r.get("headers") or {}), "components.responses.%s: X-Request-Id" % name)
 
-    # the error code enum is exactly API.md's table
+    # the error code enum is the codes of API.md's table that lockd serves:
+    # API.md may already specify codes of features still to come
     enum = set(spec.resolve({"$ref": "#/components/schemas/ErrorCode"})["enum"])
-    eq(enum - set(table), set(), "codes in openapi.yaml but not in API.md")
-    eq(set(table) - enum, set(), "codes of API.md missing from openapi.yaml's enum")
+    served = served_codes(table)
+    pending = set(table) - served
+    if pending:
+        harness.log("     (codes of API.md that lockd does not serve yet: %s)" % ", ".join(sorted(pending)))
+    table = {c: st for c, st in table.items() if c in served}
+    eq(enum - set(table), set(), "codes in openapi.yaml but not in API.md or not served")
+    eq(set(table) - enum, set(), "codes of API.md that lockd serves missing from openapi.yaml's enum")
     documented = set()
     for r in doc["components"]["responses"].values():
         documented |= spec.error_codes(r)
