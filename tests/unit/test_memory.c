@@ -611,6 +611,70 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* ---- many keys of one shard expire in one sweep ---- */
+
+#define MANY 8192 /* about 128 a shard: two sweep batches each */
+
+static _Atomic int many_seen[MANY];
+
+static void count_notify(void *arg, const char *key, size_t len)
+{
+    char buf[32];
+    int i;
+
+    (void)arg;
+    if (len >= sizeof(buf))
+        return;
+    memcpy(buf, key, len);
+    buf[len] = '\0';
+    if (sscanf(buf, "many-%d", &i) == 1 && i >= 0 && i < MANY)
+        atomic_store(&many_seen[i], 1);
+}
+
+static int many_count(void)
+{
+    int n = 0;
+
+    for (int i = 0; i < MANY; i++)
+        n += atomic_load(&many_seen[i]);
+    return n;
+}
+
+static void test_mem_every_expiry_with_waiters_is_notified(void)
+{
+    struct backend_hooks hooks = { .notify = count_notify, .arg = NULL };
+    struct backend *be = NULL;
+    struct lock_waiter *w = calloc(MANY, sizeof(*w));
+    struct lock_grant g;
+    char key[32];
+    int64_t t0;
+
+    CHECK(w != NULL);
+    if (w == NULL)
+        return;
+    CHECK_EQ_INT(mem_be_ops.open("memory://", &hooks, &be), BACKEND_OK);
+    for (int i = 0; i < MANY; i++) {
+        snprintf(key, sizeof(key), "many-%d", i);
+        w[i].id = (uint64_t)i + 1;
+        CHECK_EQ_INT(acq(be, key, TOK_A, NULL, 100, NULL, &g), BACKEND_OK);
+        CHECK_EQ_INT(acq(be, key, TOK_B, NULL, 60000, &w[i], &g),
+                     BACKEND_HELD);
+    }
+    /* nobody touches the keys: the sweeper alone must tell every one */
+    t0 = check_mono_ms();
+    while (many_count() < MANY && check_mono_ms() - t0 < 3000)
+        check_sleep_ms(20);
+    CHECK_MSG(many_count() == MANY,
+              "%d of %d expired keys with waiters notified after %lld ms",
+              many_count(), MANY, (long long)(check_mono_ms() - t0));
+    for (int i = 0; i < MANY; i++) {
+        snprintf(key, sizeof(key), "many-%d", i);
+        cancel(be, key, &w[i]);
+    }
+    mem_be_ops.close(be);
+    free(w);
+}
+
 static void test_mem_threads_keep_mutual_exclusion(void)
 {
     struct backend *be = open_mem();
@@ -659,6 +723,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_mem_waiter_on_free_key_is_granted_at_once),
     CHECK_CASE(test_mem_cancel_wait_of_head_notifies_next),
     CHECK_CASE(test_mem_expiry_with_waiters_is_notified),
+    CHECK_CASE(test_mem_every_expiry_with_waiters_is_notified),
     CHECK_CASE(test_mem_threads_keep_mutual_exclusion),
 };
 
