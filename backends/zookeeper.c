@@ -32,6 +32,13 @@
  * it; every instance reaps an expired h (delete with version check) and
  * waiters past their deadline. The fence is h's czxid. A release of a
  * grant made here is one multi without a read (zk_release_known()).
+ *
+ * A grant or renew is answered only while every instance would call h
+ * held (zk_acq_own()): not void by the grant_by stored in h and not
+ * expired by the latest the server's clock can be. A waiter that finds h
+ * under its own token (its grant's answer was lost or came after it had
+ * given up) judges that h the same way, frees it when it is dead, and
+ * answers only what is left of it when it is not.
  */
 #include "backends/backend.h"
 #include "backends/zk_call.h"
@@ -92,6 +99,11 @@ struct zk_clock {
      * and a clock change on the server is followed within two periods. */
     int64_t cur_ms;
     int64_t prev_ms;
+    /* Upper bounds of the same offset: mtime + 1 minus our clock when the
+     * request was sent (the write happened after that); the least of this
+     * period and of the last one. */
+    int64_t cur_hi_ms;
+    int64_t prev_hi_ms;
     int64_t period_at; /* monotonic ms when cur_ms's period began */
     int64_t last_at;   /* monotonic ms of the last sample */
 };
@@ -349,24 +361,33 @@ static int zk_parse_holder(const char *data, int len, struct zk_holder *h)
 
 /* ---- the server's clock ----------------------------------------------- */
 
-/* Learn from a write whose stat says mtime, answered at t1 (local
- * monotonic ms). */
-static void zk_clock_sample(struct zk_be *be, int64_t mtime, int64_t t1)
+/* Learn from a write of ours whose stat says mtime, sent at t0 and
+ * answered at t1 (local monotonic ms). */
+static void
+zk_clock_sample(struct zk_be *be, int64_t mtime, int64_t t0, int64_t t1)
 {
     struct zk_clock *c = &be->clock;
     int64_t off = mtime - t1;
+    /* mtime is whole ms: the write may have been up to 1 ms later */
+    int64_t hi = mtime + 1 - t0;
 
     pthread_mutex_lock(&be->mu);
     if (!c->valid) {
         c->valid = true;
         c->cur_ms = c->prev_ms = off;
+        c->cur_hi_ms = c->prev_hi_ms = hi;
         c->period_at = t1;
     } else if (t1 - c->period_at >= ZK_CLOCK_REFRESH_MS) {
         c->prev_ms = c->cur_ms;
         c->cur_ms = off;
+        c->prev_hi_ms = c->cur_hi_ms;
+        c->cur_hi_ms = hi;
         c->period_at = t1;
-    } else if (off > c->cur_ms) {
-        c->cur_ms = off;
+    } else {
+        if (off > c->cur_ms)
+            c->cur_ms = off;
+        if (hi < c->cur_hi_ms)
+            c->cur_hi_ms = hi;
     }
     c->last_at = t1;
     pthread_mutex_unlock(&be->mu);
@@ -387,6 +408,25 @@ static int64_t zk_server_now(struct zk_be *be)
     /* mtime and our clock are whole ms: each sample may be ahead by up to
      * 1 ms, and an mtime marks a write up to 1 ms after it */
     return now - ZK_CLOCK_SLACK_MS;
+}
+
+/* The latest the server's wall clock can be now, in ms: never behind it,
+ * ahead by the fastest round trip of the last few seconds. A grant reports
+ * what is left of it by this clock, so never more than is left by the
+ * server's. */
+static int64_t zk_server_latest(struct zk_be *be)
+{
+    const struct zk_clock *c = &be->clock;
+    int64_t mono, hi, lo;
+
+    pthread_mutex_lock(&be->mu);
+    mono = backend_mono_ms();
+    hi = c->cur_hi_ms < c->prev_hi_ms ? c->cur_hi_ms : c->prev_hi_ms;
+    lo = c->cur_ms > c->prev_ms ? c->cur_ms : c->prev_ms;
+    pthread_mutex_unlock(&be->mu);
+    /* our clock is whole ms too; and after a step of the server's clock
+     * the bounds may cross: never earlier than the lower estimate */
+    return mono + 1 + (hi > lo ? hi : lo);
 }
 
 /* ---- watches and notifications ---------------------------------------- */
@@ -699,6 +739,41 @@ static int zk_set_marked(struct zk_conn *cn,
 }
 
 /*
+ * Keep h, found under our token beside a waiter node of ours (a grant that
+ * committed after we had queued again): one multi that checks h's marker
+ * and h's version, so h is still that grant, and deletes the waiter node.
+ */
+static int zk_claim(struct zk_conn *cn,
+                    const char *parent,
+                    const char *marker,
+                    int version,
+                    const char *waiter_name,
+                    int64_t dl)
+{
+    struct zk_call *c = zk_call_new();
+    int rc, i;
+
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    if (zk_child_path(parent, "h", c->paths[0], ZK_PATH_MAX) != 0 ||
+        zk_child_path(parent, marker, c->paths[1], ZK_PATH_MAX) != 0 ||
+        zk_child_path(parent, waiter_name, c->paths[2], ZK_PATH_MAX) != 0) {
+        zk_call_unref(c);
+        zk_call_unref(c);
+        return ZBADARGUMENTS;
+    }
+    zoo_check_op_init(&c->ops[0], c->paths[1], -1);
+    zoo_check_op_init(&c->ops[1], c->paths[0], version);
+    zoo_delete_op_init(&c->ops[2], c->paths[2], -1);
+    rc = zk_call_wait(
+        c, zoo_amulti(cn->zh, 3, c->ops, c->results, zk_call_on_void, c), dl);
+    if (rc != ZOK && (i = zk_call_multi_failed(c, 3)) >= 0)
+        rc = c->results[i].err;
+    zk_call_unref(c);
+    return rc;
+}
+
+/*
  * The grant, one multi and one transaction: [create the key's node +]
  * create h [+ delete our waiter node] + create h's marker + set h to the
  * same data, whose stat gives the czxid (fence) and mtime (start of the
@@ -863,19 +938,41 @@ zk_remaining(struct zk_be *be, const struct zk_holder *h, const struct Stat *st)
     return left < (int64_t)h->ttl_ms ? left : (int64_t)h->ttl_ms;
 }
 
-static int zk_fill_grant(struct zk_be *be,
-                         const struct Stat *st,
+/* What is surely left of holder h (stat st), in ms: its expiry less the
+ * latest the server's clock can be, and, after a write of ours sent at
+ * sent (local monotonic ms; 0: none), no more than its TTL less the time
+ * since then, which no clock estimate can stretch. <= 0: it may have
+ * expired, or it is void by the grant_by stored in h (every instance
+ * treats it as free): not a holder to answer as a grant. */
+static int64_t zk_left_surely(struct zk_be *be,
+                              const struct zk_holder *h,
+                              const struct Stat *st,
+                              int64_t sent)
+{
+    int64_t ttl = (int64_t)h->ttl_ms, left;
+
+    if (zk_void(h, st))
+        return 0;
+    left = st->mtime + ttl - zk_server_latest(be);
+    if (sent > 0 && ttl - (backend_mono_ms() - sent) < left)
+        left = ttl - (backend_mono_ms() - sent);
+    return left < ttl ? left : ttl;
+}
+
+/* A grant of h (stat st, TTL ttl_ms) answered with report ms to run; -1
+ * if its czxid cannot be a fence. */
+static int zk_fill_grant(const struct Stat *st,
                          uint64_t ttl_ms,
+                         uint64_t report,
                          struct lock_grant *out)
 {
-    zk_clock_sample(be, st->mtime, backend_mono_ms());
     if (st->czxid <= 0 || (uint64_t)st->czxid > LOCK_FENCE_MAX) {
         log_error("zookeeper: zxid %" PRId64 " does not fit a fence (2^53)",
                   st->czxid);
         return -1;
     }
     out->fence = (uint64_t)st->czxid;
-    out->ttl_ms = ttl_ms;
+    out->ttl_ms = report;
     out->expires_at_ms = st->mtime + (int64_t)ttl_ms;
     return 0;
 }
@@ -1115,29 +1212,73 @@ struct zk_acq {
     char data[ZK_DATA_MAX];
     size_t data_len;
     char marker[LOCK_TOKEN_MAX + 2];
-    int64_t grant_by; /* server ms, written into h */
-    int64_t dl;       /* monotonic ms */
+    struct zk_holder mine; /* what data says: ttl_ms, token, grant_by */
+    int64_t grant_by;      /* server ms, written into h */
+    int64_t dl;            /* monotonic ms */
 };
 
-/* A grant: h is ours with stat st; alone: nobody else waited. */
-static enum backend_result zk_acq_granted(struct zk_acq *a,
-                                          const struct Stat *st,
-                                          bool alone,
-                                          struct lock_grant *out)
+/*
+ * h (stat st) is under our token: the grant this call just made (its
+ * multi sent at sent, local monotonic ms), or, with sent 0, one an
+ * earlier try made whose answer was lost or came too late. It is a grant
+ * only while every instance would call it held: not void by the grant_by
+ * stored in h (not this try's), and not expired by the latest the server's
+ * clock can be (zk_left_surely()). A dead one is freed with its marker at
+ * the version seen (one multi), never answered: this call's own grant
+ * answers UNAVAILABLE (the store was too slow for it), an earlier one -1
+ * (look again: the key is free now).
+ *
+ * The answer's ttl_ms counts from when this call began, as the client
+ * counts it from when it sent its request: a grant written during this
+ * call has its whole TTL (it committed later); an earlier one only what is
+ * surely left of it now, never more; expires_at is h's own expiry.
+ * mine_node: our waiter node when we hold a place besides h (a grant
+ * that committed after we queued again), dropped in one multi that checks
+ * h is still ours. alone: nobody else waited.
+ */
+static int zk_acq_own(struct zk_acq *a,
+                      const struct zk_holder *h,
+                      const struct Stat *st,
+                      int64_t sent,
+                      const char *mine_node,
+                      bool alone,
+                      struct lock_grant *out)
 {
-    /* void: a grant committed past grant_by is nobody's (zk_void()) */
-    if (st->ctime > a->grant_by ||
-        zk_fill_grant(a->be, st, a->req->ttl_ms, out) != 0) {
-        zk_drop_checked(a->cn, a->parent, a->marker, st->version, false, a->dl);
-        return zk_unavailable("grant", ZOPERATIONTIMEOUT);
+    struct zk_be *be = a->be;
+    int64_t left;
+    int rc;
+
+    if (sent > 0)
+        zk_clock_sample(be, st->mtime, sent, backend_mono_ms());
+    left = zk_left_surely(be, h, st, sent);
+    if (left > 0 && mine_node != NULL) {
+        rc = zk_claim(a->cn, a->parent, a->marker, st->version, mine_node,
+                      a->dl);
+        if (rc == ZNONODE || rc == ZBADVERSION)
+            return -1; /* h or our node changed under us */
+        if (rc != ZOK)
+            return zk_unavailable("claim holder", rc);
+        a->w->name[0] = '\0';
+        left = zk_left_surely(be, h, st, sent);
     }
-    zk_own_put(a->be, a->req->key, a->req->key_len, a->req->token, st,
-               a->req->ttl_ms, alone);
+    if (left <= 0 ||
+        zk_fill_grant(st, h->ttl_ms, sent > 0 ? h->ttl_ms : (uint64_t)left,
+                      out) != 0) {
+        rc = zk_reap_holder(be, a->cn, a->parent, h, st->version, a->dl,
+                            a->req->key, a->req->key_len);
+        if (sent > 0)
+            return zk_unavailable("grant", ZOPERATIONTIMEOUT);
+        if (rc != ZOK && rc != ZNONODE && rc != ZBADVERSION)
+            return zk_unavailable("reap own holder", rc);
+        return -1;
+    }
+    zk_own_put(be, a->req->key, a->req->key_len, a->req->token, st, h->ttl_ms,
+               alone);
     if (a->w != NULL) {
-        zk_waiter_free(a->be, a->w);
+        zk_waiter_free(be, a->w);
         a->req->waiter->be_data = NULL;
         /* the next waiter here may have watched a node that is gone now */
-        zk_be_notify(a->be, a->req->key, a->req->key_len);
+        zk_be_notify(be, a->req->key, a->req->key_len);
     }
     return BACKEND_OK;
 }
@@ -1187,11 +1328,12 @@ static int zk_acq_register(struct zk_acq *a)
 static int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out)
 {
     struct Stat st;
+    int64_t sent = backend_mono_ms();
     int rc = zk_grant(a->cn, a->parent, true, NULL, a->marker, a->data,
                       a->data_len, a->dl, &st);
 
     if (rc == ZOK)
-        return zk_acq_granted(a, &st, true, out);
+        return zk_acq_own(a, &a->mine, &st, sent, NULL, true, out);
     if (rc == ZNODEEXISTS || rc == ZNONODE)
         return -1;
     return zk_unavailable("grant", rc);
@@ -1210,7 +1352,7 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
     struct zk_holder h;
     struct Stat st;
     size_t nw = 0, own = SIZE_MAX, ahead;
-    bool has_h = false, parsed = false;
+    bool has_h = false, parsed = false, gone = false;
     int rc, ret = -1;
 
     rc = zk_get_kids(a->cn, a->parent, a->dl, &kc);
@@ -1258,27 +1400,36 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
             /* our place is gone: our grant's answer was lost, or our
              * session (and its ephemeral node) ended */
             w->name[0] = '\0';
-            if (has_h) {
-                rc =
-                    zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st, &parsed);
-                if (rc == ZOK && parsed &&
-                    backend_token_eq(h.token, a->req->token)) {
-                    ret = zk_acq_granted(a, &st, true, out);
-                    goto out;
-                }
-                if (rc != ZOK && rc != ZNONODE) {
-                    ret = zk_unavailable("read holder", rc);
-                    goto out;
-                }
-            }
-            goto out; /* look again, unregistered */
+            gone = true;
         }
     }
     ahead = own != SIZE_MAX ? own : nw;
 
+    if (has_h) {
+        /* the first waiter watches h: its release or reap wakes us */
+        rc = zk_get(be, a->cn, a->hpath, own == 0, a->dl, &h, &st, &parsed);
+        if (rc == ZNONODE)
+            goto out; /* it just went: look again */
+        if (rc != ZOK) {
+            ret = zk_unavailable("read holder", rc);
+            goto out;
+        }
+        if (parsed && w != NULL && backend_token_eq(h.token, a->req->token)) {
+            /* a grant of ours whose answer we never had: valid, it is
+             * this waiter's; dead, it is freed and we look again */
+            ret = zk_acq_own(a, &h, &st, 0,
+                             own != SIZE_MAX ? kids[own].name : NULL,
+                             nw <= (own != SIZE_MAX ? 1u : 0u), out);
+            goto out;
+        }
+    }
+    if (gone)
+        goto out; /* look again, unregistered */
+
     if (ahead > 0) {
         int64_t now = zk_server_now(be);
         struct zk_kid *first = &kids[0], *pred = &kids[ahead - 1];
+        struct Stat pst; /* our predecessor's; st stays h's */
         char path[ZK_PATH_MAX];
 
         /* a waiter past its deadline (its lockd died or lost it) */
@@ -1292,18 +1443,14 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
         }
         if (w == NULL) {
             out->retry_ms = 1; /* the first waiter takes it now */
-            if (has_h) {
-                rc =
-                    zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st, &parsed);
-                if (rc == ZOK && parsed) {
-                    int64_t left = zk_remaining(be, &h, &st);
-                    if (left <= 0) {
-                        zk_reap_holder(be, a->cn, a->parent, &h, st.version,
-                                       a->dl, a->req->key, a->req->key_len);
-                        left = 1;
-                    }
-                    out->retry_ms = (uint64_t)left;
+            if (has_h && parsed) {
+                int64_t left = zk_remaining(be, &h, &st);
+                if (left <= 0) {
+                    zk_reap_holder(be, a->cn, a->parent, &h, st.version, a->dl,
+                                   a->req->key, a->req->key_len);
+                    left = 1;
                 }
+                out->retry_ms = (uint64_t)left;
             }
             ret = BACKEND_HELD;
             goto out;
@@ -1319,7 +1466,7 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
             ret = BACKEND_UNAVAILABLE;
             goto out;
         }
-        rc = zk_get(be, a->cn, path, true, a->dl, NULL, &st, NULL);
+        rc = zk_get(be, a->cn, path, true, a->dl, NULL, &pst, NULL);
         if (rc == ZNONODE)
             goto out;
         if (rc != ZOK) {
@@ -1332,10 +1479,7 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
             int64_t until = pred->deadline - now + 1;
             if (until > ZK_WAITER_RECHECK_MS)
                 until = ZK_WAITER_RECHECK_MS;
-            if (has_h &&
-                zk_get(be, a->cn, a->hpath, false, a->dl, &h, &st, &parsed) ==
-                    ZOK &&
-                parsed) {
+            if (has_h && parsed) {
                 int64_t left = zk_remaining(be, &h, &st);
                 if (left < until)
                     until = left > 0 ? left : 1;
@@ -1357,15 +1501,6 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
     }
 
     if (has_h) {
-        /* the first waiter watches h: its release or reap wakes us */
-        rc = zk_get(be, a->cn, a->hpath, w != NULL && w->name[0] != '\0', a->dl,
-                    &h, &st, &parsed);
-        if (rc == ZNONODE)
-            goto out;
-        if (rc != ZOK) {
-            ret = zk_unavailable("read holder", rc);
-            goto out;
-        }
         if (!parsed) {
             log_warn("zookeeper: %s holds data lockd cannot read; treating "
                      "the key as held",
@@ -1394,19 +1529,24 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
     }
 
     /* free and nobody ahead of us */
-    rc = zk_grant(a->cn, a->parent, false,
-                  w != NULL && w->name[0] != '\0' ? w->name : NULL, a->marker,
-                  a->data, a->data_len, a->dl, &st);
-    if (rc == ZOK) {
-        /* others behind us: the release leaves the key's node to them */
-        ret = zk_acq_granted(a, &st, nw <= (own == 0 ? 1u : 0u), out);
-    } else if (rc == ZNONODE) {
-        if (w != NULL)
-            w->name[0] = '\0';
-    } else if (rc != ZNODEEXISTS) {
-        /* the multi may have happened: keep our name, so the next round
-         * finds h under our token */
-        ret = zk_unavailable("grant", rc);
+    {
+        int64_t sent = backend_mono_ms();
+        rc = zk_grant(a->cn, a->parent, false,
+                      w != NULL && w->name[0] != '\0' ? w->name : NULL,
+                      a->marker, a->data, a->data_len, a->dl, &st);
+        if (rc == ZOK) {
+            /* others behind us: the release leaves the key's node to
+             * them */
+            ret = zk_acq_own(a, &a->mine, &st, sent, NULL,
+                             nw <= (own == 0 ? 1u : 0u), out);
+        } else if (rc == ZNONODE) {
+            if (w != NULL)
+                w->name[0] = '\0';
+        } else if (rc != ZNODEEXISTS) {
+            /* the multi may have happened: keep our name, so the next
+             * round finds h under our token */
+            ret = zk_unavailable("grant", rc);
+        }
     }
 out:
     free(kids);
@@ -1430,6 +1570,7 @@ static enum backend_result zk_be_acquire(struct backend *b,
         zk_child_path(a.parent, "h", a.hpath, sizeof(a.hpath)) != 0 ||
         zk_fmt_holder(a.data, sizeof(a.data), req->token, req->ttl_ms,
                       a.grant_by, req->owner, &a.data_len) != 0 ||
+        zk_parse_holder(a.data, (int)a.data_len, &a.mine) != 0 ||
         zk_marker_name(req->token, a.marker, sizeof(a.marker)) != 0) {
         log_error("zookeeper: acquire: key, token or owner too long");
         return BACKEND_UNAVAILABLE;
@@ -1529,6 +1670,7 @@ static enum backend_result zk_be_renew(struct backend *b,
     for (int i = 0; i < ZK_MAX_ROUNDS && backend_mono_ms() < dl; i++) {
         uint64_t ttl;
         size_t len;
+        int64_t sent;
         int rc;
 
         r = zk_read_own(be, cn, req, parent, hpath, dl, &h, &st);
@@ -1542,17 +1684,26 @@ static enum backend_result zk_be_renew(struct backend *b,
         }
         /* the version and marker checks: a reap or release in between
          * wins, and a later grant of the key is never overwritten */
+        sent = backend_mono_ms();
         rc = zk_set_marked(cn, parent, marker, data, len, st.version, dl, &st);
         if (rc == ZOK) {
             struct zk_own o;
             bool alone =
                 !zk_own_get(be, req->key, req->key_len, req->token, &o) ||
                 o.alone;
-            r = zk_fill_grant(be, &st, ttl, out) == 0 ? BACKEND_OK
-                                                      : BACKEND_UNAVAILABLE;
-            if (r == BACKEND_OK)
-                zk_own_put(be, req->key, req->key_len, h.token, &st, ttl,
-                           alone);
+            struct zk_holder now = h;
+            int64_t left;
+            now.ttl_ms = ttl;
+            now.grant_by = 0;
+            zk_clock_sample(be, st.mtime, sent, backend_mono_ms());
+            zk_own_put(be, req->key, req->key_len, h.token, &st, ttl, alone);
+            /* its whole TTL from when the call began, unless none of it
+             * is surely left once the answer came: then it came too late
+             * to be one */
+            left = zk_left_surely(be, &now, &st, sent);
+            r = left > 0 && zk_fill_grant(&st, ttl, ttl, out) == 0
+                    ? BACKEND_OK
+                    : zk_unavailable("renew", ZOPERATIONTIMEOUT);
             break;
         }
         r = BACKEND_UNAVAILABLE;
@@ -1783,7 +1934,7 @@ static int zk_be_setup(struct zk_be *be, struct zk_conn *cn)
 {
     char path[ZK_PATH_MAX];
     const char *parts[] = { be->chroot, be->root, be->locks, be->clock_path };
-    int64_t dl = zk_deadline(be), t1;
+    int64_t dl = zk_deadline(be), t0, t1;
     struct Stat st;
     int rc;
 
@@ -1803,11 +1954,12 @@ static int zk_be_setup(struct zk_be *be, struct zk_conn *cn)
         if (rc != ZOK && rc != ZNODEEXISTS)
             return zk_unavailable("create root", rc);
     }
+    t0 = backend_mono_ms();
     rc = zk_set(cn, be->clock_path, NULL, -1, -1, dl, &st);
     t1 = backend_mono_ms();
     if (rc != ZOK)
         return zk_unavailable("sample clock", rc);
-    zk_clock_sample(be, st.mtime, t1);
+    zk_clock_sample(be, st.mtime, t0, t1);
     return ZOK;
 }
 
@@ -2036,9 +2188,10 @@ static void *zk_be_keeper(void *arg)
                     zk_be_notify_all(be);
                 if (stale) {
                     struct Stat st;
+                    int64_t t0 = backend_mono_ms();
                     if (zk_set(c, be->clock_path, NULL, -1, -1, zk_deadline(be),
                                &st) == ZOK)
-                        zk_clock_sample(be, st.mtime, backend_mono_ms());
+                        zk_clock_sample(be, st.mtime, t0, backend_mono_ms());
                 }
                 if (trash)
                     zk_be_empty_trash(be, c);

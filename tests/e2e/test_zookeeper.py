@@ -5,16 +5,23 @@ instances (sequential nodes), a lock outlives the lockd (and the session)
 that granted it until its TTL, a dead lockd's waiters leave the queue with
 its session, ZooKeeper down or stopped gives 503s (never a grant) and is
 served again without restarting lockd, a lockd whose session expired makes
-a new one, and keys map injectively onto node names that stay inside
-/lockd/locks and are removed once free."""
+a new one, keys map injectively onto node names that stay inside
+/lockd/locks and are removed once free, and a waiter whose grant's answer
+came too late (ZooKeeper's replies or the request held up by a proxy) is
+never answered with that stale or void holder."""
 
 import base64
+import calendar
 import signal
+import socket
+import struct
 import threading
 import time
 
 import harness
+from delayproxy import DelayProxy, length_prefixed
 from harness import check, eq
+from server_zookeeper import _recv_exact
 from multi import (Load, acquire, check_injective_grants, check_lock_kept, check_unready,
                    ensure_server_up, exclusion_run, path, release, release_each, renew, safe,
                    wait_first_grant, wait_ready, wait_until, wake_by_expiry, wake_by_release)
@@ -283,3 +290,199 @@ def nothing_grows(ctx):
     wanted = {node(k) for k in keys + [w]}
     gone = wait_until(lambda: not (wanted & set(ctx.server.children(LOCKS))), 15.0, step=0.25)
     check(gone, "nodes left: %r" % sorted(wanted & set(ctx.server.children(LOCKS))))
+
+
+# ---- a waiter's grant that ZooKeeper made, but lockd heard of too late ----
+
+def zk_grant_multi(msg):
+    """Whether msg (one client -> ZooKeeper message) is a multi whose first
+    op is a create: lockd's grant (a release starts with a delete, a renew
+    with a check). A message: length, xid, type (14: multi), then each op's
+    header (type, done, err) and body."""
+    if len(msg) < 16:
+        return False
+    _xid, typ, first = struct.unpack_from(">iii", msg, 4)
+    return typ == 14 and first in (1, 15, 19, 21)  # create, 2, container, TTL
+
+
+def zk_delete_tree(port, path, timeout=5.0):
+    """Delete path and everything under it, over one fresh session speaking
+    the wire protocol (as server_zookeeper.zk_children does)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.settimeout(timeout)
+
+        def call(req):
+            s.sendall(struct.pack(">i", len(req)) + req)
+            body = _recv_exact(s, struct.unpack(">i", _recv_exact(s, 4))[0])
+            return struct.unpack(">iqi", body[:16])[2], body[16:]
+
+        req = struct.pack(">iqiqi16s", 0, 0, 4000, 0, 16, b"\0" * 16)
+        s.sendall(struct.pack(">i", len(req)) + req)
+        _recv_exact(s, struct.unpack(">i", _recv_exact(s, 4))[0])
+        xid = 0
+
+        def delete(p):
+            nonlocal xid
+            b = p.encode()
+            xid += 1
+            err, body = call(struct.pack(">iii", xid, 8, len(b)) + b + b"\0")  # getChildren
+            if err != 0:
+                return
+            off = 4
+            for _ in range(struct.unpack(">i", body[:4])[0]):
+                n = struct.unpack(">i", body[off:off + 4])[0]
+                delete(p.rstrip("/") + "/" + body[off + 4:off + 4 + n].decode())
+                off += 4 + n
+            xid += 1
+            call(struct.pack(">iii", xid, 2, len(b)) + b + struct.pack(">i", -1))  # delete
+
+        delete(path)
+        s.sendall(struct.pack(">i", 8) + struct.pack(">ii", xid + 1, -11))  # closeSession
+
+
+def iso_ms(s):
+    """expires_at ("2026-11-22T01:38:10.026Z") as unix seconds."""
+    head, frac = s.rstrip("Z").split(".")
+    return calendar.timegm(time.strptime(head, "%Y-%m-%dT%H:%M:%S")) + int(frac) / 1000.0
+
+
+def late_grant_run(ctx, hold, waiter_ttl_ms):
+    """lockd L1 reaches ZooKeeper through a DelayProxy with timeout_ms=300;
+    X holds K on L1 and W waits for K on L1. hold(proxy) arms the fault on
+    W's grant multi; X releases, W's grant is made in ZooKeeper but its
+    answer comes late. Then L2 (direct) is started and Y tries K once.
+
+    Each answer is judged from the client's side, counting a grant's
+    ttl_ms from when its request was sent: a 201 to W must not come after
+    its own expires_at, W's TTL so counted must end no later than
+    expires_at (the store and the test share one clock), and W's hold (from
+    its 201 to the end of that TTL) must not overlap Y's grant (made before
+    Y's 201 arrived).
+
+    Both instances use a chroot of their own and L2 starts only once W has
+    its answer: no other lockd's sweep may tidy W's stale holder away
+    before L1 looks at it again, or the defect would hide."""
+    chroot = "i10-%d-%d" % (int(time.time() * 1000) % 10**9, ctx.seq)
+    locks = "/" + chroot + LOCKS
+    proxy = DelayProxy(ctx.server.port, framer=length_prefixed(4))
+    try:
+        l1 = harness.Lockd("zookeeper://127.0.0.1:%d/%s?session_timeout_ms=4000&timeout_ms=300"
+                           % (proxy.port, chroot), tmpdir=ctx.tmpdir)
+        ctx.extra.append(l1)
+        l1.start()
+        check(wait_ready(l1, 10.0), "L1 not ready behind the proxy")
+        key = ctx.key("late")
+        x = acquire(l1.client(), key, ttl_ms=20000)
+        eq(x.status, 201, "X acquires K on L1")
+        res = {}
+
+        def waiter():
+            res["sent"], res["sent_wall"] = time.monotonic(), time.time()
+            res["r"] = safe(lambda: acquire(l1.client(timeout=20), key, ttl_ms=waiter_ttl_ms,
+                                            wait_ms=8000))
+            res["recv"], res["recv_wall"] = time.monotonic(), time.time()
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        queued = wait_until(lambda: any(n.startswith("w") for n in
+                                        ctx.server.children(locks + "/" + node(key)) or []), 5.0)
+        check(queued, "W's place in the queue did not appear")
+        hold(proxy)
+        eq(release(l1.client(), key, x.json["token"]).status, 200, "X releases K")
+        check(proxy.wait_triggered(5.0), "W's grant multi never passed the proxy")
+        t.join(20)
+        check("r" in res, "W got no answer within 20 s")
+        w = res["r"]
+        check(w is not None, "W's connection failed")
+        eq(w.status, 201, "W (the key is free once X released)")
+        exp = iso_ms(w.json["expires_at"])
+        left = exp - res["recv_wall"]
+        check(left > 0, "W's 201 came %.0f ms after its own expires_at (%s), ttl_ms %d"
+              % (-left * 1000, w.json["expires_at"], w.json["ttl_ms"]))
+        # 1 ms: clocks in whole ms
+        check(res["sent_wall"] + w.json["ttl_ms"] / 1000.0 <= exp + 0.001,
+              "W's ttl_ms %d, counted from its request, ends %.0f ms after its expires_at"
+              % (w.json["ttl_ms"], (res["sent_wall"] + w.json["ttl_ms"] / 1000.0 - exp) * 1000))
+        w_until = res["sent"] + w.json["ttl_ms"] / 1000.0
+
+        l2 = harness.Lockd("zookeeper://127.0.0.1:%d/%s?session_timeout_ms=4000"
+                           % (ctx.server.port, chroot), tmpdir=ctx.tmpdir)
+        ctx.extra.append(l2)
+        l2.start()
+        check(wait_ready(l2, 10.0), "L2 not ready")
+        y = acquire(l2.client(), key, ttl_ms=1000)
+        y_recv = time.monotonic()
+        check(y.status in (201, 409), "Y: %r" % y)
+        if y.status == 201:
+            check(y_recv >= w_until,
+                  "two holders: Y got K through L2 %.0f ms after W's 201, while W may count "
+                  "on it for %.0f ms more (W: fence %d ttl_ms %d; Y: fence %d)"
+                  % ((y_recv - res["recv"]) * 1000, (w_until - y_recv) * 1000,
+                     w.json["fence"], w.json["ttl_ms"], y.json["fence"]))
+            check(y.json["fence"] > w.json["fence"], "fences grow")
+            release(l2.client(), key, y.json["token"])
+        elif time.monotonic() < w_until:
+            eq(release(l1.client(), key, w.json["token"]).status, 200, "W releases")
+    finally:
+        proxy.close()
+        ctx.cleanup()
+        zk_delete_tree(ctx.server.port, "/" + chroot)
+
+
+@harness.scenario("issue 10: a waiter whose grant's answer is held past its TTL (replies held 3 s) never gets that expired holder as a 201",
+                  backends=Z, slow=True)
+def issue_10_grant_answered_after_ttl(ctx):
+    late_grant_run(ctx, lambda p: p.hold_replies(3.0, when=zk_grant_multi), 1000)
+
+
+@harness.scenario("issue 10: a waiter whose grant multi commits after its grant_by (request held 1.5 s) never gets that void holder as a 201",
+                  backends=Z, slow=True)
+def issue_10_grant_committed_late(ctx):
+    late_grant_run(ctx, lambda p: p.hold_requests(1.5, when=zk_grant_multi), 5000)
+
+
+def zk_multi_first_op(op):
+    """A predicate: a multi whose first op has type op (13: check, lockd's
+    renew)."""
+    def pred(msg):
+        return len(msg) >= 16 and struct.unpack_from(">ii", msg, 8) == (14, op)
+    return pred
+
+
+@harness.scenario("issue 10: a grant or renew whose answer comes after its TTL (reply held 1 s) is never a 2xx; a longer one counts from the request",
+                  backends=Z, slow=True)
+def issue_10_answer_after_ttl_is_no_grant(ctx):
+    proxy = DelayProxy(ctx.server.port, framer=length_prefixed(4))
+    try:
+        ld = harness.Lockd("zookeeper://127.0.0.1:%d?session_timeout_ms=4000" % proxy.port,
+                           tmpdir=ctx.tmpdir)
+        ctx.extra.append(ld)
+        ld.start()
+        check(wait_ready(ld, 10.0), "lockd not ready behind the proxy")
+        key = ctx.key("slow-answer")
+        r = acquire(ld.client(), key, ttl_ms=10000)
+        eq(r.status, 201, "acquire")
+        token = r.json["token"]
+        cases = [("acquire", 500, zk_grant_multi, lambda t: acquire(ld.client(), ctx.key("slow"), ttl_ms=t)),
+                 ("acquire", 5000, zk_grant_multi, lambda t: acquire(ld.client(), ctx.key("slow"), ttl_ms=t)),
+                 ("renew", 5000, zk_multi_first_op(13), lambda t: renew(ld.client(), key, token, ttl_ms=t)),
+                 ("renew", 500, zk_multi_first_op(13), lambda t: renew(ld.client(), key, token, ttl_ms=t))]
+        for what, ttl, hold, call in cases:
+            proxy.hold_replies(1.0, when=hold)
+            sent_wall = time.time()
+            r = call(ttl)
+            recv_wall = time.time()
+            check(proxy.wait_triggered(0), "the %s multi never passed the proxy" % what)
+            if ttl < 1000:  # it ran out before its answer could come
+                eq(r.status, 503, "%s with ttl_ms %d answered after %.0f ms: %r"
+                   % (what, ttl, (recv_wall - sent_wall) * 1000, r))
+                continue
+            eq(r.status, 201 if what == "acquire" else 200, what)
+            exp = iso_ms(r.json["expires_at"])
+            check(exp > recv_wall, "%s: a 2xx after its own expires_at" % what)
+            # counted from when the request was sent (1 ms: clocks in whole ms)
+            check(sent_wall + r.json["ttl_ms"] / 1000.0 <= exp + 0.001,
+                  "%s: ttl_ms %d from the request's send is %.0f ms past expires_at"
+                  % (what, r.json["ttl_ms"], (sent_wall + r.json["ttl_ms"] / 1000.0 - exp) * 1000))
+    finally:
+        proxy.close()

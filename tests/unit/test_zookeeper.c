@@ -130,6 +130,57 @@ static int raw_node(zhandle_t *zh, const char *path, const char *data)
                       &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
 }
 
+/* Delete every waiter node under parent (a grant that took the place). */
+static void raw_drop_waiters(zhandle_t *zh, const char *parent)
+{
+    struct String_vector kids = { 0 };
+    char path[256];
+
+    CHECK_EQ_INT(zoo_get_children(zh, parent, 0, &kids), ZOK);
+    for (int i = 0; i < kids.count; i++) {
+        if (kids.data[i][0] != 'w')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", parent, kids.data[i]);
+        CHECK_EQ_INT(zoo_delete(zh, path, -1), ZOK);
+    }
+    deallocate_String_vector(&kids);
+}
+
+/* The number of waiter nodes under parent. */
+static int raw_waiters(zhandle_t *zh, const char *parent)
+{
+    struct String_vector kids = { 0 };
+    int n = 0;
+
+    CHECK_EQ_INT(zoo_get_children(zh, parent, 0, &kids), ZOK);
+    for (int i = 0; i < kids.count; i++)
+        n += kids.data[i][0] == 'w';
+    deallocate_String_vector(&kids);
+    return n;
+}
+
+/* h under tok with its marker, as a grant makes them, with data "lockd1
+ * <ttl> <tok> <grant_by>" (grant_by 0: a year from now); *st its stat. */
+static void raw_holder(zhandle_t *zh,
+                       const char *parent,
+                       const char *tok,
+                       uint64_t ttl,
+                       int64_t grant_by,
+                       struct Stat *st)
+{
+    char path[256], data[128];
+
+    if (grant_by == 0)
+        grant_by = backend_now_ms() + INT64_C(365) * 86400 * 1000;
+    snprintf(data, sizeof(data), "lockd1 %llu %s %lld", (unsigned long long)ttl,
+             tok, (long long)grant_by);
+    snprintf(path, sizeof(path), "%s/h", parent);
+    CHECK_EQ_INT(raw_node(zh, path, data), ZOK);
+    CHECK_EQ_INT(zoo_exists(zh, path, 0, st), ZOK);
+    snprintf(path, sizeof(path), "%s/t%s", parent, tok);
+    CHECK_EQ_INT(raw_node(zh, path, NULL), ZOK);
+}
+
 /* ---- cases without a server ---- */
 
 static void test_open_rejects_bad_urls(void)
@@ -191,12 +242,16 @@ static void test_acquire_inspect_renew_release(void)
 {
     struct lock_grant g, h, r;
     struct lock_info info;
+    int64_t t0 = backend_mono_ms();
 
     CHECK_EQ_INT(zk_be_ops.ping(be_main), BACKEND_OK);
     CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_A, 5000, NULL, &g),
                  BACKEND_OK);
     CHECK(g.fence > 0 && g.fence <= LOCK_FENCE_MAX);
+    /* the whole TTL, counted from when the call began */
     CHECK_EQ_U64(g.ttl_ms, 5000);
+    CHECK(g.expires_at_ms >=
+          backend_now_ms() - (backend_mono_ms() - t0) + 5000 - 1);
     CHECK(g.expires_at_ms > backend_now_ms() + 4000);
     CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_B, 5000, NULL, &h),
                  BACKEND_HELD);
@@ -414,6 +469,95 @@ static void test_grant_past_its_deadline_is_void(void)
 /* A holder whose token is not lockd's (not hex, so it has no marker) is
  * data lockd cannot read: the key stays held and nothing deletes it by
  * version alone, however long ago it would have expired. */
+/*
+ * Issue 10: a waiter whose grant ZooKeeper made but whose answer never
+ * came (lost, or so late that lockd had answered 503) finds h under its
+ * own token on its next try. It is reported only while it is valid by the
+ * data stored in it, with what is left of it; an expired or void one is
+ * freed, and the waiter gets a grant of its own.
+ */
+static void test_issue_10_lost_grant_is_reported_only_while_valid(void)
+{
+    /* the key "L" is node kTA */
+    const char *parent = "/lockd/locks/kTA";
+    struct lock_waiter w = { .id = 21 };
+    struct lock_grant g;
+    struct Stat st;
+    int64_t before;
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    for (int round = 0; round < 3; round++) {
+        w.deadline_ms = backend_now_ms() + 20000;
+        CHECK_EQ_INT(acq_wait(be_main, "L", TOK_A, 10000, NULL, &g),
+                     BACKEND_OK);
+        CHECK_EQ_INT(acq_wait(be_main, "L", TOK_B, 3000, &w, &g), BACKEND_HELD);
+        CHECK(w.be_data != NULL);
+        CHECK_EQ_INT(rel(be_main, "L", TOK_A), BACKEND_OK);
+        /* the waiter's grant, whose answer it never had */
+        raw_drop_waiters(zh, parent);
+        if (round == 0)
+            raw_holder(zh, parent, TOK_B, 3000, 0, &st); /* valid */
+        else if (round == 1)
+            raw_holder(zh, parent, TOK_B, 100, 0, &st); /* expires */
+        else
+            raw_holder(zh, parent, TOK_B, 60000, 1, &st); /* void */
+        check_sleep_ms(300);
+        before = backend_now_ms();
+        CHECK_EQ_INT(acq_wait(be_main, "L", TOK_B, 3000, &w, &g), BACKEND_OK);
+        CHECK(w.be_data == NULL);
+        if (round == 0) {
+            CHECK_EQ_U64(g.fence, (uint64_t)st.czxid);
+            CHECK_EQ_INT(g.expires_at_ms, st.mtime + 3000);
+            /* not the full TTL: 300 ms of it went before we looked */
+            CHECK_MSG((int64_t)g.ttl_ms <= st.mtime + 3000 - before + 1,
+                      "ttl_ms %llu, %lld ms left", (unsigned long long)g.ttl_ms,
+                      (long long)(st.mtime + 3000 - before));
+            CHECK(g.ttl_ms > 1500);
+        } else {
+            /* a grant of its own, made now */
+            CHECK(g.fence > (uint64_t)st.czxid);
+            CHECK(g.ttl_ms > 2000 && g.ttl_ms <= 3000);
+            CHECK(g.expires_at_ms > before + 2000);
+        }
+        CHECK_EQ_INT(rel(be_main, "L", TOK_B), BACKEND_OK);
+    }
+    zookeeper_close(zh);
+}
+
+/* Issue 10: a grant that committed after its waiter had queued again (a
+ * lost answer, then a new place) is found beside the waiter's new node: it
+ * is the waiter's, and the node goes in the same multi, so nobody queues
+ * behind a place that will never move. */
+static void test_issue_10_late_grant_beside_a_new_place_is_claimed(void)
+{
+    /* the key "E" is node kRQ */
+    const char *parent = "/lockd/locks/kRQ";
+    struct lock_waiter w = { .id = 22 };
+    struct lock_grant g;
+    struct Stat st;
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    w.deadline_ms = backend_now_ms() + 20000;
+    CHECK_EQ_INT(acq_wait(be_main, "E", TOK_A, 10000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "E", TOK_B, 3000, &w, &g), BACKEND_HELD);
+    CHECK_EQ_INT(raw_waiters(zh, parent), 1);
+    /* A's h goes (expired, say), and the waiter's late grant is there */
+    CHECK_EQ_INT(zoo_delete(zh, "/lockd/locks/kRQ/t" TOK_A, -1), ZOK);
+    CHECK_EQ_INT(zoo_delete(zh, "/lockd/locks/kRQ/h", -1), ZOK);
+    raw_holder(zh, parent, TOK_B, 3000, 0, &st);
+    CHECK_EQ_INT(acq_wait(be_main, "E", TOK_B, 3000, &w, &g), BACKEND_OK);
+    CHECK(w.be_data == NULL);
+    CHECK_EQ_U64(g.fence, (uint64_t)st.czxid);
+    CHECK_EQ_INT(raw_waiters(zh, parent), 0);
+    CHECK_EQ_INT(rel(be_main, "E", TOK_A), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "E", TOK_B), BACKEND_OK);
+    zookeeper_close(zh);
+}
+
 static void test_holder_with_a_foreign_token_is_left_alone(void)
 {
     struct lock_grant g;
@@ -499,6 +643,8 @@ static const struct check_case online[] = {
     CHECK_CASE(test_holder_without_marker_is_never_freed_by_version),
     CHECK_CASE(test_holder_with_a_foreign_token_is_left_alone),
     CHECK_CASE(test_grant_past_its_deadline_is_void),
+    CHECK_CASE(test_issue_10_lost_grant_is_reported_only_while_valid),
+    CHECK_CASE(test_issue_10_late_grant_beside_a_new_place_is_claimed),
     CHECK_CASE(test_chroot_keeps_locks_apart),
     CHECK_CASE(test_restart_answers_unavailable_then_recovers),
 };
