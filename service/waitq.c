@@ -79,6 +79,7 @@ struct wq_job {
     int64_t wait_until;  /* monotonic ms when a waiting acquire's wait
                             runs out */
     int64_t held_until;  /* monotonic ms, last HELD seen; 0: none */
+    int64_t start_us;    /* monotonic us when the request arrived */
     struct wq_key *key;  /* while parked */
     struct wq_job *prev, *next;
     struct wq_task task;
@@ -518,21 +519,34 @@ static void do_cleanup(struct waitq *q, struct wq_job *j, enum cleanup c)
 }
 
 /* The grant g for j, if anything of it is left to hand out. */
-static void do_answer_grant(struct waitq *q,
+/*
+ * Answer the grant (or renewal) g for j, if it is of use. A client counts
+ * the TTL from when it sent the request (since base_us: the request's
+ * arrival, or for a waiter's retry the retry's store call), so a grant
+ * with no more left than the time since then has nothing left by the
+ * client's count, and may be gone already. That is a 503; false, so that
+ * the caller releases a grant nobody will hold.
+ */
+static bool do_answer_grant(struct waitq *q,
                             struct wq_job *j,
                             const struct lock_grant *g,
+                            int64_t base_us,
                             struct done_list *done)
 {
-    if (backend_grant_left_ms(g, backend_mono_us()) == 0) {
-        /* the store took so long that the grant may have expired before
-         * the client could hear of it: never a 201 for a dead lock */
-        log_warn("waitq: a grant expired before it could be answered; "
-                 "answering 503");
+    int64_t now = backend_mono_us();
+    uint64_t left = backend_grant_left_ms(g, now);
+
+    if (left == 0 || (int64_t)left * 1000 <= now - base_us) {
+        log_warn("waitq: the store answered too late (%lld ms after the "
+                 "call, %llu ms of the lock left): answering 503",
+                 (long long)((now - base_us) / 1000),
+                 (unsigned long long)left);
         j->last_unavailable = true;
         do_answer(q, j, BACKEND_UNAVAILABLE, NULL, NULL, done);
-        return;
+        return false;
     }
     do_answer(q, j, BACKEND_OK, g, NULL, done);
+    return true;
 }
 
 static enum backend_result call_store(struct backend *be,
@@ -579,8 +593,10 @@ static void do_after_first(struct waitq *q,
             do_cleanup(q, j, CLEAN_RELEASE);
             return;
         }
-        do_answer_grant(q, j, g, done);
-        do_free_job(q, j);
+        if (do_answer_grant(q, j, g, j->start_us, done))
+            do_free_job(q, j);
+        else
+            do_cleanup(q, j, CLEAN_RELEASE);
         return;
     }
     if (r == BACKEND_HELD) {
@@ -654,7 +670,7 @@ static void do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done
     if (j->op == WQ_COUNT && j->w != NULL)
         j->w->count = count;
     if (r == BACKEND_OK && j->op == WQ_RENEW)
-        do_answer_grant(q, j, &g, done);
+        do_answer_grant(q, j, &g, j->start_us, done);
     else
         do_answer(q, j, r, &g, &info, done);
     do_free_job(q, j);
@@ -695,9 +711,13 @@ static void do_run_key(struct waitq *q, struct wq_key *k, struct done_list *done
             do_unpark(q, j, false); /* the next waiter's turn comes below */
             if (j->w == NULL) {
                 do_cleanup(q, j, CLEAN_RELEASE);
-            } else {
-                do_answer_grant(q, j, &g, done);
+            } else if (do_answer_grant(
+                           q, j, &g,
+                           g.valid_until_us - (int64_t)g.ttl_ms * 1000,
+                           done)) {
                 do_free_job(q, j);
+            } else {
+                do_cleanup(q, j, CLEAN_RELEASE);
             }
             if (k->head != NULL) {
                 /* the new holder may never release: the next waiter
@@ -951,6 +971,7 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
     start = w->start_us > 0 ? w->start_us / 1000 : now;
     bound = start + (waits ? w->wait_ms : 0);
     j->wait_until = bound;
+    j->start_us = w->start_us > 0 ? w->start_us : backend_mono_us();
     if (!inline_calls && start + q->be->call_timeout_ms > bound)
         bound = start + q->be->call_timeout_ms;
 
