@@ -1,0 +1,340 @@
+"""tests/e2e/test_faults.py - the fault load (issue 10): two lockd instances
+on one store, 16 clients on 4 keys mixing waiting and try-once acquires,
+holding briefly and releasing (some never release), while the store is
+killed -9 and restarted, SIGSTOPped for longer than the TTL and the store
+timeout, and SIGSTOPped right after a 201 was seen, so that a grant is in
+flight when it stops; on a 3-node ZooKeeper ensemble, a follower that one
+instance has its session on is stopped for 3 s and the leader killed.
+faultload.check_history judges every request by client-side times: no two
+holds of a key overlap, fences grow, no stale 201, every answer within
+max(wait_ms, store timeout) + slack. Memory gets the same load with no
+fault; a self-test feeds the checker histories it must reject.
+
+Environment:
+  LOCKD_FAULT_RUNS=N      register every fault scenario N times (the
+                          "N runs in a row" proof); default 1
+  LOCKD_FAULT_SLACK_MS=S  how late past its bound an answer may be
+                          (default 300: ASan on 2 shared cores)
+  LOCKD_FAULT_STALLS=N    stalls placed right after a grant per scenario
+                          (default 3)"""
+
+import os
+import random
+import time
+
+import faultload
+import harness
+import server_zookeeper
+from faultload import ACQUIRE, RELEASE, FaultLoad, Rec, check_history, grant
+from harness import check, eq
+from multi import ensure_server_up, wait_ready
+
+RUNS = max(1, int(os.environ.get("LOCKD_FAULT_RUNS", "1")))
+SLACK_MS = int(os.environ.get("LOCKD_FAULT_SLACK_MS", "300"))
+STALLS = max(1, int(os.environ.get("LOCKD_FAULT_STALLS", "3")))
+TTL_MS = 2000
+WAIT_MS = 500
+THREADS = 16
+KEYS = 4
+MIN_GRANTS = 30
+
+# backend -> (URL options for the load's instances, the store timeout they set, ms)
+STORE = {
+    "redis": ("connect_timeout_ms=500&timeout_ms=700", 700),
+    "zookeeper": ("timeout_ms=700", 700),
+    "mysql": ("connect_timeout_ms=1000&read_timeout_ms=1000&write_timeout_ms=1000", 1000),
+}
+STORES = sorted(STORE)
+
+
+def with_options(url, opts):
+    return url + ("&" if "?" in url else "?") + opts
+
+
+def start_instances(ctx, url, n=2):
+    """n lockd instances on url (stopped by ctx.cleanup), each ready."""
+    out = []
+    for _ in range(n):
+        ld = harness.Lockd(url, tmpdir=ctx.tmpdir)
+        ctx.extra.append(ld)
+        ld.start()
+        check(wait_ready(ld, 15.0), "lockd on %s not ready: %s" % (url, ld.log_tail()))
+        out.append(ld)
+    return out
+
+
+def new_load(ctx, instances, store_timeout_ms):
+    keys = [ctx.key("fault%d" % i) for i in range(KEYS)]
+    client_s = max(WAIT_MS, store_timeout_ms) / 1000.0 + 8.0
+    return FaultLoad(instances, keys, threads=THREADS, ttl_ms=TTL_MS, wait_ms=WAIT_MS, client_s=client_s)
+
+
+def judge(load, store_timeout_ms, recovered_after=None, min_grants=MIN_GRANTS):
+    """Check the load's history; log the summary, fail with the report."""
+    rep = load.check(store_timeout_ms, SLACK_MS)
+    harness.log("     " + rep.summary())
+    problems = []
+    if rep.grants < min_grants:
+        problems.append("only %d grants (want %d): the load did not run" % (rep.grants, min_grants))
+    if recovered_after is not None and load.grants_after(recovered_after) == 0:
+        problems.append("no grant after the store came back at %+.3f s" % (recovered_after - load.t0))
+    if rep.violations() or problems:
+        raise harness.Fail("\n".join(problems + [rep.text()]))
+    return rep
+
+
+def wait_back(load, t, timeout=15.0):
+    """After the store is back at t: wait for a grant; fail if none."""
+    g = load.wait_grant(timeout)
+    check(g is not None, "no grant within %.0f s after the store came back" % timeout)
+    load.mark("first grant again, %.0f ms after" % ((g - t) * 1000))
+    return g
+
+
+def stall_after_grant(load, stop, cont, stall_s, what="store"):
+    """Wait for a 201, stop the store 0-2 ms after it arrived (a grant of
+    another request is then likely in flight), keep it stopped stall_s,
+    continue it. The time it was continued."""
+    g = load.wait_grant(10.0)
+    check(g is not None, "no grant to place the stall after")
+    time.sleep(random.uniform(0, 0.002))
+    stop()
+    t = load.mark("SIGSTOP %s, %.1f ms after a 201" % (what, (time.monotonic() - g) * 1000))
+    try:
+        time.sleep(max(0.0, t + stall_s - time.monotonic()))
+    finally:
+        cont()
+    return load.mark("SIGCONT %s" % what)
+
+
+def fault_scenario(ctx, drive):
+    """Two instances on ctx's store with the fault timeouts, the load, and
+    drive(load) as the faults; the store is left running; then judge."""
+    opts, tmo = STORE[ctx.backend]
+    a, b = start_instances(ctx, with_options(ctx.url, opts))
+    load = new_load(ctx, (a, b), tmo)
+    load.start()
+    back = None
+    try:
+        back = drive(load)
+        time.sleep(1.0)
+    finally:
+        stopped = load.stop()
+        ensure_server_up(ctx)
+    check(stopped, "client threads still waiting %.0f s after the load stopped" % (load.client_s + 5))
+    judge(load, tmo, recovered_after=back)
+
+
+def kill_and_restart(ctx):
+    srv = ctx.server
+
+    def drive(load):
+        time.sleep(1.5)
+        load.wait_grant(5.0)
+        srv.kill9()
+        load.mark("kill -9 store, right after a 201")
+        time.sleep(1.0)
+        srv.restart()
+        t = load.mark("store restarted")
+        wait_back(load, t)
+        return t
+
+    fault_scenario(ctx, drive)
+
+
+def long_stop(ctx):
+    srv = ctx.server
+
+    def drive(load):
+        time.sleep(1.5)
+        t = stall_after_grant(load, srv.pause, srv.resume, 3.0)
+        wait_back(load, t)
+        return t
+
+    fault_scenario(ctx, drive)
+
+
+def stalls_after_grants(ctx):
+    srv = ctx.server
+    stall_s = TTL_MS / 1000.0 + 0.5
+
+    def drive(load):
+        time.sleep(1.0)
+        t = None
+        for _ in range(STALLS):
+            t = stall_after_grant(load, srv.pause, srv.resume, stall_s)
+            wait_back(load, t)
+            time.sleep(0.3)
+        return t
+
+    fault_scenario(ctx, drive)
+
+
+def ensemble(ctx):
+    """A 3-node ensemble of our own (ctx.server stays as it is): stop for
+    3 s the follower that one instance has its session on, right after a
+    grant; then kill -9 the leader and restart it."""
+    if not server_zookeeper.available():
+        raise harness.Fail("skipped: no java or zookeeper.jar, the ensemble cannot run")
+    ens = server_zookeeper.ZooKeeperEnsemble(ctx.tmpdir)
+    opts, tmo = STORE["zookeeper"]
+    insts = []
+    try:
+        ens.start()
+        harness.log("     ensemble: %s" % ens.modes())
+        url = with_options(ens.url, opts)
+        insts = start_instances(ctx, url)
+        target = None
+        for attempt in range(8):  # the client picks its node at random
+            leader = ens.leader()
+            for n, ld in enumerate(insts):
+                nodes = [i for i in ens.node_of(ld.proc.pid) if i != leader]
+                if nodes and leader is not None:
+                    target = (n, nodes[0])
+                    break
+            if target:
+                break
+            old = insts.pop()
+            old.stop(10)
+            insts += start_instances(ctx, url, 1)
+        check(target is not None, "no instance has its session on a follower after 8 starts")
+        harness.log("     instance %d has its session on follower node %d; leader node %d"
+                    % (target[0], target[1] + 1, ens.leader() + 1))
+        load = new_load(ctx, insts, tmo)
+        load.start()
+        back = None
+        try:
+            time.sleep(1.5)
+            f = target[1]
+            t = stall_after_grant(load, lambda: ens.pause(f), lambda: ens.resume(f), 3.0,
+                                  "follower node %d" % (f + 1))
+            wait_back(load, t)
+            time.sleep(1.5)
+            leader = ens.leader()
+            check(leader is not None, "no leader after the follower stall: %s" % ens.modes())
+            load.wait_grant(5.0)
+            ens.kill9(leader)
+            t = load.mark("kill -9 leader node %d, right after a 201" % (leader + 1))
+            time.sleep(2.0)
+            check(ens.restart(leader), "node %d did not serve again: %s" % (leader + 1, ens.log_tail(leader)))
+            load.mark("node %d serves again (%s)" % (leader + 1, ens.modes()))
+            back = load.mark("after the leader's restart")
+            wait_back(load, t)
+            time.sleep(1.0)
+        finally:
+            stopped = load.stop()
+        check(stopped, "client threads still waiting after the load stopped")
+        judge(load, tmo, recovered_after=back)
+    finally:
+        for ld in insts:
+            if ld.alive():
+                ld.stop(10)
+        ens.stop()
+
+
+def no_fault(ctx):
+    """The same load on one memory instance (memory is not shared), no
+    fault: the checker must find nothing, and the load must grant."""
+    load = new_load(ctx, [ctx.lockd], 0)
+    load.start()
+    try:
+        time.sleep(3.0)
+    finally:
+        stopped = load.stop()
+    check(stopped, "client threads still waiting after the load stopped")
+    judge(load, 0, min_grants=100)
+
+
+def register():
+    sfx = (lambda i: "") if RUNS == 1 else (lambda i: " (run %d of %d)" % (i + 1, RUNS))
+    for i in range(RUNS):
+        harness.scenario("faults: 16 clients on 4 keys through two instances while the store is killed -9 "
+                         "and restarted: no overlap, fences grow, no stale grant, every answer in time"
+                         + sfx(i), backends=STORES, slow=True)(kill_and_restart)
+        harness.scenario("faults: the same load while the store is SIGSTOPped 3 s (past the TTL and its timeout)"
+                         + sfx(i), backends=STORES, slow=True)(long_stop)
+        harness.scenario("faults: the same load with %d store stalls of TTL + 0.5 s, each right after a 201"
+                         % STALLS + sfx(i), backends=STORES, slow=True)(stalls_after_grants)
+        harness.scenario("faults: the same load on a 3-node ZooKeeper ensemble: a 3 s stall of an instance's "
+                         "follower, then kill -9 of the leader" + sfx(i), backends=["zookeeper"], slow=True)(ensemble)
+        harness.scenario("faults: the same load on memory with no fault: the checker finds nothing"
+                         + sfx(i), backends=["memory"])(no_fault)
+
+
+register()
+
+
+# ---- the checker's self-test: it must catch what it claims to catch ----
+
+
+def _acq(key, sent, answered, status, wait_ms=0, body=None):
+    return Rec(ACQUIRE, key, sent=sent, answered=answered, wall=answered, status=status, ttl_ms=2000,
+               wait_ms=wait_ms, body=body if body is not None else {"error": {"code": {
+                   409: "lock_held", 503: "backend_unavailable"}.get(status, "x")}})
+
+
+@harness.scenario("faults: the checker catches a synthetic overlap, fence regression, stale grant, late and "
+                  "missing answer, and passes a clean history", backends=["memory"])
+def checker_self_test(ctx):
+    k = "k"
+    # clean: hand-offs at once after a release was sent, an abandoned lock
+    # taken over after send + TTL, a waiter answered 503 at its bound + slack
+    clean = (grant(k, 0.000, 0.010, 10, release_sent=0.100)
+             + grant(k, 0.050, 0.1005, 11, wait_ms=500, release_sent=0.200)
+             + grant(k, 0.300, 0.310, 12)  # abandoned: held until 2.300
+             + grant(k, 1.900, 2.3005, 13, wait_ms=500, ret_ttl_ms=1500, release_sent=2.4)
+             + grant("other", 0.0, 0.01, 5, release_sent=3.0)  # other keys are independent
+             + [_acq(k, 3.0, 3.99, 503, wait_ms=500)]  # 700 ms bound + 290 ms
+             + [_acq(k, 4.0, 4.001, 409)])
+    rep = check_history(clean, 700, 300)
+    eq(rep.violations(), 0, "violations in a clean history:\n" + rep.text())
+    eq(rep.grants, 5, "grants counted")
+    check(abs(rep.worst_late - 0.29) < 1e-6, "worst lateness %r" % rep.worst_late)
+
+    cases = {
+        # B is answered while A is held: A's release is sent after B's 201
+        "overlap": (grant(k, 0.0, 0.01, 10, release_sent=0.2) + grant(k, 0.1, 0.15, 11, release_sent=0.3),
+                    lambda r: r.n_overlaps == 1 and not r.regressions),
+        # A's release got 409, so A counts as held until send + TTL
+        "overlap after a refused release": (grant(k, 0.0, 0.01, 10, release_sent=0.1, release_status=409)
+                                            + grant(k, 0.5, 0.51, 11, release_sent=0.6),
+                                            lambda r: r.n_overlaps == 1),
+        # an abandoned lock taken over 1 s before send + TTL
+        "overlap with an abandoned lock": (grant(k, 0.0, 0.01, 10) + grant(k, 1.0, 1.01, 11, release_sent=1.1),
+                                           lambda r: r.n_overlaps == 1),
+        # disjoint holds, but the later one has the smaller fence
+        "regression": (grant(k, 0.0, 0.01, 20, release_sent=0.1) + grant(k, 0.2, 0.21, 19, release_sent=0.3),
+                       lambda r: len(r.regressions) == 1 and r.n_overlaps == 0),
+        "equal fences": (grant(k, 0.0, 0.01, 20, release_sent=0.1) + grant(k, 0.2, 0.21, 20, release_sent=0.3),
+                         lambda r: len(r.regressions) == 1),
+        # a 201 that arrives 10 ms after its own expires_at (server clock)
+        "stale by expires_at": (grant(k, 0.0, 1.0, 10, wait_ms=500, expires_at=0.99, release_sent=1.1),
+                                lambda r: len(r.stale) == 1),
+        # a 201 answered after send + its ttl_ms (full TTL, late answer)
+        "stale by send + ttl": (grant(k, 0.0, 2.1, 10, wait_ms=500, release_sent=2.2, expires_at=4.1),
+                                lambda r: len(r.stale) == 1),
+        "ttl above the request": (grant(k, 0.0, 0.01, 10, ret_ttl_ms=2500, release_sent=0.1),
+                                  lambda r: len(r.stale) == 1),
+        # a waiter (bound 700 ms with store timeout 700) answered at 1.1 s
+        "late": ([_acq(k, 0.0, 1.1, 409, wait_ms=500)], lambda r: len(r.late) == 1 and abs(r.late[0][1] - 0.4) < 1e-6),
+        "late release": (grant(k, 0.0, 0.01, 10, release_sent=0.1)[:1]
+                         + [Rec(RELEASE, k, sent=0.1, answered=1.2, status=503, body=None)],
+                         lambda r: len(r.late) == 1),
+        "unanswered": ([Rec(ACQUIRE, k, sent=0.0, ttl_ms=2000, wait_ms=500, error="timed out")],
+                       lambda r: len(r.unanswered) == 1),
+        "wrong status": ([_acq(k, 0.0, 0.01, 500)], lambda r: len(r.wrong) == 1),
+        "wrong 503 code": ([_acq(k, 0.0, 0.01, 503, body={"error": {"code": "shutting_down"}})],
+                           lambda r: len(r.wrong) == 1),
+    }
+    missed = []
+    for name, (recs, caught) in cases.items():
+        rep = check_history(recs, 700, 300)
+        if not caught(rep) or rep.violations() == 0:
+            missed.append("%s:\n%s" % (name, rep.text()))
+    check(not missed, "the checker missed:\n" + "\n".join(missed))
+    # the report names both holders of an overlap and how late an answer was
+    rep = check_history(cases["overlap"][0] + cases["late"][0], 700, 300)
+    text = rep.text()
+    for want in ("OVERLAP", "fence 10", "fence 11", "LATE by 400 ms"):
+        check(want in text, "%r not in the report:\n%s" % (want, text))
+    check(faultload.utc_seconds("1970-01-01T00:00:01.500Z") == 1.5, "expires_at parsing")
