@@ -123,12 +123,14 @@ class Report:
         self.n_overlaps = 0
         self.regressions = []  # (earlier rec, later rec)
         self.stale = []  # (rec, reason)
+        self.stale_why = {}  # what made grants stale -> how many
         self.late = []  # (rec, seconds late)
         self.unanswered = []
         self.wrong = []  # (rec, reason)
         self.early_refusals = 0  # info: a release refused before the lock could have expired
         self.worst_late = None  # max(elapsed - bound) over answered requests, s
         self.worst_rec = None
+        self.slowest_grant = None  # the 201 with the longest send -> answer
         self.marks = []
         self.t0 = 0.0
 
@@ -138,9 +140,12 @@ class Report:
 
     def summary(self):
         worst = "n/a" if self.worst_late is None else "%+.0f ms" % (self.worst_late * 1000)
-        return ("%d requests, %d grants; overlaps %d, fence regressions %d, stale grants %d, "
+        why = ""
+        if self.stale_why:
+            why = " (%s)" % ", ".join("%d %s" % (n, w) for w, n in sorted(self.stale_why.items()))
+        return ("%d requests, %d grants; overlaps %d, fence regressions %d, stale grants %d%s, "
                 "late answers %d, unanswered %d, wrong answers %d; worst answer vs its bound %s"
-                % (self.requests, self.grants, self.n_overlaps, len(self.regressions), len(self.stale),
+                % (self.requests, self.grants, self.n_overlaps, len(self.regressions), len(self.stale), why,
                    len(self.late), len(self.unanswered), len(self.wrong), worst))
 
     def _t(self, t):
@@ -165,6 +170,10 @@ class Report:
             out.append("faults: " + "; ".join("%s %s" % (self._t(t), what) for t, what in self.marks))
         out.append("answers: " + ", ".join("%s %s: %d" % (k[0], k[1], n) for k, n in sorted(self.counts.items(),
                                                                                                  key=str)))
+        g = self.slowest_grant
+        if g is not None:
+            out.append("(info) slowest 201: %.0f ms after its send, ttl_ms %s, sent %s"
+                       % ((g.answered - g.sent) * 1000, g.json().get("ttl_ms"), self._t(g.sent)))
         if self.early_refusals:
             out.append("(info) releases refused before the lock could have expired: %d" % self.early_refusals)
         for a, b, ov in self.overlaps[:limit]:
@@ -231,6 +240,8 @@ def _check_acquire(rep, r, clock_ms, holds, grants):
     j = r.json()
     if r.status == 201:
         rep.grants += 1
+        if rep.slowest_grant is None or r.answered - r.sent > rep.slowest_grant.answered - rep.slowest_grant.sent:
+            rep.slowest_grant = r
         fence, ttl, exp = j.get("fence"), j.get("ttl_ms"), utc_seconds(j.get("expires_at"))
         if not (isinstance(fence, int) and isinstance(ttl, int) and exp is not None
                 and isinstance(j.get("token"), str) and j.get("key") == r.key):
@@ -239,15 +250,18 @@ def _check_acquire(rep, r, clock_ms, holds, grants):
         if fence <= 0 or fence >= 2 ** 53:
             rep.wrong.append((r, "fence %d outside 1..2^53" % fence))
         grants.setdefault(r.key, []).append(r)
+        why = []  # (tag for the summary, detail)
         if ttl > r.ttl_ms:
-            rep.stale.append((r, "ttl_ms %d above the %d asked for" % (ttl, r.ttl_ms)))
-        elif ttl <= 0:
-            rep.stale.append((r, "ttl_ms %d" % ttl))
-        elif r.answered >= r.sent + ttl / 1000.0:
-            rep.stale.append((r, "answered %.0f ms after send + ttl_ms"
-                              % ((r.answered - r.sent - ttl / 1000.0) * 1000)))
-        elif r.wall is not None and r.wall > exp + clock_ms / 1000.0:
-            rep.stale.append((r, "answered %.0f ms after its own expires_at" % ((r.wall - exp) * 1000)))
+            why.append(("ttl_ms above the request", "ttl_ms %d above the %d asked for" % (ttl, r.ttl_ms)))
+        late = r.answered - (r.sent + ttl / 1000.0)
+        if late >= 0:
+            why.append(("after send + ttl_ms", "answered %.0f ms after send + ttl_ms" % (late * 1000)))
+        if r.wall is not None and r.wall > exp + clock_ms / 1000.0:
+            why.append(("after its expires_at", "answered %.0f ms after its own expires_at" % ((r.wall - exp) * 1000)))
+        if why:
+            rep.stale.append((r, "; ".join(w[1] for w in why)))
+            for tag, _ in why:
+                rep.stale_why[tag] = rep.stale_why.get(tag, 0) + 1
         end = r.sent + ttl / 1000.0
         rel = r.release
         if rel is not None and rel.answered is not None and rel.status == 200:

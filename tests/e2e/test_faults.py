@@ -38,12 +38,24 @@ THREADS = 16
 KEYS = 4
 MIN_GRANTS = 30
 
-# backend -> (URL options for the load's instances, the store timeout they set, ms)
+# backend -> (URL options, the store timeout they set in ms), in two regimes:
+# SHORT: the store timeout is below the TTL and a stall outlasts both, so
+#   every call in flight times out (503) and waiters must still be answered
+#   at max(wait_ms, timeout);
+# LONG: TTL < stall < store timeout, so a call in flight when the store
+#   stops completes after the stall: a grant it makes is already older than
+#   its TTL when the answer can be sent, and must not be answered 201.
 STORE = {
     "redis": ("connect_timeout_ms=500&timeout_ms=700", 700),
     "zookeeper": ("timeout_ms=700", 700),
     "mysql": ("connect_timeout_ms=1000&read_timeout_ms=1000&write_timeout_ms=1000", 1000),
 }
+STORE_LONG = {
+    "redis": ("connect_timeout_ms=500&timeout_ms=2000", 2000),
+    "zookeeper": ("timeout_ms=2000", 2000),
+    "mysql": ("connect_timeout_ms=1000&read_timeout_ms=2000&write_timeout_ms=2000", 2000),
+}
+STALL_TTL_MS = 1000  # the LONG regime's TTL; its stalls last STALL_TTL_MS + 500
 STORES = sorted(STORE)
 
 
@@ -63,10 +75,10 @@ def start_instances(ctx, url, n=2):
     return out
 
 
-def new_load(ctx, instances, store_timeout_ms):
+def new_load(ctx, instances, store_timeout_ms, ttl_ms=TTL_MS):
     keys = [ctx.key("fault%d" % i) for i in range(KEYS)]
     client_s = max(WAIT_MS, store_timeout_ms) / 1000.0 + 8.0
-    return FaultLoad(instances, keys, threads=THREADS, ttl_ms=TTL_MS, wait_ms=WAIT_MS, client_s=client_s)
+    return FaultLoad(instances, keys, threads=THREADS, ttl_ms=ttl_ms, wait_ms=WAIT_MS, client_s=client_s)
 
 
 def judge(load, store_timeout_ms, recovered_after=None, min_grants=MIN_GRANTS):
@@ -107,12 +119,12 @@ def stall_after_grant(load, stop, cont, stall_s, what="store"):
     return load.mark("SIGCONT %s" % what)
 
 
-def fault_scenario(ctx, drive):
+def fault_scenario(ctx, drive, ttl_ms=TTL_MS, store=STORE):
     """Two instances on ctx's store with the fault timeouts, the load, and
     drive(load) as the faults; the store is left running; then judge."""
-    opts, tmo = STORE[ctx.backend]
+    opts, tmo = store[ctx.backend]
     a, b = start_instances(ctx, with_options(ctx.url, opts))
-    load = new_load(ctx, (a, b), tmo)
+    load = new_load(ctx, (a, b), tmo, ttl_ms)
     load.start()
     back = None
     try:
@@ -156,7 +168,7 @@ def long_stop(ctx):
 
 def stalls_after_grants(ctx):
     srv = ctx.server
-    stall_s = TTL_MS / 1000.0 + 0.5
+    stall_s = STALL_TTL_MS / 1000.0 + 0.5
 
     def drive(load):
         time.sleep(1.0)
@@ -167,7 +179,7 @@ def stalls_after_grants(ctx):
             time.sleep(0.3)
         return t
 
-    fault_scenario(ctx, drive)
+    fault_scenario(ctx, drive, STALL_TTL_MS, STORE_LONG)
 
 
 def ensemble(ctx):
@@ -215,11 +227,10 @@ def ensemble(ctx):
             load.wait_grant(5.0)
             ens.kill9(leader)
             t = load.mark("kill -9 leader node %d, right after a 201" % (leader + 1))
-            time.sleep(2.0)
+            wait_back(load, t)  # the other two elect a leader and serve
+            time.sleep(max(0.0, t + 2.0 - time.monotonic()))
             check(ens.restart(leader), "node %d did not serve again: %s" % (leader + 1, ens.log_tail(leader)))
-            load.mark("node %d serves again (%s)" % (leader + 1, ens.modes()))
-            back = load.mark("after the leader's restart")
-            wait_back(load, t)
+            back = load.mark("node %d serves again (%s)" % (leader + 1, ens.modes()))
             time.sleep(1.0)
         finally:
             stopped = load.stop()
