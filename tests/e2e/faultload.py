@@ -13,10 +13,16 @@ stops.
 check_history() judges a list of Recs by what a client may rely on, with
 the client's own clock only:
   - a hold starts when its 201 arrived and ends when its release was SENT
-    if that release got 200; otherwise (404/409/503, no answer, never
-    released) when the acquire was sent + the ttl_ms the grant returned
-    (a client counts the TTL from when it sent the request). Per key, holds
-    never overlap.
+    if that release got 200; when the acquire was sent + the ttl_ms the
+    grant returned (a client counts the TTL from when it sent the request)
+    if it was never released; and at the earlier of the two if the release
+    was answered 404/409/503 or not at all. Per key, holds never overlap.
+    (Not send + ttl_ms for an unconfirmed release: a 503 to a release is
+    "outcome unknown", the release may have been applied, e.g. by the
+    ZooKeeper leader while the follower that would answer it is stopped,
+    and its client stopped using the lock when it sent it. Overlaps that
+    counting those as held to send + ttl_ms would add are reported as
+    info.)
   - fences strictly increase in the order grants arrived (sound for any
     overlap-free history: a later hold was granted after the earlier one
     ended).
@@ -107,6 +113,8 @@ def grant(key, sent, answered, fence, ttl_ms=2000, ret_ttl_ms=None, inst=0, wait
     if release_sent is not None:
         r = Rec(RELEASE, key, inst, worker, release_sent, release_sent + 0.001, wall, release_status,
                 {"key": key, "released": True} if release_status == 200 else None, acq=a)
+        if release_status is None:  # no answer
+            r.answered, r.wall, r.error = None, None, "timed out"
         a.release = r
         out.append(r)
     else:
@@ -128,6 +136,7 @@ class Report:
         self.unanswered = []
         self.wrong = []  # (rec, reason)
         self.early_refusals = 0  # info: a release refused before the lock could have expired
+        self.after_unconfirmed = 0  # info: grants overlapping only a hold whose release was unconfirmed
         self.worst_late = None  # max(elapsed - bound) over answered requests, s
         self.worst_rec = None
         self.slowest_grant = None  # the 201 with the longest send -> answer
@@ -174,6 +183,10 @@ class Report:
         if g is not None:
             out.append("(info) slowest 201: %.0f ms after its send, ttl_ms %s, sent %s"
                        % ((g.answered - g.sent) * 1000, g.json().get("ttl_ms"), self._t(g.sent)))
+        if self.after_unconfirmed:
+            out.append("(info) grants made after another holder sent a release that was answered 503/404/409 "
+                       "or not at all, before that holder's send + ttl_ms: %d (not overlaps: the release may "
+                       "have been applied and its sender had stopped using the lock)" % self.after_unconfirmed)
         if self.early_refusals:
             out.append("(info) releases refused before the lock could have expired: %d" % self.early_refusals)
         for a, b, ov in self.overlaps[:limit]:
@@ -204,6 +217,7 @@ def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, ma
     rep.t0 = t0 if t0 is not None else (min(r.sent for r in recs) if recs else 0.0)
     tol, slack, store_s = tol_ms / 1000.0, slack_ms / 1000.0, store_timeout_ms / 1000.0
     holds = {}  # key -> [(start, end, rec)]
+    literal = {}  # the same, with unconfirmed releases held to send + ttl_ms
     grants = {}  # key -> [rec]
     for r in recs:
         rep.requests += 1
@@ -219,11 +233,14 @@ def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, ma
         if over > slack:
             rep.late.append((r, over))
         if r.kind == ACQUIRE:
-            _check_acquire(rep, r, clock_ms, holds, grants)
+            _check_acquire(rep, r, clock_ms, holds, grants, literal)
         else:
             _check_release(rep, r)
     for key in holds:
-        _overlaps(rep, sorted(holds[key], key=lambda h: (h[0], h[1])), tol)
+        rep.n_overlaps += _overlaps(sorted(holds[key], key=lambda h: (h[0], h[1])), tol, rep.overlaps)
+    for key in literal:
+        rep.after_unconfirmed += _overlaps(sorted(literal[key], key=lambda h: (h[0], h[1])), tol, [])
+    rep.after_unconfirmed -= rep.n_overlaps
     for key in grants:
         top = None
         for g in sorted(grants[key], key=lambda g: g.answered):
@@ -236,7 +253,7 @@ def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, ma
     return rep
 
 
-def _check_acquire(rep, r, clock_ms, holds, grants):
+def _check_acquire(rep, r, clock_ms, holds, grants, literal):
     j = r.json()
     if r.status == 201:
         rep.grants += 1
@@ -262,12 +279,16 @@ def _check_acquire(rep, r, clock_ms, holds, grants):
             rep.stale.append((r, "; ".join(w[1] for w in why)))
             for tag, _ in why:
                 rep.stale_why[tag] = rep.stale_why.get(tag, 0) + 1
-        end = r.sent + ttl / 1000.0
+        end = lit = r.sent + ttl / 1000.0
         rel = r.release
         if rel is not None and rel.answered is not None and rel.status == 200:
-            end = rel.sent
+            end = lit = rel.sent
+        elif rel is not None:
+            end = min(end, rel.sent)
         if end > r.answered:
             holds.setdefault(r.key, []).append((r.answered, end, r))
+        if lit > r.answered:
+            literal.setdefault(r.key, []).append((r.answered, lit, r))
     elif r.status == 409:
         if r.code() != "lock_held":
             rep.wrong.append((r, "409 %r" % (r.body,)))
@@ -290,17 +311,20 @@ def _check_release(rep, r):
         rep.wrong.append((r, "status %d %r" % (r.status, r.body)))
 
 
-def _overlaps(rep, hs, tol):
-    active = []
+def _overlaps(hs, tol, out):
+    """The number of overlapping pairs of holds hs (sorted by start); the
+    first 100 go to out as (rec, rec, seconds)."""
+    active, n = [], 0
     for h in hs:
         active = [a for a in active if a[1] > h[0]]
         for a in active:
             ov = min(a[1], h[1]) - h[0]
             if ov > tol:
-                rep.n_overlaps += 1
-                if len(rep.overlaps) < 100:
-                    rep.overlaps.append((a[2], h[2], ov))
+                n += 1
+                if len(out) < 100:
+                    out.append((a[2], h[2], ov))
         active.append(h)
+    return n
 
 
 class FaultLoad:

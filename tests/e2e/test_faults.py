@@ -81,7 +81,21 @@ def new_load(ctx, instances, store_timeout_ms, ttl_ms=TTL_MS):
     return FaultLoad(instances, keys, threads=THREADS, ttl_ms=ttl_ms, wait_ms=WAIT_MS, client_s=client_s)
 
 
-def judge(load, store_timeout_ms, recovered_after=None, min_grants=MIN_GRANTS):
+# (backend, scenario function name) -> [runs, failed runs, requests, grants,
+# overlaps, regressions, stale, late, unanswered, wrong, worst lateness s]
+TOTALS = {}
+
+
+def tally(backend, name, rep, failed):
+    t = TOTALS.setdefault((backend, name), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None])
+    for i, n in enumerate((1, int(failed), rep.requests, rep.grants, rep.n_overlaps, len(rep.regressions),
+                           len(rep.stale), len(rep.late), len(rep.unanswered), len(rep.wrong))):
+        t[i] += n
+    if rep.worst_late is not None and (t[10] is None or rep.worst_late > t[10]):
+        t[10] = rep.worst_late
+
+
+def judge(load, store_timeout_ms, recovered_after=None, min_grants=MIN_GRANTS, backend="", name=""):
     """Check the load's history; log the summary, fail with the report."""
     rep = load.check(store_timeout_ms, SLACK_MS)
     harness.log("     " + rep.summary())
@@ -90,6 +104,7 @@ def judge(load, store_timeout_ms, recovered_after=None, min_grants=MIN_GRANTS):
         problems.append("only %d grants (want %d): the load did not run" % (rep.grants, min_grants))
     if recovered_after is not None and load.grants_after(recovered_after) == 0:
         problems.append("no grant after the store came back at %+.3f s" % (recovered_after - load.t0))
+    tally(backend, name, rep, bool(rep.violations() or problems))
     if rep.violations() or problems:
         raise harness.Fail("\n".join(problems + [rep.text()]))
     return rep
@@ -119,7 +134,7 @@ def stall_after_grant(load, stop, cont, stall_s, what="store"):
     return load.mark("SIGCONT %s" % what)
 
 
-def fault_scenario(ctx, drive, ttl_ms=TTL_MS, store=STORE):
+def fault_scenario(ctx, name, drive, ttl_ms=TTL_MS, store=STORE):
     """Two instances on ctx's store with the fault timeouts, the load, and
     drive(load) as the faults; the store is left running; then judge."""
     opts, tmo = store[ctx.backend]
@@ -134,7 +149,7 @@ def fault_scenario(ctx, drive, ttl_ms=TTL_MS, store=STORE):
         stopped = load.stop()
         ensure_server_up(ctx)
     check(stopped, "client threads still waiting %.0f s after the load stopped" % (load.client_s + 5))
-    judge(load, tmo, recovered_after=back)
+    judge(load, tmo, recovered_after=back, backend=ctx.backend, name=name)
 
 
 def kill_and_restart(ctx):
@@ -151,7 +166,7 @@ def kill_and_restart(ctx):
         wait_back(load, t)
         return t
 
-    fault_scenario(ctx, drive)
+    fault_scenario(ctx, "kill -9 and restart", drive)
 
 
 def long_stop(ctx):
@@ -163,7 +178,7 @@ def long_stop(ctx):
         wait_back(load, t)
         return t
 
-    fault_scenario(ctx, drive)
+    fault_scenario(ctx, "SIGSTOP 3 s", drive)
 
 
 def stalls_after_grants(ctx):
@@ -179,7 +194,7 @@ def stalls_after_grants(ctx):
             time.sleep(0.3)
         return t
 
-    fault_scenario(ctx, drive, STALL_TTL_MS, STORE_LONG)
+    fault_scenario(ctx, "stalls after a 201", drive, STALL_TTL_MS, STORE_LONG)
 
 
 def ensemble(ctx):
@@ -235,7 +250,7 @@ def ensemble(ctx):
         finally:
             stopped = load.stop()
         check(stopped, "client threads still waiting after the load stopped")
-        judge(load, tmo, recovered_after=back)
+        judge(load, tmo, recovered_after=back, backend="zookeeper", name="3-node ensemble")
     finally:
         for ld in insts:
             if ld.alive():
@@ -253,23 +268,59 @@ def no_fault(ctx):
     finally:
         stopped = load.stop()
     check(stopped, "client threads still waiting after the load stopped")
-    judge(load, 0, min_grants=100)
+    judge(load, 0, min_grants=100, backend=ctx.backend, name="no fault")
+
+
+def totals(ctx):
+    """After N runs: what every scenario found over all of them, per backend
+    (the "N runs in a row" line); fails if any run failed."""
+    mine = sorted((k, v) for k, v in TOTALS.items() if k[0] == ctx.backend)
+    bad = 0
+    for (_, name), t in mine:
+        worst = "n/a" if t[10] is None else "%+.0f ms" % (t[10] * 1000)
+        harness.log("     %-20s %d runs, %d failed: %d requests, %d grants, overlaps %d, fence regressions %d, "
+                    "stale grants %d, late %d, unanswered %d, wrong %d; worst answer vs its bound %s"
+                    % ((name,) + tuple(t[:10]) + (worst,)))
+        bad += t[1]
+    check(mine, "no fault run recorded on %s" % ctx.backend)
+    eq(bad, 0, "failed fault runs on %s" % ctx.backend)
+
+
+def counted(fn, name):
+    """fn, and a failed run in TOTALS if it fails before judge() counts it."""
+
+    def run(ctx):
+        before = TOTALS.get((ctx.backend, name), [0])[0]
+        try:
+            fn(ctx)
+        except BaseException:
+            t = TOTALS.setdefault((ctx.backend, name), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None])
+            if t[0] == before:
+                t[0] += 1
+                t[1] += 1
+            raise
+    return run
 
 
 def register():
     sfx = (lambda i: "") if RUNS == 1 else (lambda i: " (run %d of %d)" % (i + 1, RUNS))
+    scs = [(kill_and_restart, "kill -9 and restart"), (long_stop, "SIGSTOP 3 s"),
+           (stalls_after_grants, "stalls after a 201"), (ensemble, "3-node ensemble"), (no_fault, "no fault")]
+    kill_and_restart_, long_stop_, stalls_after_grants_, ensemble_, no_fault_ = (counted(f, n) for f, n in scs)
     for i in range(RUNS):
         harness.scenario("faults: 16 clients on 4 keys through two instances while the store is killed -9 "
                          "and restarted: no overlap, fences grow, no stale grant, every answer in time"
-                         + sfx(i), backends=STORES, slow=True)(kill_and_restart)
+                         + sfx(i), backends=STORES, slow=True)(kill_and_restart_)
         harness.scenario("faults: the same load while the store is SIGSTOPped 3 s (past the TTL and its timeout)"
-                         + sfx(i), backends=STORES, slow=True)(long_stop)
+                         + sfx(i), backends=STORES, slow=True)(long_stop_)
         harness.scenario("faults: the same load with %d store stalls of TTL + 0.5 s, each right after a 201"
-                         % STALLS + sfx(i), backends=STORES, slow=True)(stalls_after_grants)
+                         % STALLS + sfx(i), backends=STORES, slow=True)(stalls_after_grants_)
         harness.scenario("faults: the same load on a 3-node ZooKeeper ensemble: a 3 s stall of an instance's "
-                         "follower, then kill -9 of the leader" + sfx(i), backends=["zookeeper"], slow=True)(ensemble)
+                         "follower, then kill -9 of the leader" + sfx(i), backends=["zookeeper"], slow=True)(ensemble_)
         harness.scenario("faults: the same load on memory with no fault: the checker finds nothing"
-                         + sfx(i), backends=["memory"])(no_fault)
+                         + sfx(i), backends=["memory"])(no_fault_)
+    if RUNS > 1:
+        harness.scenario("faults: totals over %d runs" % RUNS, slow=True)(totals)
 
 
 register()
@@ -297,19 +348,28 @@ def checker_self_test(ctx):
              + grant("other", 0.0, 0.01, 5, release_sent=3.0)  # other keys are independent
              + [_acq(k, 3.0, 3.99, 503, wait_ms=500)]  # 700 ms bound + 290 ms
              + [_acq(k, 4.0, 4.001, 409)])
+    # after a release answered 503: its sender stopped using the lock when
+    # it sent it, and the store may have applied it (info, not an overlap)
+    clean += grant(k, 5.0, 5.01, 20, release_sent=5.1, release_status=503) + grant(k, 5.05, 5.15, 21,
+                                                                                   wait_ms=500, release_sent=5.2)
     rep = check_history(clean, 700, 300)
     eq(rep.violations(), 0, "violations in a clean history:\n" + rep.text())
-    eq(rep.grants, 5, "grants counted")
+    eq(rep.after_unconfirmed, 1, "grants after an unconfirmed release (info)")
+    eq(rep.grants, 7, "grants counted")
     check(abs(rep.worst_late - 0.29) < 1e-6, "worst lateness %r" % rep.worst_late)
 
     cases = {
         # B is answered while A is held: A's release is sent after B's 201
         "overlap": (grant(k, 0.0, 0.01, 10, release_sent=0.2) + grant(k, 0.1, 0.15, 11, release_sent=0.3),
                     lambda r: r.n_overlaps == 1 and not r.regressions),
-        # A's release got 409, so A counts as held until send + TTL
-        "overlap after a refused release": (grant(k, 0.0, 0.01, 10, release_sent=0.1, release_status=409)
-                                            + grant(k, 0.5, 0.51, 11, release_sent=0.6),
-                                            lambda r: r.n_overlaps == 1),
+        # A's release, sent after B's 201, got 409: A held until it sent it
+        "overlap before a refused release": (grant(k, 0.0, 0.01, 10, release_sent=0.6, release_status=409)
+                                             + grant(k, 0.5, 0.51, 11, release_sent=0.7),
+                                             lambda r: r.n_overlaps == 1),
+        # a release never answered (or 503) that was sent after B's 201
+        "overlap before an unanswered release": (grant(k, 0.0, 0.01, 10, release_sent=0.6, release_status=None)
+                                                 + grant(k, 0.5, 0.51, 11, release_sent=0.7),
+                                                 lambda r: r.n_overlaps == 1),
         # an abandoned lock taken over 1 s before send + TTL
         "overlap with an abandoned lock": (grant(k, 0.0, 0.01, 10) + grant(k, 1.0, 1.01, 11, release_sent=1.1),
                                            lambda r: r.n_overlaps == 1),
@@ -320,12 +380,15 @@ def checker_self_test(ctx):
                          lambda r: len(r.regressions) == 1),
         # a 201 that arrives 10 ms after its own expires_at (server clock)
         "stale by expires_at": (grant(k, 0.0, 1.0, 10, wait_ms=500, expires_at=0.99, release_sent=1.1),
-                                lambda r: len(r.stale) == 1),
+                                lambda r: list(r.stale_why) == ["after its expires_at"]),
         # a 201 answered after send + its ttl_ms (full TTL, late answer)
         "stale by send + ttl": (grant(k, 0.0, 2.1, 10, wait_ms=500, release_sent=2.2, expires_at=4.1),
-                                lambda r: len(r.stale) == 1),
+                                lambda r: list(r.stale_why) == ["after send + ttl_ms"]),
+        # what is left of the TTL, counted from the send, is gone on arrival
+        "stale by the remaining ttl": (grant(k, 0.0, 0.6, 10, ret_ttl_ms=500, release_sent=0.7),
+                                       lambda r: list(r.stale_why) == ["after send + ttl_ms"]),
         "ttl above the request": (grant(k, 0.0, 0.01, 10, ret_ttl_ms=2500, release_sent=0.1),
-                                  lambda r: len(r.stale) == 1),
+                                  lambda r: list(r.stale_why) == ["ttl_ms above the request"]),
         # a waiter (bound 700 ms with store timeout 700) answered at 1.1 s
         "late": ([_acq(k, 0.0, 1.1, 409, wait_ms=500)], lambda r: len(r.late) == 1 and abs(r.late[0][1] - 0.4) < 1e-6),
         "late release": (grant(k, 0.0, 0.01, 10, release_sent=0.1)[:1]
