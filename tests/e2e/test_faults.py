@@ -20,6 +20,7 @@ Environment:
 
 import os
 import random
+import shutil
 import time
 
 import faultload
@@ -256,6 +257,7 @@ def ensemble(ctx):
             if ld.alive():
                 ld.stop(10)
         ens.stop()
+        shutil.rmtree(ens.dir, ignore_errors=True)
 
 
 def no_fault(ctx):
@@ -278,9 +280,9 @@ def totals(ctx):
     bad = 0
     for (_, name), t in mine:
         worst = "n/a" if t[10] is None else "%+.0f ms" % (t[10] * 1000)
-        harness.log("     %-20s %d runs, %d failed: %d requests, %d grants, overlaps %d, fence regressions %d, "
+        harness.log("     %s %-20s %d runs, %d failed: %d requests, %d grants, overlaps %d, fence regressions %d, "
                     "stale grants %d, late %d, unanswered %d, wrong %d; worst answer vs its bound %s"
-                    % ((name,) + tuple(t[:10]) + (worst,)))
+                    % ((ctx.backend, name) + tuple(t[:10]) + (worst,)))
         bad += t[1]
     check(mine, "no fault run recorded on %s" % ctx.backend)
     eq(bad, 0, "failed fault runs on %s" % ctx.backend)
