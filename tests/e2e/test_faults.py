@@ -1,14 +1,22 @@
 """tests/e2e/test_faults.py - the fault load (issue 10): two lockd instances
-on one store, 16 clients on 4 keys mixing waiting and try-once acquires,
-holding briefly and releasing (some never release), while the store is
-killed -9 and restarted, SIGSTOPped for longer than the TTL and the store
-timeout, and SIGSTOPped right after a 201 was seen, so that a grant is in
-flight when it stops; on a 3-node ZooKeeper ensemble, a follower that one
-instance has its session on is stopped for 3 s and the leader killed.
-faultload.check_history judges every request by client-side times: no two
-holds of a key overlap, fences grow, no stale 201, every answer within
-max(wait_ms, store timeout) + slack. Memory gets the same load with no
-fault; a self-test feeds the checker histories it must reject.
+on one store, 16 clients on 4 keys mixing waiting (wait_ms 500) and
+try-once acquires, holding briefly and releasing (some never release),
+while the store is
+  - killed -9 and restarted (TTL 2000 ms, store timeout 700-1000 ms);
+  - SIGSTOPped for 3 s, past the TTL and the store timeout, right after a
+    201 was seen: every call in flight times out and each waiter must
+    still be answered by max(wait_ms, timeout);
+  - SIGSTOPped 3 times for 1.5 s, each right after a 201, with TTL 1000 ms
+    and a store timeout of 2000 ms: a call in flight (or sent during the
+    stall) completes after it, so a grant made then is older than its TTL
+    when the answer can be sent and must not be answered 201;
+and, on a 3-node ZooKeeper ensemble of its own, the follower that one
+instance has its session on is stopped for 3 s right after a 201, then
+the leader is killed -9 and restarted. faultload.check_history judges every
+request by client-side times: no two holds of a key overlap, fences grow,
+no stale 201, every answer within max(wait_ms, store timeout) + slack.
+Memory gets the same load with no fault; a self-test feeds the checker
+histories it must reject.
 
 Environment:
   LOCKD_FAULT_RUNS=N      register every fault scenario N times (the
