@@ -5,6 +5,11 @@ sessions expire within seconds) and a container reaper that runs every
 second. restart() reuses the port and the data dir, so locks and fences
 survive a kill -9.
 
+ZooKeeperEnsemble runs three nodes (a real quorum) on loopback for the
+fault load: kill -9, SIGSTOP and restart of one node, which one leads
+(the srvr four-letter word), and which node a lockd process has its
+session on (its TCP connections, from /proc).
+
 The URL asks for 4 s sessions: a killed lockd's waiters leave the queue
 soon after.
 
@@ -16,6 +21,7 @@ LOCKD_ZK_JVM=server in the environment, starts it as a server would run
 does so."""
 
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -177,3 +183,193 @@ class ZooKeeperServer(harness.Server):
 
 def make(tmpdir, jvm=None):
     return ZooKeeperServer(tmpdir, jvm)
+
+
+def zk_4lw(port, word, timeout=1.0):
+    """The answer to a four-letter word (str), or None if the node does not
+    answer in time (stopped, dead, not serving)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(word.encode())
+            out = b""
+            while len(out) < 65536:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                out += chunk
+            return out.decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def zk_mode(port, timeout=1.0):
+    """'leader', 'follower', 'standalone', or None (not serving)."""
+    out = zk_4lw(port, "srvr", timeout)
+    for line in (out or "").splitlines():
+        if line.startswith("Mode:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def tcp_peers(pid):
+    """The remote loopback ports of pid's established TCP connections, from
+    /proc (its socket inodes matched in /proc/<pid>/net/tcp)."""
+    inodes = set()
+    fd_dir = "/proc/%d/fd" % pid
+    try:
+        for fd in os.listdir(fd_dir):
+            try:
+                link = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+        with open("/proc/%d/net/tcp" % pid) as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return []
+    ports = []
+    for row in rows:
+        cols = row.split()
+        if len(cols) > 9 and cols[3] == "01" and cols[9] in inodes:  # ESTABLISHED
+            ports.append(int(cols[2].split(":")[1], 16))
+    return ports
+
+
+class ZooKeeperEnsemble:
+    """Three ZooKeeper nodes on loopback, each with its own client, quorum
+    and election port, data dir and log under tmpdir/zk-ensemble: a real
+    quorum, for faults of one node (kill -9, SIGSTOP, restart) while the
+    other two serve. Node i (0..2) has myid i+1. url: zookeeper://h1,h2,h3
+    with the suite's session timeout; a caller adds &timeout_ms=... ."""
+
+    def __init__(self, tmpdir, size=3):
+        self.dir = os.path.join(tmpdir, "zk-ensemble")
+        self.ports = [harness.free_port() for _ in range(size)]
+        quorum = [(harness.free_port(), harness.free_port()) for _ in range(size)]
+        self.procs = [None] * size
+        self.cfgs, self.logs = [], []
+        servers = "".join("server.%d=127.0.0.1:%d:%d\n" % (i + 1, q[0], q[1]) for i, q in enumerate(quorum))
+        for i in range(size):
+            d = os.path.join(self.dir, "node%d" % (i + 1))
+            data = os.path.join(d, "data")
+            os.makedirs(data, exist_ok=True)
+            with open(os.path.join(data, "myid"), "w") as f:
+                f.write("%d\n" % (i + 1))
+            cfg = os.path.join(d, "zoo.cfg")
+            with open(cfg, "w") as f:
+                # syncLimit 4 ticks: a stopped follower is dropped by the
+                # leader after 2 s; the other two keep the quorum
+                f.write("tickTime=500\n"
+                        "initLimit=20\n"
+                        "syncLimit=4\n"
+                        "minSessionTimeout=1000\n"
+                        "maxSessionTimeout=20000\n"
+                        "dataDir=%s\n"
+                        "clientPort=%d\n"
+                        "clientPortAddress=127.0.0.1\n"
+                        "admin.enableServer=false\n"
+                        "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons\n"
+                        "maxClientCnxns=0\n"
+                        "autopurge.purgeInterval=0\n"
+                        "%s" % (data, self.ports[i], servers))
+            self.cfgs.append(cfg)
+            self.logs.append(os.path.join(d, "zookeeper.log"))
+        self.url = "zookeeper://%s?session_timeout_ms=%d" % (
+            ",".join("127.0.0.1:%d" % p for p in self.ports), SESSION_MS)
+
+    def _spawn(self, i):
+        cmd = [JAVA, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-Xshare:auto", "-Djava.net.preferIPv4Stack=true",
+               "-Dzookeeper.admin.enableServer=false",
+               "-Dznode.container.checkIntervalMs=1000",
+               "-Dzookeeper.snapCount=100000",
+               "-cp", ":".join(JARS), "org.apache.zookeeper.server.quorum.QuorumPeerMain", self.cfgs[i]]
+        log = open(self.logs[i], "ab")
+        self.procs[i] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+
+    def log_tail(self, i, n=2000):
+        try:
+            with open(self.logs[i], "rb") as f:
+                return f.read()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def serving(self, i):
+        return zk_mode(self.ports[i]) in ("leader", "follower") and zk_session(self.ports[i])
+
+    def start(self, timeout=90.0):
+        """Start every node; return once all serve clients and one leads."""
+        if not available():
+            raise harness.Fail("zookeeper: %s or %s missing" % (JAVA, " ".join(JARS)))
+        for i in range(len(self.ports)):
+            self._spawn(i)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self.serving(i) for i in range(len(self.ports))) and self.leader() is not None:
+                return self
+            dead = [i for i, p in enumerate(self.procs) if p.poll() is not None]
+            if dead:
+                break
+            time.sleep(0.2)
+        tails = "\n".join("node %d: %s" % (i + 1, self.log_tail(i, 1500)) for i in range(len(self.ports)))
+        self.stop()
+        raise harness.Fail("the ZooKeeper ensemble did not form: %s" % tails)
+
+    def modes(self):
+        return [zk_mode(p) for p in self.ports]
+
+    def leader(self):
+        """The index of the node that leads, or None."""
+        for i, m in enumerate(self.modes()):
+            if m == "leader":
+                return i
+        return None
+
+    def node_of(self, pid):
+        """The indexes of the nodes that process pid has a connection to."""
+        peers = set(tcp_peers(pid))
+        return [i for i, p in enumerate(self.ports) if p in peers]
+
+    def pause(self, i):
+        self.procs[i].send_signal(signal.SIGSTOP)
+
+    def resume(self, i):
+        if self.procs[i] is not None and self.procs[i].poll() is None:
+            self.procs[i].send_signal(signal.SIGCONT)
+
+    def kill9(self, i):
+        p = self.procs[i]
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+
+    def restart(self, i, timeout=60.0):
+        """Start node i again (same ports and data dir) after kill9(i);
+        whether it serves again within timeout."""
+        self._spawn(i)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.serving(i):
+                return True
+            if self.procs[i].poll() is not None:
+                return False
+            time.sleep(0.2)
+        return False
+
+    def stop(self):
+        for i, p in enumerate(self.procs):
+            if p is None or p.poll() is not None:
+                continue
+            self.resume(i)
+            p.terminate()
+        for p in self.procs:
+            if p is None:
+                continue
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
