@@ -27,7 +27,9 @@ the client's own clock only:
     overlap-free history: a later hold was granted after the earlier one
     ended).
   - no 201 arrives after its own expires_at, none returns a ttl_ms above
-    the one asked for, and each arrives before send + its ttl_ms.
+    the one asked for, and each arrives before send + its ttl_ms (a
+    waiter: send + wait_ms + its ttl_ms, since lockd tried it last at some
+    moment of its wait and answers what is left from then).
   - every request is answered within max(wait_ms, the store's timeout) +
     slack; 503 at that deadline is fine, silence is not.
   - only the documented answers (201/409/503 to an acquire, 200/404/409/
@@ -67,6 +69,9 @@ def iso_ms(t):
     """Unix seconds as expires_at prints them (whole ms, truncated)."""
     ms = int(t * 1000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + ".%03dZ" % (ms % 1000)
+
+
+WAITER_TRANSIT = 0.05  # s: a waiter's answer on its way, past send + wait + ttl
 
 
 class Rec:
@@ -270,9 +275,15 @@ def _check_acquire(rep, r, clock_ms, holds, grants, literal):
         why = []  # (tag for the summary, detail)
         if ttl > r.ttl_ms:
             why.append(("ttl_ms above the request", "ttl_ms %d above the %d asked for" % (ttl, r.ttl_ms)))
+        # a try-once's ttl_ms counts from its send; a waiter was tried last
+        # at some moment before its wait ran out, and its ttl_ms is what
+        # was left of the grant when lockd answered
         late = r.answered - (r.sent + ttl / 1000.0)
+        if r.wait_ms:
+            late = r.answered - (r.sent + (r.wait_ms + ttl) / 1000.0 + WAITER_TRANSIT)
         if late >= 0:
-            why.append(("after send + ttl_ms", "answered %.0f ms after send + ttl_ms" % (late * 1000)))
+            why.append(("after send + ttl_ms", "answered %.0f ms after send + %sttl_ms"
+                        % (late * 1000, "wait_ms + " if r.wait_ms else "")))
         if r.wall is not None and r.wall > exp + clock_ms / 1000.0:
             why.append(("after its expires_at", "answered %.0f ms after its own expires_at" % ((r.wall - exp) * 1000)))
         if why:

@@ -391,8 +391,9 @@ def checker_self_test(ctx):
         # a 201 that arrives 10 ms after its own expires_at (server clock)
         "stale by expires_at": (grant(k, 0.0, 1.0, 10, wait_ms=500, expires_at=0.99, release_sent=1.1),
                                 lambda r: list(r.stale_why) == ["after its expires_at"]),
-        # a 201 answered after send + its ttl_ms (full TTL, late answer)
-        "stale by send + ttl": (grant(k, 0.0, 2.1, 10, wait_ms=500, release_sent=2.2, expires_at=4.1),
+        # a waiter's 201 answered after send + wait_ms + its ttl_ms (full
+        # TTL, late answer)
+        "stale by send + ttl": (grant(k, 0.0, 2.6, 10, wait_ms=500, release_sent=2.7, expires_at=4.6),
                                 lambda r: list(r.stale_why) == ["after send + ttl_ms"]),
         # what is left of the TTL, counted from the send, is gone on arrival
         "stale by the remaining ttl": (grant(k, 0.0, 0.6, 10, ret_ttl_ms=500, release_sent=0.7),
