@@ -204,21 +204,25 @@ def proxied(ctx, proxy, timeout_ms):
     return url + sep + "timeout_ms=%d" % timeout_ms
 
 
+def start_proxied(ctx, proxy):
+    """A lockd whose store is behind proxy (store timeout 4 s), its
+    connections up and serving."""
+    slow = start_lockd(ctx, proxied(ctx, proxy, 4000))
+    c = slow.client(timeout=15)
+    k0 = ctx.key("warm")
+    r = acquire(c, k0, ttl_ms=2000)
+    eq(r.status, 201, "acquire through the proxy")
+    release(c, k0, r.json["token"])
+    return slow, c
+
+
 @harness.scenario("a grant whose answer the store sends late is answered with what is left of its TTL",
                   backends=STORES, slow=True)
 def late_store_answer(ctx):
     from delayproxy import DelayProxy
 
     with DelayProxy(ctx.server.port) as proxy:
-        slow = start_lockd(ctx, proxied(ctx, proxy, 4000))
-        direct = ctx.lockd
-        c = slow.client(timeout=15)
-        # warm up: the slow instance's connections are up and serve
-        k0 = ctx.key("warm")
-        r = acquire(c, k0, ttl_ms=2000)
-        eq(r.status, 201, "acquire through the proxy")
-        release(c, k0, r.json["token"])
-
+        _, c = start_proxied(ctx, proxy)
         # the store's answer held 0.6 s: granted, with 0.6 s less of its TTL
         key = ctx.key("late")
         proxy.hold_replies(0.6)
@@ -238,13 +242,8 @@ def dead_store_answer(ctx):
     from delayproxy import DelayProxy
 
     with DelayProxy(ctx.server.port) as proxy:
-        slow = start_lockd(ctx, proxied(ctx, proxy, 4000))
+        slow, _ = start_proxied(ctx, proxy)
         direct = ctx.lockd
-        c = slow.client(timeout=15)
-        k0 = ctx.key("warm")
-        r = acquire(c, k0, ttl_ms=2000)
-        eq(r.status, 201, "acquire through the proxy")
-        release(c, k0, r.json["token"])
         # held past the TTL: the lock expired before lockd heard of it
         key = ctx.key("dead")
         out = {}
