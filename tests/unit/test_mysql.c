@@ -637,12 +637,13 @@ static void test_reaper_removes_expired_rows(void)
 
     for (int i = 0; i < 250; i++) {
         snprintf(key, sizeof(key), "reap-%d", i);
-        CHECK_EQ_INT(acq(be_main, key, TOK_A, 50, &g), BACKEND_OK);
+        /* long enough to outlive the loop on a slow (sanitizer) build */
+        CHECK_EQ_INT(acq(be_main, key, TOK_A, 1500, &g), BACKEND_OK);
     }
     CHECK(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
                    " WHERE lock_key LIKE 'reap-%'") >= 200);
     /* reaped every second, 100 rows a batch, batches back to back */
-    for (int i = 0; i < 40; i++) {
+    for (int i = 0; i < 60; i++) {
         check_sleep_ms(100);
         rows = root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
                         " WHERE lock_key LIKE 'reap-%'");
