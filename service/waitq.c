@@ -35,6 +35,7 @@
                                  notification costs at most this */
 #define WQ_UNAVAILABLE_MS 200 /* retry pace while the backend is down */
 #define WQ_EVENTS         64
+#define WQ_IDLE_MS        1000 /* the timer thread looks at least this often */
 #define WQ_WORKERS_MAX    1024
 
 enum timer_kind {
@@ -115,11 +116,15 @@ struct waitq {
     size_t nheap, capheap;
     struct wq_task *run_head, *run_tail;
     struct wq_task *graveyard; /* jobs to free before the next epoll_wait */
-    bool stopping; /* shutdown asked: answer everyone */
+    _Atomic bool stopping; /* shutdown asked: answer everyone; set under
+                              mu, read without it by waitq_start() */
     bool drained_all;
     bool workers_stop; /* waitq_stop(): workers finish and leave */
     int64_t stop_by;   /* monotonic ms: owed calls after this are dropped */
     bool exiting;      /* waitq_free(): the thread ends */
+    int64_t sleep_until; /* monotonic ms the timer thread sleeps until;
+                            INT64_MIN while it is awake (it looks at the
+                            heap before it sleeps again) */
     uint64_t next_id;
 };
 
@@ -186,8 +191,8 @@ do_timer_set(struct waitq *q, struct wq_timer *t, int64_t at, bool force)
         t->at = at;
         heap_down(q, t->idx);
         heap_up(q, t->idx);
-        if (t->idx == 0 && !on_timer_thread)
-            kick(q); /* the timer thread sleeps until the old first */
+        if (t->idx == 0 && !on_timer_thread && at < q->sleep_until)
+            kick(q); /* the timer thread sleeps past it */
         return 0;
     }
     if (q->nheap == q->capheap) {
@@ -202,7 +207,7 @@ do_timer_set(struct waitq *q, struct wq_timer *t, int64_t at, bool force)
     t->idx = q->nheap;
     q->heap[q->nheap++] = t;
     heap_up(q, t->idx);
-    if (t->idx == 0 && !on_timer_thread)
+    if (t->idx == 0 && !on_timer_thread && at < q->sleep_until)
         kick(q);
     return 0;
 }
@@ -810,6 +815,9 @@ static void do_fire(struct waitq *q, struct wq_timer *t, struct done_list *done)
         struct wq_key *k = CONTAINER_OF(t, struct wq_key, retry);
         if (k->running) {
             k->again = true;
+        } else if (!k->queued && k->head != NULL &&
+                   q->be->call_timeout_ms <= 0) {
+            do_run_key(q, k, done); /* memory never blocks: no hand-off */
         } else if (!k->queued && k->head != NULL) {
             k->queued = true;
             do_run_push(q, &k->task);
@@ -881,14 +889,19 @@ static void *waitq_main(void *arg)
         }
         /* no event of the last epoll_wait() names these any more */
         do_free_graveyard(q);
-        if (q->nheap > 0) {
-            int64_t d = q->heap[0]->at - backend_mono_ms();
-            timeout = d < 0 ? 0 : d > 60000 ? 60000 : (int)d;
+        {
+            /* a timer set before this wakes up needs no kick */
+            int64_t now = backend_mono_ms(), until = now + WQ_IDLE_MS;
+            if (q->nheap > 0 && q->heap[0]->at < until)
+                until = q->heap[0]->at;
+            timeout = until <= now ? 0 : (int)(until - now);
+            q->sleep_until = until;
         }
         pthread_mutex_unlock(&q->mu);
         done_wake(&done);
         n = epoll_wait(q->epfd, ev, WQ_EVENTS, timeout);
         pthread_mutex_lock(&q->mu);
+        q->sleep_until = INT64_MIN;
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr == NULL) {
                 uint64_t v;
@@ -951,14 +964,11 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
     w->shutting_down = w->client_gone = false;
     memset(&w->grant, 0, sizeof(w->grant));
     memset(&w->info, 0, sizeof(w->info));
-    pthread_mutex_lock(&q->mu);
-    if (q->stopping) {
-        pthread_mutex_unlock(&q->mu);
+    if (atomic_load(&q->stopping)) {
         w->shutting_down = true;
         w->result = BACKEND_UNAVAILABLE;
         return WQ_DONE;
     }
-    pthread_mutex_unlock(&q->mu);
     if (inline_calls && !waits)
         return run_inline(q, w);
 
@@ -1173,6 +1183,7 @@ struct waitq *waitq_new(void)
         epoll_ctl(q->epfd, EPOLL_CTL_ADD, q->evfd, &ev) != 0 ||
         keytab_init(&q->keys, 1024) != 0)
         goto fail;
+    q->sleep_until = INT64_MIN;
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->drained, NULL);
     pthread_cond_init(&q->work, NULL);
