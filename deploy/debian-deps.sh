@@ -45,7 +45,9 @@ if [ ! -e "$policy" ]; then
     chmod +x "$policy"
     made_policy=1
 fi
-cleanup() { [ "$made_policy" = 1 ] && rm -f "$policy"; }
+# (an if, not `[ ] &&`: under set -e the trap's status would become the
+# script's exit status when the policy file was already there)
+cleanup() { if [ "$made_policy" = 1 ]; then rm -f "$policy"; fi; }
 trap cleanup EXIT
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
