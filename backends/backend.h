@@ -4,8 +4,8 @@
  * counted wrappers that api/ and service/ call. Backends never see HTTP,
  * JSON or libmicrohttpd.
  *
- * Waiting is split between the store and service/waitq.c (see
- * ../shared/DESIGN.md): acquire() grants or answers BACKEND_HELD with a
+ * Waiting is split between the store and service/waitq.c (see the
+ * README, "How it is built"): acquire() grants or answers BACKEND_HELD with a
  * retry hint; the caller parks the waiter and retries when the backend's
  * notify hook names the key, or when the hint's time comes. Backends with
  * BACKEND_CAP_QUEUE keep the waiter's place in their own FIFO (memory,
