@@ -266,9 +266,8 @@ void handle_healthz(struct api_response *resp)
 void handle_readyz_draining(const struct api_config *cfg,
                             struct api_response *resp)
 {
-    codec_reply(resp, 503, "{s:s,s:s,s:s}", "status", "unavailable",
-                "backend", backend_scheme(cfg->backend), "reason",
-                "shutting down");
+    codec_reply(resp, 503, "{s:s,s:s,s:s}", "status", "unavailable", "backend",
+                backend_scheme(cfg->backend), "reason", "shutting down");
     resp->retry_after = 1;
 }
 

@@ -156,7 +156,8 @@ enum backend_result backend_acquire(struct backend *be,
     r = be->ops->acquire(be, req, out);
     if (r == BACKEND_OK) /* counted from the send: never more than is left */
         out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
-    metrics_backend_op(METRICS_OP_ACQUIRE, result_ok(r), backend_mono_us() - t0);
+    metrics_backend_op(METRICS_OP_ACQUIRE, result_ok(r),
+                       backend_mono_us() - t0);
     if (r == BACKEND_OK)
         metrics_lock_granted();
     return r;
@@ -185,7 +186,8 @@ enum backend_result backend_release(struct backend *be,
     int64_t t0 = backend_mono_us();
     enum backend_result r = be->ops->release(be, req);
 
-    metrics_backend_op(METRICS_OP_RELEASE, result_ok(r), backend_mono_us() - t0);
+    metrics_backend_op(METRICS_OP_RELEASE, result_ok(r),
+                       backend_mono_us() - t0);
     if (r == BACKEND_OK)
         metrics_lock_released();
     return r;
@@ -201,7 +203,8 @@ enum backend_result backend_inspect(struct backend *be,
 
     memset(out, 0, sizeof(*out));
     r = be->ops->inspect(be, key, key_len, out);
-    metrics_backend_op(METRICS_OP_INSPECT, result_ok(r), backend_mono_us() - t0);
+    metrics_backend_op(METRICS_OP_INSPECT, result_ok(r),
+                       backend_mono_us() - t0);
     return r;
 }
 
@@ -217,7 +220,8 @@ enum backend_result backend_cancel_wait(struct backend *be,
         return BACKEND_OK;
     t0 = backend_mono_us();
     r = be->ops->cancel_wait(be, key, key_len, waiter);
-    metrics_backend_op(METRICS_OP_CANCEL_WAIT, result_ok(r), backend_mono_us() - t0);
+    metrics_backend_op(METRICS_OP_CANCEL_WAIT, result_ok(r),
+                       backend_mono_us() - t0);
     return r;
 }
 

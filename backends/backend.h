@@ -71,14 +71,14 @@ struct lock_req {
 };
 
 struct lock_grant {
-    uint64_t fence;        /* < 2^53, grows with every grant of the key */
-    uint64_t ttl_ms;       /* the TTL the lock now runs with */
-    int64_t expires_at_ms; /* unix ms by the store's clock, informational */
-    uint64_t retry_ms;     /* BACKEND_HELD only: when a retry may succeed
-                              (the holder's remaining TTL); 0 = unknown */
-    bool behind;           /* BACKEND_HELD with a waiter on a queueing
-                              store: no one holds the key, but an earlier
-                              waiter in the store's queue goes first */
+    uint64_t fence;         /* < 2^53, grows with every grant of the key */
+    uint64_t ttl_ms;        /* the TTL the lock now runs with */
+    int64_t expires_at_ms;  /* unix ms by the store's clock, informational */
+    uint64_t retry_ms;      /* BACKEND_HELD only: when a retry may succeed
+                               (the holder's remaining TTL); 0 = unknown */
+    bool behind;            /* BACKEND_HELD with a waiter on a queueing
+                               store: no one holds the key, but an earlier
+                               waiter in the store's queue goes first */
     int64_t valid_until_us; /* OK: set by backend_acquire()/backend_renew(),
                                not by adapters: monotonic us when the call
                                was sent + ttl_ms, the latest instant the

@@ -1433,8 +1433,9 @@ static enum backend_result parse_url(struct mysql_be *be, const char *url)
                     &be->write_timeout_s) != 0)
         goto out;
     be->base.call_timeout_ms =
-        (int64_t)(be->read_timeout_s > be->write_timeout_s ? be->read_timeout_s
-                                                            : be->write_timeout_s) *
+        (int64_t)(be->read_timeout_s > be->write_timeout_s
+                      ? be->read_timeout_s
+                      : be->write_timeout_s) *
         1000;
     be->user = strdup(u.user);
     be->password = dup_or_null(u.password);

@@ -190,8 +190,7 @@ int main(int argc, char **argv)
     /* the workers make the store calls (memory's run on server threads:
      * they only retry waiters) */
     if (waitq_bind(q, be, be->call_timeout_ms > 0 ? cfg.threads : 2) != 0) {
-        log_error("cannot start the wait queue's workers: %s",
-                  strerror(errno));
+        log_error("cannot start the wait queue's workers: %s", strerror(errno));
         rc = 1;
         goto out;
     }

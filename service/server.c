@@ -350,12 +350,9 @@ static enum MHD_Result answer_call(struct request *r)
 static enum MHD_Result run_call(struct request *r)
 {
     static const enum wq_op ops[] = {
-        [API_VERB_ACQUIRE] = WQ_ACQUIRE,
-        [API_VERB_RENEW] = WQ_RENEW,
-        [API_VERB_RELEASE] = WQ_RELEASE,
-        [API_VERB_INSPECT] = WQ_INSPECT,
-        [API_VERB_READYZ] = WQ_PING,
-        [API_VERB_METRICS] = WQ_COUNT,
+        [API_VERB_ACQUIRE] = WQ_ACQUIRE, [API_VERB_RENEW] = WQ_RENEW,
+        [API_VERB_RELEASE] = WQ_RELEASE, [API_VERB_INSPECT] = WQ_INSPECT,
+        [API_VERB_READYZ] = WQ_PING,     [API_VERB_METRICS] = WQ_COUNT,
     };
     struct wq_waiter *w = &r->w;
 

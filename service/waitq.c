@@ -77,23 +77,23 @@ struct wq_job {
     struct lock_req req; /* strings in text[] */
     struct lock_waiter lw;
     int64_t wait_ms;
-    int64_t wait_until;  /* monotonic ms when a waiting acquire's wait
-                            runs out */
-    int64_t held_until;  /* monotonic ms, last HELD seen; 0: none */
-    int64_t start_us;    /* monotonic us when the request arrived */
-    struct wq_key *key;  /* while parked */
+    int64_t wait_until; /* monotonic ms when a waiting acquire's wait
+                           runs out */
+    int64_t held_until; /* monotonic ms, last HELD seen; 0: none */
+    int64_t start_us;   /* monotonic us when the request arrived */
+    struct wq_key *key; /* while parked */
     struct wq_job *prev, *next;
     struct wq_task task;
     struct wq_timer wait_end, bound;
-    int fd;        /* the client's socket, -1 when not watched */
-    bool watched;  /* was ever in the epoll set: freed by the timer
-                      thread, which may hold it from an epoll_wait() */
-    bool queued;   /* task is in the run queue */
-    bool running;  /* a worker is calling the store for it */
-    bool parked;   /* in key's FIFO */
-    bool counted;  /* in q->count and the waiters gauge */
+    int fd;         /* the client's socket, -1 when not watched */
+    bool watched;   /* was ever in the epoll set: freed by the timer
+                       thread, which may hold it from an epoll_wait() */
+    bool queued;    /* task is in the run queue */
+    bool running;   /* a worker is calling the store for it */
+    bool parked;    /* in key's FIFO */
+    bool counted;   /* in q->count and the waiters gauge */
     bool wait_over; /* its wait ran out: no more parking */
-    bool tried;    /* the store answered HELD at least once */
+    bool tried;     /* the store answered HELD at least once */
     bool last_unavailable;
     enum cleanup cleanup;
     char text[];
@@ -116,12 +116,12 @@ struct waitq {
     size_t nheap, capheap;
     struct wq_task *run_head, *run_tail;
     struct wq_task *graveyard; /* jobs to free before the next epoll_wait */
-    _Atomic bool stopping; /* shutdown asked: answer everyone; set under
-                              mu, read without it by waitq_start() */
+    _Atomic bool stopping;     /* shutdown asked: answer everyone; set under
+                                  mu, read without it by waitq_start() */
     bool drained_all;
-    bool workers_stop; /* waitq_stop(): workers finish and leave */
-    int64_t stop_by;   /* monotonic ms: owed calls after this are dropped */
-    bool exiting;      /* waitq_free(): the thread ends */
+    bool workers_stop;   /* waitq_stop(): workers finish and leave */
+    int64_t stop_by;     /* monotonic ms: owed calls after this are dropped */
+    bool exiting;        /* waitq_free(): the thread ends */
     int64_t sleep_until; /* monotonic ms the timer thread sleeps until;
                             INT64_MIN while it is awake (it looks at the
                             heap before it sleeps again) */
@@ -397,9 +397,8 @@ static uint64_t retry_after(int64_t held_until, int64_t now)
 
 /* Answer j without a grant: 503 if the store was unreachable or never
  * answered, else 409 with the holder's remaining TTL. */
-static void do_answer_unserved(struct waitq *q,
-                               struct wq_job *j,
-                               struct done_list *done)
+static void
+do_answer_unserved(struct waitq *q, struct wq_job *j, struct done_list *done)
 {
     struct wq_waiter *w = j->w;
     struct lock_grant g = { 0 };
@@ -480,8 +479,7 @@ static void do_park(struct waitq *q, struct wq_job *j, struct wq_key *k)
         if (epoll_ctl(q->epfd, EPOLL_CTL_ADD, j->w->fd, &ev) == 0) {
             j->fd = j->w->fd;
             j->watched = true;
-        }
-        else
+        } else
             log_warn("waitq: cannot watch a waiter's socket: %s",
                      strerror(errno));
     }
@@ -544,9 +542,7 @@ static bool do_answer_grant(struct waitq *q,
     if (left == 0 || (int64_t)left * 1000 <= now - base_us) {
         log_warn("waitq: the store answered too late (%lld ms after the "
                  "call, %llu ms of the lock left): answering 503",
-                 (long long)((now - base_us) / 1000),
-                 (unsigned long long)left);
-        j->last_unavailable = true;
+                 (long long)((now - base_us) / 1000), (unsigned long long)left);
         do_answer(q, j, BACKEND_UNAVAILABLE, NULL, NULL, done);
         return false;
     }
@@ -580,8 +576,8 @@ static enum backend_result call_store(struct backend *be,
 }
 
 /*
- * After an acquire for j (not in a FIFO yet) answered r: answer, or park j
- * for a retry. Returns false if j was freed or handed on.
+ * After the first acquire for j (not in a FIFO yet) answered r: answer and
+ * dispose of j, or park it for a retry.
  */
 static void do_after_first(struct waitq *q,
                            struct wq_job *j,
@@ -641,7 +637,8 @@ static void do_after_first(struct waitq *q,
 }
 
 /* A worker's first try of a job, or one direct call. Mutex held. */
-static void do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done)
+static void
+do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done)
 {
     struct lock_grant g;
     struct lock_info info;
@@ -687,7 +684,8 @@ static void do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done
  * when two requests registered in one order and parked in the other)
  * passes the turn to the next. Mutex held; dropped around each call.
  */
-static void do_run_key(struct waitq *q, struct wq_key *k, struct done_list *done)
+static void
+do_run_key(struct waitq *q, struct wq_key *k, struct done_list *done)
 {
     struct wq_job *j = k->head;
 
@@ -718,8 +716,7 @@ static void do_run_key(struct waitq *q, struct wq_key *k, struct done_list *done
                 do_cleanup(q, j, CLEAN_RELEASE);
             } else if (do_answer_grant(
                            q, j, &g,
-                           g.valid_until_us - (int64_t)g.ttl_ms * 1000,
-                           done)) {
+                           g.valid_until_us - (int64_t)g.ttl_ms * 1000, done)) {
                 do_free_job(q, j);
             } else {
                 do_cleanup(q, j, CLEAN_RELEASE);
@@ -939,6 +936,18 @@ void waitq_notify(void *arg, const char *key, size_t key_len)
     pthread_mutex_unlock(&q->mu);
 }
 
+/* j, just handed its request, can go no further (the instance is
+ * draining, or out of memory): answer it now. */
+static void do_refuse(struct waitq *q, struct wq_job *j, struct done_list *done)
+{
+    bool stopping = atomic_load(&q->stopping);
+
+    j->w->shutting_down = stopping;
+    do_answer(q, j, stopping ? BACKEND_UNAVAILABLE : BACKEND_NO_MEMORY, NULL,
+              NULL, done);
+    do_dispose(q, j);
+}
+
 /* The call on the caller's thread, for a store that never waits on I/O
  * and a request that will not park. */
 static enum wq_start run_inline(struct waitq *q, struct wq_waiter *w)
@@ -1019,14 +1028,9 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
         k = q->stopping ? NULL : do_key_get(q, j->req.key, j->req.key_len);
         if (k == NULL ||
             do_timer_set(q, &j->bound, start + w->wait_ms, true) != 0) {
-            if (q->stopping)
-                w->shutting_down = true;
-            do_answer(q, j, q->stopping ? BACKEND_UNAVAILABLE
-                                        : BACKEND_NO_MEMORY,
-                      NULL, NULL, &done);
             if (k != NULL)
                 do_key_free_if_idle(q, k);
-            do_dispose(q, j);
+            do_refuse(q, j, &done);
             pthread_mutex_unlock(&q->mu);
             done_wake(&done);
             return WQ_PARKED;
@@ -1054,12 +1058,9 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
     j->lw.id = ++q->next_id;
     now = backend_mono_ms();
     if (q->stopping || do_timer_set(q, &j->bound, bound, true) != 0 ||
-        (waits && do_timer_set(q, &j->wait_end, start + w->wait_ms, true) != 0)) {
-        if (q->stopping)
-            w->shutting_down = true;
-        do_answer(q, j, q->stopping ? BACKEND_UNAVAILABLE : BACKEND_NO_MEMORY,
-                  NULL, NULL, &done);
-        do_free_job(q, j);
+        (waits &&
+         do_timer_set(q, &j->wait_end, start + w->wait_ms, true) != 0)) {
+        do_refuse(q, j, &done);
         pthread_mutex_unlock(&q->mu);
         done_wake(&done);
         return WQ_PARKED;

@@ -78,7 +78,7 @@ enum wq_start {
 
 /* Start the timer thread. NULL on failure (errno set). */
 struct waitq *waitq_new(void);
-/* Give the queue its backend and start workers threads for its calls,
+/* Give the queue its backend and start `workers` threads for its calls,
  * before any waitq_start(). -1 if no thread could start (errno set). */
 int waitq_bind(struct waitq *q, struct backend *be, unsigned workers);
 /* Run the store calls still owed (giving up places, releasing grants

@@ -1348,7 +1348,8 @@ static void test_acquire_reply_rounds_retry_after_up(void)
         struct lock_grant g = { 0 };
         struct reply r;
         memset(&r, 0, sizeof(r));
-        handle_call_reply(&rcfg, &acq, BACKEND_UNAVAILABLE, &g, NULL, -1, &r.resp);
+        handle_call_reply(&rcfg, &acq, BACKEND_UNAVAILABLE, &g, NULL, -1,
+                          &r.resp);
         reply_parse(&r);
         CHECK_EQ_INT(r.resp.status, 503);
         CHECK_STR_EQ(err_code(&r), "backend_unavailable");

@@ -657,8 +657,7 @@ static void test_mem_every_expiry_with_waiters_is_notified(void)
         snprintf(key, sizeof(key), "many-%d", i);
         w[i].id = (uint64_t)i + 1;
         CHECK_EQ_INT(acq(be, key, TOK_A, NULL, 100, NULL, &g), BACKEND_OK);
-        CHECK_EQ_INT(acq(be, key, TOK_B, NULL, 60000, &w[i], &g),
-                     BACKEND_HELD);
+        CHECK_EQ_INT(acq(be, key, TOK_B, NULL, 60000, &w[i], &g), BACKEND_HELD);
     }
     /* nobody touches the keys: the sweeper alone must tell every one */
     t0 = check_mono_ms();
