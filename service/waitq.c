@@ -37,6 +37,10 @@
 #define WQ_EVENTS         64
 #define WQ_IDLE_MS        1000 /* the timer thread looks at least this often */
 #define WQ_WORKERS_MAX    1024
+/* What a grant must have left beyond the time since its request arrived:
+ * the answer's way out through the HTTP stack and the network, and the
+ * request's way in before lockd saw it. A tenth of the TTL, at most this. */
+#define WQ_ANSWER_SLACK_US 20000
 
 enum timer_kind {
     TIMER_WAIT_END, /* a job's wait runs out */
@@ -521,14 +525,14 @@ static void do_cleanup(struct waitq *q, struct wq_job *j, enum cleanup c)
     do_free_job(q, j);
 }
 
-/* The grant g for j, if anything of it is left to hand out. */
 /*
  * Answer the grant (or renewal) g for j, if it is of use. A client counts
  * the TTL from when it sent the request (since base_us: the request's
  * arrival, or for a waiter's retry the retry's store call), so a grant
- * with no more left than the time since then has nothing left by the
- * client's count, and may be gone already. That is a 503; false, so that
- * the caller releases a grant nobody will hold.
+ * with no more left than the time since then, plus the slack for the
+ * request's and the answer's way (WQ_ANSWER_SLACK_US), has nothing left
+ * by the client's count, and may be gone already. That is a 503; false,
+ * so that the caller releases a grant nobody will hold.
  */
 static bool do_answer_grant(struct waitq *q,
                             struct wq_job *j,
@@ -538,8 +542,11 @@ static bool do_answer_grant(struct waitq *q,
 {
     int64_t now = backend_mono_us();
     uint64_t left = backend_grant_left_ms(g, now);
+    int64_t slack = (int64_t)g->ttl_ms * 100; /* a tenth, in us */
 
-    if (left == 0 || (int64_t)left * 1000 <= now - base_us) {
+    if (slack > WQ_ANSWER_SLACK_US)
+        slack = WQ_ANSWER_SLACK_US;
+    if (left == 0 || (int64_t)left * 1000 <= now - base_us + slack) {
         log_warn("waitq: the store answered too late (%lld ms after the "
                  "call, %llu ms of the lock left): answering 503",
                  (long long)((now - base_us) / 1000), (unsigned long long)left);
