@@ -1,10 +1,10 @@
-"""tests/e2e/test_openapi.py - api/openapi.yaml against API.md and a running
-lockd.
+"""tests/e2e/test_openapi.py - api/openapi.yaml against docs/API.md and a
+running lockd.
 
 The document is checked on its own (every $ref resolves, every operation has
 an operationId, every response a description and X-Request-Id, every example
-fits its schema), against API.md (the error code enum is exactly the table's
-codes, each error example sits under its table status), and against reality:
+fits its schema), against docs/API.md (the error code enum is exactly the
+table's codes, each error example sits under its table status), and against reality:
 real requests must answer a status the document lists for that operation,
 with a body that fits the documented schema, a code among the documented
 examples and the documented headers.
@@ -24,27 +24,15 @@ import harness
 from harness import Fail, check, eq
 
 SPEC_PATH = os.path.join(harness.ROOT, "api", "openapi.yaml")
-API_MD_PATHS = [
-    os.path.join(os.path.dirname(harness.ROOT), "shared", "API.md"),
-    os.path.join(harness.ROOT, "shared", "API.md"),
-]
+API_MD_PATH = os.path.join(harness.ROOT, "docs", "API.md")
 METHODS = ("get", "head", "post", "put", "delete", "options", "patch", "trace")
 
-# The contract's routes and methods (API.md plus the decided Allow lists).
+# The contract's routes and methods (docs/API.md plus the decided Allow lists).
 ROUTES = {
     "/locks/{key}": {"get", "head", "post", "put", "delete"},
     "/healthz": {"get", "head"},
     "/readyz": {"get", "head"},
     "/metrics": {"get", "head"},
-}
-
-# API.md's error table, used only when API.md is not beside the checkout.
-FALLBACK_TABLE = {
-    "invalid_key": 400, "invalid_json": 400, "invalid_parameter": 400,
-    "missing_token": 400, "unauthorized": 401, "lock_not_found": 404,
-    "not_found": 404, "method_not_allowed": 405, "lock_held": 409,
-    "token_mismatch": 409, "body_too_large": 413, "backend_unavailable": 503,
-    "shutting_down": 503,
 }
 
 _YAML_TO_JSON = (
@@ -70,18 +58,16 @@ def load_spec():
 
 
 def error_table():
-    """{code: status} from API.md's Errors table."""
-    for path in API_MD_PATHS:
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-            section = text.split("## Errors", 1)[1].split("\n## ", 1)[0]
-            table = {m.group(2): int(m.group(1))
-                     for m in re.finditer(r"^\|\s*(\d{3})\s*\|\s*`([a-z_]+)`\s*\|", section, re.M)}
-            check(len(table) >= 10, "could not read the error table of %s" % path)
-            return table
-    harness.log("     (API.md not found beside the checkout: using the table copied in this file)")
-    return dict(FALLBACK_TABLE)
+    """{code: status} from docs/API.md's error table."""
+    check(os.path.exists(API_MD_PATH), "%s is missing" % API_MD_PATH)
+    with open(API_MD_PATH, encoding="utf-8") as f:
+        text = f.read()
+    check("## Errors" in text, "docs/API.md has no '## Errors' section")
+    section = text.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    table = {m.group(2): int(m.group(1))
+             for m in re.finditer(r"^\|\s*(\d{3})\s*\|\s*`([a-z_]+)`\s*\|", section, re.M)}
+    check(len(table) >= 10, "could not read the error table of %s" % API_MD_PATH)
+    return table
 
 
 def served_codes(table):
@@ -268,21 +254,18 @@ def check_document(spec, table):
                         errs = spec.validate(ex, media["schema"])
                         check(not errs, "%s: example %r does not fit its schema: %s" % (what, ex, errs))
                 for code in spec.error_codes(r):
-                    eq(table.get(code), int(status), "%s: API.md's status of example code %r" % (what, code))
+                    eq(table.get(code), int(status), "%s: docs/API.md's status of example code %r" % (what, code))
     for name, r in doc["components"]["responses"].items():
         check(str(r.get("description", "")).strip(), "components.responses.%s: description" % name)
         check("X-Request-Id" in (r.get("headers") or {}), "components.responses.%s: X-Request-Id" % name)
 
-    # the error code enum is the codes of API.md's table that lockd serves:
-    # API.md may already specify codes of features still to come
+    # the error code enum is exactly the codes of docs/API.md's table, and
+    # lockd serves every one of them (docs/API.md documents only what lockd
+    # implements)
     enum = set(spec.resolve({"$ref": "#/components/schemas/ErrorCode"})["enum"])
-    served = served_codes(table)
-    pending = set(table) - served
-    if pending:
-        harness.log("     (codes of API.md that lockd does not serve yet: %s)" % ", ".join(sorted(pending)))
-    table = {c: st for c, st in table.items() if c in served}
-    eq(enum - set(table), set(), "codes in openapi.yaml but not in API.md or not served")
-    eq(set(table) - enum, set(), "codes of API.md that lockd serves missing from openapi.yaml's enum")
+    eq(set(table) - served_codes(table), set(), "codes of docs/API.md that lockd's sources never name")
+    eq(enum - set(table), set(), "codes in openapi.yaml but not in docs/API.md")
+    eq(set(table) - enum, set(), "codes of docs/API.md missing from openapi.yaml's enum")
     documented = set()
     for r in doc["components"]["responses"].values():
         documented |= spec.error_codes(r)
@@ -290,7 +273,7 @@ def check_document(spec, table):
         for method in ROUTES[path]:
             for r in spec.op(path, method)["responses"].values():
                 documented |= spec.error_codes(spec.resolve(r))
-    eq(set(table) - documented, set(), "codes of API.md no response documents")
+    eq(set(table) - documented, set(), "codes of docs/API.md no response documents")
 
     # the statuses and codes each lock operation must document
     need = {
