@@ -7,11 +7,15 @@ running lockd.
 - Against docs/API.md: the error code enum is exactly the codes of its
   error table (all of which lockd's sources serve), each error example sits
   under its table status.
+- Against the sources: the /readyz example of each backend says the "fifo"
+  that backend's capabilities give (backends/<name>.c, BACKEND_CAP_QUEUE).
 - Against reality, on the backend under test: many live answers across all
   routes and error cases (auth, 429, an unreachable store, shutdown) must
   fit the document, checked by tests/e2e/oaschema.py (status listed for the
   operation, declared headers present and fitting their schemas, body
-  fitting the response schema).
+  fitting the response schema), and every response example must have the
+  keys, JSON types and enum values of a live answer documented by the same
+  response.
 """
 
 import http.client
@@ -31,6 +35,8 @@ from harness import Fail, check, eq
 SPEC_PATH = os.path.join(harness.ROOT, "api", "openapi.yaml")
 API_MD_PATH = os.path.join(harness.ROOT, "docs", "API.md")
 METHODS = oaschema.METHODS
+BACKENDS = ("memory", "redis", "zookeeper", "mysql")
+BACKEND_SOURCES = {"memory": "memory.c", "redis": "redis.c", "zookeeper": "zookeeper.c", "mysql": "mysql.c"}
 
 # The contract's routes and methods (docs/API.md plus the decided Allow lists).
 ROUTES = {
@@ -39,6 +45,10 @@ ROUTES = {
     "/readyz": {"get", "head"},
     "/metrics": {"get", "head"},
 }
+
+# Documented answers no test here can bring about on demand.
+UNREACHABLE_CODES = {"internal_error": "an allocation failure inside lockd"}
+
 
 def load_spec():
     try:
@@ -70,6 +80,19 @@ def served_codes(table):
                 with open(os.path.join(harness.ROOT, d, name), encoding="utf-8") as f:
                     text += f.read()
     return {c for c in table if re.search(r'\\?"%s\\?"' % re.escape(c), text)}
+
+
+def fifo_by_source():
+    """{backend: "store" | "instance"}: what /readyz answers on each backend,
+    from the capabilities in its adapter's ops table (api/handlers.c says
+    "store" exactly when BACKEND_CAP_QUEUE is set)."""
+    out = {}
+    for name, src in BACKEND_SOURCES.items():
+        with open(os.path.join(harness.ROOT, "backends", src), encoding="utf-8") as f:
+            m = re.search(r"\.caps\s*=([^;,]*)[,;]", f.read())
+        check(m is not None, "backends/%s: no .caps member" % src)
+        out[name] = "store" if "BACKEND_CAP_QUEUE" in m.group(1) else "instance"
+    return out
 
 
 class Spec(oaschema.Document):
@@ -302,6 +325,17 @@ def check_document(spec, table):
         check(spec.check_response("/locks/a", method, status, hdrs, b), "validator accepted %s" % what)
     www = spec.doc["components"]["headers"]["WWW-Authenticate"]
     check(spec.validate_header("WWW-Authenticate", "Basic", www), "validator accepted WWW-Authenticate: Basic")
+
+    # /readyz: one example per backend, saying the fifo its adapter gives
+    # (one source of truth: the capabilities in backends/<name>.c)
+    fifo = fifo_by_source()
+    media = spec.response("/readyz", "get", 200)["content"]["application/json"]
+    by_backend = {ex.get("backend"): ex for ex in spec.examples(media)}
+    eq(set(by_backend), set(BACKENDS), "backends of the /readyz 200 examples")
+    eq(set(spec.resolve({"$ref": "#/components/schemas/BackendName"})["enum"]), set(BACKENDS), "BackendName")
+    for name, ex in by_backend.items():
+        eq(ex.get("fifo"), fifo[name], "/readyz example of %s: fifo (backends/%s's caps)"
+           % (name, BACKEND_SOURCES[name]))
 
 
 @harness.scenario("openapi.yaml lists every route, method, status and error code lockd serves", backends=["memory"])
@@ -633,3 +667,107 @@ def openapi_live_answers_fit(ctx):
         errs += ["[%s] %s" % (a.label, e) for e in answer_errors(spec, a.method, a.path, a.resp)]
     harness.log("     %d live answers checked against api/openapi.yaml" % len(answers))
     check(not errs, "%d answers do not fit api/openapi.yaml:\n  %s" % (len(errs), "\n  ".join(errs[:40])))
+
+
+def enum_leaves(spec, inst, schema, where="$"):
+    """{where: value} of inst's values whose schema has an enum or const."""
+    out = {}
+    schema = spec.resolve(schema or {})
+    for sub in schema.get("allOf", []):
+        out.update(enum_leaves(spec, inst, sub, where))
+    if "enum" in schema or "const" in schema:
+        out[where] = inst
+    if isinstance(inst, dict):
+        props = schema.get("properties") or {}
+        for name, value in inst.items():
+            if name in props:
+                out.update(enum_leaves(spec, value, props[name], "%s.%s" % (where, name)))
+    return out
+
+
+def shape(v):
+    """v's keys and JSON types, recursively (values dropped)."""
+    if isinstance(v, dict):
+        return {k: shape(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [shape(v[0])] if v else []
+    return oaschema._json_type(v)  # noqa: SLF001 - same module family
+
+
+@harness.scenario("openapi.yaml: every response example has the keys, types and enum values "
+                  "of a live answer on this backend")
+def openapi_examples_match_live(ctx):
+    spec = load_spec()
+    answers = live_answers_once(ctx)
+    comps = spec.doc["components"]["responses"]
+
+    def documenting(a):
+        """The response object that documents answer a (resolved), or None."""
+        tmpl = spec.route(a.path)
+        if tmpl is None:
+            return spec.resolve(comps["RouteNotFound"])
+        if spec.operation(tmpl, a.method) is None:
+            return spec.resolve(comps["MethodNotAllowed"])
+        return spec.response(tmpl, a.method, a.resp.status)
+
+    by_response = {}
+    for a in answers:
+        r = documenting(a)
+        if r is not None and a.method != "HEAD":
+            by_response.setdefault(id(r), []).append(a)
+
+    # (where, response object, media type, media, value), each response
+    # object once however many operations share it
+    examples, seen = [], set()
+    owners = [("%s %s %s" % (method.upper(), tmpl, status), r)
+              for tmpl, item in spec.doc["paths"].items()
+              for method, op in item.items() if method in METHODS
+              for status, r in op["responses"].items()]
+    owners += [("components.responses.%s" % c, comps[c]) for c in ("MethodNotAllowed", "RouteNotFound")]
+    for where, r in owners:
+        if "$ref" in r:
+            where += " (%s)" % r["$ref"].rsplit("/", 1)[-1]
+        r = spec.resolve(r)
+        if id(r) in seen:
+            continue
+        seen.add(id(r))
+        for mt, media in (r.get("content") or {}).items():
+            for name, value in spec.media_examples(media):
+                examples.append(("%s %s" % (where, name), r, mt, media, value))
+
+    failures, skipped, checked = [], [], 0
+    for where, r, mt, media, value in examples:
+        cands = [a for a in by_response.get(id(r), [])
+                 if (a.resp.header("Content-Type") or "").split(";")[0].strip() == mt]
+        if mt == "text/plain":
+            check(cands, "%s: no live answer" % where)
+            live = cands[0].resp.text
+            for line in value.splitlines():
+                name = line.split()[2] if line.startswith("# TYPE") else line.split()[0].split("{")[0]
+                if line.startswith("# TYPE"):
+                    check(line in live, "%s: %r is not in the live metrics" % (where, line))
+                else:
+                    check(re.search(r"^%s[ {]" % re.escape(name), live, re.M),
+                          "%s: metric %s is not in the live metrics" % (where, name))
+            checked += 1
+            continue
+        want_enums = enum_leaves(spec, value, media["schema"])
+        match = [a for a in cands if enum_leaves(spec, a.resp.json, media["schema"]) == want_enums]
+        if any(shape(a.resp.json) == shape(value) for a in match):
+            checked += 1
+            continue
+        code = want_enums.get("$.error.code")
+        if isinstance(value, dict) and value.get("backend") not in (None, ctx.backend) and not match:
+            skipped.append("%s (backend %s)" % (where, value.get("backend")))
+        elif code in UNREACHABLE_CODES and not match:
+            skipped.append("%s (%s: %s)" % (where, code, UNREACHABLE_CODES[code]))
+        elif match:
+            failures.append("%s: example %s, live %s" % (where, json.dumps(value), match[0].resp.text[:300]))
+        else:
+            failures.append("%s: no live answer with %s (example %s; live answers of this response: %s)"
+                            % (where, want_enums, json.dumps(value),
+                               sorted({a.resp.text[:120] for a in cands})[:4]))
+    harness.log("     %d examples matched live answers; not checkable on %s: %s"
+                % (checked, ctx.backend, "; ".join(skipped) or "none"))
+    check(not failures, "%d examples differ from lockd's answers:\n  %s"
+          % (len(failures), "\n  ".join(failures)))
