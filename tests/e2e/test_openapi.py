@@ -6,7 +6,8 @@ running lockd.
   fits its schema.
 - Against docs/API.md: the error code enum is exactly the codes of its
   error table (all of which lockd's sources serve), each error example sits
-  under its table status.
+  under its table status; both configuration tables list the flags of
+  `lockd --help`.
 - Against the sources: the /readyz example of each backend says the "fifo"
   that backend's capabilities give (backends/<name>.c, BACKEND_CAP_QUEUE).
 - Against reality, on the backend under test: many live answers across all
@@ -25,6 +26,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -338,10 +340,31 @@ def check_document(spec, table):
            % (name, BACKEND_SOURCES[name]))
 
 
+def config_flags(markdown):
+    """The flags of the '## Configuration' table of a Markdown text."""
+    check("## Configuration" in markdown, "no '## Configuration' section")
+    section = markdown.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\s*\|\s*`(--[a-z-]+)`\s*\|", section, re.M))
+
+
+def check_flags(spec):
+    """docs/API.md's and openapi.yaml's configuration tables list exactly the
+    options `lockd --help` lists (less --help, --version, --check-health)."""
+    p = subprocess.run([harness.LOCKD_BIN, "--help"], capture_output=True, text=True, timeout=10)
+    eq(p.returncode, 0, "lockd --help exit code")
+    served = set(re.findall(r"^\s+(--[a-z-]+)", p.stdout + p.stderr, re.M))
+    served -= {"--help", "--version", "--check-health"}
+    check(len(served) >= 10, "could not read lockd --help: %r" % (p.stdout + p.stderr)[:500])
+    with open(API_MD_PATH, encoding="utf-8") as f:
+        eq(config_flags(f.read()), served, "docs/API.md's configuration table against lockd --help")
+    eq(config_flags(spec.doc["info"]["description"]), served, "openapi.yaml's configuration table against lockd --help")
+
+
 @harness.scenario("openapi.yaml lists every route, method, status and error code lockd serves", backends=["memory"])
 def openapi_matches_lockd(ctx):
     spec = load_spec()
     check_document(spec, error_table())
+    check_flags(spec)
 
     ld = ctx.lockd
     L = "/locks/{key}"
