@@ -1,36 +1,46 @@
-"""tests/e2e/test_openapi.py - api/openapi.yaml against API.md and a running
-lockd.
+"""tests/e2e/test_openapi.py - api/openapi.yaml against docs/API.md and a
+running lockd.
 
-The document is checked on its own (every $ref resolves, every operation has
-an operationId, every response a description and X-Request-Id, every example
-fits its schema), against API.md (the error code enum is exactly the table's
-codes, each error example sits under its table status), and against reality:
-real requests must answer a status the document lists for that operation,
-with a body that fits the documented schema, a code among the documented
-examples and the documented headers.
-
-PyYAML comes from the running python if it has it, else from Debian's
-/usr/bin/python3 (python3-yaml, a dependency of yamllint) in a subprocess.
+- The document on its own: every $ref resolves, every operation has an
+  operationId, every response a description and X-Request-Id, every example
+  fits its schema.
+- Against docs/API.md: the error code enum is exactly the codes of its
+  error table (all of which lockd's sources serve), each error example sits
+  under its table status; both configuration tables list the flags of
+  `lockd --help`.
+- Against the sources: the /readyz example of each backend says the "fifo"
+  that backend's capabilities give (backends/<name>.c, BACKEND_CAP_QUEUE).
+- Against reality, on the backend under test: many live answers across all
+  routes and error cases (auth, 429, an unreachable store, shutdown) must
+  fit the document, checked by tests/e2e/oaschema.py (status listed for the
+  operation, declared headers present and fitting their schemas, body
+  fitting the response schema), and every response example must have the
+  keys, JSON types and enum values of a live answer documented by the same
+  response.
 """
 
+import http.client
 import json
 import math
 import os
 import re
+import signal
+import socket
 import subprocess
+import threading
 import time
 
 import harness
+import oaschema
 from harness import Fail, check, eq
 
 SPEC_PATH = os.path.join(harness.ROOT, "api", "openapi.yaml")
-API_MD_PATHS = [
-    os.path.join(os.path.dirname(harness.ROOT), "shared", "API.md"),
-    os.path.join(harness.ROOT, "shared", "API.md"),
-]
-METHODS = ("get", "head", "post", "put", "delete", "options", "patch", "trace")
+API_MD_PATH = os.path.join(harness.ROOT, "docs", "API.md")
+METHODS = oaschema.METHODS
+BACKENDS = ("memory", "redis", "zookeeper", "mysql")
+BACKEND_SOURCES = {"memory": "memory.c", "redis": "redis.c", "zookeeper": "zookeeper.c", "mysql": "mysql.c"}
 
-# The contract's routes and methods (API.md plus the decided Allow lists).
+# The contract's routes and methods (docs/API.md plus the decided Allow lists).
 ROUTES = {
     "/locks/{key}": {"get", "head", "post", "put", "delete"},
     "/healthz": {"get", "head"},
@@ -38,50 +48,28 @@ ROUTES = {
     "/metrics": {"get", "head"},
 }
 
-# API.md's error table, used only when API.md is not beside the checkout.
-FALLBACK_TABLE = {
-    "invalid_key": 400, "invalid_json": 400, "invalid_parameter": 400,
-    "missing_token": 400, "unauthorized": 401, "lock_not_found": 404,
-    "not_found": 404, "method_not_allowed": 405, "lock_held": 409,
-    "token_mismatch": 409, "body_too_large": 413, "backend_unavailable": 503,
-    "shutting_down": 503,
-}
-
-_YAML_TO_JSON = (
-    "import json, sys, yaml\n"
-    "json.dump(yaml.safe_load(open(sys.argv[1], encoding='utf-8')), sys.stdout, default=str)\n"
-)
+# Documented answers no test here can bring about on demand.
+UNREACHABLE_CODES = {"internal_error": "an allocation failure inside lockd"}
 
 
 def load_spec():
     try:
-        import yaml  # noqa: PLC0415 - optional, not in the standard library
-    except ImportError:
-        yaml = None
-    if yaml is not None:
-        with open(SPEC_PATH, encoding="utf-8") as f:
-            return yaml.safe_load(f)
-    p = subprocess.run(["/usr/bin/python3", "-c", _YAML_TO_JSON, SPEC_PATH],
-                       capture_output=True, text=True, timeout=60)
-    if p.returncode != 0:
-        raise Fail("cannot parse %s (no PyYAML here or in /usr/bin/python3): %s"
-                   % (SPEC_PATH, p.stderr[-2000:]))
-    return json.loads(p.stdout)
+        return Spec(oaschema.load_yaml(SPEC_PATH))
+    except oaschema.SpecError as e:
+        raise Fail(str(e))
 
 
 def error_table():
-    """{code: status} from API.md's Errors table."""
-    for path in API_MD_PATHS:
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-            section = text.split("## Errors", 1)[1].split("\n## ", 1)[0]
-            table = {m.group(2): int(m.group(1))
-                     for m in re.finditer(r"^\|\s*(\d{3})\s*\|\s*`([a-z_]+)`\s*\|", section, re.M)}
-            check(len(table) >= 10, "could not read the error table of %s" % path)
-            return table
-    harness.log("     (API.md not found beside the checkout: using the table copied in this file)")
-    return dict(FALLBACK_TABLE)
+    """{code: status} from docs/API.md's error table."""
+    check(os.path.exists(API_MD_PATH), "%s is missing" % API_MD_PATH)
+    with open(API_MD_PATH, encoding="utf-8") as f:
+        text = f.read()
+    check("## Errors" in text, "docs/API.md has no '## Errors' section")
+    section = text.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    table = {m.group(2): int(m.group(1))
+             for m in re.finditer(r"^\|\s*(\d{3})\s*\|\s*`([a-z_]+)`\s*\|", section, re.M)}
+    check(len(table) >= 10, "could not read the error table of %s" % API_MD_PATH)
+    return table
 
 
 def served_codes(table):
@@ -96,44 +84,31 @@ def served_codes(table):
     return {c for c in table if re.search(r'\\?"%s\\?"' % re.escape(c), text)}
 
 
-class Spec:
-    def __init__(self, doc):
-        self.doc = doc
+def fifo_by_source():
+    """{backend: "store" | "instance"}: what /readyz answers on each backend,
+    from the capabilities in its adapter's ops table (api/handlers.c says
+    "store" exactly when BACKEND_CAP_QUEUE is set)."""
+    out = {}
+    for name, src in BACKEND_SOURCES.items():
+        with open(os.path.join(harness.ROOT, "backends", src), encoding="utf-8") as f:
+            m = re.search(r"\.caps\s*=([^;,]*)[,;]", f.read())
+        check(m is not None, "backends/%s: no .caps member" % src)
+        out[name] = "store" if "BACKEND_CAP_QUEUE" in m.group(1) else "instance"
+    return out
 
-    def resolve(self, node):
-        seen = 0
-        while isinstance(node, dict) and "$ref" in node:
-            ref = node["$ref"]
-            check(ref.startswith("#/"), "non-local $ref %r" % ref)
-            node = self.doc
-            for part in ref[2:].split("/"):
-                part = part.replace("~1", "/").replace("~0", "~")
-                if not isinstance(node, dict) or part not in node:
-                    raise Fail("$ref %r does not resolve" % ref)
-                node = node[part]
-            seen += 1
-            check(seen < 20, "$ref loop at %r" % ref)
-        return node
+
+class Spec(oaschema.Document):
+    """The document, with the questions these tests ask of it."""
 
     def op(self, path, method):
         return self.doc["paths"][path][method]
-
-    def response(self, path, method, status):
-        resps = self.op(path, method)["responses"]
-        r = resps.get(str(status))
-        return None if r is None else self.resolve(r)
 
     def schema_of(self, path, method, status, media="application/json"):
         r = self.response(path, method, status)
         return self.resolve(r["content"][media]["schema"])
 
     def examples(self, media):
-        out = []
-        if "example" in media:
-            out.append(media["example"])
-        for ex in (media.get("examples") or {}).values():
-            out.append(self.resolve(ex)["value"])
-        return out
+        return [v for _, v in self.media_examples(media)]
 
     def error_codes(self, resp):
         """The error codes a response object documents (its examples)."""
@@ -146,51 +121,39 @@ class Spec:
                 codes.add(ex["error"].get("code"))
         return codes
 
-    # A small JSON Schema (OpenAPI 3.0 subset) validator: what the document uses.
-    def validate(self, inst, schema, where="$"):
-        errs = []
-        schema = self.resolve(schema)
-        for sub in schema.get("allOf", []):
-            errs += self.validate(inst, sub, where)
-        t = schema.get("type")
-        types = {"object": dict, "string": str, "boolean": bool, "array": list}
-        if t == "integer":
-            if isinstance(inst, bool) or not isinstance(inst, int):
-                return errs + ["%s: %r is not an integer" % (where, inst)]
-        elif t == "number":
-            if isinstance(inst, bool) or not isinstance(inst, (int, float)):
-                return errs + ["%s: %r is not a number" % (where, inst)]
-        elif t in types and not isinstance(inst, types[t]):
-            return errs + ["%s: %r is not of type %s" % (where, inst, t)]
-        if "enum" in schema and inst not in schema["enum"]:
-            errs.append("%s: %r not in enum %r" % (where, inst, schema["enum"]))
-        if isinstance(inst, str):
-            if "minLength" in schema and len(inst) < schema["minLength"]:
-                errs.append("%s: %r shorter than %d" % (where, inst, schema["minLength"]))
-            if "maxLength" in schema and len(inst) > schema["maxLength"]:
-                errs.append("%s: longer than %d" % (where, schema["maxLength"]))
-            if "pattern" in schema and not re.search(schema["pattern"], inst):
-                errs.append("%s: %r does not match %r" % (where, inst, schema["pattern"]))
-        if isinstance(inst, (int, float)) and not isinstance(inst, bool):
-            if "minimum" in schema and inst < schema["minimum"]:
-                errs.append("%s: %r < minimum %r" % (where, inst, schema["minimum"]))
-            if "maximum" in schema and inst > schema["maximum"]:
-                errs.append("%s: %r > maximum %r" % (where, inst, schema["maximum"]))
-        if isinstance(inst, dict):
-            props = schema.get("properties") or {}
-            for name in schema.get("required", []):
-                if name not in inst:
-                    errs.append("%s: missing required %r" % (where, name))
-            for name, value in inst.items():
-                if name in props:
-                    errs += self.validate(value, props[name], "%s.%s" % (where, name))
-                elif schema.get("additionalProperties") is False:
-                    errs.append("%s: undocumented property %r" % (where, name))
-        return errs
-
 
 def documented_allow(spec, path):
     return {m.upper() for m in spec.doc["paths"][path] if m in METHODS}
+
+
+def answer_errors(spec, method, path, resp):
+    """What the document does not allow in one live answer: its status,
+    headers and body (oaschema), and its error code among the examples of
+    the response that documents it. 405s and unknown routes are answered
+    by components.responses.MethodNotAllowed and RouteNotFound."""
+    comps = spec.doc["components"]["responses"]
+    tmpl = spec.route(path)
+    where = "%s %s -> %d" % (method.upper(), path[:80], resp.status)
+    if tmpl is None or (resp.status == 405 and spec.operation(tmpl, method) is None):
+        name = "RouteNotFound" if tmpl is None else "MethodNotAllowed"
+        r = comps[name]
+        want = 404 if tmpl is None else 405
+        if resp.status != want:
+            return ["%s: want %d (%s)" % (where, want, name)]
+        errs = spec.check_answer(r, method, resp.headers, resp.body, where)
+        if tmpl is not None:
+            allow = {m.strip() for m in (resp.header("Allow") or "").split(",") if m.strip()}
+            if allow != documented_allow(spec, tmpl):
+                errs.append("%s: Allow %r, documented %s" % (where, resp.header("Allow"),
+                                                              sorted(documented_allow(spec, tmpl))))
+    else:
+        errs = spec.check_response(path, method, resp.status, resp.headers, resp.body)
+        r = spec.response(tmpl, method, resp.status)
+    if not errs and resp.status >= 400 and method.lower() != "head" and r is not None:
+        codes = spec.error_codes(r)
+        if (codes or resp.error_code() is not None) and resp.error_code() not in codes:
+            errs.append("%s: code %r not among the documented %s" % (where, resp.error_code(), sorted(codes)))
+    return errs
 
 
 def conforms(spec, resp, path, method, want_status=None, want_code=None):
@@ -198,32 +161,10 @@ def conforms(spec, resp, path, method, want_status=None, want_code=None):
     where = "%s %s -> %d" % (method.upper(), path, resp.status)
     if want_status is not None:
         eq(resp.status, want_status, "%s: status (body %r)" % (where, resp.text[:300]))
-    r = spec.response(path, method, resp.status)
-    check(r is not None, "%s: status not documented (documented: %s)"
-          % (where, sorted(spec.op(path, method)["responses"])))
-    check(resp.header("X-Request-Id"), "%s: no X-Request-Id" % where)
-    for name, h in (r.get("headers") or {}).items():
-        if spec.resolve(h).get("required"):
-            check(resp.header(name) is not None, "%s: documented header %s missing" % (where, name))
-    content = r.get("content") or {}
-    if method == "head":
-        eq(resp.body, b"", "%s: HEAD body" % where)
-        return resp
-    check(content, "%s: no documented content" % where)
-    ctype = resp.header("Content-Type") or ""
-    media_type = [m for m in content if ctype.split(";")[0].strip() == m]
-    check(media_type, "%s: Content-Type %r not documented (%s)" % (where, ctype, sorted(content)))
-    media = content[media_type[0]]
-    if media_type[0] == "application/json":
-        check(resp.json is not None, "%s: body is not JSON: %r" % (where, resp.text[:200]))
-        errs = spec.validate(resp.json, media["schema"])
-        check(not errs, "%s: body %r does not fit the documented schema: %s" % (where, resp.json, errs))
-        if resp.status >= 400:
-            codes = spec.error_codes(r)
-            check(resp.error_code() in codes, "%s: code %r not among documented %s"
-                  % (where, resp.error_code(), sorted(codes)))
-            if want_code is not None:
-                eq(resp.error_code(), want_code, "%s: error code" % where)
+    errs = answer_errors(spec, method, path, resp)
+    check(not errs, "%s does not fit openapi.yaml:\n  %s" % (where, "\n  ".join(errs)))
+    if want_code is not None:
+        eq(resp.error_code(), want_code, "%s: error code" % where)
     return resp
 
 
@@ -268,21 +209,18 @@ def check_document(spec, table):
                         errs = spec.validate(ex, media["schema"])
                         check(not errs, "%s: example %r does not fit its schema: %s" % (what, ex, errs))
                 for code in spec.error_codes(r):
-                    eq(table.get(code), int(status), "%s: API.md's status of example code %r" % (what, code))
+                    eq(table.get(code), int(status), "%s: docs/API.md's status of example code %r" % (what, code))
     for name, r in doc["components"]["responses"].items():
         check(str(r.get("description", "")).strip(), "components.responses.%s: description" % name)
         check("X-Request-Id" in (r.get("headers") or {}), "components.responses.%s: X-Request-Id" % name)
 
-    # the error code enum is the codes of API.md's table that lockd serves:
-    # API.md may already specify codes of features still to come
+    # the error code enum is exactly the codes of docs/API.md's table, and
+    # lockd serves every one of them (docs/API.md documents only what lockd
+    # implements)
     enum = set(spec.resolve({"$ref": "#/components/schemas/ErrorCode"})["enum"])
-    served = served_codes(table)
-    pending = set(table) - served
-    if pending:
-        harness.log("     (codes of API.md that lockd does not serve yet: %s)" % ", ".join(sorted(pending)))
-    table = {c: st for c, st in table.items() if c in served}
-    eq(enum - set(table), set(), "codes in openapi.yaml but not in API.md or not served")
-    eq(set(table) - enum, set(), "codes of API.md that lockd serves missing from openapi.yaml's enum")
+    eq(set(table) - served_codes(table), set(), "codes of docs/API.md that lockd's sources never name")
+    eq(enum - set(table), set(), "codes in openapi.yaml but not in docs/API.md")
+    eq(set(table) - enum, set(), "codes of docs/API.md missing from openapi.yaml's enum")
     documented = set()
     for r in doc["components"]["responses"].values():
         documented |= spec.error_codes(r)
@@ -290,7 +228,7 @@ def check_document(spec, table):
         for method in ROUTES[path]:
             for r in spec.op(path, method)["responses"].values():
                 documented |= spec.error_codes(spec.resolve(r))
-    eq(set(table) - documented, set(), "codes of API.md no response documents")
+    eq(set(table) - documented, set(), "codes of docs/API.md no response documents")
 
     # the statuses and codes each lock operation must document
     need = {
@@ -371,12 +309,62 @@ def check_document(spec, table):
     for bad in ({**good, "token": "X" * 32}, {**good, "fence": "1"}, {**good, "extra": 1},
                 {k: v for k, v in good.items() if k != "fence"}, {**good, "expires_at": "2026-11-21"}):
         check(spec.validate(bad, grant), "validator accepted %r" % bad)
+    check(spec.validate("2026-13-21T12:00:30.123Z", {"type": "string", "format": "date-time"}),
+          "validator accepted month 13")
+    check(spec.validate(2 ** 53, {"$ref": "#/components/schemas/Fence"}), "validator accepted fence 2^53")
+    ok_headers = {"x-request-id": "r1", "content-type": "application/json", "retry-after": "1"}
+    body = json.dumps({"error": {"code": "backend_unavailable", "message": "m"}}).encode()
+    eq(spec.check_response("/locks/a", "POST", 503, ok_headers, body), [], "validator on a good 503")
+    for what, hdrs, b, status in (
+            ("no Retry-After", {**ok_headers, "retry-after": None}, body, 503),
+            ("Retry-After 2 where the document says 1", {**ok_headers, "retry-after": "2"}, body, 503),
+            ("Retry-After not a number", {**ok_headers, "retry-after": "soon"}, body, 503),
+            ("an undocumented status", ok_headers, body, 418),
+            ("a body on HEAD", ok_headers, body, 404),
+            ("a text body", {**ok_headers, "content-type": "text/plain"}, body, 503)):
+        hdrs = {k: v for k, v in hdrs.items() if v is not None}
+        method = "HEAD" if what == "a body on HEAD" else "POST"
+        check(spec.check_response("/locks/a", method, status, hdrs, b), "validator accepted %s" % what)
+    www = spec.doc["components"]["headers"]["WWW-Authenticate"]
+    check(spec.validate_header("WWW-Authenticate", "Basic", www), "validator accepted WWW-Authenticate: Basic")
+
+    # /readyz: one example per backend, saying the fifo its adapter gives
+    # (one source of truth: the capabilities in backends/<name>.c)
+    fifo = fifo_by_source()
+    media = spec.response("/readyz", "get", 200)["content"]["application/json"]
+    by_backend = {ex.get("backend"): ex for ex in spec.examples(media)}
+    eq(set(by_backend), set(BACKENDS), "backends of the /readyz 200 examples")
+    eq(set(spec.resolve({"$ref": "#/components/schemas/BackendName"})["enum"]), set(BACKENDS), "BackendName")
+    for name, ex in by_backend.items():
+        eq(ex.get("fifo"), fifo[name], "/readyz example of %s: fifo (backends/%s's caps)"
+           % (name, BACKEND_SOURCES[name]))
+
+
+def config_flags(markdown):
+    """The flags of the '## Configuration' table of a Markdown text."""
+    check("## Configuration" in markdown, "no '## Configuration' section")
+    section = markdown.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\s*\|\s*`(--[a-z-]+)`\s*\|", section, re.M))
+
+
+def check_flags(spec):
+    """docs/API.md's and openapi.yaml's configuration tables list exactly the
+    options `lockd --help` lists (less --help, --version, --check-health)."""
+    p = subprocess.run([harness.LOCKD_BIN, "--help"], capture_output=True, text=True, timeout=10)
+    eq(p.returncode, 0, "lockd --help exit code")
+    served = set(re.findall(r"^\s+(--[a-z-]+)", p.stdout + p.stderr, re.M))
+    served -= {"--help", "--version", "--check-health"}
+    check(len(served) >= 10, "could not read lockd --help: %r" % (p.stdout + p.stderr)[:500])
+    with open(API_MD_PATH, encoding="utf-8") as f:
+        eq(config_flags(f.read()), served, "docs/API.md's configuration table against lockd --help")
+    eq(config_flags(spec.doc["info"]["description"]), served, "openapi.yaml's configuration table against lockd --help")
 
 
 @harness.scenario("openapi.yaml lists every route, method, status and error code lockd serves", backends=["memory"])
 def openapi_matches_lockd(ctx):
-    spec = Spec(load_spec())
+    spec = load_spec()
     check_document(spec, error_table())
+    check_flags(spec)
 
     ld = ctx.lockd
     L = "/locks/{key}"
@@ -473,12 +461,336 @@ def openapi_matches_lockd(ctx):
         f.write("s3cret-openapi\n")
     la = ctx.new_lockd(args=["--auth-token-file", tok_file])
     k2 = ctx.key("openapi-auth")
-    r = conforms(spec, la.request("POST", "/locks/" + k2), L, "post", 401, "unauthorized")
-    check((r.header("WWW-Authenticate") or "").startswith("Bearer"), "WWW-Authenticate %r"
-          % r.header("WWW-Authenticate"))
+    conforms(spec, la.request("POST", "/locks/" + k2), L, "post", 401, "unauthorized")
     conforms(spec, la.request("GET", "/locks/" + k2, headers={"Authorization": "Bearer wrong"}), L, "get", 401,
              "unauthorized")
     r = conforms(spec, la.request("POST", "/locks/" + k2, headers={"Authorization": "Bearer s3cret-openapi"}),
                  L, "post", 201)
     conforms(spec, la.request("GET", "/healthz"), "/healthz", "get", 200)
     conforms(spec, la.request("GET", "/readyz"), "/readyz", "get", 200)
+
+
+# ------------------------------------------------------------ live answers
+
+class Answer:
+    """One live answer: the request that got it, and the harness Response."""
+
+    def __init__(self, label, method, path, resp):
+        self.label, self.method, self.path, self.resp = label, method, path, resp
+
+
+def parse_raw(data):
+    """A harness Response from the raw bytes of one HTTP/1.1 answer, or None."""
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    m = re.match(r"HTTP/1\.[01] (\d{3})", lines[0])
+    if m is None:
+        return None
+    hdrs = [tuple(p.strip() for p in line.split(":", 1)) for line in lines[1:] if ":" in line]
+    n = int(dict((k.lower(), v) for k, v in hdrs).get("content-length", len(body)))
+    return harness.Response(int(m.group(1)), hdrs, body[:n])
+
+
+def dead_backend_url(backend):
+    """A URL of the backend's scheme (redis for memory) where nothing listens."""
+    port = harness.free_port()
+    return {
+        "zookeeper": "zookeeper://127.0.0.1:%d?timeout_ms=300" % port,
+        "mysql": "mysql://lockd@127.0.0.1:%d/lockd?connect_timeout_ms=300" % port,
+    }.get(backend, "redis://127.0.0.1:%d?timeout_ms=300&connect_timeout_ms=300" % port)
+
+
+def live_answers(ctx):
+    """Many requests across every route and error case on the backend under
+    test; returns [Answer]. Each request's status (and error code) is
+    checked here, so that the answers cover what they claim to."""
+    out = []
+    L = "/locks/"
+
+    def ask(ld, label, method, path, body=None, headers=None, status=None, code=None, client=None):
+        r = (client or ld).request(method, path, body, headers)
+        out.append(Answer(label, method, path, r))
+        if status is not None:
+            eq(r.status, status, "%s: %s %s status (body %r)" % (label, method, path[:80], r.text[:200]))
+        if code is not None:
+            eq(r.error_code(), code, "%s: %s %s code" % (label, method, path[:80]))
+        return r
+
+    # ---- the lock verbs on the main instance
+    ld = ctx.lockd
+    k = ctx.key("oa-live")
+    g = ask(ld, "grant", "POST", L + k, {"ttl_ms": 5000, "owner": "pod-a/worker-3"}, status=201)
+    tok = g.json["token"]
+    ask(ld, "grant by query", "POST", L + k + "-q?ttl_ms=4000&owner=q+label", status=201)
+    ask(ld, "grant, empty body", "POST", L + k + "-e", b"", status=201)
+    ask(ld, "grant, unicode key", "POST", L + k + "/caf%C3%A9%2F%E2%98%83", {"ttl_ms": 1000}, status=201)
+    ask(ld, "grant, 512-byte key", "POST", L + (k + "-" + "k" * 512)[:512], {"ttl_ms": 1000}, status=201)
+    ask(ld, "inspect", "GET", L + k, status=200)
+    ask(ld, "inspect, no owner", "GET", L + k + "-e", status=200)
+    ask(ld, "inspect HEAD", "HEAD", L + k, status=200)
+    ask(ld, "held", "POST", L + k, status=409, code="lock_held")
+    ask(ld, "held after a wait", "POST", L + k + "?wait_ms=150", status=409, code="lock_held")
+    ask(ld, "renew, header", "PUT", L + k, {"ttl_ms": 6000}, {"Lock-Token": tok}, status=200)
+    ask(ld, "renew, query", "PUT", L + k + "?token=" + tok, status=200)
+    ask(ld, "renew, body", "PUT", L + k, {"token": tok}, status=200)
+    ask(ld, "renew, wrong token", "PUT", L + k, None, {"Lock-Token": "0" * 32}, status=409, code="token_mismatch")
+    ask(ld, "release, wrong token", "DELETE", L + k, {"token": "f" * 32}, status=409, code="token_mismatch")
+    ask(ld, "renew, no token", "PUT", L + k, status=400, code="missing_token")
+    ask(ld, "release, empty token", "DELETE", L + k, {"token": ""}, status=400, code="missing_token")
+    ask(ld, "token twice", "PUT", L + k, {"token": tok}, {"Lock-Token": tok}, status=400, code="invalid_parameter")
+    ask(ld, "unknown field", "POST", L + k, {"ttl": 5}, status=400, code="invalid_parameter")
+    ask(ld, "field twice", "POST", L + k + "?ttl_ms=5", {"ttl_ms": 5}, status=400, code="invalid_parameter")
+    ask(ld, "ttl_ms 0", "POST", L + k + "?ttl_ms=0", status=400, code="invalid_parameter")
+    ask(ld, "ttl_ms a string", "POST", L + k, {"ttl_ms": "5"}, status=400, code="invalid_parameter")
+    ask(ld, "Lock-Token on acquire", "POST", L + k, None, {"Lock-Token": tok}, status=400, code="invalid_parameter")
+    ask(ld, "wait_ms on renew", "PUT", L + k, {"token": tok, "wait_ms": 1}, status=400, code="invalid_parameter")
+    ask(ld, "query on inspect", "GET", L + k + "?wait_ms=1", status=400, code="invalid_parameter")
+    ask(ld, "array body", "POST", L + k, b"[]", status=400, code="invalid_json")
+    ask(ld, "form body", "POST", L + k, b"ttl_ms=5", status=400, code="invalid_json")
+    ask(ld, "junk body on inspect", "GET", L + k, b"x", status=400, code="invalid_json")
+    ask(ld, "junk body on release", "DELETE", L + k, b"{", status=400, code="invalid_json")
+    ask(ld, "empty key", "GET", L, status=400, code="invalid_key")
+    ask(ld, "empty key HEAD", "HEAD", L, status=400)
+    ask(ld, "bad escape", "POST", L + "%zz", status=400, code="invalid_key")
+    ask(ld, "NUL in key", "PUT", L + "a%00b", None, {"Lock-Token": tok}, status=400, code="invalid_key")
+    ask(ld, "bad UTF-8 key", "DELETE", L + "%ff", None, {"Lock-Token": tok}, status=400, code="invalid_key")
+    ask(ld, "513-byte key", "POST", L + "k" * 513, status=400, code="invalid_key")
+    big = b"{" + b" " * 9000 + b"}"
+    for m in ("POST", "PUT", "DELETE", "GET"):
+        ask(ld, "body too large", m, L + k, big, status=413, code="body_too_large")
+    ask(ld, "release", "DELETE", L + k, None, {"Lock-Token": tok}, status=200)
+    ask(ld, "inspect free", "GET", L + k, status=404, code="lock_not_found")
+    ask(ld, "inspect free HEAD", "HEAD", L + k, status=404)
+    ask(ld, "renew free", "PUT", L + k + "?token=" + tok, status=404, code="lock_not_found")
+    ask(ld, "release free", "DELETE", L + k, {"token": tok}, status=404, code="lock_not_found")
+    # a waiter granted when the holder's TTL passes
+    ask(ld, "short holder", "POST", L + k + "-w", {"ttl_ms": 200}, status=201)
+    ask(ld, "waiter granted at expiry", "POST", L + k + "-w", {"wait_ms": 5000, "ttl_ms": 1000}, status=201)
+    # operations endpoints, 405s and unknown routes
+    ask(ld, "healthz", "GET", "/healthz", status=200)
+    ask(ld, "healthz HEAD", "HEAD", "/healthz", status=200)
+    r = ask(ld, "readyz", "GET", "/readyz", status=200)
+    eq(r.json.get("backend"), ctx.backend, "readyz backend")
+    ask(ld, "readyz HEAD", "HEAD", "/readyz", status=200)
+    ask(ld, "metrics", "GET", "/metrics", status=200)
+    ask(ld, "metrics HEAD", "HEAD", "/metrics", status=200)
+    for path, methods in ((L + k, ("PATCH", "OPTIONS", "TRACE")), ("/healthz", ("POST", "DELETE")),
+                          ("/readyz", ("PUT",)), ("/metrics", ("POST",))):
+        for m in methods:
+            ask(ld, "method not allowed", m, path, status=405, code="method_not_allowed")
+    for path in ("/locks", "/nope", "/healthz/x", "/"):
+        ask(ld, "no such route", "GET", path, status=404, code="not_found")
+
+    # ---- bearer auth: 401 on /locks only
+    tok_file = os.path.join(ctx.tmpdir, "openapi-live-token")
+    with open(tok_file, "w") as f:
+        f.write("s3cret-live\n")
+    la = ctx.new_lockd(args=["--auth-token-file", tok_file])
+    ka = ctx.key("oa-auth")
+    ask(la, "no credentials", "POST", L + ka, status=401, code="unauthorized")
+    ask(la, "wrong token", "GET", L + ka, None, {"Authorization": "Bearer wrong"}, status=401, code="unauthorized")
+    ask(la, "Basic", "PUT", L + ka, None, {"Authorization": "Basic czNjcmV0", "Lock-Token": "x"}, status=401,
+        code="unauthorized")
+    ask(la, "no credentials, release", "DELETE", L + ka, status=401, code="unauthorized")
+    ask(la, "no credentials, HEAD", "HEAD", L + ka, status=401)
+    auth = {"Authorization": "Bearer s3cret-live"}
+    g = ask(la, "authorized grant", "POST", L + ka, None, auth, status=201)
+    ask(la, "authorized release", "DELETE", L + ka, None, dict(auth, **{"Lock-Token": g.json["token"]}),
+        status=200)
+    for path in ("/healthz", "/readyz", "/metrics"):
+        ask(la, "open without auth", "GET", path, status=200)
+
+    # ---- 429: an address over --max-connections-per-ip, on any path
+    lc = ctx.new_lockd(env={"LOCKD_MAX_CONNECTIONS_PER_IP": "1"})
+    first = lc.client(timeout=10)
+    try:
+        deadline = time.monotonic() + 5
+        while True:  # until lockd has seen the harness's probe connection go
+            try:
+                if first.request("GET", "/healthz").status == 200:
+                    break
+            except (OSError, http.client.HTTPException):
+                pass
+            check(time.monotonic() < deadline, "the first connection is refused with a cap of 1")
+            first.close()
+            first = lc.client(timeout=10)
+            time.sleep(0.1)
+        ask(lc, "the one connection", "GET", "/healthz", status=200, client=first)
+        for path in ("/healthz", L + ctx.key("oa-cap")):
+            r = parse_raw(harness.raw(lc.port, ("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode()))
+            check(r is not None, "no answer to a connection over the per-address cap")
+            out.append(Answer("over the per-address cap", "GET", path, r))
+            eq((r.status, r.error_code()), (429, "too_many_requests"), "over the per-address cap")
+    finally:
+        first.close()
+
+    # ---- an unreachable store: 503 backend_unavailable, /readyz 503
+    lu = ctx.new_lockd(args=["--backend", dead_backend_url(ctx.backend)])
+    ku = ctx.key("oa-down")
+    hdr = {"Lock-Token": "0" * 32}
+    for m, h in (("POST", None), ("PUT", hdr), ("DELETE", hdr), ("GET", None), ("HEAD", None)):
+        ask(lu, "store unreachable", m, L + ku, None, h, status=503,
+            code=None if m == "HEAD" else "backend_unavailable")
+    ask(lu, "store unreachable", "GET", "/readyz", status=503)
+    ask(lu, "store unreachable", "HEAD", "/readyz", status=503)
+    ask(lu, "store unreachable", "GET", "/healthz", status=200)
+    ask(lu, "store unreachable", "GET", "/metrics")
+
+    # ---- shutdown: a parked waiter is answered 503 shutting_down
+    ls = ctx.new_lockd()
+    kd = ctx.key("oa-drain")
+    ask(ls, "holder before shutdown", "POST", L + kd, {"ttl_ms": 30000}, status=201)
+    waiter = {}
+
+    def wait():
+        try:
+            waiter["resp"] = ls.request("POST", L + kd, {"wait_ms": 20000}, timeout=15)
+        except (OSError, http.client.HTTPException) as e:
+            waiter["error"] = e
+
+    keep = ls.client(timeout=10)
+    t = threading.Thread(target=wait, daemon=True)
+    try:
+        ask(ls, "kept alive", "GET", "/healthz", status=200, client=keep)
+        t.start()
+        time.sleep(0.4)
+        ls.signal(signal.SIGTERM)
+        t.join(10)
+        check("resp" in waiter, "the waiter got no answer after SIGTERM: %r" % waiter.get("error"))
+        out.append(Answer("waiter at shutdown", "POST", L + kd, waiter["resp"]))
+        eq((waiter["resp"].status, waiter["resp"].error_code()), (503, "shutting_down"), "waiter at shutdown")
+        try:
+            ask(ls, "readyz while draining", "GET", "/readyz", status=503, client=keep)
+        except (OSError, http.client.HTTPException, socket.timeout):
+            pass  # the kept-alive connection was closed: lockd may be gone already
+    finally:
+        keep.close()
+    return out
+
+
+_LIVE = {}
+
+
+def live_answers_once(ctx):
+    """live_answers() for this backend, run once per test run."""
+    if ctx.backend not in _LIVE:
+        _LIVE[ctx.backend] = live_answers(ctx)
+    return _LIVE[ctx.backend]
+
+
+@harness.scenario("openapi.yaml: every live answer (all routes, errors, auth, 429, store down, shutdown) "
+                  "fits its documented status, headers and body schema")
+def openapi_live_answers_fit(ctx):
+    spec = load_spec()
+    answers = live_answers_once(ctx)
+    errs = []
+    for a in answers:
+        errs += ["[%s] %s" % (a.label, e) for e in answer_errors(spec, a.method, a.path, a.resp)]
+    harness.log("     %d live answers checked against api/openapi.yaml" % len(answers))
+    check(not errs, "%d answers do not fit api/openapi.yaml:\n  %s" % (len(errs), "\n  ".join(errs[:40])))
+
+
+def enum_leaves(spec, inst, schema, where="$"):
+    """{where: value} of inst's values whose schema has an enum or const."""
+    out = {}
+    schema = spec.resolve(schema or {})
+    for sub in schema.get("allOf", []):
+        out.update(enum_leaves(spec, inst, sub, where))
+    if "enum" in schema or "const" in schema:
+        out[where] = inst
+    if isinstance(inst, dict):
+        props = schema.get("properties") or {}
+        for name, value in inst.items():
+            if name in props:
+                out.update(enum_leaves(spec, value, props[name], "%s.%s" % (where, name)))
+    return out
+
+
+def shape(v):
+    """v's keys and JSON types, recursively (values dropped)."""
+    if isinstance(v, dict):
+        return {k: shape(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [shape(v[0])] if v else []
+    return oaschema._json_type(v)  # noqa: SLF001 - same module family
+
+
+@harness.scenario("openapi.yaml: every response example has the keys, types and enum values "
+                  "of a live answer on this backend")
+def openapi_examples_match_live(ctx):
+    spec = load_spec()
+    answers = live_answers_once(ctx)
+    comps = spec.doc["components"]["responses"]
+
+    def documenting(a):
+        """The response object that documents answer a (resolved), or None."""
+        tmpl = spec.route(a.path)
+        if tmpl is None:
+            return spec.resolve(comps["RouteNotFound"])
+        if spec.operation(tmpl, a.method) is None:
+            return spec.resolve(comps["MethodNotAllowed"])
+        return spec.response(tmpl, a.method, a.resp.status)
+
+    by_response = {}
+    for a in answers:
+        r = documenting(a)
+        if r is not None and a.method != "HEAD":
+            by_response.setdefault(id(r), []).append(a)
+
+    # (where, response object, media type, media, value), each response
+    # object once however many operations share it
+    examples, seen = [], set()
+    owners = [("%s %s %s" % (method.upper(), tmpl, status), r)
+              for tmpl, item in spec.doc["paths"].items()
+              for method, op in item.items() if method in METHODS
+              for status, r in op["responses"].items()]
+    owners += [("components.responses.%s" % c, comps[c]) for c in ("MethodNotAllowed", "RouteNotFound")]
+    for where, r in owners:
+        if "$ref" in r:
+            where += " (%s)" % r["$ref"].rsplit("/", 1)[-1]
+        r = spec.resolve(r)
+        if id(r) in seen:
+            continue
+        seen.add(id(r))
+        for mt, media in (r.get("content") or {}).items():
+            for name, value in spec.media_examples(media):
+                examples.append(("%s %s" % (where, name), r, mt, media, value))
+
+    failures, skipped, checked = [], [], 0
+    for where, r, mt, media, value in examples:
+        cands = [a for a in by_response.get(id(r), [])
+                 if (a.resp.header("Content-Type") or "").split(";")[0].strip() == mt]
+        if mt == "text/plain":
+            check(cands, "%s: no live answer" % where)
+            live = cands[0].resp.text
+            for line in value.splitlines():
+                name = line.split()[2] if line.startswith("# TYPE") else line.split()[0].split("{")[0]
+                if line.startswith("# TYPE"):
+                    check(line in live, "%s: %r is not in the live metrics" % (where, line))
+                else:
+                    check(re.search(r"^%s[ {]" % re.escape(name), live, re.M),
+                          "%s: metric %s is not in the live metrics" % (where, name))
+            checked += 1
+            continue
+        want_enums = enum_leaves(spec, value, media["schema"])
+        match = [a for a in cands if enum_leaves(spec, a.resp.json, media["schema"]) == want_enums]
+        if any(shape(a.resp.json) == shape(value) for a in match):
+            checked += 1
+            continue
+        code = want_enums.get("$.error.code")
+        if isinstance(value, dict) and value.get("backend") not in (None, ctx.backend) and not match:
+            skipped.append("%s (backend %s)" % (where, value.get("backend")))
+        elif code in UNREACHABLE_CODES and not match:
+            skipped.append("%s (%s: %s)" % (where, code, UNREACHABLE_CODES[code]))
+        elif match:
+            failures.append("%s: example %s, live %s" % (where, json.dumps(value), match[0].resp.text[:300]))
+        else:
+            failures.append("%s: no live answer with %s (example %s; live answers of this response: %s)"
+                            % (where, want_enums, json.dumps(value),
+                               sorted({a.resp.text[:120] for a in cands})[:4]))
+    harness.log("     %d examples matched live answers; not checkable on %s: %s"
+                % (checked, ctx.backend, "; ".join(skipped) or "none"))
+    check(not failures, "%d examples differ from lockd's answers:\n  %s"
+          % (len(failures), "\n  ".join(failures)))
