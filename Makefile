@@ -34,7 +34,7 @@ LIBOBJS  := $(filter-out $(BUILD)/service/main.o,$(OBJS))
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNITS    := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRCS))
 
-.PHONY: all run test unit e2e deps deps-build deps-bench bench clean format format-check
+.PHONY: all run test unit e2e deps deps-build deps-bench bench image clean format format-check
 
 all: $(BUILD)/lockd
 
@@ -76,6 +76,11 @@ unit: $(BUILD)/lockd $(UNITS)
 test: deps
 	$(MAKE) unit
 	LOCKD_BIN=$(BUILD)/lockd LOCKD_BUILD=$(BUILD) python3 tests/run.py $(TESTFLAGS)
+
+# The container image, with Docker or Podman (whichever can build here).
+IMAGE    ?= lockd:dev
+image:
+	@deploy/image.sh $(IMAGE)
 
 bench: deps-bench
 	$(MAKE) $(BUILD)/lockd
