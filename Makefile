@@ -65,9 +65,12 @@ deps:
 deps-bench:
 	@deploy/debian-deps.sh build test bench
 
+# exec: lockd replaces the recipe's shell, so the SIGTERM that make passes
+# on to its child when a user kills make's PID reaches lockd (else lockd
+# kept running, orphaned, on its port).
 run: deps-build
 	$(MAKE) $(BUILD)/lockd
-	$(BUILD)/lockd --backend memory:// --listen $${LOCKD_LISTEN:-127.0.0.1:8080}
+	exec $(BUILD)/lockd --backend memory:// --listen $${LOCKD_LISTEN:-127.0.0.1:8080}
 
 unit: $(BUILD)/lockd $(UNITS)
 
