@@ -2,6 +2,8 @@
 # `make` builds build/lockd; `make run` and `make test` install what is
 # missing first (see `make deps`). SANITIZE=address (ASan+UBSan) or
 # SANITIZE=thread build apart, in build-address/ and build-thread/.
+# `make image` builds the container image (IMAGE=lockd:dev) with Docker or
+# Podman, whichever can build here.
 
 BUILD    ?= build
 VERSION  := 0.1.0
