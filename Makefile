@@ -2,6 +2,8 @@
 # `make` builds build/lockd; `make run` and `make test` install what is
 # missing first (see `make deps`). SANITIZE=address (ASan+UBSan) or
 # SANITIZE=thread build apart, in build-address/ and build-thread/.
+# `make image` builds the container image (IMAGE=lockd:dev) with Docker or
+# Podman, whichever can build here.
 
 BUILD    ?= build
 VERSION  := 0.1.0
@@ -34,7 +36,7 @@ LIBOBJS  := $(filter-out $(BUILD)/service/main.o,$(OBJS))
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNITS    := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRCS))
 
-.PHONY: all run test unit e2e deps deps-build deps-bench bench clean format format-check
+.PHONY: all run test unit e2e deps deps-build deps-bench bench image clean format format-check
 
 all: $(BUILD)/lockd
 
@@ -65,9 +67,12 @@ deps:
 deps-bench:
 	@deploy/debian-deps.sh build test bench
 
+# exec: lockd replaces the recipe's shell, so the SIGTERM that make passes
+# on to its child when a user kills make's PID reaches lockd (else lockd
+# kept running, orphaned, on its port).
 run: deps-build
 	$(MAKE) $(BUILD)/lockd
-	$(BUILD)/lockd --backend memory:// --listen $${LOCKD_LISTEN:-127.0.0.1:8080}
+	exec $(BUILD)/lockd --backend memory:// --listen $${LOCKD_LISTEN:-127.0.0.1:8080}
 
 unit: $(BUILD)/lockd $(UNITS)
 
@@ -76,6 +81,11 @@ unit: $(BUILD)/lockd $(UNITS)
 test: deps
 	$(MAKE) unit
 	LOCKD_BIN=$(BUILD)/lockd LOCKD_BUILD=$(BUILD) python3 tests/run.py $(TESTFLAGS)
+
+# The container image, with Docker or Podman (whichever can build here).
+IMAGE    ?= lockd:dev
+image:
+	@deploy/image.sh $(IMAGE)
 
 bench: deps-bench
 	$(MAKE) $(BUILD)/lockd

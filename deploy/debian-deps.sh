@@ -49,7 +49,18 @@ fi
 # script's exit status when the policy file was already there)
 cleanup() { if [ "$made_policy" = 1 ]; then rm -f "$policy"; fi; }
 trap cleanup EXIT
+# Slim images (debian:12-slim) strip /usr/share/man and keep dpkg from
+# writing there (/etc/dpkg/dpkg.cfg.d/docker), but update-alternatives still
+# links man pages into it: openjdk-17's post-install script (zookeeper needs
+# it) fails without /usr/share/man/man1 and leaves zookeeper unconfigured.
+# Empty section dirs are enough; dpkg still writes no page into them.
+for n in 1 2 3 4 5 6 7 8; do
+    [ -d "/usr/share/man/man$n" ] || mkdir -p "/usr/share/man/man$n"
+done
 export DEBIAN_FRONTEND=noninteractive
+# Finish what an earlier, failed run left unpacked but unconfigured (a no-op
+# otherwise): apt-get refuses to install anything until that is done.
+dpkg --configure -a
 apt-get update -q
 # shellcheck disable=SC2086
 apt-get install -y -q --no-install-recommends $missing

@@ -2,7 +2,9 @@
 """tests/run.py - runs every test: the unit test programs, then the
 end-to-end scenarios (tests/e2e/test_*.py) on every backend built in, each
 against a real server started on loopback in a temp dir. Prints one line
-per test and ends with "N passed, N failed".
+per test and ends with "N passed, N failed", after a line "N skipped": a
+scenario that cannot run here (harness.Skip, e.g. no container engine)
+prints "skip <name>: <reason>" and counts as neither.
 
   python3 tests/run.py [--backend NAME]... [-k SUBSTRING] [--no-unit] [--quick]
 
@@ -72,7 +74,7 @@ def backend_built(name):
         os.path.join(HERE, "e2e", "server_%s.py" % name))
 
 
-def run_backend(backend, scenarios, passed, failed, failures):
+def run_backend(backend, scenarios, passed, failed, failures, skipped):
     tmpdir = tempfile.mkdtemp(prefix="lockd-test-%s-" % backend)
     server = None
     lockd = None
@@ -89,8 +91,11 @@ def run_backend(backend, scenarios, passed, failed, failures):
             t0 = time.monotonic()
             signal.alarm(SCENARIO_TIMEOUT)
             err = None
+            skip = None
             try:
                 sc["fn"](ctx)
+            except harness.Skip as e:
+                skip = str(e) or "no reason given"
             except Exception as e:  # noqa: BLE001 - a failing scenario is data
                 err = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])
             finally:
@@ -110,6 +115,9 @@ def run_backend(backend, scenarios, passed, failed, failures):
                                                "\n".join("     " + line for line in err.splitlines())))
                 if not lockd.alive():
                     lockd = harness.Lockd(url, tmpdir=tmpdir).start()
+            elif skip is not None:
+                skipped[0] += 1
+                print("skip %s: %s" % (name, skip))
             else:
                 passed[0] += 1
                 print("ok   %s (%.1fs)" % (name, time.monotonic() - t0))
@@ -150,7 +158,7 @@ def main():
     opts = ap.parse_args()
     signal.signal(signal.SIGALRM, on_alarm)
 
-    passed, failed, failures = [0], [0], []
+    passed, failed, failures, skipped = [0], [0], [], [0]
     build = os.environ.get("LOCKD_BUILD", os.path.join(ROOT, "build"))
     if not opts.no_unit and not opts.filter:
         run_units(build, passed, failed)
@@ -170,10 +178,11 @@ def main():
                and not (opts.quick and s["slow"])]
         if not scs:
             continue
-        run_backend(backend, scs, passed, failed, failures)
+        run_backend(backend, scs, passed, failed, failures, skipped)
 
     if failures:
         print("\nfailed:\n" + "\n".join("  " + f for f in failures))
+    print("%d skipped" % skipped[0])
     print("%d passed, %d failed" % (passed[0], failed[0]))
     return 0 if failed[0] == 0 else 1
 

@@ -4,7 +4,8 @@
 - http(): one HTTP request over a fresh connection (or a kept-alive Client),
   answered as a Response with .status, .headers, .json, .text.
 - scenario(): registers a test; its name is a sentence. A scenario takes one
-  argument, the Context for the backend it runs on.
+  argument, the Context for the backend it runs on; it fails by raising Fail
+  (check(), eq()) and may raise Skip(reason) when it cannot run here.
 - Server: the base of the real backing servers (Redis, ZooKeeper, MariaDB)
   that tests/e2e/server_<name>.py start on loopback in a temp dir.
 
@@ -40,6 +41,12 @@ def scenario(name, backends=None, slow=False):
 
 class Fail(AssertionError):
     pass
+
+
+class Skip(Exception):
+    """Raised by a scenario that cannot run here (e.g. no container engine):
+    the runner prints "skip <name>: <reason>" and counts it as skipped, never
+    as passed."""
 
 
 def check(cond, msg="check failed"):
