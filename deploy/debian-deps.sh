@@ -5,7 +5,7 @@
 set -eu
 
 pkgs_build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libhiredis-dev libzookeeper-mt-dev default-libmysqlclient-dev"
-pkgs_test="python3 curl procps redis-server zookeeper mariadb-server faketime yamllint shellcheck"
+pkgs_test="python3 python3-yaml curl procps redis-server zookeeper mariadb-server faketime yamllint shellcheck"
 pkgs_bench="etcd-server etcd-client redis-tools"
 
 want=""
