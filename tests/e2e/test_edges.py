@@ -1,0 +1,225 @@
+"""tests/e2e/test_edges.py - HTTP's edges, on raw sockets: every error is
+a JSON {"error":{"code","message"}} with Content-Type: application/json, and
+a malformed request never changes lock state. Header values with a NUL or a
+control character, and transfer codings lockd cannot read.
+"""
+
+import json
+import socket
+import time
+
+import harness
+from harness import check, eq
+from test_api import acquire, expect_held, parse_expires, parse_http, path, req
+
+T = 3.0  # seconds to wait for an answer
+
+
+def exchange(port, data, timeout=T):
+    """Send data; return (response or None, closed, seconds). response is
+    (status, headers, body); closed: lockd closed the connection after it
+    (or without one) within the timeout."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    t0 = time.monotonic()
+    out, closed, resp = b"", False, None
+    try:
+        try:
+            s.sendall(data)
+        except OSError:
+            pass  # lockd may answer and close before reading everything
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            try:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            except OSError:
+                closed = True
+                break
+            if not chunk:
+                closed = True
+                break
+            out += chunk
+            if resp is None:
+                p = parse_http(out if not data.startswith(b"HEAD ") else no_body(out))
+                if p is not None:
+                    resp = p[:3]
+                    elapsed = time.monotonic() - t0
+                    if p[1].get("connection", "").lower() != "close":
+                        return resp, False, elapsed
+    finally:
+        s.close()
+    return resp, closed, time.monotonic() - t0
+
+
+def no_body(out):
+    """A response to HEAD as parse_http() can read it: Content-Length 0."""
+    i = out.find(b"\r\n\r\n")
+    if i < 0:
+        return out
+    lines = [ln for ln in out[:i].split(b"\r\n") if not ln.lower().startswith(b"content-length:")]
+    return b"\r\n".join(lines) + b"\r\nContent-Length: 0\r\n\r\n" + out[i + 4:]
+
+
+def head(method, target, headers=(), body=b"", nl=b"\r\n"):
+    """A request's bytes; headers are (name, value) pairs of bytes."""
+    lines = [method + b" " + target + b" HTTP/1.1", b"Host: 127.0.0.1"]
+    lines += [k + b": " + v for k, v in headers]
+    return nl.join(lines) + nl + nl + body
+
+
+def expect_error(resp, status, code, what):
+    check(resp is not None, "%s: no answer" % what)
+    st, hdrs, body = resp
+    check(st == status, "%s: status %d, want %d (body %r)" % (what, st, status, body[:200]))
+    ctype = (hdrs.get("content-type") or "").split(";")[0].strip()
+    check(ctype == "application/json", "%s: Content-Type %r (body %r)" % (what, ctype, body[:200]))
+    try:
+        err = json.loads(body.decode("utf-8"))["error"]
+    except (ValueError, KeyError, TypeError):
+        raise harness.Fail("%s: not a JSON error: %r" % (what, body[:200]))
+    codes = code if isinstance(code, tuple) else (code,)
+    check(err.get("code") in codes, "%s: code %r, want %s" % (what, err.get("code"), "/".join(codes)))
+    check(isinstance(err.get("message"), str) and err["message"], "%s: no message" % what)
+    check(hdrs.get("x-request-id"), "%s: no X-Request-Id" % what)
+    return hdrs, err
+
+
+def expect_unchanged(ctx, key, g, what):
+    """The lock is held exactly as granted: same fence, expiry not moved."""
+    body = expect_held(ctx, key, g["fence"], what=what + ": inspect")
+    moved = parse_expires(body["expires_at"]) - parse_expires(g["expires_at"])
+    check(abs(moved) <= 1.0, "%s: the lock's expiry moved by %.3f s" % (what, moved))
+
+
+def expect_free(ctx, key, what):
+    r = req(ctx, "GET", key)
+    check(r.status == 404, "%s: the key is not free: %r" % (what, r))
+
+
+@harness.scenario("HTTP edges: a NUL or control character in a header lockd reads is 400 and changes nothing")
+def header_control_chars(ctx):
+    port = ctx.lockd.port
+    key = ctx.key("edge-nul")
+    g = acquire(ctx, key, ttl_ms=60000, owner="edge")
+    tok = g["token"].encode()
+    kp = path(key).encode()
+    after = [(b"X-After", b"1")]
+    variants = [
+        ("NUL then x", [(b"Lock-Token", tok + b"\x00x")] + after, b"\r\n"),
+        ("NUL then x, last header", [(b"Lock-Token", tok + b"\x00x")], b"\r\n"),
+        ("two NULs then x, last header", [(b"Lock-Token", tok + b"\x00\x00x")], b"\r\n"),
+        ("trailing NUL", [(b"Lock-Token", tok + b"\x00")] + after, b"\r\n"),
+        ("NUL then x, bare LF lines", [(b"Lock-Token", tok + b"\x00x")] + after, b"\n"),
+        ("NUL then x, bare LF lines, last", [(b"Lock-Token", tok + b"\x00x")], b"\n"),
+        ("\\x01", [(b"Lock-Token", tok + b"\x01")], b"\r\n"),
+        ("\\x7f", [(b"Lock-Token", tok + b"\x7f")], b"\r\n"),
+        ("ESC", [(b"Lock-Token", tok + b"\x1b[0m")], b"\r\n"),
+        ("bare CR then x", [(b"Lock-Token", tok + b"\rx")] + after, b"\r\n"),
+        ("CR before CRLF", [(b"Lock-Token", tok + b"\r")] + after, b"\r\n"),
+        ("valid token, Authorization with \\x01", [(b"Lock-Token", tok), (b"Authorization", b"Bearer a\x01b")],
+         b"\r\n"),
+        ("valid token, Authorization with a NUL", [(b"Authorization", b"Bearer a\x00b"), (b"Lock-Token", tok)],
+         b"\r\n"),
+        ("valid token, Content-Type with a NUL", [(b"Lock-Token", tok), (b"Content-Type", b"text/plain\x00x")],
+         b"\r\n"),
+        ("valid token, X-Request-Id with \\x01", [(b"X-Request-Id", b"id\x01"), (b"Lock-Token", tok)], b"\r\n"),
+        ("valid token, Host with a NUL", [(b"Lock-Token", tok), (b"X-Host", b"1"), (b"Host", b"h\x00x")], b"\r\n"),
+        ("valid token, Content-Length 0 with a NUL", [(b"Lock-Token", tok), (b"Content-Length", b"0\x00x")],
+         b"\r\n"),
+        ("valid token, Transfer-Encoding chunked with a NUL",
+         [(b"Lock-Token", tok), (b"Transfer-Encoding", b"chunked\x00x")], b"\r\n"),
+    ]
+    n = 0
+    for method in (b"DELETE", b"PUT"):
+        for name, hdrs, nl in variants:
+            what = "%s with %s" % (method.decode(), name)
+            resp, _, _ = exchange(port, head(method, kp, hdrs, nl=nl))
+            expect_error(resp, 400, "invalid_parameter", what)
+            expect_unchanged(ctx, key, g, what)
+            n += 1
+    # acquire and inspect of a free key: nothing is taken
+    free = ctx.key("edge-nul-free")
+    for method in (b"POST", b"GET", b"HEAD"):
+        for hdrs in ([(b"Authorization", b"Bearer x\x00y")], [(b"Content-Length", b"0\x00x")],
+                     [(b"Content-Type", b"application/json\x01")], [(b"X-Request-Id", b"a\x00b")]):
+            what = "%s of a free key with %r" % (method.decode(), hdrs)
+            resp, _, _ = exchange(port, head(method, path(free).encode(), hdrs))
+            check(resp is not None and resp[0] == 400, "%s: %r" % (what, resp))
+            if method != b"HEAD":
+                expect_error(resp, 400, "invalid_parameter", what)
+            expect_free(ctx, free, what)
+            n += 1
+    # a folded (obs-fold) Lock-Token: 400, not a token cut or renamed
+    for method in (b"DELETE", b"PUT"):
+        data = (method + b" " + kp + b" HTTP/1.1\r\nHost: x\r\nLock-Token: " + tok[:16] + b"\r\n " + tok[16:]
+                + b"\r\n\r\n")
+        resp, _, _ = exchange(port, data)
+        expect_error(resp, 400, "bad_request", "%s with a folded Lock-Token" % method.decode())
+        expect_unchanged(ctx, key, g, "folded Lock-Token")
+        n += 1
+    # a tab is no control character here: OWS before the token, inside Content-Type
+    tabs = [(b"Lock-Token", b"\t" + tok), (b"Content-Type", b"text/plain;\tq=1")]
+    resp, _, _ = exchange(port, head(b"PUT", kp, tabs))
+    check(resp is not None and resp[0] == 200, "PUT with tabs: %r" % (resp,))
+    # a header lockd does not read may hold anything
+    resp, _, _ = exchange(port, head(b"GET", kp, [(b"X-Junk", b"a\x00b\x01")]))
+    check(resp is not None and resp[0] == 200, "GET with a junk X-Junk header: %r" % (resp,))
+    resp, _, _ = exchange(port, head(b"DELETE", kp, [(b"Lock-Token", tok)]))
+    check(resp is not None and resp[0] == 200, "DELETE with the clean token: %r" % (resp,))
+    expect_free(ctx, key, "after the clean release")
+    harness.log("     %d refused requests, the lock untouched by each" % n)
+
+
+@harness.scenario("HTTP edges: a transfer coding but chunked alone is 501 at once, closed; with Content-Length 400")
+def transfer_codings(ctx):
+    port = ctx.lockd.port
+    held = ctx.key("edge-te-held")
+    g = acquire(ctx, held, ttl_ms=60000)
+    tok = g["token"].encode()
+    chunked_body = b"2\r\n{}\r\n0\r\n\r\n"
+    cases = [
+        ("gzip", [(b"Transfer-Encoding", b"gzip")], b"\x1f\x8b\x08\x00"),
+        ("gzip, chunked", [(b"Transfer-Encoding", b"gzip, chunked")], chunked_body),
+        ("chunked, gzip", [(b"Transfer-Encoding", b"chunked, gzip")], chunked_body),
+        ("identity", [(b"Transfer-Encoding", b"identity")], b"{}"),
+        ("deflate", [(b"Transfer-Encoding", b"deflate")], b""),
+        ("chunked twice in one header", [(b"Transfer-Encoding", b"chunked, chunked")], chunked_body),
+        ("gzip then chunked in two headers", [(b"Transfer-Encoding", b"gzip"), (b"Transfer-Encoding", b"chunked")],
+         chunked_body),
+        ("chunked with a parameter", [(b"Transfer-Encoding", b"chunked;x=1")], chunked_body),
+    ]
+    for name, hdrs, body in cases:
+        for method, key, extra in ((b"POST", ctx.key("edge-te"), []), (b"PUT", held, [(b"Lock-Token", tok)]),
+                                   (b"DELETE", held, [(b"Lock-Token", tok)])):
+            what = "%s with Transfer-Encoding %s" % (method.decode(), name)
+            resp, closed, secs = exchange(port, head(method, path(key).encode(), extra + hdrs, body))
+            hdrs_got, _ = expect_error(resp, 501, "not_implemented", what)
+            eq((hdrs_got.get("connection") or "").lower(), "close", what + ": Connection header")
+            check(closed, "%s: the connection stayed open" % what)
+            check(secs < 1.0, "%s: answered after %.2f s" % (what, secs))
+            if key == held:
+                expect_unchanged(ctx, held, g, what)
+            else:
+                expect_free(ctx, key, what)
+    # chunked with a Content-Length: ambiguous framing, refused and closed
+    for cl in (b"2", b"0", b"100"):
+        key = ctx.key("edge-te-cl")
+        what = "chunked with Content-Length %s" % cl.decode()
+        resp, closed, secs = exchange(port, head(b"POST", path(key).encode(), [
+            (b"Transfer-Encoding", b"chunked"), (b"Content-Length", cl)], chunked_body))
+        hdrs_got, _ = expect_error(resp, 400, "invalid_parameter", what)
+        eq((hdrs_got.get("connection") or "").lower(), "close", what + ": Connection header")
+        check(closed and secs < 1.0, "%s: closed %r after %.2f s" % (what, closed, secs))
+        expect_free(ctx, key, what)
+    # chunked alone, in any case, is read as ever
+    for te in (b"chunked", b"CHUNKED"):
+        key = ctx.key("edge-te-ok")
+        resp, _, _ = exchange(port, head(b"POST", path(key).encode(), [(b"Transfer-Encoding", te)],
+                                         b"10\r\n{\"ttl_ms\":60000}\r\n0\r\n\r\n"))
+        check(resp is not None and resp[0] == 201, "POST with Transfer-Encoding %s: %r" % (te.decode(), resp))
+        t = json.loads(resp[2])["token"]
+        r = req(ctx, "DELETE", key, headers={"Lock-Token": t})
+        eq(r.status, 200, "release of the chunked acquire")
+    expect_unchanged(ctx, held, g, "after the transfer codings")
