@@ -594,10 +594,12 @@ static enum MHD_Result on_request(void *cls,
         if (r->path == NULL || r->request_id == NULL)
             return MHD_NO; /* out of memory: MHD closes the connection */
         if (target_has_nul(conn, url, version)) {
+            const char *p = router_path(url);
             struct api_response resp = { .route = METRICS_ROUTE_OTHER };
             codec_error(&resp,
-                        strncmp(url, "/locks/", 7) == 0 ? API_INVALID_KEY
-                                                        : API_NOT_FOUND,
+                        p != NULL && strncmp(p, "/locks/", 7) == 0
+                            ? API_INVALID_KEY
+                            : API_NOT_FOUND,
                         "the request target contains a NUL byte");
             return queue(r, &resp);
         }

@@ -1,7 +1,8 @@
 """tests/e2e/test_edges.py - HTTP's edges, on raw sockets: every error is
 a JSON {"error":{"code","message"}} with Content-Type: application/json, and
 a malformed request never changes lock state. Header values with a NUL or a
-control character, and transfer codings lockd cannot read.
+control character, transfer codings lockd cannot read, CONNECT, and
+absolute- and asterisk-form targets.
 """
 
 import json
@@ -223,3 +224,71 @@ def transfer_codings(ctx):
         r = req(ctx, "DELETE", key, headers={"Lock-Token": t})
         eq(r.status, 200, "release of the chunked acquire")
     expect_unchanged(ctx, held, g, "after the transfer codings")
+
+
+@harness.scenario("HTTP edges: CONNECT gets 405 method_not_allowed with Allow, as every method lockd does not serve")
+def connect_method(ctx):
+    port = ctx.lockd.port
+    key = ctx.key("edge-connect")
+    g = acquire(ctx, key, ttl_ms=60000)
+    locks = "GET, HEAD, POST, PUT, DELETE"
+    cases = [
+        (b"CONNECT", b"127.0.0.1:443", locks),
+        (b"CONNECT", b"example.com:80", locks),
+        (b"CONNECT", path(key).encode(), locks),
+        (b"CONNECT", b"/healthz", "GET, HEAD"),
+        (b"FOO", path(key).encode(), locks),
+        (b"TRACE", path(key).encode(), locks),
+        (b"PATCH", path(key).encode(), locks),
+        (b"OPTIONS", path(key).encode(), locks),
+        (b"TRACE", b"/healthz", "GET, HEAD"),
+    ]
+    for method, target, allow in cases:
+        what = "%s %s" % (method.decode(), target.decode())
+        resp, _, _ = exchange(port, head(method, target, [(b"Lock-Token", g["token"].encode())]))
+        hdrs, _ = expect_error(resp, 405, "method_not_allowed", what)
+        eq(hdrs.get("allow"), allow, what + ": Allow")
+    expect_unchanged(ctx, key, g, "after CONNECT and other methods")
+
+
+@harness.scenario("HTTP edges: absolute-form targets route by their path and query; asterisk-form gets JSON")
+def absolute_form(ctx):
+    port = ctx.lockd.port
+    key = ctx.key("edge-abs")
+    kp = path(key).encode()
+
+    def ask(method, target, hdrs=()):
+        resp, _, _ = exchange(port, head(method, target, list(hdrs)))
+        check(resp is not None, "%s %s: no answer" % (method.decode(), target.decode()))
+        return resp
+
+    resp = ask(b"GET", b"http://127.0.0.1:%d/healthz" % port)
+    check(resp[0] == 200 and json.loads(resp[2]) == {"status": "ok"}, "GET http://.../healthz: %r" % (resp,))
+    resp = ask(b"POST", b"HTTPS://lockd.example" + kp + b"?ttl_ms=60000&owner=abs")
+    check(resp[0] == 201, "POST HTTPS://host/locks/k?ttl_ms=...: %r" % (resp,))
+    g = json.loads(resp[2])
+    eq(g.get("key"), key, "key of the absolute-form acquire")
+    eq(g.get("ttl_ms") <= 60000 and g.get("ttl_ms") > 50000, True, "ttl_ms from the absolute-form query")
+    expect_held(ctx, key, g["fence"], "abs", "inspect in origin form")
+    resp = ask(b"GET", b"hTTp://h:1" + kp)
+    check(resp[0] == 200 and json.loads(resp[2]).get("owner") == "abs", "GET hTTp://h:1/locks/k: %r" % (resp,))
+    resp = ask(b"PUT", b"http://h" + kp + b"?ttl_ms=60000", [(b"Lock-Token", g["token"].encode())])
+    check(resp[0] == 200, "PUT http://h/locks/k: %r" % (resp,))
+    resp = ask(b"DELETE", b"https://h" + kp, [(b"Lock-Token", g["token"].encode())])
+    check(resp[0] == 200, "DELETE https://h/locks/k: %r" % (resp,))
+    expect_free(ctx, key, "after the absolute-form release")
+    # a percent-encoded slash is the same key as in origin form
+    resp = ask(b"POST", b"http://h/locks/" + key.encode() + b"%2Fsub")
+    check(resp[0] == 201 and json.loads(resp[2]).get("key") == key + "/sub", "POST http://h/locks/k%%2Fsub: %r"
+          % (resp,))
+    r = req(ctx, "DELETE", key + "/sub", headers={"Lock-Token": json.loads(resp[2])["token"]})
+    eq(r.status, 200, "release of k/sub in origin form")
+    # no path: "/", which is no route
+    for target in (b"http://h", b"http://h?x=1", b"HTTP://127.0.0.1:8080"):
+        expect_error(ask(b"GET", target), 404, "not_found", "GET " + target.decode())
+    # not a path, nor an absolute http(s) URI
+    for target in (b"healthz", b"*", b"http:///healthz", b"https://", b"ftp://h/healthz", b"h:80", b"locks/x"):
+        expect_error(ask(b"GET", target), 400, "bad_request", "GET " + target.decode())
+    # the asterisk form is OPTIONS': lockd serves no OPTIONS, and says what it serves
+    hdrs, _ = expect_error(ask(b"OPTIONS", b"*"), 405, "method_not_allowed", "OPTIONS *")
+    eq(hdrs.get("allow"), "GET, HEAD, POST, PUT, DELETE", "OPTIONS *: Allow")
