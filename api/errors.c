@@ -51,6 +51,8 @@ const char *api_error_message(enum api_error e)
         return "the lock is held under another token";
     case API_BODY_TOO_LARGE:
         return "the request body is too large";
+    case API_HEADERS_TOO_LARGE:
+        return "the request's header section is too large";
     case API_INTERNAL:
         return "internal error (out of memory)";
     case API_NOT_IMPLEMENTED:

@@ -23,6 +23,7 @@
     X(API_LOCK_HELD, 409, "lock_held")                     \
     X(API_TOKEN_MISMATCH, 409, "token_mismatch")           \
     X(API_BODY_TOO_LARGE, 413, "body_too_large")           \
+    X(API_HEADERS_TOO_LARGE, 431, "headers_too_large")     \
     X(API_INTERNAL, 500, "internal_error")                 \
     X(API_NOT_IMPLEMENTED, 501, "not_implemented")         \
     X(API_BACKEND_UNAVAILABLE, 503, "backend_unavailable") \

@@ -31,6 +31,9 @@
 #define MAX_LOCK_TOKENS  4
 #define REQUEST_ID_MAX   128
 #define PATH_LOG_MAX     256
+/* libmicrohttpd's memory per connection, at least: what it had before
+ * --max-header-bytes */
+#define CONNECTION_MEMORY_MIN 8192
 
 struct server {
     struct MHD_Daemon *daemon;
@@ -406,6 +409,15 @@ check_headers(struct request *r, const char *method, char *msg, size_t msglen)
         snprintf(msg, msglen, "%s", h.msg);
         return h.err;
     }
+    if (ci->header_size > r->srv->cfg->max_header_bytes) {
+        r->close = true;
+        snprintf(msg, msglen,
+                 "the request line and headers are %zu bytes, over "
+                 "--max-header-bytes %llu",
+                 ci->header_size,
+                 (unsigned long long)r->srv->cfg->max_header_bytes);
+        return API_HEADERS_TOO_LARGE;
+    }
     return API_OK;
 }
 
@@ -694,6 +706,7 @@ struct server *server_start(const struct config *cfg,
                               .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
     struct addrinfo *ai = NULL;
     unsigned pool, per_ip;
+    size_t memory;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      MHD_USE_TURBO;
@@ -731,13 +744,23 @@ struct server *server_start(const struct config *cfg,
                                                : cfg->max_connections;
     if (pool <= 1)
         pool = 0;
+    /* a connection's memory pool holds the request line and headers, in
+     * place, a record of each field, a copy of the Cookie fields, and the
+     * response's headers: twice --max-header-bytes lets a section of that
+     * size with a few hundred fields through, to be answered as ever, and
+     * most bigger ones reach check_headers() for a JSON 431. Up to 32 KiB,
+     * libmicrohttpd 0.9.75 mallocs the pool; past it, it maps it, which
+     * costs a parked waiter more (docs/http.md) */
+    memory = (size_t)cfg->max_header_bytes * 2;
+    if (memory < CONNECTION_MEMORY_MIN)
+        memory = CONNECTION_MEMORY_MIN;
     /* the logger first: messages about the options after it reach it */
     srv->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
         mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_CONNECTION_LIMIT,
         cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)8192,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory,
         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)1024,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,

@@ -1,8 +1,9 @@
 """tests/e2e/test_edges.py - HTTP's edges, on raw sockets: every error is
 a JSON {"error":{"code","message"}} with Content-Type: application/json, and
 a malformed request never changes lock state. Header values with a NUL or a
-control character, transfer codings lockd cannot read, CONNECT, and
-absolute- and asterisk-form targets.
+control character, transfer codings lockd cannot read, CONNECT, absolute-
+and asterisk-form targets, header sections up to 16 KiB and past it, and
+what libmicrohttpd 0.9.75 still answers itself (docs/http.md).
 """
 
 import json
@@ -292,3 +293,134 @@ def absolute_form(ctx):
     # the asterisk form is OPTIONS': lockd serves no OPTIONS, and says what it serves
     hdrs, _ = expect_error(ask(b"OPTIONS", b"*"), 405, "method_not_allowed", "OPTIONS *")
     eq(hdrs.get("allow"), "GET, HEAD, POST, PUT, DELETE", "OPTIONS *: Allow")
+
+
+def section(target, size, field=b"X-Big", prefix=b""):
+    """A GET whose request line and headers are size bytes, the padding in
+    one field (after prefix)."""
+    base = head(b"GET", target, [(field, prefix)])
+    return head(b"GET", target, [(field, prefix + b"a" * (size - len(base)))])
+
+
+@harness.scenario("HTTP edges: request headers up to 16 KiB are answered as ever; bigger ones get a JSON 431")
+def header_sizes(ctx):
+    port = ctx.lockd.port
+    key = ctx.key("edge-hdr")
+    g = acquire(ctx, key, ttl_ms=60000)
+    kp = path(key).encode()
+    # 16 KiB in total, in the shapes real clients send: one big field (a
+    # JWT), cookies, 150 fields
+    for size in (8192, 12000, 16384):
+        data = section(kp, size)
+        eq(len(data), size, "request size")
+        resp, _, _ = exchange(port, data)
+        check(resp is not None and resp[0] == 200, "a %d-byte header section: %r" % (size, resp))
+    # Cookie fields cost libmicrohttpd twice their size and more (docs/
+    # http.md): 8 KiB of them, in one cookie or up to 100, in a 16 KiB section
+    for name, cookie in (("one 8 KiB cookie", b"session=" + b"s" * 8184),
+                         ("a jar of 80 cookies", b"; ".join(b"c%02d=%s" % (i, b"v" * 96) for i in range(80))),
+                         ("a jar of 100 cookies", b"; ".join(b"c%03d=%s" % (i, b"v" * 75) for i in range(100)))):
+        base = head(b"GET", b"/healthz", [(b"Cookie", cookie), (b"X-Pad", b"")])
+        data = head(b"GET", b"/healthz", [(b"Cookie", cookie), (b"X-Pad", b"p" * (16384 - len(base)))])
+        eq(len(data), 16384, "request size")
+        resp, _, _ = exchange(port, data)
+        check(resp is not None and resp[0] == 200, "a 16384-byte section with %s: %r" % (name, resp))
+    for n, size in ((150, 97), (250, 54)):
+        data = head(b"GET", kp, [(b"X-F%03d" % i, b"v" * size) for i in range(n)])
+        check(len(data) <= 16384, "%d fields: %d bytes" % (n, len(data)))
+        resp, _, _ = exchange(port, data)
+        check(resp is not None and resp[0] == 200, "%d fields, %d bytes: %r" % (n, len(data), resp))
+    # a big Lock-Token is read, and refused as a token, not as a header
+    resp, _, _ = exchange(port, head(b"DELETE", kp, [(b"Lock-Token", b"a" * 10000)]))
+    big = "DELETE with a 10000-byte Lock-Token"
+    check(resp is not None and resp[0] in (400, 409), "%s: %r" % (big, resp))
+    expect_error(resp, resp[0], ("invalid_parameter", "token_mismatch"), big)
+    # an acquire and a release with a 16 KiB section work
+    other = ctx.key("edge-hdr-acq")
+    data = head(b"POST", path(other).encode(), [(b"Content-Length", b"2"), (b"X-Pad", b"")], b"{}")
+    data = head(b"POST", path(other).encode(), [(b"Content-Length", b"2"),
+                                                (b"X-Pad", b"p" * (16384 - (len(data) - 2)))], b"{}")
+    resp, _, _ = exchange(port, data)
+    check(resp is not None and resp[0] == 201, "acquire with a 16384-byte header section: %r" % (resp,))
+    r = req(ctx, "DELETE", other, headers={"Lock-Token": json.loads(resp[2])["token"], "X-Pad": "p" * 16000})
+    eq(r.status, 200, "release with a 16 KB header")
+    # bigger: lockd's JSON 431, and the connection closed
+    for method, extra in ((b"GET", []), (b"DELETE", [(b"Lock-Token", g["token"].encode())]),
+                          (b"PUT", [(b"Lock-Token", g["token"].encode())])):
+        for size in (16385, 20000, 28000):
+            base = head(method, kp, extra + [(b"X-Big", b"")])
+            data = head(method, kp, extra + [(b"X-Big", b"a" * (size - len(base)))])
+            what = "%s with a %d-byte header section" % (method.decode(), size)
+            resp, closed, _ = exchange(port, data)
+            hdrs, _ = expect_error(resp, 431, "headers_too_large", what)
+            eq((hdrs.get("connection") or "").lower(), "close", what + ": Connection header")
+            check(closed, what + ": the connection stayed open")
+    expect_unchanged(ctx, key, g, "after the big headers")
+    # the bound is --max-header-bytes
+    small = ctx.new_lockd(args=["--max-header-bytes", "4096"])
+    resp, _, _ = exchange(small.port, section(b"/healthz", 4096))
+    check(resp is not None and resp[0] == 200, "--max-header-bytes 4096, a 4096-byte section: %r" % (resp,))
+    resp, _, _ = exchange(small.port, section(b"/healthz", 4097))
+    expect_error(resp, 431, "headers_too_large", "--max-header-bytes 4096, a 4097-byte section")
+
+
+@harness.scenario("HTTP edges: what libmicrohttpd still answers itself is as docs/http.md says, and changes nothing")
+def mhd_answers(ctx):
+    """Each case of docs/http.md's table: its status (0: closed without an
+    answer), the connection closed, lockd alive, a lock untouched."""
+    port = ctx.lockd.port
+    key = ctx.key("edge-mhd")
+    g = acquire(ctx, key, ttl_ms=60000)
+    kp = path(key).encode()
+    lt = b"\r\nLock-Token: " + g["token"].encode() + b"\r\n"
+    cases = [
+        ("HTTP/2.0 in the request line", b"DELETE " + kp + b" HTTP/2.0\r\nHost: x" + lt + b"\r\n", 505),
+        ("HTTP/0.9 in the request line", b"DELETE " + kp + b" HTTP/0.9\r\nHost: x" + lt + b"\r\n", 505),
+        ("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
+        ("no HTTP version", b"DELETE " + kp + b"\r\nHost: x" + lt + b"\r\n", 400),
+        ("version HTTP/1", b"DELETE " + kp + b" HTTP/1\r\nHost: x" + lt + b"\r\n", 400),
+        ("version in lower case", b"DELETE " + kp + b" http/1.1\r\nHost: x" + lt + b"\r\n", 400),
+        ("a header line without a colon", b"DELETE " + kp + b" HTTP/1.1\r\nHost: x" + lt + b"NoColon\r\n\r\n", 400),
+        ("a malformed chunk size", b"PUT " + kp + b" HTTP/1.1\r\nHost: x" + lt
+         + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", 400),
+        ("a chunk size past 2^64", b"PUT " + kp + b" HTTP/1.1\r\nHost: x" + lt
+         + b"Transfer-Encoding: chunked\r\n\r\n1ffffffffffffffff\r\n", 413),
+        ("Content-Length abc", b"PUT " + kp + b" HTTP/1.1\r\nHost: x" + lt + b"Content-Length: abc\r\n\r\n{}", 400),
+        ("Content-Length past 2^64", b"PUT " + kp + b" HTTP/1.1\r\nHost: x" + lt
+         + b"Content-Length: 99999999999999999999999\r\n\r\n", 413),
+        ("a request line over the memory pool", b"DELETE " + kp + b"?x=" + b"a" * 40000 + b" HTTP/1.1\r\nHost: x"
+         + lt + b"\r\n", 414),
+        ("a header section over the memory pool", b"DELETE " + kp + b" HTTP/1.1\r\nHost: x" + lt + b"X-Big: "
+         + b"a" * 40000 + b"\r\n\r\n", 431),
+        ("600 small fields", b"DELETE " + kp + b" HTTP/1.1\r\nHost: x" + lt
+         + b"".join(b"A%d: b\r\n" % i for i in range(600)) + b"\r\n", 431),
+        ("a jar of 600 cookies", b"DELETE " + kp + b" HTTP/1.1\r\nHost: x" + lt + b"Cookie: "
+         + b"; ".join(b"c%03d=v" % i for i in range(600)) + b"\r\n\r\n", 431),
+        ("a 16 KiB section that is one Cookie", b"DELETE " + kp + b" HTTP/1.1\r\nHost: x" + lt + b"Cookie: s="
+         + b"v" * (16300 - len(kp) - len(lt)) + b"\r\n\r\n", 431),
+        ("a request line without a space", b"hello\r\n\r\n", 0),
+    ]
+    failures = []
+    for name, data, status in cases:
+        resp, closed, _ = exchange(port, data)
+        got = resp[0] if resp is not None else 0
+        if got != status:
+            failures.append("%s: status %r, want %r (%r)" % (name, got, status, resp))
+        elif not closed:
+            failures.append("%s: the connection stayed open" % name)
+        if not ctx.lockd.alive():
+            failures.append("%s: lockd died" % name)
+            break
+    # and what it lets through, which lockd answers as ever
+    for name, data in (("HTTP/1.2", b"GET /healthz HTTP/1.2\r\nHost: x\r\n\r\n"),
+                       ("no Host", b"GET /healthz HTTP/1.1\r\n\r\n"),
+                       ("bare LF line ends", b"GET /healthz HTTP/1.1\nHost: x\n\n")):
+        resp, _, _ = exchange(port, data)
+        if resp is None or resp[0] != 200:
+            failures.append("%s: %r, want 200" % (name, resp))
+    resp, _, _ = exchange(port, b"DELETE " + kp + b" HTTP/1.1\r\nHost: x\r\nLock-Token : " + g["token"].encode()
+                          + b"\r\n\r\n")
+    if resp is None or resp[0] != 400 or json.loads(resp[2])["error"]["code"] != "missing_token":
+        failures.append("a space before Lock-Token's colon: %r, want 400 missing_token" % (resp,))
+    check(not failures, "libmicrohttpd's own answers are not as docs/http.md says:\n  " + "\n  ".join(failures))
+    expect_unchanged(ctx, key, g, "after libmicrohttpd's own answers")
