@@ -26,7 +26,9 @@ struct api_param {     /* one query parameter, as received */
 
 struct api_request { /* everything borrowed from the server for the call */
     const char *method;
-    const char *path; /* raw, still percent-encoded, without the query */
+    const char *path; /* the target as sent, without the query: a path
+                       * or an absolute URI (router_path()), still
+                       * percent-encoded */
     const char *body;
     size_t body_len;
     const struct api_param *query;

@@ -26,6 +26,8 @@ const char *api_error_message(enum api_error e)
     switch (e) {
     case API_OK:
         return "ok";
+    case API_BAD_REQUEST:
+        return "the request is not well-formed HTTP/1.1";
     case API_INVALID_KEY:
         return "the lock key is invalid";
     case API_INVALID_JSON:
@@ -49,8 +51,12 @@ const char *api_error_message(enum api_error e)
         return "the lock is held under another token";
     case API_BODY_TOO_LARGE:
         return "the request body is too large";
+    case API_HEADERS_TOO_LARGE:
+        return "the request's header section is too large";
     case API_INTERNAL:
         return "internal error (out of memory)";
+    case API_NOT_IMPLEMENTED:
+        return "the request uses an HTTP feature lockd does not implement";
     case API_BACKEND_UNAVAILABLE:
         return "the lock backend is unavailable; retry later";
     case API_SHUTTING_DOWN:

@@ -11,6 +11,7 @@
 /* X(name, HTTP status, code) */
 #define API_ERRORS(X)                                      \
     X(API_OK, 200, "ok")                                   \
+    X(API_BAD_REQUEST, 400, "bad_request")                 \
     X(API_INVALID_KEY, 400, "invalid_key")                 \
     X(API_INVALID_JSON, 400, "invalid_json")               \
     X(API_INVALID_PARAMETER, 400, "invalid_parameter")     \
@@ -22,7 +23,9 @@
     X(API_LOCK_HELD, 409, "lock_held")                     \
     X(API_TOKEN_MISMATCH, 409, "token_mismatch")           \
     X(API_BODY_TOO_LARGE, 413, "body_too_large")           \
+    X(API_HEADERS_TOO_LARGE, 431, "headers_too_large")     \
     X(API_INTERNAL, 500, "internal_error")                 \
+    X(API_NOT_IMPLEMENTED, 501, "not_implemented")         \
     X(API_BACKEND_UNAVAILABLE, 503, "backend_unavailable") \
     X(API_SHUTTING_DOWN, 503, "shutting_down")
 

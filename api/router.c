@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define LOCKS_PREFIX "/locks/"
 #define ALLOW_LOCKS  "GET, HEAD, POST, PUT, DELETE"
@@ -44,6 +45,7 @@ static bool authorized(const struct api_config *cfg,
 
 static enum api_action route_lock(const struct api_config *cfg,
                                   const struct api_request *rq,
+                                  const char *path,
                                   struct api_response *resp,
                                   struct api_call *call)
 {
@@ -78,7 +80,7 @@ static enum api_action route_lock(const struct api_config *cfg,
         resp->retry_after = 1;
         return API_ACTION_REPLY;
     }
-    err = codec_decode_key(rq->path + strlen(LOCKS_PREFIX), &key, &key_len, msg,
+    err = codec_decode_key(path + strlen(LOCKS_PREFIX), &key, &key_len, msg,
                            sizeof(msg));
     if (err != API_OK) {
         codec_error(resp, err, msg);
@@ -104,17 +106,50 @@ static enum api_action route_lock(const struct api_config *cfg,
     return API_ACTION_CALL;
 }
 
+const char *router_path(const char *target)
+{
+    static const char *const schemes[] = { "http://", "https://" };
+
+    if (target[0] == '/')
+        return target; /* origin form */
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
+        size_t n = strlen(schemes[i]);
+        const char *path;
+        if (strncasecmp(target, schemes[i], n) != 0)
+            continue;
+        if (target[n] == '\0' || target[n] == '/')
+            return NULL; /* no host */
+        path = strchr(target + n, '/');
+        return path != NULL ? path : "/";
+    }
+    return NULL;
+}
+
 enum api_action router_dispatch(const struct api_config *cfg,
                                 const struct api_request *rq,
                                 struct api_response *resp,
                                 struct api_call *call)
 {
-    const char *path = rq->path;
+    const char *path = router_path(rq->path);
 
     memset(resp, 0, sizeof(*resp));
     resp->route = METRICS_ROUTE_OTHER;
+    if (path == NULL) {
+        /* CONNECT's authority form, OPTIONS' asterisk form: the methods
+         * lockd serves are none of these */
+        if (strcmp(rq->method, "CONNECT") == 0 ||
+            (strcmp(rq->method, "OPTIONS") == 0 &&
+             strcmp(rq->path, "*") == 0)) {
+            not_allowed(resp, ALLOW_LOCKS);
+            return API_ACTION_REPLY;
+        }
+        codec_error(resp, API_BAD_REQUEST,
+                    "the request target must be a path or an absolute "
+                    "http(s) URI (RFC 9112 section 3.2)");
+        return API_ACTION_REPLY;
+    }
     if (strncmp(path, LOCKS_PREFIX, strlen(LOCKS_PREFIX)) == 0)
-        return route_lock(cfg, rq, resp, call);
+        return route_lock(cfg, rq, path, resp, call);
 
     if (strcmp(path, "/healthz") == 0)
         resp->route = METRICS_ROUTE_HEALTHZ;

@@ -50,6 +50,10 @@ static const struct opt opts[] = {
       LOCK_FENCE_MAX, "largest wait_ms accepted (default 300000)" },
     { "max-body-bytes", "LOCKD_MAX_BODY_BYTES", OPT_U64, M(max_body_bytes), 2,
       1048576, "largest request body; larger gets 413 (default 8192)" },
+    { "max-header-bytes", "LOCKD_MAX_HEADER_BYTES", OPT_U64,
+      M(max_header_bytes), 2048, 65536,
+      "largest request line and headers; larger gets 431 (default 16384); "
+      "a connection may use twice this (at least 8192) for them" },
     { "max-connections", "LOCKD_MAX_CONNECTIONS", OPT_UINT, M(max_connections),
       1, 1000000,
       "open HTTP connections at most, waiters included (default 16000)" },
@@ -204,6 +208,7 @@ enum config_result config_load(struct config *c, int argc, char **argv)
     c->max_ttl_ms = 86400000;
     c->max_wait_ms = 300000;
     c->max_body_bytes = 8192;
+    c->max_header_bytes = 16384;
     c->max_connections = 16000;
     c->max_connections_per_ip = 0; /* auto: server_start() halves the limit */
     c->request_timeout_ms = 10000;

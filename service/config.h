@@ -21,6 +21,7 @@ struct config {
     uint64_t max_ttl_ms;
     uint64_t max_wait_ms;
     uint64_t max_body_bytes;
+    uint64_t max_header_bytes; /* request line and headers */
     unsigned max_connections;
     unsigned max_connections_per_ip; /* 0 = auto: half of max_connections */
     uint64_t request_timeout_ms;     /* 0 = no bound */

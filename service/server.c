@@ -31,6 +31,9 @@
 #define MAX_LOCK_TOKENS  4
 #define REQUEST_ID_MAX   128
 #define PATH_LOG_MAX     256
+/* libmicrohttpd's memory per connection, at least: what it had before
+ * --max-header-bytes */
+#define CONNECTION_MEMORY_MIN 8192
 
 struct server {
     struct MHD_Daemon *daemon;
@@ -57,6 +60,7 @@ struct request { /* *req_cls: from the first call to completion */
     char *body; /* owned */
     size_t len, cap;
     bool too_large;
+    bool close;      /* answer with Connection: close */
     bool granted;    /* the store granted call (an acquire) */
     unsigned status; /* what was queued, for the log */
     enum metrics_route route;
@@ -152,7 +156,7 @@ static enum MHD_Result queue(struct request *r, struct api_response *resp)
     if (resp->www_authenticate)
         MHD_add_response_header(mr, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                 "Bearer realm=\"lockd\"");
-    if (atomic_load(&r->srv->shutting_down))
+    if (r->close || atomic_load(&r->srv->shutting_down))
         MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
     r->status = resp->status;
     r->route = resp->route;
@@ -219,42 +223,202 @@ static enum MHD_Result collect_header(void *cls,
     return MHD_YES;
 }
 
-struct framing {
-    unsigned content_lengths;
-    unsigned transfer_encodings;
-    const char *first_length;
-    bool conflict;
+/* Request headers that lockd, or libmicrohttpd on its behalf, acts on: a
+ * control character in one of them is refused, not cut or passed on. */
+static const char *const acted_on[] = {
+    "Lock-Token",   "Authorization", "Content-Length", "Transfer-Encoding",
+    "Content-Type", "X-Request-Id",  "Host",           "Connection",
+    "Expect",
 };
 
-static enum MHD_Result check_framing(void *cls,
-                                     enum MHD_ValueKind kind,
-                                     const char *key,
-                                     const char *value)
+static bool is_acted_on(const char *key)
 {
-    struct framing *f = cls;
+    for (size_t i = 0; i < sizeof(acted_on) / sizeof(acted_on[0]); i++)
+        if (strcasecmp(key, acted_on[i]) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * libmicrohttpd 0.9.75 parses the header section in place and keeps each
+ * name and value as a C string whose length it takes with strlen(): a NUL
+ * byte inside a value silently ends it ("Lock-Token: <token>\0x" reads as
+ * the token). What it leaves of one header line is the name, the NUL that
+ * replaced the colon, the spaces and tabs it skipped, the value, and one
+ * or two NULs for the CRLF or bare LF; the next line follows at once, and
+ * after the last one the empty line (one or two more NULs) ends the section
+ * of MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE bytes that starts at the
+ * method. So anything else between a value and the next name is what a NUL
+ * cut off. A folded line (obs-fold) is joined by copying its name out of
+ * the section, so a name outside it is a folded line. Only pointers into
+ * the section are read.
+ */
+struct head_scan {
+    uintptr_t start, end;    /* the header section */
+    const char *key, *value; /* the previous header, checked at the next */
+    size_t key_len, value_len;
+    enum api_error err; /* the first problem found */
+    char msg[160];
+    unsigned content_lengths, transfer_encodings;
+    const char *first_length;
+    bool length_conflict, chunked;
+};
+
+/* Note the first problem: "the <key> header <what>", or what alone. */
+static void scan_fail(struct head_scan *h,
+                      enum api_error e,
+                      const char *what,
+                      const char *key)
+{
+    char name[48];
+    size_t i;
+
+    if (h->err != API_OK)
+        return;
+    h->err = e;
+    if (key == NULL) {
+        snprintf(h->msg, sizeof(h->msg), "%s", what);
+        return;
+    }
+    for (i = 0; key[i] != '\0' && i + 1 < sizeof(name); i++)
+        name[i] = (unsigned char)key[i] < 0x20 || (unsigned char)key[i] >= 0x7f
+                      ? '?'
+                      : key[i];
+    name[i] = '\0';
+    snprintf(h->msg, sizeof(h->msg), "the %s header %s", name, what);
+}
+
+/* Whether what follows the previous header up to next is only its line
+ * end (and, after the last one, the empty line): min to max NULs. */
+static bool line_end_clean(const struct head_scan *h,
+                           uintptr_t next,
+                           size_t min,
+                           size_t max)
+{
+    uintptr_t p = (uintptr_t)h->key + h->key_len;
+    uintptr_t v = (uintptr_t)h->value;
+
+    if (p >= h->end || *(const char *)p != '\0')
+        return false; /* not the colon */
+    if (v <= p || v + h->value_len > next)
+        return false;
+    for (p++; p < v; p++)
+        if (*(const char *)p != ' ' && *(const char *)p != '\t')
+            return false;
+    p = v + h->value_len;
+    if (next - p < min || next - p > max)
+        return false;
+    for (; p < next; p++)
+        if (*(const char *)p != '\0')
+            return false;
+    return true;
+}
+
+static void check_previous(struct head_scan *h, uintptr_t next, bool last)
+{
+    if (h->key == NULL || !is_acted_on(h->key))
+        return;
+    if (!line_end_clean(h, next, last ? 2 : 1, last ? 4 : 2))
+        scan_fail(h, API_INVALID_PARAMETER, "contains a NUL byte", h->key);
+}
+
+static enum MHD_Result scan_header(void *cls,
+                                   enum MHD_ValueKind kind,
+                                   const char *key,
+                                   size_t key_len,
+                                   const char *value,
+                                   size_t value_len)
+{
+    struct head_scan *h = cls;
+    uintptr_t k = (uintptr_t)key;
 
     (void)kind;
+    if (value == NULL)
+        value = "";
+    if (k < h->start || k >= h->end) {
+        /* folded: its name was moved out, and where it was is zeroed, so
+         * the previous line cannot be checked */
+        h->key = NULL;
+        scan_fail(h, API_BAD_REQUEST,
+                  "a header line is folded (obs-fold, RFC 9112 section 5.2)",
+                  NULL);
+        return MHD_YES;
+    }
+    check_previous(h, k, false);
+    h->key = key;
+    h->key_len = key_len;
+    h->value = value;
+    h->value_len = value_len;
+    if (is_acted_on(key))
+        for (size_t i = 0; i < value_len; i++) {
+            unsigned char c = (unsigned char)value[i];
+            if ((c < 0x20 && c != '\t') || c == 0x7f) {
+                scan_fail(h, API_INVALID_PARAMETER,
+                          "contains a control character", key);
+                break;
+            }
+        }
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
-        if (f->content_lengths++ > 0 &&
-            (value == NULL || f->first_length == NULL ||
-             strcmp(value, f->first_length) != 0))
-            f->conflict = true;
-        f->first_length = value;
+        if (h->content_lengths++ > 0 && strcmp(value, h->first_length) != 0)
+            h->length_conflict = true;
+        h->first_length = value;
     } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
-        f->transfer_encodings++;
+        h->transfer_encodings++;
+        h->chunked = strcasecmp(value, "chunked") == 0;
     }
     return MHD_YES;
 }
 
-/* Requests whose body length is ambiguous are refused before their body is
- * read: they are how requests get smuggled past proxies. */
-static bool framing_ambiguous(struct MHD_Connection *conn)
+/*
+ * Headers a request must not have: API_OK, or the error to answer with
+ * (msg set). Framing first: a body whose length is ambiguous is how
+ * requests get smuggled past proxies (400), and a transfer coding other
+ * than chunked alone is one lockd cannot read (501, RFC 9112 section 6.1);
+ * either way the connection is closed.
+ */
+static enum api_error
+check_headers(struct request *r, const char *method, char *msg, size_t msglen)
 {
-    struct framing f = { 0 };
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        r->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    struct head_scan h = { .err = API_OK };
 
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, check_framing, &f);
-    return f.conflict || (f.content_lengths > 0 && f.transfer_encodings > 0) ||
-           f.transfer_encodings > 1;
+    if (ci == NULL)
+        return API_OK; /* cannot happen once the headers are in */
+    h.start = (uintptr_t)method;
+    h.end = h.start + ci->header_size;
+    MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, scan_header, &h);
+    check_previous(&h, h.end, true);
+    if (h.transfer_encodings > 0 || h.length_conflict) {
+        r->close = true;
+        if (h.content_lengths > 0 || h.length_conflict) {
+            snprintf(msg, msglen,
+                     "conflicting Content-Length / "
+                     "Transfer-Encoding headers");
+            return API_INVALID_PARAMETER;
+        }
+        if (h.transfer_encodings > 1 || !h.chunked) {
+            snprintf(msg, msglen,
+                     "only the chunked transfer coding, "
+                     "alone, is supported");
+            return API_NOT_IMPLEMENTED;
+        }
+        r->close = false;
+    }
+    if (h.err != API_OK) {
+        snprintf(msg, msglen, "%s", h.msg);
+        return h.err;
+    }
+    if (ci->header_size > r->srv->cfg->max_header_bytes) {
+        r->close = true;
+        snprintf(msg, msglen,
+                 "the request line and headers are %zu bytes, over "
+                 "--max-header-bytes %llu",
+                 ci->header_size,
+                 (unsigned long long)r->srv->cfg->max_header_bytes);
+        return API_HEADERS_TOO_LARGE;
+    }
+    return API_OK;
 }
 
 struct first_arg {
@@ -423,6 +587,8 @@ static enum MHD_Result on_request(void *cls,
 
     if (r == NULL) {
         const char *cl;
+        enum api_error err;
+        char msg[200];
         if (!conntrack_request_begins(conn))
             return MHD_NO; /* refused or cut: MHD closes the connection */
         r = calloc(1, sizeof(*r));
@@ -440,18 +606,19 @@ static enum MHD_Result on_request(void *cls,
         if (r->path == NULL || r->request_id == NULL)
             return MHD_NO; /* out of memory: MHD closes the connection */
         if (target_has_nul(conn, url, version)) {
+            const char *p = router_path(url);
             struct api_response resp = { .route = METRICS_ROUTE_OTHER };
             codec_error(&resp,
-                        strncmp(url, "/locks/", 7) == 0 ? API_INVALID_KEY
-                                                        : API_NOT_FOUND,
+                        p != NULL && strncmp(p, "/locks/", 7) == 0
+                            ? API_INVALID_KEY
+                            : API_NOT_FOUND,
                         "the request target contains a NUL byte");
             return queue(r, &resp);
         }
-        if (framing_ambiguous(conn)) {
+        err = check_headers(r, method, msg, sizeof(msg));
+        if (err != API_OK) {
             struct api_response resp = { .route = METRICS_ROUTE_OTHER };
-            codec_error(&resp, API_INVALID_PARAMETER,
-                        "conflicting Content-Length / Transfer-Encoding "
-                        "headers");
+            codec_error(&resp, err, msg);
             return queue(r, &resp);
         }
         cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
@@ -539,6 +706,7 @@ struct server *server_start(const struct config *cfg,
                               .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
     struct addrinfo *ai = NULL;
     unsigned pool, per_ip;
+    size_t memory;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      MHD_USE_TURBO;
@@ -576,13 +744,23 @@ struct server *server_start(const struct config *cfg,
                                                : cfg->max_connections;
     if (pool <= 1)
         pool = 0;
+    /* a connection's memory pool holds the request line and headers, in
+     * place, a record of each field, a copy of the Cookie fields, and the
+     * response's headers: twice --max-header-bytes lets a section of that
+     * size with a few hundred fields through, to be answered as ever, and
+     * most bigger ones reach check_headers() for a JSON 431. Up to 32 KiB,
+     * libmicrohttpd 0.9.75 mallocs the pool; past it, it maps it, which
+     * costs a parked waiter more (docs/http.md) */
+    memory = (size_t)cfg->max_header_bytes * 2;
+    if (memory < CONNECTION_MEMORY_MIN)
+        memory = CONNECTION_MEMORY_MIN;
     /* the logger first: messages about the options after it reach it */
     srv->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
         mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_CONNECTION_LIMIT,
         cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)8192,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory,
         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)1024,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,

@@ -438,7 +438,7 @@ def hostile_framing(ctx):
         raw_case("bad chunk size", b"POST " + kp() + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                  b"zz\r\n{}\r\n0\r\n\r\n", free_after=key()),
         raw_case("20 KB header", b"GET " + kp() + b" HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n",
-                 JR(404, "lock_not_found")),
+                 JR(431, "headers_too_large")),
         raw_case("100 KB header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 + b"\r\n\r\n"),
         raw_case("100 KB URL", b"GET /locks/" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
                  JR(400, "invalid_key")),
