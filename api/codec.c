@@ -1,5 +1,5 @@
 /*
- * api/codec.c - keys, parameters and JSON replies, with API.md's
+ * api/codec.c - keys, parameters and JSON replies, with docs/API.md's
  * strictness: a typo never becomes a default, a field given twice is an
  * error, integers are integers.
  */

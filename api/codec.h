@@ -1,6 +1,6 @@
 /*
  * api/codec.h - the request and response as api/ sees them (no
- * libmicrohttpd here), and the JSON and parameter codec with API.md's
+ * libmicrohttpd here), and the JSON and parameter codec with docs/API.md's
  * strictness: keys, body fields, query parameters and the Lock-Token
  * header.
  */

@@ -1,5 +1,5 @@
 /*
- * api/errors.h - API.md's error table as one X-macro list, expanded into
+ * api/errors.h - docs/API.md's error table as one X-macro list, expanded into
  * enum api_error and the status/code lookups, and the mapping from backend
  * results.
  */

@@ -1,5 +1,5 @@
 /*
- * api/handlers.c - one function per endpoint of API.md: parse with the
+ * api/handlers.c - one function per endpoint of docs/API.md: parse with the
  * codec, call the backend through its wrappers, answer in JSON.
  */
 #include "api/handlers.h"

@@ -1,5 +1,5 @@
 /*
- * api/router.h - method and path to handler: the routes of API.md, 404
+ * api/router.h - method and path to handler: the routes of docs/API.md, 404
  * for the rest, 405 with Allow for a wrong method, 401 when auth is set.
  */
 #ifndef API_ROUTER_H

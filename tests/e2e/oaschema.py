@@ -131,6 +131,9 @@ class Document:
         path with an empty parameter still belongs to its template, whose
         operation documents the 400 it gets."""
         path = path.split("?", 1)[0]
+        m = re.match(r"(?i)https?://[^/]*", path)  # absolute form: route by its path
+        if m:
+            path = path[m.end():] or "/"
         for tmpl in self.doc.get("paths", {}):
             rx = "^" + "".join(".*" if re.fullmatch(r"\{[^}]+\}", part) else re.escape(part)
                                for part in re.split(r"(\{[^}]+\})", tmpl)) + "$"

@@ -583,6 +583,34 @@ def live_answers(ctx):
     for path in ("/locks", "/nope", "/healthz/x", "/"):
         ask(ld, "no such route", "GET", path, status=404, code="not_found")
 
+    # ---- HTTP's edges, sent as raw bytes: answered by lockd, in JSON
+    def ask_raw(label, method, path, head, status, code=None):
+        data = ("%s %s HTTP/1.1\r\nHost: x\r\n" % (method, path)).encode() + head + b"Connection: close\r\n\r\n"
+        r = parse_raw(harness.raw(ld.port, data))
+        check(r is not None, "%s: no HTTP answer" % label)
+        out.append(Answer(label, method, path, r))
+        eq(r.status, status, "%s: status (body %r)" % (label, r.text[:200]))
+        if code is not None:
+            eq(r.error_code(), code, "%s: code" % label)
+    ke = ctx.key("oa-edge")
+    ask(ld, "edge holder", "POST", L + ke, status=201)
+    for m in ("POST", "GET", "HEAD"):
+        ask_raw("unknown transfer coding", m, L + ke, b"Transfer-Encoding: gzip\r\n", 501,
+                None if m == "HEAD" else "not_implemented")
+    ask_raw("unknown transfer coding", "GET", "/healthz", b"Transfer-Encoding: gzip, chunked\r\n", 501,
+            "not_implemented")
+    for path in (L + ke, "/healthz", "/readyz"):
+        ask_raw("headers over --max-header-bytes", "GET", path, b"X-Big: " + b"a" * 20000 + b"\r\n", 431,
+                "headers_too_large")
+    ask_raw("NUL in Lock-Token", "DELETE", L + ke, b"Lock-Token: 0123\x00x\r\n", 400, "invalid_parameter")
+    ask_raw("control character in Lock-Token", "PUT", L + ke, b"Lock-Token: 01\x0123\r\n", 400,
+            "invalid_parameter")
+    for m in ("POST", "PUT", "DELETE", "GET"):
+        ask_raw("folded header line", m, L + ke, b"X-A: a\r\n b\r\n", 400, "bad_request")
+    ask_raw("absolute-form target", "GET", "http://127.0.0.1:%d/healthz" % ld.port, b"", 200)
+    ask_raw("absolute-form target", "GET", "HTTP://h" + L + ke, b"", 200)
+    ask_raw("CONNECT", "CONNECT", "/healthz", b"", 405, "method_not_allowed")
+
     # ---- bearer auth: 401 on /locks only
     tok_file = os.path.join(ctx.tmpdir, "openapi-live-token")
     with open(tok_file, "w") as f:

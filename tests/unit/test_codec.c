@@ -236,7 +236,7 @@ static void test_decode_key_rejects_empty_nul_and_controls(void)
     /* just outside the control ranges */
     KEY_OK("%20", " ");
     KEY_OK("%7E", "~");
-    KEY_OK("%C2%80", "\xc2\x80"); /* U+0080 is not in API.md's ranges */
+    KEY_OK("%C2%80", "\xc2\x80"); /* U+0080 is not in docs/API.md's ranges */
 }
 
 static void test_decode_key_512_bytes_ok_513_rejected(void)
@@ -728,7 +728,7 @@ static void test_parse_params_keeps_empty_token(void)
 /*
  * Regression (api/codec.c parse_body()): a JSON body with a \u0000 escape
  * in a string, e.g. {"owner":"a\u0000b"}, is a JSON object (RFC 8259
- * allows the escape), so per API.md and the brief it is 400
+ * allows the escape), so per docs/API.md and the brief it is 400
  * invalid_parameter (owner/token must not hold NUL or control characters;
  * a field name with NUL is unknown). The codec loads with JSON_ALLOW_NUL,
  * takes field names with their length, and maps jansson's "NUL byte in
@@ -1871,7 +1871,7 @@ static void test_torture_codec_reply_and_error_fail_cleanly(void)
  * JSON_OBJECT branch), so when growing its buffer fails while writing a key
  * the key is silently dropped and a corrupt body such as
  *   {"error":{"code:"token_mismatch","message":"..."}}
- * is returned, which lockd sends with its status. API.md: every response
+ * is returned, which lockd sends with its status. docs/API.md: every response
  * is JSON. The codec sizes with json_dumpb(root, NULL, 0, flags), mallocs,
  * then json_dumpb()s into that buffer (dump_to_buffer never fails).
  */

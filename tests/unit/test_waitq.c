@@ -18,7 +18,7 @@
 #include "service/log.h"
 #include "tests/unit/check.h"
 
-#define GRANT_TARGET_MS 50  /* API.md: a waiter is granted within 50 ms */
+#define GRANT_TARGET_MS 50  /* docs/API.md: a waiter is granted within 50 ms */
 #define GRANT_LIMIT_MS  150 /* what the test allows on a busy machine */
 
 struct env {
@@ -492,7 +492,7 @@ static void test_waitq_hung_up_waiter_never_gets_the_lock(void)
 
 static void test_waitq_grants_were_prompt(void)
 {
-    /* a summary of the checks above against API.md's 50 ms target; the
+    /* a summary of the checks above against docs/API.md's 50 ms target; the
      * hard limit per grant is GRANT_LIMIT_MS */
     CHECK_MSG(slow_grants <= 1, "%d grants took more than %d ms", slow_grants,
               GRANT_TARGET_MS);
