@@ -26,8 +26,8 @@ struct histogram {
     _Atomic uint64_t count;
 };
 
-static const unsigned statuses[] = { 200, 201, 400, 401, 404,
-                                     405, 409, 413, 500, 503 };
+static const unsigned statuses[] = { 200, 201, 400, 401, 404, 405, 409,
+                                     413, 429, 431, 500, 501, 503 };
 #define NSTATUS (sizeof(statuses) / sizeof(statuses[0]))
 
 static const char *const route_names[METRICS_ROUTE_COUNT] = {

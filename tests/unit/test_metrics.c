@@ -219,6 +219,19 @@ static void test_metrics_requests_by_route_and_status(void)
     CHECK_EQ_INT(sample_of(0, s201) - (b201 < 0 ? 0 : b201), 2);
     CHECK_EQ_INT(sample_of(0, s409) - (b409 < 0 ? 0 : b409), 1);
     CHECK_EQ_INT(sample_of(0, other) - (bother < 0 ? 0 : bother), 1);
+    /* lockd's own answers at HTTP's edges have their statuses */
+    {
+        const char *s431 = "lockd_http_requests_total{route=\"other\","
+                           "status=\"431\"}";
+        const char *s501 = "lockd_http_requests_total{route=\"acquire\","
+                           "status=\"501\"}";
+        double b431 = sample_of(0, s431), b501 = sample_of(0, s501);
+
+        metrics_request(METRICS_ROUTE_OTHER, 431, 10);
+        metrics_request(METRICS_ROUTE_ACQUIRE, 501, 10);
+        CHECK_EQ_INT(sample_of(0, s431) - (b431 < 0 ? 0 : b431), 1);
+        CHECK_EQ_INT(sample_of(0, s501) - (b501 < 0 ? 0 : b501), 1);
+    }
     /* an out-of-range route counts as other */
     metrics_request(METRICS_ROUTE_COUNT, 404, 10);
     CHECK(sample_of(0, "lockd_http_requests_total{route=\"other\","
