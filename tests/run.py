@@ -42,7 +42,7 @@ def on_alarm(signum, frame):
     raise Timeout("scenario ran over %d s" % SCENARIO_TIMEOUT)
 
 
-def run_units(build, passed, failed):
+def run_units(build, passed, failed, failures):
     for exe in sorted(glob.glob(os.path.join(build, "tests", "unit", "test_*"))):
         if exe.endswith((".o", ".d")) or not os.access(exe, os.X_OK):
             continue
@@ -63,6 +63,7 @@ def run_units(build, passed, failed):
         status = "ok" if nf == 0 else "FAIL"
         print("%-4s unit: %s (%d passed, %d failed, %.1fs)" % (status, name, np, nf, time.monotonic() - t0))
         if nf:
+            failures.append("unit: %s (%d failed)" % (name, nf))
             print("\n".join("     " + line for line in out.splitlines()[-60:]))
         sys.stdout.flush()
 
@@ -161,7 +162,7 @@ def main():
     passed, failed, failures, skipped = [0], [0], [], [0]
     build = os.environ.get("LOCKD_BUILD", os.path.join(ROOT, "build"))
     if not opts.no_unit and not opts.filter:
-        run_units(build, passed, failed)
+        run_units(build, passed, failed, failures)
 
     for path in sorted(glob.glob(os.path.join(HERE, "e2e", "test_*.py"))):
         importlib.import_module(os.path.splitext(os.path.basename(path))[0])

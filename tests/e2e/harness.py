@@ -143,6 +143,31 @@ def http(port, method, path, body=None, headers=None, timeout=30.0):
         c.close()
 
 
+def wait_stopped(pid, timeout=2.0):
+    """After a SIGSTOP to pid: until every thread of it has stopped. kill()
+    only queues the signal; on a busy machine a thread of the server may
+    still answer a request sent right after it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            return  # gone
+        running = 0
+        for tid in tids:
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in ("T", "t", "Z", "X"):
+                running += 1
+        if running == 0:
+            return
+        time.sleep(0.001)
+    raise Fail("pid %d has not stopped %.1f s after SIGSTOP" % (pid, timeout))
+
+
 def raw(port, data, timeout=5.0, read=True):
     """Send raw bytes, return what the server answers until it closes or the
     timeout passes (b"" if nothing)."""
@@ -222,6 +247,8 @@ class Lockd:
     def signal(self, sig):
         if self.alive():
             self.proc.send_signal(sig)
+            if sig == signal.SIGSTOP:
+                wait_stopped(self.proc.pid)
 
     def stop(self, timeout=15.0):
         """SIGTERM and wait; returns the exit code (None if it had to be
@@ -284,6 +311,7 @@ class Server:
 
     def pause(self):
         self.proc.send_signal(signal.SIGSTOP)
+        wait_stopped(self.proc.pid)
 
     def resume(self):
         self.proc.send_signal(signal.SIGCONT)

@@ -335,6 +335,7 @@ class ZooKeeperEnsemble:
 
     def pause(self, i):
         self.procs[i].send_signal(signal.SIGSTOP)
+        harness.wait_stopped(self.procs[i].pid)
 
     def resume(self, i):
         if self.procs[i] is not None and self.procs[i].poll() is None:

@@ -20,6 +20,7 @@
 #ifndef TESTS_UNIT_SERVER_H
 #define TESTS_UNIT_SERVER_H
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -128,6 +129,45 @@ static int __attribute__((unused)) server_start(struct test_server *s,
     return -1;
 }
 
+/* After a SIGSTOP: until every thread of pid has stopped (at most 2 s).
+ * kill() only queues the signal; on a busy machine a thread of the server
+ * may still answer a request sent right after it. */
+static void __attribute__((unused)) server_wait_stopped(pid_t pid)
+{
+    char dir[64];
+
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+    for (int tries = 0; tries < 2000; tries++) {
+        int running = 0;
+        struct dirent *e;
+        DIR *d = opendir(dir);
+
+        if (d == NULL)
+            return; /* gone */
+        while ((e = readdir(d)) != NULL) {
+            char path[352], st[512], *rp;
+            FILE *f;
+
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(path, sizeof(path), "%s/%s/stat", dir, e->d_name);
+            f = fopen(path, "r");
+            if (f == NULL)
+                continue;
+            if (fgets(st, sizeof(st), f) != NULL &&
+                (rp = strrchr(st, ')')) != NULL && rp[1] == ' ' &&
+                strchr("TtZX", rp[2]) == NULL)
+                running++;
+            fclose(f);
+        }
+        closedir(d);
+        if (running == 0)
+            return;
+        usleep(1000);
+    }
+    printf("warning: pid %d has not stopped 2 s after SIGSTOP\n", (int)pid);
+}
+
 /* Send sig to the server (SIGSTOP, SIGCONT, ...); after SIGKILL or SIGTERM
  * wait for it to end. */
 static void __attribute__((unused))
@@ -135,6 +175,8 @@ server_signal(struct test_server *s, int sig)
 {
     if (s->pid > 0) {
         kill(s->pid, sig);
+        if (sig == SIGSTOP)
+            server_wait_stopped(s->pid);
         if (sig == SIGKILL || sig == SIGTERM) {
             waitpid(s->pid, NULL, 0);
             s->pid = -1;
