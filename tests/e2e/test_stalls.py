@@ -230,6 +230,19 @@ def late_store_answer(ctx):
               "renew ttl_ms %d in an answer %.0f ms after the send: more than is left of 3000"
               % (n.json["ttl_ms"], dt * 1000))
         release(c, key, r.json["token"])
+        # held 0.495 s of a 1000 ms TTL: 505 ms are left, more than the
+        # 495 ms since the send, but not by the slack lockd keeps for the
+        # request's and the answer's way (20 ms): a 503, and no holder
+        key = ctx.key("late-slack")
+        proxy.hold_replies(0.495)
+        r = acquire(c, key, ttl_ms=1000)
+        check(r.status == 503, "a grant with 505 of 1000 ms left after 495 ms: %d %s (ttl_ms %s), want 503"
+              % (r.status, r.json.get("error", {}).get("code") if r.json else "", r.json.get("ttl_ms") if r.json
+                 else None))
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and c.request("GET", path(key)).status != 404:
+            time.sleep(0.05)
+        eq(c.request("GET", path(key)).status, 404, "the key after the 503: released")
 
 
 @harness.scenario("a grant whose answer the store sends after its TTL passed is a 503 (or 409), never a 201 "
