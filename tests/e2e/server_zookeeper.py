@@ -121,6 +121,23 @@ def zk_children(port, path, timeout=2.0):
         return names
 
 
+def zoo_cfg(data, port, extra=""):
+    """zoo.cfg of one server on loopback: short ticks, no admin server, the
+    four-letter words the tests use, no purge; extra (ensemble lines)
+    appended."""
+    return ("tickTime=500\n"
+            "minSessionTimeout=1000\n"
+            "maxSessionTimeout=20000\n"
+            "dataDir=%s\n"
+            "clientPort=%d\n"
+            "clientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons\n"
+            "maxClientCnxns=0\n"
+            "autopurge.purgeInterval=0\n"
+            "%s" % (data, port, extra))
+
+
 class ZooKeeperServer(harness.Server):
     name = "zookeeper"
 
@@ -136,16 +153,7 @@ class ZooKeeperServer(harness.Server):
         self.cfg = os.path.join(self.dir, "zoo.cfg")
         self.log_path = os.path.join(self.dir, "zookeeper.log")
         with open(self.cfg, "w") as f:
-            f.write("tickTime=500\n"
-                    "minSessionTimeout=1000\n"
-                    "maxSessionTimeout=20000\n"
-                    "dataDir=%s\n"
-                    "clientPort=%d\n"
-                    "clientPortAddress=127.0.0.1\n"
-                    "admin.enableServer=false\n"
-                    "4lw.commands.whitelist=ruok,srvr,mntr,cons\n"
-                    "maxClientCnxns=0\n"
-                    "autopurge.purgeInterval=0\n" % (self.data, self.port))
+            f.write(zoo_cfg(self.data, self.port))
 
     def start(self):
         if not available():
@@ -261,19 +269,9 @@ class ZooKeeperEnsemble:
             with open(cfg, "w") as f:
                 # syncLimit 4 ticks: a stopped follower is dropped by the
                 # leader after 2 s; the other two keep the quorum
-                f.write("tickTime=500\n"
-                        "initLimit=20\n"
-                        "syncLimit=4\n"
-                        "minSessionTimeout=1000\n"
-                        "maxSessionTimeout=20000\n"
-                        "dataDir=%s\n"
-                        "clientPort=%d\n"
-                        "clientPortAddress=127.0.0.1\n"
-                        "admin.enableServer=false\n"
-                        "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons\n"
-                        "maxClientCnxns=0\n"
-                        "autopurge.purgeInterval=0\n"
-                        "%s" % (data, self.ports[i], servers))
+                # syncLimit 4 ticks: a stopped follower is dropped by the
+                # leader after 2 s; the other two keep the quorum
+                f.write(zoo_cfg(data, self.ports[i], "initLimit=20\nsyncLimit=4\n" + servers))
             self.cfgs.append(cfg)
             self.logs.append(os.path.join(d, "zookeeper.log"))
         self.url = "zookeeper://%s?session_timeout_ms=%d" % (

@@ -249,6 +249,24 @@ def parse_http(buf):
     return int(m.group(1)), headers, buf[start:start + n], buf[start + n:]
 
 
+def read_answer(s, timeout):
+    """Read from socket s until one whole HTTP answer is in, the peer closes
+    or resets, or timeout passes: parse_http() of it, or None."""
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = s.recv(4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if parse_http(out) is not None:
+            break
+    return parse_http(out) if out else None
+
+
 def raw_response(port, data, timeout=5.0):
     """Send raw bytes; (status, headers, body) of the first response, or
     None when the server closed or reset the connection without one."""

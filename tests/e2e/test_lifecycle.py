@@ -19,8 +19,8 @@ import time
 
 import harness
 from harness import check, eq
-from test_api import (acquire, expect_error, expect_grant, expect_json, http_request, parse_http, path, release,
-                      req)
+from test_api import (acquire, expect_error, expect_grant, expect_json, http_request, parse_http, path, read_answer,
+                      release, req)
 from test_wait import Waiter
 
 FLAGS = ["--listen", "--backend", "--threads", "--default-ttl-ms", "--max-ttl-ms", "--max-wait-ms",
@@ -428,16 +428,7 @@ def extra_connection_refused(port):
         s = socket.create_connection(("127.0.0.1", port), timeout=3)
         try:
             s.sendall(http_request("GET", "/healthz"))
-            out = b""
-            deadline = time.monotonic() + 3
-            while time.monotonic() < deadline:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                out += chunk
-                if parse_http(out) is not None:
-                    break
-            p = parse_http(out) if out else None
+            p = read_answer(s, 3)
             return p is None or p[0] == 503
         finally:
             s.close()

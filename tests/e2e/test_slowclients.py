@@ -18,7 +18,7 @@ import time
 
 import harness
 from harness import check, eq
-from test_api import acquire, expect_grant, http_request, parse_http, path, release
+from test_api import acquire, expect_grant, http_request, path, read_answer, release
 from test_wait import Waiter
 
 SLOW = 64  # slow sockets, as in the issue
@@ -208,23 +208,11 @@ def raw_get(port, source, timeout=3.0):
     """GET /healthz on a new connection from source: (status, headers, body)
     or None if closed without an answer. The socket is returned open."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
-    out = b""
     try:
         s.sendall(http_request("GET", "/healthz"))
     except OSError:
         pass
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            chunk = s.recv(4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-        if parse_http(out) is not None:
-            break
-    p = parse_http(out) if out else None
+    p = read_answer(s, timeout)
     return s, (p[:3] if p is not None else None)
 
 
