@@ -24,24 +24,38 @@ CFLAGS   += $(SAN_$(SANITIZE)) -fno-omit-frame-pointer
 LDFLAGS  += $(SAN_$(SANITIZE))
 endif
 
-# An adapter is built in when its file exists (backends/redis.c, ...).
-ADAPTERS := $(filter redis zookeeper mysql,$(basename $(notdir $(wildcard backends/*.c))))
-CFLAGS   += $(foreach a,$(ADAPTERS),-DLOCKD_WITH_$(shell echo $(a) | tr a-z A-Z))
+# An adapter is a folder backends/NAME/ whose ops table is NAME_backend
+# (backends/backend.h). Every folder is built in; `make ADAPTERS="redis"`
+# builds fewer (memory always). $(GEN)/adapters.h lists them for
+# backends/backend.c, and `lockd --backends` tells what a binary has.
+ALL_ADAPTERS := $(notdir $(patsubst %/,%,$(wildcard backends/*/)))
+ADAPTERS ?= $(ALL_ADAPTERS)
+override ADAPTERS := memory $(filter-out memory,$(filter $(ALL_ADAPTERS),$(ADAPTERS)))
+GEN      := $(BUILD)/gen
+CFLAGS   += -I$(GEN)
 
-# `make ADAPTERS=` builds without them.
-UNBUILT  := $(patsubst %,backends/%.c,$(filter-out $(ADAPTERS),redis zookeeper mysql))
-SRCS     := $(filter-out $(UNBUILT),$(wildcard service/*.c api/*.c backends/*.c))
+SRCS     := $(wildcard lib/*.c api/*.c service/*.c backends/*.c) \
+            $(foreach a,$(ADAPTERS),$(wildcard backends/$(a)/*.c))
 OBJS     := $(patsubst %.c,$(BUILD)/%.o,$(SRCS))
 LIBOBJS  := $(filter-out $(BUILD)/service/main.o,$(OBJS))
+# Lua scripts and other text an adapter embeds: backends/x/y.lua becomes
+# $(GEN)/backends/x/y.lua.h, one C string literal to #include.
+EMBED    := $(foreach a,$(ADAPTERS),$(wildcard backends/$(a)/*.lua))
+EMBEDDED := $(patsubst %,$(GEN)/%.h,$(EMBED))
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNITS    := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRCS))
 
-.PHONY: all run test unit e2e deps deps-build deps-bench bench image clean format format-check
+FORMATTED := $(wildcard lib/*.[ch] api/*.[ch] service/*.[ch] backends/*.[ch] \
+              backends/*/*.[ch] tests/unit/*.[ch])
+
+.PHONY: FORCE all run test unit e2e deps deps-build deps-bench bench image clean format format-check
 
 all: $(BUILD)/lockd
 
 $(BUILD)/lockd: $(OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(OBJS): | $(GEN)/adapters.h $(EMBEDDED)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -51,8 +65,17 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(LIBOBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $< $(LIBOBJS) $(LDLIBS)
 
-# backend.c's table depends on which adapters exist
-$(BUILD)/backends/backend.o: $(wildcard $(patsubst %,backends/%.c,$(ADAPTERS)))
+# Rewritten only when the list changes, so nothing rebuilds for nothing.
+$(GEN)/adapters.h: FORCE
+	@mkdir -p $(@D)
+	@printf '%s\n' $(foreach a,$(ADAPTERS),'LOCKD_ADAPTER($(a))') >$@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+
+$(GEN)/%.lua.h: %.lua
+	@mkdir -p $(@D)
+	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< >$@
+
+FORCE:
 
 -include $(OBJS:.o=.d) $(UNITS:=.d)
 
@@ -79,6 +102,7 @@ unit: $(BUILD)/lockd $(UNITS)
 # The test command: unit tests, then the end-to-end suite on every backend
 # against real servers started on loopback. Ends with "N passed, N failed".
 test: deps
+	python3 tests/check_arrows.py
 	$(MAKE) unit
 	LOCKD_BIN=$(BUILD)/lockd LOCKD_BUILD=$(BUILD) python3 tests/run.py $(TESTFLAGS)
 
@@ -95,7 +119,7 @@ clean:
 	rm -rf build build-address build-thread
 
 format:
-	clang-format -i $(SRCS) $(wildcard service/*.h api/*.h backends/*.h tests/unit/*.[ch])
+	clang-format -i $(FORMATTED)
 
 format-check:
-	clang-format --dry-run -Werror $(SRCS) $(wildcard service/*.h api/*.h backends/*.h tests/unit/*.[ch])
+	clang-format --dry-run -Werror $(FORMATTED)

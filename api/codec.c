@@ -4,6 +4,7 @@
  * error, integers are integers.
  */
 #include "api/codec.h"
+#include "lib/text.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -41,58 +42,15 @@ void codec_json_setup(json_malloc_t alloc_fn, json_free_t free_fn)
     json_set_alloc_funcs(codec_malloc, codec_free);
 }
 
-/* Percent-decode the C string s (see backend_percent_decode). */
+const char *const api_route_names[API_ROUTE_COUNT] = {
+    "acquire", "renew",  "release", "inspect",
+    "healthz", "readyz", "metrics", "other",
+};
+
+/* Percent-decode the C string s (see text_percent_decode). */
 static char *percent_decode(const char *s, size_t *len, bool *bad)
 {
-    return backend_percent_decode(s, strlen(s), len, bad);
-}
-
-bool codec_utf8_valid(const char *str, size_t len)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-
-    while (i < len) {
-        unsigned char c = s[i];
-        size_t n;
-        uint32_t cp;
-
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            n = 1;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            n = 2;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            n = 3;
-            cp = c & 0x07;
-        } else {
-            return false; /* continuation byte, 0xc0/0xc1 or > 0xf4 */
-        }
-        for (size_t k = 1; k <= n; k++) {
-            if (i + k >= len || (s[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += n + 1;
-    }
-    return true;
-}
-
-static bool has_control(const char *s, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f)
-            return true;
-    }
-    return false;
+    return text_percent_decode(s, strlen(s), len, bad);
 }
 
 enum api_error codec_decode_key(
@@ -117,9 +75,9 @@ enum api_error codec_decode_key(
     if (*len == 0 || *len > LOCK_KEY_MAX) {
         snprintf(msg, msglen, "the lock key must be 1 to %d bytes, not %zu",
                  LOCK_KEY_MAX, *len);
-    } else if (!codec_utf8_valid(key, *len)) {
+    } else if (!text_utf8_valid(key, *len)) {
         snprintf(msg, msglen, "the lock key is not valid UTF-8");
-    } else if (has_control(key, *len)) {
+    } else if (text_has_control(key, *len)) {
         snprintf(msg, msglen, "the lock key contains a control character");
     } else {
         *out = key;
@@ -227,7 +185,7 @@ static enum api_error set_param(struct api_params *p,
             }
             v = (uint64_t)iv;
         } else if (slen != strlen(str) ||
-                   backend_parse_u64(str, min, max, &v) != 0) {
+                   text_parse_u64(str, min, max, &v) != 0) {
             snprintf(msg, msglen, "'%s' must be an integer from %llu to %llu",
                      name, (unsigned long long)min, (unsigned long long)max);
             return API_INVALID_PARAMETER;
@@ -246,12 +204,12 @@ static enum api_error set_param(struct api_params *p,
         str = json_string_value(json);
         slen = json_string_length(json);
     }
-    if (memchr(str, '\0', slen) != NULL || !codec_utf8_valid(str, slen)) {
+    if (memchr(str, '\0', slen) != NULL || !text_utf8_valid(str, slen)) {
         snprintf(msg, msglen, "'%s' must be valid UTF-8 without NUL", name);
         return API_INVALID_PARAMETER;
     }
     if (bit == API_P_OWNER) {
-        if (slen > LOCK_OWNER_MAX || has_control(str, slen)) {
+        if (slen > LOCK_OWNER_MAX || text_has_control(str, slen)) {
             snprintf(msg, msglen,
                      "'owner' must be at most %d bytes, without control "
                      "characters",

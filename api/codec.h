@@ -15,7 +15,6 @@
 
 #include "api/errors.h"
 #include "backends/backend.h"
-#include "service/metrics.h"
 
 #define API_TOKEN_LEN 32 /* hex characters of a token lockd makes */
 
@@ -39,6 +38,22 @@ struct api_request { /* everything borrowed from the server for the call */
     bool shutting_down;
 };
 
+/* What a request was routed to: the label of its metrics. */
+enum api_route {
+    API_ROUTE_ACQUIRE = 0,
+    API_ROUTE_RENEW,
+    API_ROUTE_RELEASE,
+    API_ROUTE_INSPECT,
+    API_ROUTE_HEALTHZ,
+    API_ROUTE_READYZ,
+    API_ROUTE_METRICS,
+    API_ROUTE_OTHER, /* 404, 405 and requests refused before routing;
+                        last: the metrics catch-all */
+    API_ROUTE_COUNT,
+};
+/* The route labels, indexed by enum api_route. */
+extern const char *const api_route_names[API_ROUTE_COUNT];
+
 struct api_response {
     unsigned status;
     char *body; /* owned, malloc'ed; the server hands it to MHD */
@@ -47,7 +62,7 @@ struct api_response {
     const char *allow;        /* static; NULL = no Allow header */
     unsigned retry_after;     /* seconds; 0 = no Retry-After header */
     bool www_authenticate;
-    enum metrics_route route;
+    enum api_route route;
 };
 
 /* Parameters of one lock request, each with whether it was given. */
@@ -87,9 +102,6 @@ enum api_error codec_parse_params(const struct api_request *rq,
                                   size_t msglen);
 void codec_params_cleanup(struct api_params *p);
 
-/* True if s[0..len) is valid UTF-8 (no overlongs, surrogates or code
- * points past U+10FFFF). */
-bool codec_utf8_valid(const char *s, size_t len);
 
 /* Format unix ms as RFC 3339 UTC with milliseconds into buf (>= 32). */
 void codec_format_time(int64_t unix_ms, char *buf, size_t buflen);

@@ -10,8 +10,9 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "service/log.h"
-#include "service/metrics.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
+#include "lib/clock.h"
 
 #define MSG_MAX 512
 
@@ -166,7 +167,7 @@ static void grant_reply(struct api_response *resp,
                         const struct api_call *c,
                         const struct lock_grant *g)
 {
-    uint64_t left = backend_grant_left_ms(g, backend_mono_us());
+    uint64_t left = backend_grant_left_ms(g, clock_mono_us());
 
     if (left == 0) {
         log_warn("the store answered after the grant's TTL had passed: "

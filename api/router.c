@@ -3,6 +3,7 @@
  * lock routes share the key decoding and the optional bearer check.
  */
 #include "api/router.h"
+#include "lib/text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,7 @@ static bool authorized(const struct api_config *cfg,
     h += 7;
     while (*h == ' ')
         h++;
-    return backend_token_eq(h, cfg->auth_token);
+    return text_secret_eq(h, cfg->auth_token);
 }
 
 static enum api_action route_lock(const struct api_config *cfg,
@@ -50,7 +51,7 @@ static enum api_action route_lock(const struct api_config *cfg,
                                   struct api_call *call)
 {
     const char *m = rq->method;
-    enum metrics_route route;
+    enum api_route route;
     enum api_verb verb;
     char msg[256];
     char *key = NULL;
@@ -58,13 +59,13 @@ static enum api_action route_lock(const struct api_config *cfg,
     enum api_error err;
 
     if (strcmp(m, "POST") == 0)
-        route = METRICS_ROUTE_ACQUIRE;
+        route = API_ROUTE_ACQUIRE;
     else if (strcmp(m, "PUT") == 0)
-        route = METRICS_ROUTE_RENEW;
+        route = API_ROUTE_RENEW;
     else if (strcmp(m, "DELETE") == 0)
-        route = METRICS_ROUTE_RELEASE;
+        route = API_ROUTE_RELEASE;
     else if (is_get(m))
-        route = METRICS_ROUTE_INSPECT;
+        route = API_ROUTE_INSPECT;
     else {
         not_allowed(resp, ALLOW_LOCKS);
         return API_ACTION_REPLY;
@@ -87,13 +88,13 @@ static enum api_action route_lock(const struct api_config *cfg,
         return API_ACTION_REPLY;
     }
     switch (route) {
-    case METRICS_ROUTE_ACQUIRE:
+    case API_ROUTE_ACQUIRE:
         verb = API_VERB_ACQUIRE;
         break;
-    case METRICS_ROUTE_RENEW:
+    case API_ROUTE_RENEW:
         verb = API_VERB_RENEW;
         break;
-    case METRICS_ROUTE_RELEASE:
+    case API_ROUTE_RELEASE:
         verb = API_VERB_RELEASE;
         break;
     default:
@@ -133,7 +134,7 @@ enum api_action router_dispatch(const struct api_config *cfg,
     const char *path = router_path(rq->path);
 
     memset(resp, 0, sizeof(*resp));
-    resp->route = METRICS_ROUTE_OTHER;
+    resp->route = API_ROUTE_OTHER;
     if (path == NULL) {
         /* CONNECT's authority form, OPTIONS' asterisk form: the methods
          * lockd serves are none of these */
@@ -152,11 +153,11 @@ enum api_action router_dispatch(const struct api_config *cfg,
         return route_lock(cfg, rq, path, resp, call);
 
     if (strcmp(path, "/healthz") == 0)
-        resp->route = METRICS_ROUTE_HEALTHZ;
+        resp->route = API_ROUTE_HEALTHZ;
     else if (strcmp(path, "/readyz") == 0)
-        resp->route = METRICS_ROUTE_READYZ;
+        resp->route = API_ROUTE_READYZ;
     else if (strcmp(path, "/metrics") == 0)
-        resp->route = METRICS_ROUTE_METRICS;
+        resp->route = API_ROUTE_METRICS;
     else {
         codec_error(resp, API_NOT_FOUND, NULL);
         return API_ACTION_REPLY;
@@ -165,17 +166,17 @@ enum api_action router_dispatch(const struct api_config *cfg,
         not_allowed(resp, ALLOW_OPS);
         return API_ACTION_REPLY;
     }
-    if (resp->route == METRICS_ROUTE_HEALTHZ) {
+    if (resp->route == API_ROUTE_HEALTHZ) {
         handle_healthz(resp);
         return API_ACTION_REPLY;
     }
-    if (resp->route == METRICS_ROUTE_READYZ && rq->shutting_down) {
+    if (resp->route == API_ROUTE_READYZ && rq->shutting_down) {
         handle_readyz_draining(cfg, resp);
         return API_ACTION_REPLY;
     }
     /* both ask the store: the server runs them off its threads */
     memset(call, 0, sizeof(*call));
-    call->verb = resp->route == METRICS_ROUTE_READYZ ? API_VERB_READYZ
+    call->verb = resp->route == API_ROUTE_READYZ ? API_VERB_READYZ
                                                      : API_VERB_METRICS;
     return API_ACTION_CALL;
 }

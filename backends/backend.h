@@ -126,7 +126,9 @@ struct backend_ops {
      */
     enum backend_result (*open)(const char *url,
                                 const struct backend_hooks *hooks,
-                                struct backend **out);
+                                struct backend **out,
+                                char *err,
+                                size_t errlen);
     /* Every call below may run at once on all worker threads. */
 
     /* Grant req->key under req->token if free (and, with a waiter on a
@@ -174,6 +176,25 @@ void backend_close(struct backend *be);
 
 /* The schemes built into this binary, comma separated, e.g. for --help. */
 const char *backend_schemes(void);
+/* The i-th adapter built in (0 is memory), NULL past the last. */
+const struct backend_ops *backend_adapter(size_t i);
+
+/* True if key[0..key_len) is a key the contract lets reach an adapter:
+ * 1..LOCK_KEY_MAX bytes of valid UTF-8 without control characters,
+ * NUL-terminated. */
+bool backend_key_ok(const char *key, size_t key_len);
+
+/* The operations the wrappers time and count, as metrics label indexes. */
+enum backend_op {
+    BACKEND_OP_ACQUIRE = 0,
+    BACKEND_OP_RENEW,
+    BACKEND_OP_RELEASE,
+    BACKEND_OP_INSPECT,
+    BACKEND_OP_CANCEL_WAIT,
+    BACKEND_OP_PING,
+    BACKEND_OP_COUNT,
+};
+extern const char *const backend_op_names[BACKEND_OP_COUNT];
 
 const char *backend_scheme(const struct backend *be);
 unsigned backend_caps(const struct backend *be);
@@ -198,55 +219,10 @@ enum backend_result backend_cancel_wait(struct backend *be,
 enum backend_result backend_ping(struct backend *be);
 int64_t backend_held_count(struct backend *be);
 
-/* Helpers shared by adapters. */
-
-/*
- * A backend URL split into its parts, each percent-decoded and owned (NULL
- * when absent): scheme://[user[:password]@]hosts[/path][?name=value&...].
- * hosts is kept as written ("h1:2181,h2:2181", "[::1]:6379").
- */
-struct backend_url {
-    char *scheme;
-    char *user;
-    char *password;
-    char *hosts;
-    char *path; /* without its leading '/' */
-    size_t nparams;
-    char **names;  /* nparams query names, decoded */
-    char **values; /* nparams query values, decoded ("" when no '=') */
-};
-
-/* 0 on success; -1 (and *u zeroed) on a malformed URL or no memory. */
-int backend_url_parse(const char *url, struct backend_url *u);
-void backend_url_cleanup(struct backend_url *u); /* accepts zeroed */
-/* The value of query parameter name, or NULL. Borrowed from u. */
-const char *backend_url_param(const struct backend_url *u, const char *name);
-/* 0 if every query name is in allowed (NULL-terminated); else -1 and the
- * first unknown name in *bad (borrowed from u). */
-int backend_url_check_params(const struct backend_url *u,
-                             const char *const *allowed,
-                             const char **bad);
-/* Percent-decode s[0..n) into a new NUL-terminated string of *out_len
- * bytes (it may hold NULs: callers decide). NULL on a malformed escape
- * (*bad set) or no memory. The caller frees. */
-char *
-backend_percent_decode(const char *s, size_t n, size_t *out_len, bool *bad);
-/* Parse a decimal unsigned integer in [min, max]: 0, or -1 on junk,
- * signs, overflow or range. */
-int backend_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
-
-/* Wall clock and monotonic clock in milliseconds; monotonic in us. */
-int64_t backend_now_ms(void);
-int64_t backend_mono_ms(void);
-int64_t backend_mono_us(void);
-
 /* What is left of an OK grant at monotonic time now_us, in whole ms
  * (rounded to nearest, at least 1 while any is left): 0 once it may have
  * expired. Counted from when the store call was sent, so time spent in
  * lockd and in the store is taken off, never added. */
 uint64_t backend_grant_left_ms(const struct lock_grant *g, int64_t now_us);
-
-/* Constant-time comparison of two NUL-terminated tokens: true if equal. */
-bool backend_token_eq(const char *a, const char *b);
 
 #endif /* BACKENDS_BACKEND_H */

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "backends/backend.h"
+#include "lib/text.h"
+#include "lib/url.h"
 
 enum opt_kind {
     OPT_STRING,
@@ -88,42 +90,32 @@ static void usage(FILE *f)
         fprintf(f, "  --%-22s %-28s %s\n", opts[i].flag, opts[i].env,
                 opts[i].help);
     fprintf(f,
-            "  --%-22s %-28s %s\n  --%-22s %-28s %s\n  --%-22s %-28s %s\n\n"
+            "  --%-22s %-28s %s\n  --%-22s %-28s %s\n  --%-22s %-28s %s\n"
+            "  --%-22s %-28s %s\n\n"
             "backends built in: %s\n",
             "check-health [URL]", "",
             "GET URL (default http://<listen>/healthz); exit 0 on 200, "
             "else 1",
             "help", "", "print this help and exit", "version", "",
-            "print the version and exit", backend_schemes());
+            "print the version and exit", "backends", "",
+            "print the backend schemes built in, one a line, and exit",
+            backend_schemes());
 }
 
 static int split_listen(struct config *c)
 {
-    const char *s = c->listen, *colon;
-    size_t hlen;
+    char *host = NULL;
+    unsigned port = 0;
+    int rc = url_hostport(c->listen, &host, &port, URL_HOSTPORT_NEED_PORT);
 
-    if (s[0] == '[') {
-        const char *end = strchr(s, ']');
-        if (end == NULL || end[1] != ':')
-            return -1;
-        hlen = (size_t)(end - s - 1);
-        s++;
-        colon = end + 1;
+    if (rc == 0 && strlen(host) < sizeof(c->listen_host)) {
+        snprintf(c->listen_host, sizeof(c->listen_host), "%s", host);
+        snprintf(c->listen_port, sizeof(c->listen_port), "%u", port);
     } else {
-        colon = strrchr(s, ':');
-        if (colon == NULL || memchr(s, ':', (size_t)(colon - s)) != NULL)
-            return -1;
-        hlen = (size_t)(colon - s);
+        rc = -1;
     }
-    if (hlen == 0 || hlen >= sizeof(c->listen_host))
-        return -1;
-    memcpy(c->listen_host, s, hlen);
-    c->listen_host[hlen] = '\0';
-    uint64_t port;
-    if (backend_parse_u64(colon + 1, 1, 65535, &port) != 0)
-        return -1;
-    snprintf(c->listen_port, sizeof(c->listen_port), "%u", (unsigned)port);
-    return 0;
+    free(host);
+    return rc;
 }
 
 static int set_opt(struct config *c,
@@ -143,7 +135,7 @@ static int set_opt(struct config *c,
         return 0;
     case OPT_U64:
     case OPT_UINT:
-        if (backend_parse_u64(v, o->min, o->max, &n) != 0) {
+        if (text_parse_u64(v, o->min, o->max, &n) != 0) {
             fprintf(stderr,
                     "lockd: %s: '%s' is not an integer from %llu to %llu\n",
                     source, v, (unsigned long long)o->min,
@@ -231,6 +223,11 @@ enum config_result config_load(struct config *c, int argc, char **argv)
         if (strcmp(a, "--version") == 0) {
             printf("lockd %s (backends: %s)\n", LOCKD_VERSION,
                    backend_schemes());
+            return CONFIG_EXIT;
+        }
+        if (strcmp(a, "--backends") == 0) {
+            for (size_t j = 0; backend_adapter(j) != NULL; j++)
+                printf("%s\n", backend_adapter(j)->scheme);
             return CONFIG_EXIT;
         }
         if (strcmp(a, "--check-health") == 0) {

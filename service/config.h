@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "service/log.h"
+#include "lib/log.h"
 
 struct config {
     const char *listen;    /* "host:port", as given */

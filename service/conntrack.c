@@ -32,7 +32,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "service/log.h"
+#include "lib/clock.h"
+#include "lib/log.h"
 
 #define ADDR_BUCKETS 4096
 #define TICK_MAX_US  250000   /* the reaper's period, at most */
@@ -82,14 +83,6 @@ struct conntrack {
     struct addr_count *buckets[ADDR_BUCKETS];
     pthread_t reaper;
 };
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static uint64_t word(int64_t since_us, enum phase ph)
 {
@@ -239,7 +232,7 @@ static void on_started(struct conntrack *ct,
                  (ct->max_per_ip > 0 && c->addr->n > ct->max_per_ip);
     }
     atomic_store_explicit(&c->word,
-                          word(mono_us(), refuse ? PH_REFUSED : PH_ARRIVING),
+                          word(clock_mono_us(), refuse ? PH_REFUSED : PH_ARRIVING),
                           memory_order_relaxed);
     c->next = ct->conns;
     if (ct->conns != NULL)
@@ -315,7 +308,7 @@ bool conntrack_request_begins(struct MHD_Connection *mc)
         /* its headers came before the reaper noticed: time it from now
          * (a failed swap means the reaper just did) */
         atomic_compare_exchange_strong(&c->word, &w,
-                                       word(mono_us(), PH_ARRIVING));
+                                       word(clock_mono_us(), PH_ARRIVING));
         return true;
     default:
         return true;
@@ -334,7 +327,7 @@ static void set_phase(struct MHD_Connection *mc, enum phase ph)
     w = atomic_load(&c->word);
     if (phase_of(w) == PH_CUT || phase_of(w) == PH_REFUSED)
         return;
-    atomic_compare_exchange_strong(&c->word, &w, word(mono_us(), ph));
+    atomic_compare_exchange_strong(&c->word, &w, word(clock_mono_us(), ph));
 }
 
 void conntrack_request_arrived(struct MHD_Connection *mc)
@@ -419,12 +412,12 @@ static void report(struct conntrack *ct, uint64_t *cut, uint64_t *refused)
 static void *reaper_main(void *arg)
 {
     struct conntrack *ct = arg;
-    int64_t next_probe = 0, next_report = mono_us() + REPORT_US;
+    int64_t next_probe = 0, next_report = clock_mono_us() + REPORT_US;
     uint64_t cut = 0, refused = 0;
 
     pthread_mutex_lock(&ct->mu);
     while (!ct->stop) {
-        int64_t now = mono_us(), wake;
+        int64_t now = clock_mono_us(), wake;
         bool probe = ct->timeout_us > 0 && now >= next_probe;
         struct timespec ts;
 
@@ -438,7 +431,7 @@ static void *reaper_main(void *arg)
             next_report = now + REPORT_US;
         }
         /* the condition variable uses CLOCK_MONOTONIC (conntrack_new) */
-        wake = mono_us() + ct->tick_us;
+        wake = clock_mono_us() + ct->tick_us;
         ts.tv_sec = (time_t)(wake / 1000000);
         ts.tv_nsec = (long)(wake % 1000000) * 1000;
         pthread_cond_timedwait(&ct->cv, &ct->mu, &ts);
@@ -469,7 +462,7 @@ struct conntrack *conntrack_new(uint64_t request_timeout_ms,
         ct->probe_us = PROBE_MAX_US;
     if (ct->probe_us < ct->tick_us)
         ct->probe_us = ct->tick_us;
-    ct->salt = (uint64_t)mono_us() * 0xc2b2ae3d27d4eb4fULL;
+    ct->salt = (uint64_t)clock_mono_us() * 0xc2b2ae3d27d4eb4fULL;
     pthread_mutex_init(&ct->mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -24,10 +24,11 @@
 #include "api/handlers.h"
 #include "backends/backend.h"
 #include "service/config.h"
-#include "service/log.h"
-#include "service/metrics.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
 #include "service/server.h"
 #include "service/waitq.h"
+#include "lib/url.h"
 
 #define DRAIN_MS       5000
 #define WAITQ_GRACE_MS 1000 /* for store calls owed at exit */
@@ -71,7 +72,9 @@ static int check_health(const struct config *c)
         snprintf(port, sizeof(port), "%s", c->listen_port);
         snprintf(path, sizeof(path), "/healthz");
     } else {
-        const char *p = url, *slash, *colon;
+        const char *p = url, *slash;
+        char hp[300], *h = NULL;
+        unsigned pn = 80;
         if (strncmp(p, "http://", 7) != 0) {
             fprintf(stderr, "lockd: --check-health takes an http:// URL\n");
             return 2;
@@ -80,24 +83,15 @@ static int check_health(const struct config *c)
         slash = strchr(p, '/');
         if (slash == NULL)
             slash = p + strlen(p);
-        colon = memchr(p, ':', (size_t)(slash - p));
-        if (p[0] == '[') {
-            const char *end = memchr(p, ']', (size_t)(slash - p));
-            if (end == NULL) {
-                fprintf(stderr, "lockd: bad URL '%s'\n", url);
-                return 2;
-            }
-            snprintf(host, sizeof(host), "%.*s", (int)(end - p - 1), p + 1);
-            colon = end[1] == ':' ? end + 1 : NULL;
-        } else {
-            snprintf(host, sizeof(host), "%.*s",
-                     (int)((colon != NULL ? colon : slash) - p), p);
+        snprintf(hp, sizeof(hp), "%.*s", (int)(slash - p), p);
+        if (url_hostport(hp, &h, &pn, 0) != 0 || strlen(h) >= sizeof(host)) {
+            free(h);
+            fprintf(stderr, "lockd: bad URL '%s'\n", url);
+            return 2;
         }
-        if (colon != NULL)
-            snprintf(port, sizeof(port), "%.*s", (int)(slash - colon - 1),
-                     colon + 1);
-        else
-            snprintf(port, sizeof(port), "80");
+        snprintf(host, sizeof(host), "%s", h);
+        snprintf(port, sizeof(port), "%u", pn);
+        free(h);
         snprintf(path, sizeof(path), "%s", *slash != '\0' ? slash : "/");
     }
     if (getaddrinfo(host, port, &hints, &ai) != 0 || ai == NULL) {
@@ -194,7 +188,8 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    metrics_setup(LOCKD_VERSION, backend_scheme(be));
+    metrics_setup(LOCKD_VERSION, backend_scheme(be), api_route_names,
+                  API_ROUTE_COUNT, backend_op_names, BACKEND_OP_COUNT);
     api.backend = be;
     api.default_ttl_ms = cfg.default_ttl_ms;
     api.max_ttl_ms = cfg.max_ttl_ms;

@@ -24,8 +24,10 @@
 
 #include "api/router.h"
 #include "service/conntrack.h"
-#include "service/log.h"
-#include "service/metrics.h"
+#include "lib/clock.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
+#include "lib/text.h"
 
 #define MAX_QUERY_PARAMS 32
 #define MAX_LOCK_TOKENS  4
@@ -63,7 +65,7 @@ struct request { /* *req_cls: from the first call to completion */
     bool close;      /* answer with Connection: close */
     bool granted;    /* the store granted call (an acquire) */
     unsigned status; /* what was queued, for the log */
-    enum metrics_route route;
+    enum api_route route;
     struct api_call call; /* owned strings */
     struct wq_waiter w;   /* req strings borrowed from call */
     /* for the response and the access log; every request keeps them, so
@@ -72,14 +74,6 @@ struct request { /* *req_cls: from the first call to completion */
     char *path;       /* owned, maybe truncated to PATH_LOG_MAX */
     char method[12];
 };
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* Keep paths and query values as sent: api/ decodes them itself, so that
  * "%00" or "%2F" in a key are seen for what they are. */
@@ -162,14 +156,14 @@ static enum MHD_Result queue(struct request *r, struct api_response *resp)
     r->route = resp->route;
     /* counted now, not at completion, so a client that scrapes /metrics
      * right after its answer sees its request */
-    metrics_request(r->route, r->status, mono_us() - r->start_us);
+    metrics_request(r->route, r->status, clock_mono_us() - r->start_us);
     ret = MHD_queue_response(r->conn, resp->status, mr);
     MHD_destroy_response(mr);
     return ret;
 }
 
 static enum MHD_Result
-queue_error(struct request *r, enum api_error e, enum metrics_route route)
+queue_error(struct request *r, enum api_error e, enum api_route route)
 {
     struct api_response resp = { .route = route };
 
@@ -550,7 +544,7 @@ dispatch(struct request *r, const char *url, const char *method)
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &c);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &c);
     if (c.overflow)
-        return queue_error(r, API_INVALID_PARAMETER, METRICS_ROUTE_OTHER);
+        return queue_error(r, API_INVALID_PARAMETER, API_ROUTE_OTHER);
     rq.method = method;
     rq.path = url;
     rq.body = r->body != NULL ? r->body : "";
@@ -596,8 +590,8 @@ static enum MHD_Result on_request(void *cls,
             return MHD_NO; /* MHD closes the connection */
         r->srv = srv;
         r->conn = conn;
-        r->start_us = mono_us();
-        r->route = METRICS_ROUTE_OTHER;
+        r->start_us = clock_mono_us();
+        r->route = API_ROUTE_OTHER;
         snprintf(r->method, sizeof(r->method), "%s", method);
         r->path = strndup(url, PATH_LOG_MAX);
         *req_cls = r;
@@ -607,7 +601,7 @@ static enum MHD_Result on_request(void *cls,
             return MHD_NO; /* out of memory: MHD closes the connection */
         if (target_has_nul(conn, url, version)) {
             const char *p = router_path(url);
-            struct api_response resp = { .route = METRICS_ROUTE_OTHER };
+            struct api_response resp = { .route = API_ROUTE_OTHER };
             codec_error(&resp,
                         p != NULL && strncmp(p, "/locks/", 7) == 0
                             ? API_INVALID_KEY
@@ -617,7 +611,7 @@ static enum MHD_Result on_request(void *cls,
         }
         err = check_headers(r, method, msg, sizeof(msg));
         if (err != API_OK) {
-            struct api_response resp = { .route = METRICS_ROUTE_OTHER };
+            struct api_response resp = { .route = API_ROUTE_OTHER };
             codec_error(&resp, err, msg);
             return queue(r, &resp);
         }
@@ -625,11 +619,11 @@ static enum MHD_Result on_request(void *cls,
                                          MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl != NULL) {
             uint64_t n;
-            if (backend_parse_u64(cl, 0, UINT64_MAX, &n) != 0 ||
+            if (text_parse_u64(cl, 0, UINT64_MAX, &n) != 0 ||
                 n > srv->cfg->max_body_bytes) {
                 /* answer before reading: MHD then closes the connection */
                 r->too_large = true;
-                return queue_error(r, API_BODY_TOO_LARGE, METRICS_ROUTE_OTHER);
+                return queue_error(r, API_BODY_TOO_LARGE, API_ROUTE_OTHER);
             }
         }
         return MHD_YES;
@@ -660,7 +654,7 @@ static enum MHD_Result on_request(void *cls,
     }
     conntrack_request_arrived(conn); /* no longer timed, waiters neither */
     if (r->too_large)
-        return queue_error(r, API_BODY_TOO_LARGE, METRICS_ROUTE_OTHER);
+        return queue_error(r, API_BODY_TOO_LARGE, API_ROUTE_OTHER);
     return dispatch(r, url, method);
 }
 
@@ -677,7 +671,7 @@ static void on_completed(void *cls,
     if (r == NULL)
         return;
     *req_cls = NULL;
-    dur = mono_us() - r->start_us;
+    dur = clock_mono_us() - r->start_us;
     if (r->granted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         /* the client never got its grant: no lock may be held by nobody */
         waitq_orphan(srv->q, r->call.key, r->call.key_len, r->call.token);
@@ -717,7 +711,7 @@ struct server *server_start(const struct config *cfg,
     srv->cfg = cfg;
     srv->api = api;
     srv->q = q;
-    srv->request_salt = (uint64_t)mono_us() * 0x9e3779b97f4a7c15ULL;
+    srv->request_salt = (uint64_t)clock_mono_us() * 0x9e3779b97f4a7c15ULL;
     err = getaddrinfo(cfg->listen_host, cfg->listen_port, &hints, &ai);
     if (err != 0) {
         log_error("cannot resolve --listen %s: %s", cfg->listen,
@@ -784,11 +778,11 @@ void server_begin_shutdown(struct server *s)
 
 int server_drain(struct server *s, int64_t timeout_ms)
 {
-    int64_t end = mono_us() + timeout_ms * 1000;
+    int64_t end = clock_mono_us() + timeout_ms * 1000;
     struct timespec ts = { .tv_sec = 0, .tv_nsec = 10 * 1000000L };
 
     while (atomic_load(&s->in_flight) > 0) {
-        if (mono_us() >= end)
+        if (clock_mono_us() >= end)
             return -1;
         nanosleep(&ts, NULL);
     }

@@ -26,9 +26,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "backends/keytab.h"
-#include "service/log.h"
-#include "service/metrics.h"
+#include "lib/keytab.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
+#include "lib/clock.h"
 
 #define WQ_RETRY_MAX_MS                                            \
     2000                      /* retry at least this often: a lost \
@@ -417,7 +418,7 @@ do_answer_unserved(struct waitq *q, struct wq_job *j, struct done_list *done)
         do_answer(q, j, BACKEND_UNAVAILABLE, NULL, NULL, done);
         return;
     }
-    g.retry_ms = retry_after(held_until, backend_mono_ms());
+    g.retry_ms = retry_after(held_until, clock_mono_ms());
     do_answer(q, j, BACKEND_HELD, &g, NULL, done);
 }
 
@@ -440,7 +441,7 @@ static void do_unpark(struct waitq *q, struct wq_job *j, bool next_turn)
     j->parked = false;
     j->key = NULL;
     if (next_turn && was_head && k->head != NULL)
-        do_timer_set(q, &k->retry, backend_mono_ms(), false);
+        do_timer_set(q, &k->retry, clock_mono_ms(), false);
     do_key_free_if_idle(q, k);
 }
 
@@ -540,7 +541,7 @@ static bool do_answer_grant(struct waitq *q,
                             int64_t base_us,
                             struct done_list *done)
 {
-    int64_t now = backend_mono_us();
+    int64_t now = clock_mono_us();
     uint64_t left = backend_grant_left_ms(g, now);
     int64_t slack = (int64_t)g->ttl_ms * 100; /* a tenth, in us */
 
@@ -593,7 +594,7 @@ static void do_after_first(struct waitq *q,
                            uint64_t epoch,
                            struct done_list *done)
 {
-    int64_t now = backend_mono_ms();
+    int64_t now = clock_mono_ms();
     struct wq_key *k;
 
     if (r == BACKEND_OK) {
@@ -662,8 +663,8 @@ do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done)
         return;
     }
     if (j->op == WQ_ACQUIRE && j->wait_ms > 0) {
-        int64_t left = j->wait_until - backend_mono_ms();
-        j->lw.deadline_ms = backend_now_ms() + (left > 0 ? left : 0);
+        int64_t left = j->wait_until - clock_mono_ms();
+        j->lw.deadline_ms = clock_wall_ms() + (left > 0 ? left : 0);
         j->req.waiter = &j->lw;
     }
     j->running = true;
@@ -710,13 +711,13 @@ do_run_key(struct waitq *q, struct wq_key *k, struct done_list *done)
             j->lw.id = ++q->next_id;
         if (j->lw.deadline_ms == 0)
             j->lw.deadline_ms =
-                backend_now_ms() + (j->wait_until - backend_mono_ms());
+                clock_wall_ms() + (j->wait_until - clock_mono_ms());
         j->running = true;
         pthread_mutex_unlock(&q->mu);
         r = call_store(q->be, WQ_ACQUIRE, &j->req, &g, &info, &count);
         pthread_mutex_lock(&q->mu);
         j->running = false;
-        now = backend_mono_ms();
+        now = clock_mono_ms();
         if (r == BACKEND_OK) {
             do_unpark(q, j, false); /* the next waiter's turn comes below */
             if (j->w == NULL) {
@@ -769,7 +770,7 @@ do_run_key(struct waitq *q, struct wq_key *k, struct done_list *done)
     }
     k->running = false;
     if (k->again && k->head != NULL)
-        do_timer_set(q, &k->retry, backend_mono_ms(), false);
+        do_timer_set(q, &k->retry, clock_mono_ms(), false);
     do_key_free_if_idle(q, k);
 }
 
@@ -790,14 +791,14 @@ static void *worker_main(void *arg)
         if (t->is_key) {
             struct wq_key *k = CONTAINER_OF(t, struct wq_key, task);
             k->queued = false;
-            if (q->workers_stop && backend_mono_ms() > q->stop_by)
+            if (q->workers_stop && clock_mono_ms() > q->stop_by)
                 do_key_free_if_idle(q, k);
             else
                 do_run_key(q, k, &done);
         } else {
             struct wq_job *j = CONTAINER_OF(t, struct wq_job, task);
             j->queued = false;
-            if (q->workers_stop && backend_mono_ms() > q->stop_by &&
+            if (q->workers_stop && clock_mono_ms() > q->stop_by &&
                 j->w == NULL)
                 do_free_job(q, j); /* out of time: the store's TTLs end it */
             else
@@ -842,7 +843,7 @@ static void do_fire(struct waitq *q, struct wq_timer *t, struct done_list *done)
 
 static void do_fire_timers(struct waitq *q, struct done_list *done)
 {
-    int64_t now = backend_mono_ms();
+    int64_t now = clock_mono_ms();
 
     while (q->nheap > 0 && q->heap[0]->at <= now) {
         struct wq_timer *t = q->heap[0];
@@ -895,7 +896,7 @@ static void *waitq_main(void *arg)
         do_free_graveyard(q);
         {
             /* a timer set before this wakes up needs no kick */
-            int64_t now = backend_mono_ms(), until = now + WQ_IDLE_MS;
+            int64_t now = clock_mono_ms(), until = now + WQ_IDLE_MS;
             if (q->nheap > 0 && q->heap[0]->at < until)
                 until = q->heap[0]->at;
             timeout = until <= now ? 0 : (int)(until - now);
@@ -939,7 +940,7 @@ void waitq_notify(void *arg, const char *key, size_t key_len)
     pthread_mutex_lock(&q->mu);
     k = do_key_find(q, key, key_len);
     if (k != NULL) /* kicks the timer thread if it is now the first */
-        do_timer_set(q, &k->retry, backend_mono_ms(), false);
+        do_timer_set(q, &k->retry, clock_mono_ms(), false);
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -993,11 +994,11 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
         w->result = BACKEND_NO_MEMORY;
         return WQ_DONE;
     }
-    now = backend_mono_ms();
+    now = clock_mono_ms();
     start = w->start_us > 0 ? w->start_us / 1000 : now;
     bound = start + (waits ? w->wait_ms : 0);
     j->wait_until = bound;
-    j->start_us = w->start_us > 0 ? w->start_us : backend_mono_us();
+    j->start_us = w->start_us > 0 ? w->start_us : clock_mono_us();
     if (!inline_calls && start + q->be->call_timeout_ms > bound)
         bound = start + q->be->call_timeout_ms;
 
@@ -1010,7 +1011,7 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
         j->lw.id = ++q->next_id;
         k = queueing ? NULL : do_key_find(q, j->req.key, j->req.key_len);
         pthread_mutex_unlock(&q->mu);
-        j->lw.deadline_ms = backend_now_ms() + (start + w->wait_ms - now);
+        j->lw.deadline_ms = clock_wall_ms() + (start + w->wait_ms - now);
         j->req.waiter = &j->lw;
         if (k == NULL) {
             enum backend_result r = backend_acquire(q->be, &j->req, &g);
@@ -1025,13 +1026,13 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
             }
             j->tried = tried_now = true;
             if (!g.behind)
-                j->held_until = backend_mono_ms() + (int64_t)g.retry_ms;
+                j->held_until = clock_mono_ms() + (int64_t)g.retry_ms;
         }
         w->suspend(w);
         pthread_mutex_lock(&q->mu);
         j->w = w;
         w->job = j;
-        now = backend_mono_ms();
+        now = clock_mono_ms();
         k = q->stopping ? NULL : do_key_get(q, j->req.key, j->req.key_len);
         if (k == NULL ||
             do_timer_set(q, &j->bound, start + w->wait_ms, true) != 0) {
@@ -1063,7 +1064,7 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
     j->w = w;
     w->job = j;
     j->lw.id = ++q->next_id;
-    now = backend_mono_ms();
+    now = clock_mono_ms();
     if (q->stopping || do_timer_set(q, &j->bound, bound, true) != 0 ||
         (waits &&
          do_timer_set(q, &j->wait_end, start + w->wait_ms, true) != 0)) {
@@ -1169,7 +1170,7 @@ void waitq_stop(struct waitq *q, int64_t grace_ms)
         return;
     pthread_mutex_lock(&q->mu);
     q->workers_stop = true;
-    q->stop_by = backend_mono_ms() + grace_ms;
+    q->stop_by = clock_mono_ms() + grace_ms;
     pthread_cond_broadcast(&q->work);
     pthread_mutex_unlock(&q->mu);
     for (unsigned i = 0; i < q->nworkers; i++)

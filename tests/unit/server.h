@@ -248,7 +248,7 @@ static int __attribute__((unused)) notes_heard(const char *key, int ms)
 
 /* ---- the adapter's ops, called as api/ calls them ----
  * The including program defines TEST_BE_OPS as its adapter's ops table
- * (e.g. `#define TEST_BE_OPS redis_be_ops`) before including this header. */
+ * (e.g. `#define TEST_BE_OPS redis_backend`) before including this header. */
 #ifdef TEST_BE_OPS
 
 static struct backend *__attribute__((unused))
@@ -257,7 +257,7 @@ be_open(const char *url, backend_notify_fn notify, void *arg)
     struct backend_hooks hooks = { notify, arg };
     struct backend *be = NULL;
 
-    if (TEST_BE_OPS.open(url, &hooks, &be) != BACKEND_OK)
+    if (TEST_BE_OPS.open(url, &hooks, &be, NULL, 0) != BACKEND_OK)
         return NULL;
     return be;
 }

@@ -18,8 +18,9 @@
 
 #include "api/handlers.h"
 #include "api/router.h"
+#include "lib/text.h"
 #include "backends/backend.h"
-#include "service/log.h"
+#include "lib/log.h"
 #include "tests/unit/check.h"
 
 #define MAX_TTL  86400000u
@@ -346,11 +347,11 @@ static void test_decode_key_rejects_invalid_utf8(void)
 
 static void test_utf8_valid_checks_lengths_exactly(void)
 {
-    CHECK(codec_utf8_valid("", 0));
-    CHECK(codec_utf8_valid("\xc3\xa9", 2));
-    CHECK(!codec_utf8_valid("\xc3\xa9", 1)); /* cut by len, not NUL */
-    CHECK(!codec_utf8_valid("\xe2\x82\xac", 2));
-    CHECK(codec_utf8_valid("a\0b", 3)); /* NUL is ASCII here */
+    CHECK(text_utf8_valid("", 0));
+    CHECK(text_utf8_valid("\xc3\xa9", 2));
+    CHECK(!text_utf8_valid("\xc3\xa9", 1)); /* cut by len, not NUL */
+    CHECK(!text_utf8_valid("\xe2\x82\xac", 2));
+    CHECK(text_utf8_valid("a\0b", 3)); /* NUL is ASCII here */
 }
 
 /* ---- codec_parse_params ---- */
@@ -989,7 +990,7 @@ static void test_router_acquire_renew_inspect_release(void)
     CHECK_STR_EQ(r.acq.owner, "pod-a");
     CHECK(is_token(r.acq.token));
     CHECK_EQ_INT(r.resp.status, 201);
-    CHECK_EQ_INT(r.resp.route, METRICS_ROUTE_ACQUIRE);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_ACQUIRE);
     CHECK_STR_EQ(jstr(&r, "key"), "orders/42");
     CHECK_STR_EQ(jstr(&r, "token"), r.acq.token);
     CHECK_EQ_INT(jint(&r, "ttl_ms"), 5000);
@@ -1024,7 +1025,7 @@ static void test_router_acquire_renew_inspect_release(void)
     request(&r, "GET", "/locks/orders/42", NULL, NULL, NULL);
     CHECK_EQ_INT(r.action, API_ACTION_CALL);
     CHECK_EQ_INT(r.resp.status, 200);
-    CHECK_EQ_INT(r.resp.route, METRICS_ROUTE_INSPECT);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_INSPECT);
     CHECK(json_is_true(json_object_get(r.json, "held")));
     CHECK_EQ_INT(jint(&r, "fence"), fence);
     CHECK(jint(&r, "ttl_ms") >= 1 && jint(&r, "ttl_ms") <= 5000);
@@ -1039,7 +1040,7 @@ static void test_router_acquire_renew_inspect_release(void)
     /* renew through header, query and body; fence unchanged */
     request(&r, "PUT", "/locks/orders/42", "{\"ttl_ms\":7000}", token, NULL);
     CHECK_EQ_INT(r.resp.status, 200);
-    CHECK_EQ_INT(r.resp.route, METRICS_ROUTE_RENEW);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_RENEW);
     CHECK_EQ_INT(jint(&r, "fence"), fence);
     CHECK_EQ_INT(jint(&r, "ttl_ms"), 7000);
     CHECK_STR_EQ(jstr(&r, "token"), token);
@@ -1090,7 +1091,7 @@ static void test_router_acquire_renew_inspect_release(void)
     /* release, then everything is 404 lock_not_found */
     request(&r, "DELETE", "/locks/orders/42", NULL, token, NULL);
     CHECK_EQ_INT(r.resp.status, 200);
-    CHECK_EQ_INT(r.resp.route, METRICS_ROUTE_RELEASE);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_RELEASE);
     CHECK_STR_EQ(jstr(&r, "key"), "orders/42");
     CHECK(json_is_true(json_object_get(r.json, "released")));
     reply_cleanup(&r);
@@ -1184,7 +1185,7 @@ static void test_router_answers_404_405_and_invalid_key(void)
                   r.resp.status);
         CHECK_STR_EQ(err_code(&r), "not_found");
         CHECK(r.resp.allow == NULL);
-        CHECK_EQ_INT(r.resp.route, METRICS_ROUTE_OTHER);
+        CHECK_EQ_INT(r.resp.route, API_ROUTE_OTHER);
         reply_cleanup(&r);
     }
     static const char *const bad_keys[] = {
@@ -1214,21 +1215,21 @@ static void test_router_serves_health_ready_metrics(void)
     CHECK_EQ_INT(r.resp.status, 200);
     CHECK_STR_EQ(jstr(&r, "status"), "ok");
     CHECK_STR_EQ(r.resp.content_type, "application/json");
-    CHECK_EQ_INT(r.resp.route, METRICS_ROUTE_HEALTHZ);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_HEALTHZ);
     reply_cleanup(&r);
     request(&r, "HEAD", "/readyz", NULL, NULL, NULL);
     CHECK_EQ_INT(r.resp.status, 200);
     CHECK_STR_EQ(jstr(&r, "status"), "ready");
     CHECK_STR_EQ(jstr(&r, "backend"), "memory");
     CHECK_STR_EQ(jstr(&r, "fifo"), "store");
-    CHECK_EQ_INT(r.resp.route, METRICS_ROUTE_READYZ);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_READYZ);
     reply_cleanup(&r);
     request(&r, "GET", "/metrics", NULL, NULL, NULL);
     CHECK_EQ_INT(r.resp.status, 200);
     CHECK_STR_EQ(r.resp.content_type,
                  "text/plain; version=0.0.4; charset=utf-8");
     CHECK_CONTAINS(r.resp.body, "lockd_locks_held 0\n");
-    CHECK_EQ_INT(r.resp.route, METRICS_ROUTE_METRICS);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_METRICS);
     reply_cleanup(&r);
     router_close();
 }

@@ -3,7 +3,7 @@
  * insert, find, remove, growth, foreach with removal, many keys, and keys
  * that are arbitrary bytes.
  */
-#include "backends/keytab.h"
+#include "lib/keytab.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_memory.c - the memory backend's contract (backend.h),
- * through its ops table mem_be_ops: grants, renew and release by token,
+ * through its ops table memory_backend: grants, renew and release by token,
  * expiry judged on access, fences, owners, the FIFO of waiters
  * (BACKEND_CAP_QUEUE), notifications, and mutual exclusion under threads.
  */
@@ -13,10 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/log.h"
+#include "lib/log.h"
 #include "tests/unit/check.h"
+#include "lib/clock.h"
 
-extern const struct backend_ops mem_be_ops;
+extern const struct backend_ops memory_backend;
 
 #define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -65,7 +66,7 @@ static struct backend *open_mem(void)
     struct backend_hooks hooks = { .notify = record_notify, .arg = NULL };
     struct backend *be = NULL;
 
-    CHECK_EQ_INT(mem_be_ops.open("memory://", &hooks, &be), BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.open("memory://", &hooks, &be, NULL, 0), BACKEND_OK);
     CHECK(be != NULL);
     notes_clear();
     return be;
@@ -87,7 +88,7 @@ static enum backend_result acq(struct backend *be,
                             .waiter = w };
 
     memset(g, 0, sizeof(*g));
-    return mem_be_ops.acquire(be, &req, g);
+    return memory_backend.acquire(be, &req, g);
 }
 
 static enum backend_result renew(struct backend *be,
@@ -101,7 +102,7 @@ static enum backend_result renew(struct backend *be,
     };
 
     memset(g, 0, sizeof(*g));
-    return mem_be_ops.renew(be, &req, g);
+    return memory_backend.renew(be, &req, g);
 }
 
 static enum backend_result
@@ -111,20 +112,20 @@ rel(struct backend *be, const char *key, const char *token)
                             .key_len = strlen(key),
                             .token = token };
 
-    return mem_be_ops.release(be, &req);
+    return memory_backend.release(be, &req);
 }
 
 static enum backend_result
 inspect(struct backend *be, const char *key, struct lock_info *info)
 {
     memset(info, 0, sizeof(*info));
-    return mem_be_ops.inspect(be, key, strlen(key), info);
+    return memory_backend.inspect(be, key, strlen(key), info);
 }
 
 static enum backend_result
 cancel(struct backend *be, const char *key, struct lock_waiter *w)
 {
-    return mem_be_ops.cancel_wait(be, key, strlen(key), w);
+    return memory_backend.cancel_wait(be, key, strlen(key), w);
 }
 
 /* ---- cases ---- */
@@ -137,17 +138,17 @@ static void test_mem_open_rejects_options(void)
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         be = (struct backend *)1;
-        CHECK_EQ_INT(mem_be_ops.open(bad[i], NULL, &be), BACKEND_INVALID);
+        CHECK_EQ_INT(memory_backend.open(bad[i], NULL, &be, NULL, 0), BACKEND_INVALID);
         CHECK(be == NULL);
     }
-    CHECK_STR_EQ(mem_be_ops.scheme, "memory");
-    CHECK((mem_be_ops.caps & BACKEND_CAP_QUEUE) != 0);
-    CHECK((mem_be_ops.caps & BACKEND_CAP_DURABLE) == 0);
-    mem_be_ops.close(NULL); /* accepts NULL */
+    CHECK_STR_EQ(memory_backend.scheme, "memory");
+    CHECK((memory_backend.caps & BACKEND_CAP_QUEUE) != 0);
+    CHECK((memory_backend.caps & BACKEND_CAP_DURABLE) == 0);
+    memory_backend.close(NULL); /* accepts NULL */
     be = open_mem();
-    CHECK_EQ_INT(mem_be_ops.ping(be), BACKEND_OK);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 0);
-    mem_be_ops.close(be);
+    CHECK_EQ_INT(memory_backend.ping(be), BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
+    memory_backend.close(be);
 }
 
 static void test_mem_acquire_grants_then_held(void)
@@ -155,14 +156,14 @@ static void test_mem_acquire_grants_then_held(void)
     struct backend *be = open_mem();
     struct lock_grant g, g2;
     struct lock_info info;
-    int64_t before = backend_now_ms();
+    int64_t before = clock_wall_ms();
 
     CHECK_EQ_INT(acq(be, "orders/42", TOK_A, NULL, 5000, NULL, &g), BACKEND_OK);
     CHECK(g.fence > 0 && g.fence <= LOCK_FENCE_MAX);
     CHECK_EQ_U64(g.ttl_ms, 5000);
     CHECK(g.expires_at_ms >= before + 5000 &&
-          g.expires_at_ms <= backend_now_ms() + 5000);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 1);
+          g.expires_at_ms <= clock_wall_ms() + 5000);
+    CHECK_EQ_INT(memory_backend.held_count(be), 1);
 
     /* held: another token, and the same token again */
     CHECK_EQ_INT(acq(be, "orders/42", TOK_B, NULL, 1000, NULL, &g2),
@@ -184,8 +185,8 @@ static void test_mem_acquire_grants_then_held(void)
                  BACKEND_OK);
     CHECK_EQ_INT(acq(be, "Orders/42", TOK_B, NULL, 1000, NULL, &g2),
                  BACKEND_OK);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 4);
-    mem_be_ops.close(be); /* with locks held: ASan checks the frees */
+    CHECK_EQ_INT(memory_backend.held_count(be), 4);
+    memory_backend.close(be); /* with locks held: ASan checks the frees */
 }
 
 static void test_mem_release_frees_and_token_dies(void)
@@ -205,7 +206,7 @@ static void test_mem_release_frees_and_token_dies(void)
     CHECK_EQ_INT(rel(be, "k", ""), BACKEND_MISMATCH);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK); /* still held */
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_OK);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 0);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_NOT_FOUND);
     /* the token is dead: not found while free, mismatch once re-held */
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_NOT_FOUND);
@@ -215,8 +216,8 @@ static void test_mem_release_frees_and_token_dies(void)
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_MISMATCH);
     CHECK_EQ_INT(renew(be, "k", TOK_A, 0, &g), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be, "k", TOK_B), BACKEND_OK);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 0);
-    mem_be_ops.close(be);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
+    memory_backend.close(be);
 }
 
 static void test_mem_renew_zero_keeps_last_ttl(void)
@@ -242,7 +243,7 @@ static void test_mem_renew_zero_keeps_last_ttl(void)
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 100);
     CHECK_EQ_INT(renew(be, "k", TOK_B, 0, &r), BACKEND_MISMATCH);
     CHECK_EQ_INT(renew(be, "free", TOK_A, 0, &r), BACKEND_NOT_FOUND);
-    mem_be_ops.close(be);
+    memory_backend.close(be);
 }
 
 static void test_mem_expiry_is_judged_on_access(void)
@@ -260,7 +261,7 @@ static void test_mem_expiry_is_judged_on_access(void)
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(renew(be, "k2", TOK_A, 0, &g2), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(rel(be, "k3", TOK_A), BACKEND_NOT_FOUND);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 0);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
     /* free for someone else, with a larger fence; the old token is dead */
     CHECK_EQ_INT(acq(be, "k", TOK_B, NULL, 5000, NULL, &g2), BACKEND_OK);
     CHECK(g2.fence > g.fence);
@@ -272,8 +273,8 @@ static void test_mem_expiry_is_judged_on_access(void)
     CHECK_EQ_INT(acq(be, "k4", TOK_B, NULL, 30, NULL, &g2), BACKEND_HELD);
     check_sleep_ms(50);
     CHECK_EQ_INT(acq(be, "k4", TOK_B, NULL, 5000, NULL, &g2), BACKEND_OK);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 2);
-    mem_be_ops.close(be);
+    CHECK_EQ_INT(memory_backend.held_count(be), 2);
+    memory_backend.close(be);
 }
 
 static void test_mem_fences_grow_across_keys_and_reopen(void)
@@ -292,14 +293,14 @@ static void test_mem_fences_grow_across_keys_and_reopen(void)
         last = g.fence;
         CHECK_EQ_INT(rel(be, key, TOK_A), BACKEND_OK);
     }
-    mem_be_ops.close(be);
+    memory_backend.close(be);
     /* a restart (a new open) keeps growing */
     check_sleep_ms(2);
     be = open_mem();
     CHECK_EQ_INT(acq(be, "k0", TOK_A, NULL, 1000, NULL, &g), BACKEND_OK);
     CHECK_MSG(g.fence > last, "after reopen: fence %llu after %llu",
               (unsigned long long)g.fence, (unsigned long long)last);
-    mem_be_ops.close(be);
+    memory_backend.close(be);
 }
 
 static void test_mem_owner_is_stored_and_shown(void)
@@ -325,7 +326,7 @@ static void test_mem_owner_is_stored_and_shown(void)
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.has_owner);
     CHECK_STR_EQ(info.owner, "");
-    mem_be_ops.close(be);
+    memory_backend.close(be);
 }
 
 static void test_mem_keys_are_exact_bytes(void)
@@ -362,9 +363,9 @@ static void test_mem_keys_are_exact_bytes(void)
     CHECK_EQ_INT(acq(be, big, TOK_A, NULL, 5000, NULL, &g), BACKEND_OK);
     big[LOCK_KEY_MAX - 1] = '\0';
     CHECK_EQ_INT(inspect(be, big, &info), BACKEND_NOT_FOUND);
-    CHECK_EQ_INT(mem_be_ops.held_count(be),
+    CHECK_EQ_INT(memory_backend.held_count(be),
                  (long long)(sizeof(keys) / sizeof(keys[0])) + 1);
-    mem_be_ops.close(be);
+    memory_backend.close(be);
 }
 
 static void test_mem_waiters_are_served_fifo(void)
@@ -394,7 +395,7 @@ static void test_mem_waiters_are_served_fifo(void)
     notes_clear();
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(notes_count("k"), 1); /* waiters hear the release */
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 0);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
 
     /* free, but not first: HELD with behind; try-once doesn't jump in */
     CHECK_EQ_INT(acq(be, "k", TOK_C, NULL, 5000, &w2, &g), BACKEND_HELD);
@@ -404,12 +405,12 @@ static void test_mem_waiters_are_served_fifo(void)
         acq(be, "k", "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee", NULL, 5000, NULL, &g),
         BACKEND_HELD);
     CHECK(g.retry_ms >= 1);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 0);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
 
     /* the head gets it and leaves the queue */
     CHECK_EQ_INT(acq(be, "k", TOK_B, NULL, 5000, &w1, &g), BACKEND_OK);
     CHECK(w1.be_data == NULL);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 1);
+    CHECK_EQ_INT(memory_backend.held_count(be), 1);
     CHECK_EQ_INT(acq(be, "k", TOK_C, NULL, 5000, &w2, &g), BACKEND_HELD);
     CHECK(!g.behind); /* held now, not merely behind */
 
@@ -429,8 +430,8 @@ static void test_mem_waiters_are_served_fifo(void)
     /* the queue is empty: try-once works again; nothing is left */
     CHECK_EQ_INT(acq(be, "k", TOK_A, NULL, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_OK);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 0);
-    mem_be_ops.close(be);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
+    memory_backend.close(be);
 }
 
 static void test_mem_waiter_on_free_key_is_granted_at_once(void)
@@ -443,7 +444,7 @@ static void test_mem_waiter_on_free_key_is_granted_at_once(void)
     CHECK(w.be_data == NULL); /* no place taken */
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(acq(be, "k", TOK_B, NULL, 5000, NULL, &g), BACKEND_OK);
-    mem_be_ops.close(be);
+    memory_backend.close(be);
 }
 
 static void test_mem_cancel_wait_of_head_notifies_next(void)
@@ -478,12 +479,12 @@ static void test_mem_cancel_wait_of_head_notifies_next(void)
     CHECK_EQ_INT(cancel(be, "k", &w1), BACKEND_OK);
     CHECK_EQ_INT(acq(be, "k", TOK_C, NULL, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be, "k", TOK_C), BACKEND_OK);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 0);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
 
     /* close with places still queued: ASan checks they are freed */
     CHECK_EQ_INT(acq(be, "k", TOK_A, NULL, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(acq(be, "k", TOK_B, NULL, 5000, &w1, &g), BACKEND_HELD);
-    mem_be_ops.close(be);
+    memory_backend.close(be);
 }
 
 static void test_mem_expiry_with_waiters_is_notified(void)
@@ -503,7 +504,7 @@ static void test_mem_expiry_with_waiters_is_notified(void)
         check_sleep_ms(10);
     CHECK_MSG(notes_count("exp") >= 1, "no notification after %lld ms",
               (long long)(check_mono_ms() - t0));
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 0);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
     CHECK_EQ_INT(acq(be, "exp", TOK_B, NULL, 5000, &w, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be, "exp", TOK_B), BACKEND_OK);
 
@@ -515,7 +516,7 @@ static void test_mem_expiry_with_waiters_is_notified(void)
     CHECK_EQ_INT(rel(be, "exp2", TOK_A), BACKEND_NOT_FOUND);
     CHECK(notes_count("exp2") >= 1);
     CHECK_EQ_INT(acq(be, "exp2", TOK_B, NULL, 5000, &w, &g), BACKEND_OK);
-    mem_be_ops.close(be);
+    memory_backend.close(be);
 }
 
 /* ---- threads ---- */
@@ -652,7 +653,7 @@ static void test_mem_every_expiry_with_waiters_is_notified(void)
     CHECK(w != NULL);
     if (w == NULL)
         return;
-    CHECK_EQ_INT(mem_be_ops.open("memory://", &hooks, &be), BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.open("memory://", &hooks, &be, NULL, 0), BACKEND_OK);
     for (int i = 0; i < MANY; i++) {
         snprintf(key, sizeof(key), "many-%d", i);
         w[i].id = (uint64_t)i + 1;
@@ -670,7 +671,7 @@ static void test_mem_every_expiry_with_waiters_is_notified(void)
         snprintf(key, sizeof(key), "many-%d", i);
         cancel(be, key, &w[i]);
     }
-    mem_be_ops.close(be);
+    memory_backend.close(be);
     free(w);
 }
 
@@ -698,7 +699,7 @@ static void test_mem_threads_keep_mutual_exclusion(void)
     }
     CHECK_EQ_INT(atomic_load(&fence_regressions), 0);
     CHECK_MSG(grants > 100, "only %ld grants", grants);
-    CHECK_EQ_INT(mem_be_ops.held_count(be), 0);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
     /* every key is free and unqueued again */
     for (int k = 0; k < NKEYS; k++) {
         char key[16];
@@ -706,7 +707,7 @@ static void test_mem_threads_keep_mutual_exclusion(void)
         snprintf(key, sizeof(key), "key-%d", k);
         CHECK_EQ_INT(acq(be, key, TOK_A, NULL, 1000, NULL, &g), BACKEND_OK);
     }
-    mem_be_ops.close(be);
+    memory_backend.close(be);
 }
 
 static const struct check_case cases[] = {

@@ -5,7 +5,9 @@
  * bucket. The metrics are process-wide, so each case reads values before
  * and after.
  */
-#include "service/metrics.h"
+#include "lib/metrics.h"
+#include "api/codec.h"
+#include "backends/backend.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -212,10 +214,10 @@ static void test_metrics_requests_by_route_and_status(void)
     double b201 = sample_of(0, s201), b409 = sample_of(0, s409);
     double bother = sample_of(0, other);
 
-    metrics_request(METRICS_ROUTE_ACQUIRE, 201, 1000);
-    metrics_request(METRICS_ROUTE_ACQUIRE, 201, 1000);
-    metrics_request(METRICS_ROUTE_ACQUIRE, 409, 1000);
-    metrics_request(METRICS_ROUTE_RENEW, 418, 1000); /* not in the list */
+    metrics_request(API_ROUTE_ACQUIRE, 201, 1000);
+    metrics_request(API_ROUTE_ACQUIRE, 201, 1000);
+    metrics_request(API_ROUTE_ACQUIRE, 409, 1000);
+    metrics_request(API_ROUTE_RENEW, 418, 1000); /* not in the list */
     CHECK_EQ_INT(sample_of(0, s201) - (b201 < 0 ? 0 : b201), 2);
     CHECK_EQ_INT(sample_of(0, s409) - (b409 < 0 ? 0 : b409), 1);
     CHECK_EQ_INT(sample_of(0, other) - (bother < 0 ? 0 : bother), 1);
@@ -227,13 +229,13 @@ static void test_metrics_requests_by_route_and_status(void)
                            "status=\"501\"}";
         double b431 = sample_of(0, s431), b501 = sample_of(0, s501);
 
-        metrics_request(METRICS_ROUTE_OTHER, 431, 10);
-        metrics_request(METRICS_ROUTE_ACQUIRE, 501, 10);
+        metrics_request(API_ROUTE_OTHER, 431, 10);
+        metrics_request(API_ROUTE_ACQUIRE, 501, 10);
         CHECK_EQ_INT(sample_of(0, s431) - (b431 < 0 ? 0 : b431), 1);
         CHECK_EQ_INT(sample_of(0, s501) - (b501 < 0 ? 0 : b501), 1);
     }
     /* an out-of-range route counts as other */
-    metrics_request(METRICS_ROUTE_COUNT, 404, 10);
+    metrics_request(API_ROUTE_COUNT, 404, 10);
     CHECK(sample_of(0, "lockd_http_requests_total{route=\"other\","
                        "status=\"404\"}") >= 1);
 }
@@ -246,9 +248,9 @@ static void test_metrics_backend_ops_and_errors(void)
                        "op=\"release\"}";
     double bops = sample_of(0, ops), berrs = sample_of(0, errs);
 
-    metrics_backend_op(METRICS_OP_RELEASE, 1, 100);
-    metrics_backend_op(METRICS_OP_RELEASE, 1, 100);
-    metrics_backend_op(METRICS_OP_RELEASE, 0, 100);
+    metrics_backend_op(BACKEND_OP_RELEASE, 1, 100);
+    metrics_backend_op(BACKEND_OP_RELEASE, 1, 100);
+    metrics_backend_op(BACKEND_OP_RELEASE, 0, 100);
     CHECK_EQ_INT(sample_of(0, ops) - bops, 3);
     CHECK_EQ_INT(sample_of(0, errs) - berrs, 1);
 }
@@ -289,11 +291,11 @@ static void test_metrics_histogram_is_cumulative(void)
     size_t n;
 
     /* 50 us, 300 us, 2 ms, 1000 s (past the last finite bound) */
-    metrics_request(METRICS_ROUTE_HEALTHZ, 200, 50);
-    metrics_request(METRICS_ROUTE_HEALTHZ, 200, 300);
-    metrics_request(METRICS_ROUTE_HEALTHZ, 200, 2000);
-    metrics_request(METRICS_ROUTE_HEALTHZ, 200, 1000000000);
-    metrics_request(METRICS_ROUTE_HEALTHZ, 200, -5); /* clamped to 0 */
+    metrics_request(API_ROUTE_HEALTHZ, 200, 50);
+    metrics_request(API_ROUTE_HEALTHZ, 200, 300);
+    metrics_request(API_ROUTE_HEALTHZ, 200, 2000);
+    metrics_request(API_ROUTE_HEALTHZ, 200, 1000000000);
+    metrics_request(API_ROUTE_HEALTHZ, 200, -5); /* clamped to 0 */
     text = render(0);
     if (text == NULL)
         return;
@@ -331,7 +333,7 @@ static void test_metrics_histogram_is_cumulative(void)
     free(text);
 
     /* backend histograms too */
-    metrics_backend_op(METRICS_OP_PING, 1, 700);
+    metrics_backend_op(BACKEND_OP_PING, 1, 700);
     text = render(0);
     if (text == NULL)
         return;
@@ -361,6 +363,7 @@ static const struct check_case cases[] = {
 
 int main(int argc, char **argv)
 {
-    metrics_setup("9.9.9", "memory");
+    metrics_setup("9.9.9", "memory", api_route_names, API_ROUTE_COUNT,
+                  backend_op_names, BACKEND_OP_COUNT);
     return CHECK_MAIN(cases);
 }

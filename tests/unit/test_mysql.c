@@ -17,9 +17,10 @@
 #include <mysql.h>
 
 #include "tests/unit/check.h"
-extern const struct backend_ops mysql_be_ops;
-#define TEST_BE_OPS mysql_be_ops
+extern const struct backend_ops mysql_backend;
+#define TEST_BE_OPS mysql_backend
 #include "tests/unit/server.h"
+#include "lib/clock.h"
 
 #define INSTALL_DB "/usr/bin/mariadb-install-db"
 #define MARIADBD   "/usr/sbin/mariadbd"
@@ -204,7 +205,7 @@ static void test_open_rejects_bad_urls(void)
 
     for (int i = 0; bad[i] != NULL; i++) {
         be = (struct backend *)1;
-        CHECK_MSG(mysql_be_ops.open(bad[i], NULL, &be) == BACKEND_INVALID,
+        CHECK_MSG(mysql_backend.open(bad[i], NULL, &be, NULL, 0) == BACKEND_INVALID,
                   "accepted %s", bad[i]);
         CHECK(be == NULL);
     }
@@ -226,9 +227,9 @@ static void test_open_succeeds_while_mysql_is_down(void)
         return;
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq(be, "down", TOK_A, 1000, &g), BACKEND_UNAVAILABLE);
-    CHECK_EQ_INT(mysql_be_ops.ping(be), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(mysql_backend.ping(be), BACKEND_UNAVAILABLE);
     CHECK(check_mono_ms() - t0 < 2000);
-    mysql_be_ops.close(be);
+    mysql_backend.close(be);
 }
 
 static void test_acquire_grants_free_key_once(void)
@@ -239,8 +240,8 @@ static void test_acquire_grants_free_key_once(void)
     CHECK(g.fence > 0 && g.fence < LOCK_FENCE_MAX);
     CHECK_EQ_INT(g.ttl_ms, 10000);
     /* the database's clock, close to ours on one machine */
-    CHECK(g.expires_at_ms > backend_now_ms() + 8000 &&
-          g.expires_at_ms < backend_now_ms() + 12000);
+    CHECK(g.expires_at_ms > clock_wall_ms() + 8000 &&
+          g.expires_at_ms < clock_wall_ms() + 12000);
     CHECK_EQ_INT(acq(be_main, "once", TOK_B, 10000, &h), BACKEND_HELD);
     CHECK(h.retry_ms > 8000 && h.retry_ms <= 10000);
     CHECK_EQ_INT(acq(be_main, "once", TOK_A, 10000, &h), BACKEND_HELD);
@@ -306,12 +307,12 @@ static void test_inspect_shows_owner_never_token(void)
     struct lock_info info;
     char owner[LOCK_OWNER_MAX + 1];
 
-    CHECK_EQ_INT(mysql_be_ops.inspect(be_main, "insp", 4, &info),
+    CHECK_EQ_INT(mysql_backend.inspect(be_main, "insp", 4, &info),
                  BACKEND_NOT_FOUND);
     CHECK_EQ_INT(acq_owner(be_main, "insp", TOK_A, "pod-a/worker-3", 5000, &g),
                  BACKEND_OK);
     memset(&info, 0, sizeof(info));
-    CHECK_EQ_INT(mysql_be_ops.inspect(be_main, "insp", 4, &info), BACKEND_OK);
+    CHECK_EQ_INT(mysql_backend.inspect(be_main, "insp", 4, &info), BACKEND_OK);
     CHECK_EQ_INT(info.fence, g.fence);
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 5000);
     CHECK_EQ_INT(info.expires_at_ms, g.expires_at_ms);
@@ -321,14 +322,14 @@ static void test_inspect_shows_owner_never_token(void)
     /* no owner; then an owner of the full 128 bytes */
     CHECK_EQ_INT(acq(be_main, "insp", TOK_A, 5000, &g), BACKEND_OK);
     memset(&info, 0, sizeof(info));
-    CHECK_EQ_INT(mysql_be_ops.inspect(be_main, "insp", 4, &info), BACKEND_OK);
+    CHECK_EQ_INT(mysql_backend.inspect(be_main, "insp", 4, &info), BACKEND_OK);
     CHECK(!info.has_owner);
     CHECK_EQ_INT(rel(be_main, "insp", TOK_A), BACKEND_OK);
     memset(owner, 'o', LOCK_OWNER_MAX);
     owner[LOCK_OWNER_MAX] = '\0';
     CHECK_EQ_INT(acq_owner(be_main, "insp", TOK_A, owner, 5000, &g),
                  BACKEND_OK);
-    CHECK_EQ_INT(mysql_be_ops.inspect(be_main, "insp", 4, &info), BACKEND_OK);
+    CHECK_EQ_INT(mysql_backend.inspect(be_main, "insp", 4, &info), BACKEND_OK);
     CHECK(info.has_owner && strcmp(info.owner, owner) == 0);
     CHECK_EQ_INT(rel(be_main, "insp", TOK_A), BACKEND_OK);
 }
@@ -372,14 +373,14 @@ static void test_distinct_keys_are_distinct_locks(void)
     for (size_t i = 0; i < n; i++) {
         CHECK_EQ_INT(acq(be_main, keys[i], TOK_B, 10000, &g), BACKEND_HELD);
         CHECK_EQ_INT(
-            mysql_be_ops.inspect(be_main, keys[i], strlen(keys[i]), &info),
+            mysql_backend.inspect(be_main, keys[i], strlen(keys[i]), &info),
             BACKEND_OK);
     }
     /* one release frees exactly its own key */
     for (size_t i = 0; i < n; i++) {
         CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
         for (size_t j = i + 1; j < n; j++)
-            CHECK_MSG(mysql_be_ops.inspect(be_main, keys[j], strlen(keys[j]),
+            CHECK_MSG(mysql_backend.inspect(be_main, keys[j], strlen(keys[j]),
                                            &info) == BACKEND_OK,
                       "releasing key %zu freed key %zu", i, j);
     }
@@ -426,7 +427,7 @@ static void test_release_on_another_instance_notifies(void)
     check_sleep_ms(300);
     CHECK(!notes_heard(key, 0));
     CHECK_EQ_INT(rel(other, key, TOK_A), BACKEND_OK);
-    mysql_be_ops.close(other);
+    mysql_backend.close(other);
 }
 
 static void test_instances_share_locks_and_fences(void)
@@ -443,7 +444,7 @@ static void test_instances_share_locks_and_fences(void)
     CHECK_EQ_INT(acq(other, "shared", TOK_B, 5000, &h), BACKEND_OK);
     CHECK(h.fence > g.fence);
     CHECK_EQ_INT(rel(other, "shared", TOK_B), BACKEND_OK);
-    mysql_be_ops.close(other);
+    mysql_backend.close(other);
 }
 
 /* ---- many threads, one key ---- */
@@ -528,7 +529,7 @@ static void test_threads_on_two_instances_exclude_each_other(void)
     CHECK_EQ_INT(r.errors, 0);
     CHECK(r.grants > 10);
     printf("  %d grants in 1.5 s on 6 threads\n", r.grants);
-    mysql_be_ops.close(other);
+    mysql_backend.close(other);
 }
 
 static void test_fences_outlive_the_backend(void)
@@ -540,7 +541,7 @@ static void test_fences_outlive_the_backend(void)
     if (be == NULL)
         return;
     CHECK_EQ_INT(acq(be, "durable", TOK_A, 5000, &g), BACKEND_OK);
-    mysql_be_ops.close(be);
+    mysql_backend.close(be);
     be = open_be(url);
     CHECK(be != NULL);
     if (be == NULL)
@@ -551,7 +552,7 @@ static void test_fences_outlive_the_backend(void)
     CHECK_EQ_INT(acq(be, "durable", TOK_B, 5000, &h), BACKEND_OK);
     CHECK(h.fence > g.fence);
     CHECK_EQ_INT(rel(be, "durable", TOK_B), BACKEND_OK);
-    mysql_be_ops.close(be);
+    mysql_backend.close(be);
 }
 
 static void test_dropped_tables_are_made_again(void)
@@ -574,7 +575,7 @@ static void test_dropped_tables_are_made_again(void)
                    " lockd.other_locks_events, lockd.other_locks_fence") == 0);
     CHECK_EQ_INT(acq(be, "drop", TOK_A, 5000, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be, "drop", TOK_A), BACKEND_OK);
-    mysql_be_ops.close(be);
+    mysql_backend.close(be);
 }
 
 /* Tables of the previous version (fences from row 1 of _seq) are upgraded
@@ -616,7 +617,7 @@ static void test_old_schema_upgrade_gives_larger_fences(void)
                           " lockd.up_locks_seq WHERE id = 1"),
                  1);
     /* a restarted lockd keeps counting from the fence table */
-    mysql_be_ops.close(be);
+    mysql_backend.close(be);
     be = open_be(u);
     CHECK(be != NULL);
     if (be == NULL)
@@ -626,7 +627,7 @@ static void test_old_schema_upgrade_gives_larger_fences(void)
     CHECK_EQ_INT(acq(be, "new", TOK_B, 5000, &h), BACKEND_OK);
     CHECK(h.fence > g.fence);
     CHECK_EQ_INT(rel(be, "new", TOK_B), BACKEND_OK);
-    mysql_be_ops.close(be);
+    mysql_backend.close(be);
 }
 
 static void test_reaper_removes_expired_rows(void)
@@ -651,9 +652,9 @@ static void test_reaper_removes_expired_rows(void)
             break;
     }
     CHECK_EQ_INT(rows, 0);
-    CHECK_EQ_INT(mysql_be_ops.held_count(be_main), 0);
+    CHECK_EQ_INT(mysql_backend.held_count(be_main), 0);
     CHECK_EQ_INT(acq(be_main, "counted", TOK_A, 5000, &g), BACKEND_OK);
-    CHECK_EQ_INT(mysql_be_ops.held_count(be_main), 1);
+    CHECK_EQ_INT(mysql_backend.held_count(be_main), 1);
     CHECK_EQ_INT(rel(be_main, "counted", TOK_A), BACKEND_OK);
 }
 
@@ -681,19 +682,19 @@ static void test_stopped_mysql_answers_unavailable_in_time(void)
     printf("  acquire on a stopped server: %lld ms\n", (long long)took);
     CHECK(took >= 500 && took < 3500);
     t0 = check_mono_ms();
-    CHECK_EQ_INT(mysql_be_ops.inspect(be, "stopped", 7, &info),
+    CHECK_EQ_INT(mysql_backend.inspect(be, "stopped", 7, &info),
                  BACKEND_UNAVAILABLE);
     CHECK(check_mono_ms() - t0 < 3500);
     server_signal(&srv, SIGCONT);
     /* the lock survived; the grant that timed out was never made */
     for (int i = 0; i < 40; i++) {
-        if (mysql_be_ops.ping(be) == BACKEND_OK)
+        if (mysql_backend.ping(be) == BACKEND_OK)
             break;
         check_sleep_ms(100);
     }
     CHECK_EQ_INT(acq(be, "stopped", TOK_B, 5000, &g), BACKEND_HELD);
     CHECK_EQ_INT(rel(be, "stopped", TOK_A), BACKEND_OK);
-    mysql_be_ops.close(be);
+    mysql_backend.close(be);
 }
 
 static void test_restart_keeps_holders_and_fences(void)
@@ -710,11 +711,11 @@ static void test_restart_keeps_holders_and_fences(void)
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq(be_main, "restart-2", TOK_A, 5000, &h),
                  BACKEND_UNAVAILABLE);
-    CHECK_EQ_INT(mysql_be_ops.ping(be_main), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(mysql_backend.ping(be_main), BACKEND_UNAVAILABLE);
     CHECK(check_mono_ms() - t0 < 2500);
     CHECK_EQ_INT(start_mariadb(), 0);
     for (int i = 0; i < 50 && r != BACKEND_OK; i++) {
-        r = mysql_be_ops.ping(be_main);
+        r = mysql_backend.ping(be_main);
         if (r != BACKEND_OK)
             check_sleep_ms(100);
     }
@@ -772,7 +773,7 @@ int main(int argc, char **argv)
     } else {
         rc = CHECK_MAIN(cases);
     }
-    mysql_be_ops.close(be_main);
+    mysql_backend.close(be_main);
     server_cleanup(&srv, SIGTERM);
     return rc;
 }

@@ -16,9 +16,10 @@
 #include <hiredis/hiredis.h>
 
 #include "tests/unit/check.h"
-extern const struct backend_ops redis_be_ops;
-#define TEST_BE_OPS redis_be_ops
+extern const struct backend_ops redis_backend;
+#define TEST_BE_OPS redis_backend
 #include "tests/unit/server.h"
+#include "lib/clock.h"
 
 #define REDIS_SERVER "/usr/bin/redis-server"
 #define TOK_A        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -103,7 +104,7 @@ static void test_open_rejects_bad_urls(void)
 
     for (int i = 0; bad[i] != NULL; i++) {
         be = (struct backend *)1;
-        CHECK_EQ_INT(redis_be_ops.open(bad[i], NULL, &be), BACKEND_INVALID);
+        CHECK_EQ_INT(redis_backend.open(bad[i], NULL, &be, NULL, 0), BACKEND_INVALID);
         CHECK(be == NULL);
     }
 }
@@ -121,17 +122,17 @@ static void test_open_succeeds_while_redis_is_down(void)
     CHECK(be != NULL);
     if (be == NULL)
         return;
-    t0 = backend_mono_ms();
+    t0 = clock_mono_ms();
     CHECK_EQ_INT(acq(be, "down", TOK_A, 1000, &g), BACKEND_UNAVAILABLE);
-    CHECK_EQ_INT(redis_be_ops.ping(be), BACKEND_UNAVAILABLE);
-    CHECK(backend_mono_ms() - t0 < 1000);
-    redis_be_ops.close(be);
+    CHECK_EQ_INT(redis_backend.ping(be), BACKEND_UNAVAILABLE);
+    CHECK(clock_mono_ms() - t0 < 1000);
+    redis_backend.close(be);
 }
 
 static void test_acquire_grants_free_key_once(void)
 {
     struct lock_grant g, h;
-    int64_t now = backend_now_ms();
+    int64_t now = clock_wall_ms();
 
     CHECK_EQ_INT(acq(be_main, "a1", TOK_A, 5000, &g), BACKEND_OK);
     CHECK(g.fence > 0 && g.fence <= LOCK_FENCE_MAX);
@@ -170,7 +171,7 @@ static void test_renew_keeps_fence_and_stored_ttl(void)
     CHECK_EQ_INT(r.ttl_ms, 2000);
     CHECK_EQ_INT(ren(be_main, "r1", TOK_A, 0, &r), BACKEND_OK);
     CHECK_EQ_INT(r.ttl_ms, 2000);
-    CHECK(r.expires_at_ms > backend_now_ms() + 1000);
+    CHECK(r.expires_at_ms > clock_wall_ms() + 1000);
     CHECK_EQ_INT(ren(be_main, "r1", TOK_B, 0, &r), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be_main, "r1", TOK_B), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be_main, "r1", TOK_A), BACKEND_OK);
@@ -185,7 +186,7 @@ static void test_expired_token_is_dead(void)
 
     CHECK_EQ_INT(acq(be_main, "e1", TOK_A, 60, &g), BACKEND_OK);
     check_sleep_ms(150);
-    CHECK_EQ_INT(redis_be_ops.inspect(be_main, "e1", 2, &info),
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "e1", 2, &info),
                  BACKEND_NOT_FOUND);
     CHECK_EQ_INT(ren(be_main, "e1", TOK_A, 0, &r), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(acq(be_main, "e1", TOK_B, 5000, &r), BACKEND_OK);
@@ -205,8 +206,8 @@ static void test_inspect_shows_owner_never_token(void)
     struct lock_info info;
     redisReply *r;
 
-    CHECK_EQ_INT(redis_be_ops.acquire(be_main, &req, &g), BACKEND_OK);
-    CHECK_EQ_INT(redis_be_ops.inspect(be_main, "i1", 2, &info), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.acquire(be_main, &req, &g), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "i1", 2, &info), BACKEND_OK);
     CHECK_EQ_INT(info.fence, g.fence);
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 5000);
     CHECK(info.has_owner);
@@ -219,8 +220,8 @@ static void test_inspect_shows_owner_never_token(void)
     freeReplyObject(r);
     CHECK_EQ_INT(rel(be_main, "i1", TOK_A), BACKEND_OK);
     req.owner = NULL;
-    CHECK_EQ_INT(redis_be_ops.acquire(be_main, &req, &g), BACKEND_OK);
-    CHECK_EQ_INT(redis_be_ops.inspect(be_main, "i1", 2, &info), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.acquire(be_main, &req, &g), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "i1", 2, &info), BACKEND_OK);
     CHECK(!info.has_owner);
     CHECK_EQ_INT(rel(be_main, "i1", TOK_A), BACKEND_OK);
 }
@@ -266,7 +267,7 @@ static void test_prefixes_are_separate_namespaces(void)
     CHECK_EQ_INT(acq(other, "p1", TOK_B, 5000, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(other, "p1", TOK_B), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "p1", TOK_A), BACKEND_OK);
-    redis_be_ops.close(other);
+    redis_backend.close(other);
 }
 
 static void test_release_notifies_every_instance(void)
@@ -280,7 +281,7 @@ static void test_release_notifies_every_instance(void)
     CHECK_EQ_INT(acq(other, "n1 {x}", TOK_A, 5000, &g), BACKEND_OK);
     notes_reset();
     CHECK_EQ_INT(rel(other, "n1 {x}", TOK_A), BACKEND_OK);
-    redis_be_ops.close(other); /* the notification must come via Redis */
+    redis_backend.close(other); /* the notification must come via Redis */
     CHECK(notes_heard("n1 {x}", 2000));
 }
 
@@ -297,17 +298,17 @@ static void test_stopped_redis_answers_unavailable_in_time(void)
     CHECK(be != NULL);
     if (be == NULL)
         return;
-    CHECK_EQ_INT(redis_be_ops.ping(be), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.ping(be), BACKEND_OK);
     server_signal(&srv, SIGSTOP);
     for (int i = 0; i < 3; i++) {
-        t0 = backend_mono_ms();
+        t0 = clock_mono_ms();
         CHECK_EQ_INT(acq(be, "s1", TOK_B, 5000, &g), BACKEND_UNAVAILABLE);
-        dt = backend_mono_ms() - t0;
+        dt = clock_mono_ms() - t0;
         CHECK(dt < 900);
     }
     server_signal(&srv, SIGCONT);
-    t0 = backend_mono_ms();
-    while (backend_mono_ms() - t0 < 3000) {
+    t0 = clock_mono_ms();
+    while (clock_mono_ms() - t0 < 3000) {
         /* the acquires answered UNAVAILABLE sat in Redis's socket and ran
          * when it resumed: they must have granted nothing */
         enum backend_result r = acq(be, "s1", TOK_A, 5000, &g);
@@ -320,7 +321,7 @@ static void test_stopped_redis_answers_unavailable_in_time(void)
     }
     CHECK(ok);
     CHECK_EQ_INT(rel(be, "s1", TOK_A), BACKEND_OK);
-    redis_be_ops.close(be);
+    redis_backend.close(be);
 }
 
 static void test_restart_keeps_holders_and_fences(void)
@@ -334,8 +335,8 @@ static void test_restart_keeps_holders_and_fences(void)
     CHECK_EQ_INT(ren(be_main, "rs1", TOK_A, 0, &r), BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(acq(be_main, "rs1", TOK_B, 5000, &r), BACKEND_UNAVAILABLE);
     CHECK(start_redis() == 0);
-    t0 = backend_mono_ms();
-    while (backend_mono_ms() - t0 < 5000) {
+    t0 = clock_mono_ms();
+    while (clock_mono_ms() - t0 < 5000) {
         enum backend_result res = ren(be_main, "rs1", TOK_A, 0, &r);
         if (res == BACKEND_OK) {
             ok = 1;
@@ -365,15 +366,15 @@ static enum backend_result acq_w(struct backend *be,
                             .ttl_ms = 5000,
                             .waiter = w };
     memset(g, 0, sizeof(*g));
-    return redis_be_ops.acquire(be, &req, g);
+    return redis_backend.acquire(be, &req, g);
 }
 
 static void test_queue_is_fifo_and_try_once_waits_its_turn(void)
 {
     struct lock_waiter w1 = { .id = 101,
-                              .deadline_ms = backend_now_ms() + 5000 };
+                              .deadline_ms = clock_wall_ms() + 5000 };
     struct lock_waiter w2 = { .id = 102,
-                              .deadline_ms = backend_now_ms() + 5000 };
+                              .deadline_ms = clock_wall_ms() + 5000 };
     struct lock_grant g;
 
     CHECK_EQ_INT(acq(be_main, "q1", TOK_A, 5000, &g), BACKEND_OK);
@@ -409,9 +410,9 @@ static void test_cancel_wait_passes_the_turn_and_notifies(void)
 {
     struct backend *other = open_be(url);
     struct lock_waiter w1 = { .id = 201,
-                              .deadline_ms = backend_now_ms() + 5000 };
+                              .deadline_ms = clock_wall_ms() + 5000 };
     struct lock_waiter w2 = { .id = 202,
-                              .deadline_ms = backend_now_ms() + 5000 };
+                              .deadline_ms = clock_wall_ms() + 5000 };
     struct lock_grant g;
 
     CHECK(other != NULL);
@@ -425,18 +426,18 @@ static void test_cancel_wait_passes_the_turn_and_notifies(void)
     CHECK_EQ_INT(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_HELD);
     CHECK(!g.behind);
     notes_reset();
-    CHECK_EQ_INT(redis_be_ops.cancel_wait(other, "c1", 2, &w1), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.cancel_wait(other, "c1", 2, &w1), BACKEND_OK);
     CHECK(w1.be_data == NULL);
     CHECK(notes_heard("c1", 2000)); /* the next waiter hears its turn came */
     CHECK_EQ_INT(acq_w(be_main, "c1", TOK_B, &w2, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "c1", TOK_B), BACKEND_OK);
-    redis_be_ops.close(other);
+    redis_backend.close(other);
 }
 
 static void test_dead_waiters_are_dropped_after_their_deadline(void)
 {
     struct lock_waiter w1 = { .id = 301,
-                              .deadline_ms = backend_now_ms() + 100 };
+                              .deadline_ms = clock_wall_ms() + 100 };
     struct lock_grant g;
 
     CHECK_EQ_INT(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_OK);
@@ -463,7 +464,7 @@ static long long raw_int(const char *fmt, const char *arg)
 static void test_failed_cancel_is_retried_once_redis_is_back(void)
 {
     struct lock_waiter w1 = { .id = 361,
-                              .deadline_ms = backend_now_ms() + 30000 };
+                              .deadline_ms = clock_wall_ms() + 30000 };
     struct lock_grant g;
     enum backend_result r = BACKEND_UNAVAILABLE;
     int64_t t0;
@@ -471,27 +472,27 @@ static void test_failed_cancel_is_retried_once_redis_is_back(void)
     CHECK_EQ_INT(acq(be_main, "tr1", TOK_A, 30000, &g), BACKEND_OK);
     CHECK_EQ_INT(acq_w(be_main, "tr1", TOK_B, &w1, &g), BACKEND_HELD);
     server_signal(&srv, SIGKILL);
-    CHECK_EQ_INT(redis_be_ops.cancel_wait(be_main, "tr1", 3, &w1),
+    CHECK_EQ_INT(redis_backend.cancel_wait(be_main, "tr1", 3, &w1),
                  BACKEND_UNAVAILABLE);
     CHECK(w1.be_data == NULL);
     CHECK(start_redis() == 0); /* appendonly: the place is still there */
-    t0 = backend_mono_ms();
-    while (r != BACKEND_OK && backend_mono_ms() - t0 < 3000) {
+    t0 = clock_mono_ms();
+    while (r != BACKEND_OK && clock_mono_ms() - t0 < 3000) {
         r = rel(be_main, "tr1", TOK_A);
         if (r != BACKEND_OK)
             check_sleep_ms(20);
     }
     CHECK_EQ_INT(r, BACKEND_OK);
     /* the place goes within moments, not at its deadline 30 s away */
-    t0 = backend_mono_ms();
+    t0 = clock_mono_ms();
     r = BACKEND_HELD;
-    while (r != BACKEND_OK && backend_mono_ms() - t0 < 3000) {
+    while (r != BACKEND_OK && clock_mono_ms() - t0 < 3000) {
         r = acq(be_main, "tr1", TOK_A, 5000, &g);
         if (r != BACKEND_OK)
             check_sleep_ms(20);
     }
     CHECK_EQ_INT(r, BACKEND_OK);
-    CHECK(backend_mono_ms() - t0 < 2000);
+    CHECK(clock_mono_ms() - t0 < 2000);
     CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "tr1"), 0);
     CHECK_EQ_INT(rel(be_main, "tr1", TOK_A), BACKEND_OK);
 }
@@ -532,7 +533,7 @@ int main(int argc, char **argv)
         printf("FAIL cannot open %s\n0 passed, 1 failed\n", url);
     else
         rc = CHECK_MAIN(cases);
-    redis_be_ops.close(be_main);
+    redis_backend.close(be_main);
     server_cleanup(&srv, SIGTERM);
     return rc;
 }

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "backends/backend.h"
-#include "service/log.h"
+#include "lib/log.h"
 #include "tests/unit/check.h"
 
 #define GRANT_TARGET_MS 50  /* docs/API.md: a waiter is granted within 50 ms */

@@ -16,9 +16,10 @@
 #include <zookeeper/zookeeper.h>
 
 #include "tests/unit/check.h"
-extern const struct backend_ops zk_be_ops;
-#define TEST_BE_OPS zk_be_ops
+extern const struct backend_ops zookeeper_backend;
+#define TEST_BE_OPS zookeeper_backend
 #include "tests/unit/server.h"
+#include "lib/clock.h"
 
 #define JAVA   "/usr/bin/java"
 #define ZK_JAR "/usr/share/java/zookeeper.jar"
@@ -171,7 +172,7 @@ static void raw_holder(zhandle_t *zh,
     char path[256], data[128];
 
     if (grant_by == 0)
-        grant_by = backend_now_ms() + INT64_C(365) * 86400 * 1000;
+        grant_by = clock_wall_ms() + INT64_C(365) * 86400 * 1000;
     snprintf(data, sizeof(data), "lockd1 %llu %s %lld", (unsigned long long)ttl,
              tok, (long long)grant_by);
     snprintf(path, sizeof(path), "%s/h", parent);
@@ -201,7 +202,7 @@ static void test_open_rejects_bad_urls(void)
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct backend *be = (struct backend *)1;
-        enum backend_result r = zk_be_ops.open(bad[i], NULL, &be);
+        enum backend_result r = zookeeper_backend.open(bad[i], NULL, &be, NULL, 0);
         CHECK_MSG(r == BACKEND_INVALID, "%s: %d", bad[i], (int)r);
         CHECK(be == NULL);
     }
@@ -228,12 +229,12 @@ static void test_down_store_answers_unavailable_at_once(void)
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq_wait(be, "k", TOK_A, 1000, NULL, &g), BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_UNAVAILABLE);
-    CHECK_EQ_INT(zk_be_ops.inspect(be, "k", 1, &info), BACKEND_UNAVAILABLE);
-    CHECK_EQ_INT(zk_be_ops.ping(be), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be, "k", 1, &info), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zookeeper_backend.ping(be), BACKEND_UNAVAILABLE);
     CHECK_MSG(check_mono_ms() - t0 < 100, "answers took %lld ms",
               (long long)(check_mono_ms() - t0));
-    zk_be_ops.close(be);
-    zk_be_ops.close(NULL);
+    zookeeper_backend.close(be);
+    zookeeper_backend.close(NULL);
 }
 
 /* ---- cases against the server ---- */
@@ -242,21 +243,21 @@ static void test_acquire_inspect_renew_release(void)
 {
     struct lock_grant g, h, r;
     struct lock_info info;
-    int64_t t0 = backend_mono_ms();
+    int64_t t0 = clock_mono_ms();
 
-    CHECK_EQ_INT(zk_be_ops.ping(be_main), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.ping(be_main), BACKEND_OK);
     CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_A, 5000, NULL, &g),
                  BACKEND_OK);
     CHECK(g.fence > 0 && g.fence <= LOCK_FENCE_MAX);
     /* the whole TTL, counted from when the call began */
     CHECK_EQ_U64(g.ttl_ms, 5000);
     CHECK(g.expires_at_ms >=
-          backend_now_ms() - (backend_mono_ms() - t0) + 5000 - 1);
-    CHECK(g.expires_at_ms > backend_now_ms() + 4000);
+          clock_wall_ms() - (clock_mono_ms() - t0) + 5000 - 1);
+    CHECK(g.expires_at_ms > clock_wall_ms() + 4000);
     CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_B, 5000, NULL, &h),
                  BACKEND_HELD);
     CHECK(h.retry_ms > 4000 && h.retry_ms <= 5000);
-    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "a/../b", 6, &info), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "a/../b", 6, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
     CHECK(!info.has_owner);
     CHECK_EQ_INT(ren(be_main, "a/../b", TOK_B, 0, &r), BACKEND_MISMATCH);
@@ -270,7 +271,7 @@ static void test_acquire_inspect_renew_release(void)
     CHECK_EQ_INT(rel(be_main, "a/../b", TOK_A), BACKEND_OK);
     CHECK(notes_heard("a/../b", 0));
     CHECK_EQ_INT(rel(be_main, "a/../b", TOK_A), BACKEND_NOT_FOUND);
-    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "a/../b", 6, &info),
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "a/../b", 6, &info),
                  BACKEND_NOT_FOUND);
     CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_B, 5000, NULL, &h),
                  BACKEND_OK);
@@ -315,11 +316,11 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
 
     /* no hooks there: every notification seen comes from be_main's watches
      * or its own calls */
-    CHECK_EQ_INT(zk_be_ops.open(url, NULL, &other), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0), BACKEND_OK);
     CHECK(other != NULL);
     if (other == NULL)
         return;
-    w1.deadline_ms = w2.deadline_ms = w3.deadline_ms = backend_now_ms() + 20000;
+    w1.deadline_ms = w2.deadline_ms = w3.deadline_ms = clock_wall_ms() + 20000;
     CHECK_EQ_INT(acq_wait(be_main, "q", TOK_A, 10000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(acq_wait(be_main, "q", TOK_B, 1000, &w1, &g), BACKEND_HELD);
     CHECK(w1.be_data != NULL);
@@ -327,7 +328,7 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
     CHECK_EQ_INT(acq_wait(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
     /* a try-once acquire does not jump them */
     CHECK_EQ_INT(acq_wait(other, "q", TOK_C, 1000, NULL, &g), BACKEND_HELD);
-    CHECK_EQ_INT(zk_be_ops.cancel_wait(be_main, "q", 1, &w1), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.cancel_wait(be_main, "q", 1, &w1), BACKEND_OK);
     CHECK(w1.be_data == NULL);
     notes_reset();
     CHECK_EQ_INT(rel(be_main, "q", TOK_A), BACKEND_OK);
@@ -344,7 +345,7 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
     CHECK_EQ_INT(acq_wait(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_OK);
     CHECK(w3.be_data == NULL);
     CHECK_EQ_INT(rel(be_main, "q", TOK_C), BACKEND_OK);
-    zk_be_ops.close(other);
+    zookeeper_backend.close(other);
 }
 
 static void test_expired_holder_is_free(void)
@@ -354,7 +355,7 @@ static void test_expired_holder_is_free(void)
     struct lock_waiter w = { .id = 9 };
 
     CHECK_EQ_INT(acq_wait(be_main, "e", TOK_A, 300, NULL, &g), BACKEND_OK);
-    w.deadline_ms = backend_now_ms() + 5000;
+    w.deadline_ms = clock_wall_ms() + 5000;
     CHECK_EQ_INT(acq_wait(be_main, "e", TOK_B, 1000, &w, &h), BACKEND_HELD);
     CHECK(h.retry_ms > 0 && h.retry_ms <= 300);
     check_sleep_ms((int)h.retry_ms + 5);
@@ -364,7 +365,7 @@ static void test_expired_holder_is_free(void)
     CHECK_EQ_INT(rel(be_main, "e", TOK_B), BACKEND_OK);
     CHECK_EQ_INT(acq_wait(be_main, "e", TOK_A, 200, NULL, &g), BACKEND_OK);
     check_sleep_ms(250);
-    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "e", 1, &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "e", 1, &info), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(ren(be_main, "e", TOK_A, 0, &g), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(rel(be_main, "e", TOK_A), BACKEND_NOT_FOUND);
 }
@@ -392,14 +393,14 @@ static void test_stale_release_never_frees_a_later_grant(void)
     struct lock_info info;
     struct backend *other = NULL;
 
-    CHECK_EQ_INT(zk_be_ops.open(url, NULL, &other), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0), BACKEND_OK);
     if (other == NULL)
         return;
     CHECK_EQ_INT(acq_wait(be_main, "aba", TOK_A, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(other, "aba", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(acq_wait(other, "aba", TOK_B, 5000, NULL, &h), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "aba", TOK_A), BACKEND_MISMATCH);
-    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "aba", 3, &info), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "aba", 3, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, h.fence);
     /* a renew through the other instance: the first one's release of the
      * same grant still works */
@@ -408,7 +409,7 @@ static void test_stale_release_never_frees_a_later_grant(void)
     CHECK_EQ_INT(ren(other, "aba", TOK_B, 3000, &r), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "aba", TOK_B), BACKEND_OK);
     CHECK_EQ_INT(rel(other, "aba", TOK_B), BACKEND_NOT_FOUND);
-    zk_be_ops.close(other);
+    zookeeper_backend.close(other);
 }
 
 /* Without its marker, h is not the holder a release, renew or reap read:
@@ -431,7 +432,7 @@ static void test_holder_without_marker_is_never_freed_by_version(void)
     CHECK_EQ_INT(rel(be_main, "m", TOK_B), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be_main, "m", TOK_A), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(ren(be_main, "m", TOK_A, 9000, &r), BACKEND_NOT_FOUND);
-    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "m", 1, &info), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "m", 1, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
     CHECK(info.ttl_ms <= 5000); /* the renew wrote nothing */
     CHECK_EQ_INT(zoo_exists(zh, "/lockd/locks/kbQ/h", 0, &st), ZOK);
@@ -457,9 +458,9 @@ static void test_grant_past_its_deadline_is_void(void)
         raw_node(zh, "/lockd/locks/kdg/h", "lockd1 60000 " TOK_A " 1\nlate"),
         ZOK);
     CHECK_EQ_INT(raw_node(zh, "/lockd/locks/kdg/t" TOK_A, NULL), ZOK);
-    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "v", 1, &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "v", 1, &info), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(acq_wait(be_main, "v", TOK_B, 1000, NULL, &g), BACKEND_OK);
-    CHECK_EQ_INT(zk_be_ops.inspect(be_main, "v", 1, &info), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "v", 1, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
     CHECK_EQ_INT(rel(be_main, "v", TOK_A), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be_main, "v", TOK_B), BACKEND_OK);
@@ -489,7 +490,7 @@ static void test_issue_10_lost_grant_is_reported_only_while_valid(void)
     if (zh == NULL)
         return;
     for (int round = 0; round < 3; round++) {
-        w.deadline_ms = backend_now_ms() + 20000;
+        w.deadline_ms = clock_wall_ms() + 20000;
         CHECK_EQ_INT(acq_wait(be_main, "L", TOK_A, 10000, NULL, &g),
                      BACKEND_OK);
         CHECK_EQ_INT(acq_wait(be_main, "L", TOK_B, 3000, &w, &g), BACKEND_HELD);
@@ -504,7 +505,7 @@ static void test_issue_10_lost_grant_is_reported_only_while_valid(void)
         else
             raw_holder(zh, parent, TOK_B, 60000, 1, &st); /* void */
         check_sleep_ms(300);
-        before = backend_now_ms();
+        before = clock_wall_ms();
         CHECK_EQ_INT(acq_wait(be_main, "L", TOK_B, 3000, &w, &g), BACKEND_OK);
         CHECK(w.be_data == NULL);
         if (round == 0) {
@@ -541,7 +542,7 @@ static void test_issue_10_late_grant_beside_a_new_place_is_claimed(void)
 
     if (zh == NULL)
         return;
-    w.deadline_ms = backend_now_ms() + 20000;
+    w.deadline_ms = clock_wall_ms() + 20000;
     CHECK_EQ_INT(acq_wait(be_main, "E", TOK_A, 10000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(acq_wait(be_main, "E", TOK_B, 3000, &w, &g), BACKEND_HELD);
     CHECK_EQ_INT(raw_waiters(zh, parent), 1);
@@ -589,12 +590,12 @@ static void test_chroot_keeps_locks_apart(void)
     CHECK(be != NULL);
     if (be == NULL)
         return;
-    CHECK_EQ_INT(zk_be_ops.ping(be), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.ping(be), BACKEND_OK);
     CHECK_EQ_INT(acq_wait(be, "c", TOK_A, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(acq_wait(be_main, "c", TOK_B, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be, "c", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "c", TOK_B), BACKEND_OK);
-    zk_be_ops.close(be);
+    zookeeper_backend.close(be);
 }
 
 static void test_restart_answers_unavailable_then_recovers(void)
@@ -609,14 +610,14 @@ static void test_restart_answers_unavailable_then_recovers(void)
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq_wait(be_main, "r2", TOK_A, 1000, NULL, &h),
                  BACKEND_UNAVAILABLE);
-    CHECK_EQ_INT(zk_be_ops.ping(be_main), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zookeeper_backend.ping(be_main), BACKEND_UNAVAILABLE);
     CHECK(check_mono_ms() - t0 < 2500);
     if (start_zookeeper() != 0) {
         CHECK_MSG(0, "ZooKeeper did not restart");
         return;
     }
     for (int i = 0; i < 100 && !ok; i++) {
-        ok = zk_be_ops.ping(be_main) == BACKEND_OK;
+        ok = zookeeper_backend.ping(be_main) == BACKEND_OK;
         if (!ok)
             check_sleep_ms(100);
     }
@@ -672,7 +673,7 @@ int main(int argc, char **argv)
                ZK_JAR);
     }
     rc = check_main(all, n, argc, argv);
-    zk_be_ops.close(be_main);
+    zookeeper_backend.close(be_main);
     server_cleanup(&srv, SIGKILL);
     return rc;
 }

@@ -1,11 +1,11 @@
 /*
- * backends/keytab.h - an intrusive hash table of byte-string keys, used by
+ * lib/keytab.h - an intrusive hash table of byte-string keys, used by
  * the memory backend's shards and by the wait queue. SipHash-2-4 with a
  * per-process random seed, so clients cannot force collisions. Not
  * thread-safe: the owner locks.
  */
-#ifndef BACKENDS_KEYTAB_H
-#define BACKENDS_KEYTAB_H
+#ifndef LIB_KEYTAB_H
+#define LIB_KEYTAB_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -44,4 +44,4 @@ void keytab_foreach(struct keytab *t,
                     void (*fn)(struct keytab_entry *e, void *arg),
                     void *arg);
 
-#endif /* BACKENDS_KEYTAB_H */
+#endif /* LIB_KEYTAB_H */

@@ -1,5 +1,5 @@
 /*
- * backends/memory.c - the embedded lock store: 64 shards, each a mutex and
+ * backends/memory/memory.c - the embedded lock store: 64 shards, each a mutex and
  * a hash table of entries, so threads working on different keys rarely
  * meet. An entry exists while its key is held or has waiters; its waiters
  * form a FIFO that acquire() honours (BACKEND_CAP_QUEUE). Expiry is judged
@@ -11,16 +11,19 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "backends/backend.h"
-#include "backends/keytab.h"
-#include "service/log.h"
-#include "service/metrics.h"
+#include "lib/keytab.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
+#include "lib/clock.h"
+#include "lib/text.h"
 
-extern const struct backend_ops mem_be_ops;
+extern const struct backend_ops memory_backend;
 
 #define MEM_SHARDS      64
 #define MEM_SWEEP_MS    250 /* how often the sweeper looks for expiries */
@@ -144,7 +147,7 @@ static enum backend_result do_grant(struct mem_be *m,
     memcpy(e->token, req->token, tlen + 1);
     e->ttl_ms = req->ttl_ms;
     e->expires_mono = now + (int64_t)req->ttl_ms;
-    e->expires_wall = backend_now_ms() + (int64_t)req->ttl_ms;
+    e->expires_wall = clock_wall_ms() + (int64_t)req->ttl_ms;
     e->fence =
         atomic_fetch_add_explicit(&m->fence, 1, memory_order_relaxed) + 1;
     atomic_fetch_add_explicit(&m->held, 1, memory_order_relaxed);
@@ -164,7 +167,7 @@ static enum backend_result mem_be_acquire(struct backend *be,
     struct mem_waiter *w = req->waiter != NULL ? req->waiter->be_data : NULL;
     struct mem_entry *e;
     enum backend_result r = BACKEND_HELD;
-    int64_t now = backend_mono_ms();
+    int64_t now = clock_mono_ms();
 
     pthread_mutex_lock(&s->mu);
     e = (struct mem_entry *)keytab_find(&s->tab, req->key, req->key_len, hash);
@@ -237,7 +240,7 @@ static enum backend_result do_find_held(struct mem_be *m,
         *wake = e->qhead != NULL;
     if (!e->held)
         return BACKEND_NOT_FOUND;
-    if (!backend_token_eq(e->token, token))
+    if (!text_secret_eq(e->token, token))
         return BACKEND_MISMATCH;
     return BACKEND_OK;
 }
@@ -251,7 +254,7 @@ static enum backend_result mem_be_renew(struct backend *be,
     struct mem_shard *s = shard_of(m, hash);
     struct mem_entry *e;
     bool wake = false;
-    int64_t now = backend_mono_ms();
+    int64_t now = clock_mono_ms();
     enum backend_result r;
 
     pthread_mutex_lock(&s->mu);
@@ -261,7 +264,7 @@ static enum backend_result mem_be_renew(struct backend *be,
         if (req->ttl_ms > 0)
             e->ttl_ms = req->ttl_ms;
         e->expires_mono = now + (int64_t)e->ttl_ms;
-        e->expires_wall = backend_now_ms() + (int64_t)e->ttl_ms;
+        e->expires_wall = clock_wall_ms() + (int64_t)e->ttl_ms;
         out->fence = e->fence;
         out->ttl_ms = e->ttl_ms;
         out->expires_at_ms = e->expires_wall;
@@ -286,7 +289,7 @@ static enum backend_result mem_be_release(struct backend *be,
 
     pthread_mutex_lock(&s->mu);
     r = do_find_held(m, s, req->key, req->key_len, hash, req->token,
-                     backend_mono_ms(), &e, &wake);
+                     clock_mono_ms(), &e, &wake);
     if (r == BACKEND_OK) {
         do_unhold(m, e);
         wake = e->qhead != NULL;
@@ -309,7 +312,7 @@ static enum backend_result mem_be_inspect(struct backend *be,
     struct mem_shard *s = shard_of(m, hash);
     struct mem_entry *e;
     bool wake = false;
-    int64_t now = backend_mono_ms();
+    int64_t now = clock_mono_ms();
     enum backend_result r = BACKEND_NOT_FOUND;
 
     pthread_mutex_lock(&s->mu);
@@ -433,7 +436,7 @@ static void *sweeper_main(void *arg)
             do { /* again while a full batch may have left some behind */
                 sw.nwake = 0;
                 pthread_mutex_lock(&sw.s->mu);
-                sw.now = backend_mono_ms();
+                sw.now = clock_mono_ms();
                 keytab_foreach(&sw.s->tab, sweep_entry, &sw);
                 pthread_mutex_unlock(&sw.s->mu);
                 for (size_t k = 0; k < sw.nwake; k++) {
@@ -489,7 +492,9 @@ static void mem_be_close(struct backend *be)
 
 static enum backend_result mem_be_open(const char *url,
                                        const struct backend_hooks *hooks,
-                                       struct backend **out)
+                                       struct backend **out,
+                                       char *errbuf,
+                                       size_t errlen)
 {
     struct mem_be *m;
     pthread_condattr_t ca;
@@ -497,13 +502,18 @@ static enum backend_result mem_be_open(const char *url,
 
     *out = NULL;
     /* memory:// takes no host, path or options */
-    if (strcmp(url, "memory://") != 0 && strcmp(url, "memory:") != 0)
+    if (strcmp(url, "memory://") != 0 && strcmp(url, "memory:") != 0) {
+        snprintf(errbuf, errlen,
+                 "memory: the URL is memory:// and takes no host, path or "
+                 "options, not '%s'",
+                 url);
         return BACKEND_INVALID;
+    }
     m = aligned_alloc(64, (sizeof(*m) + 63) / 64 * 64);
     if (m == NULL)
         return BACKEND_NO_MEMORY;
     memset(m, 0, sizeof(*m));
-    m->base.ops = &mem_be_ops;
+    m->base.ops = &memory_backend;
     if (hooks != NULL)
         m->hooks = *hooks;
     /* fences keep growing across restarts (while fewer than a million are
@@ -538,7 +548,7 @@ static enum backend_result mem_be_open(const char *url,
     return BACKEND_OK;
 }
 
-const struct backend_ops mem_be_ops = {
+const struct backend_ops memory_backend = {
     .scheme = "memory",
     .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFY,
     .open = mem_be_open,

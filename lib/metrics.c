@@ -1,9 +1,9 @@
 /*
- * service/metrics.c - Prometheus metrics: relaxed atomic counters and
+ * lib/metrics.c - Prometheus metrics: relaxed atomic counters and
  * fixed-bucket histograms, summed into the text exposition format when
  * /metrics is scraped.
  */
-#include "service/metrics.h"
+#include "lib/metrics.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -30,30 +30,35 @@ static const unsigned statuses[] = { 200, 201, 400, 401, 404, 405, 409,
                                      413, 429, 431, 500, 501, 503 };
 #define NSTATUS (sizeof(statuses) / sizeof(statuses[0]))
 
-static const char *const route_names[METRICS_ROUTE_COUNT] = {
-    "acquire", "renew",  "release", "inspect",
-    "healthz", "readyz", "metrics", "other",
-};
+static const char *const *route_names; /* frozen before the server */
+static size_t nroutes;
+static const char *const *op_names;
+static size_t nops;
 
-static const char *const op_names[METRICS_OP_COUNT] = {
-    "acquire", "renew", "release", "inspect", "cancel_wait", "ping",
-};
-
-static _Atomic uint64_t requests[METRICS_ROUTE_COUNT][NSTATUS + 1];
-static struct histogram request_hist[METRICS_ROUTE_COUNT];
-static _Atomic uint64_t backend_ops[METRICS_OP_COUNT];
-static _Atomic uint64_t backend_errors[METRICS_OP_COUNT];
-static struct histogram backend_hist[METRICS_OP_COUNT];
+static _Atomic uint64_t requests[METRICS_LABELS_MAX][NSTATUS + 1];
+static struct histogram request_hist[METRICS_LABELS_MAX];
+static _Atomic uint64_t backend_ops[METRICS_LABELS_MAX];
+static _Atomic uint64_t backend_errors[METRICS_LABELS_MAX];
+static struct histogram backend_hist[METRICS_LABELS_MAX];
 static _Atomic uint64_t grants, renewals, releases, expiries, conflicts;
 static _Atomic int64_t waiters;
 
 static const char *build_version = "unknown"; /* frozen before the server */
 static const char *build_backend = "unknown";
 
-void metrics_setup(const char *version, const char *backend_scheme)
+void metrics_setup(const char *version,
+                   const char *backend_scheme,
+                   const char *const *routes,
+                   size_t n_routes,
+                   const char *const *ops,
+                   size_t n_ops)
 {
     build_version = version;
     build_backend = backend_scheme;
+    route_names = routes;
+    nroutes = n_routes < METRICS_LABELS_MAX ? n_routes : METRICS_LABELS_MAX;
+    op_names = ops;
+    nops = n_ops < METRICS_LABELS_MAX ? n_ops : METRICS_LABELS_MAX;
 }
 
 static void hist_add(struct histogram *h, int64_t us)
@@ -69,22 +74,24 @@ static void hist_add(struct histogram *h, int64_t us)
     atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
 }
 
-void metrics_request(enum metrics_route route,
-                     unsigned status,
-                     int64_t duration_us)
+void metrics_request(unsigned route, unsigned status, int64_t duration_us)
 {
     size_t i = 0;
 
-    if ((unsigned)route >= METRICS_ROUTE_COUNT)
-        route = METRICS_ROUTE_OTHER;
+    if (nroutes == 0)
+        return;
+    if (route >= nroutes)
+        route = (unsigned)nroutes - 1;
     while (i < NSTATUS && statuses[i] != status)
         i++;
     atomic_fetch_add_explicit(&requests[route][i], 1, memory_order_relaxed);
     hist_add(&request_hist[route], duration_us);
 }
 
-void metrics_backend_op(enum metrics_op op, int ok, int64_t duration_us)
+void metrics_backend_op(unsigned op, int ok, int64_t duration_us)
 {
+    if (op >= nops)
+        return;
     atomic_fetch_add_explicit(&backend_ops[op], 1, memory_order_relaxed);
     if (!ok)
         atomic_fetch_add_explicit(&backend_errors[op], 1, memory_order_relaxed);
@@ -209,7 +216,7 @@ char *metrics_render(int64_t held, size_t *len)
     bprintf(&b, "# HELP lockd_http_requests_total HTTP requests answered, "
                 "by route and status.\n"
                 "# TYPE lockd_http_requests_total counter\n");
-    for (int r = 0; r < METRICS_ROUTE_COUNT; r++) {
+    for (size_t r = 0; r < nroutes; r++) {
         for (size_t s = 0; s <= NSTATUS; s++) {
             uint64_t v = load(&requests[r][s]);
             if (v == 0)
@@ -229,7 +236,7 @@ char *metrics_render(int64_t held, size_t *len)
     bprintf(&b, "# HELP lockd_http_request_duration_seconds Time from "
                 "request to response, waits included.\n"
                 "# TYPE lockd_http_request_duration_seconds histogram\n");
-    for (int r = 0; r < METRICS_ROUTE_COUNT; r++) {
+    for (size_t r = 0; r < nroutes; r++) {
         snprintf(labels, sizeof(labels), "route=\"%s\",backend=\"%s\"",
                  route_names[r], build_backend);
         put_hist(&b, "lockd_http_request_duration_seconds", labels,
@@ -259,7 +266,7 @@ char *metrics_render(int64_t held, size_t *len)
     bprintf(&b, "# HELP lockd_backend_operations_total Backend operations, "
                 "by operation.\n"
                 "# TYPE lockd_backend_operations_total counter\n");
-    for (int o = 0; o < METRICS_OP_COUNT; o++)
+    for (size_t o = 0; o < nops; o++)
         bprintf(&b,
                 "lockd_backend_operations_total{backend=\"%s\",op=\"%s\"} "
                 "%llu\n",
@@ -268,7 +275,7 @@ char *metrics_render(int64_t held, size_t *len)
     bprintf(&b, "# HELP lockd_backend_errors_total Backend operations that "
                 "failed (unreachable, timed out, out of memory).\n"
                 "# TYPE lockd_backend_errors_total counter\n");
-    for (int o = 0; o < METRICS_OP_COUNT; o++)
+    for (size_t o = 0; o < nops; o++)
         bprintf(&b,
                 "lockd_backend_errors_total{backend=\"%s\",op=\"%s\"} %llu\n",
                 build_backend, op_names[o],
@@ -276,7 +283,7 @@ char *metrics_render(int64_t held, size_t *len)
     bprintf(&b, "# HELP lockd_backend_operation_duration_seconds Backend "
                 "operation latency.\n"
                 "# TYPE lockd_backend_operation_duration_seconds histogram\n");
-    for (int o = 0; o < METRICS_OP_COUNT; o++) {
+    for (size_t o = 0; o < nops; o++) {
         snprintf(labels, sizeof(labels), "backend=\"%s\",op=\"%s\"",
                  build_backend, op_names[o]);
         put_hist(&b, "lockd_backend_operation_duration_seconds", labels,

@@ -1,5 +1,5 @@
 /*
- * backends/zk_call.h - one asynchronous ZooKeeper call (zoo_a*) waited for
+ * backends/zookeeper/call.h - one asynchronous ZooKeeper call (zoo_a*) waited for
  * with a deadline, so no request hangs on a lost connection. Used by
  * backends/zookeeper.c; the library's completion thread only stores the
  * result and signals the waiting thread.
@@ -7,8 +7,8 @@
  * Use: c = zk_call_new(); rc = zk_call_wait(c, zoo_aget(zh, path, 0,
  * zk_call_on_data, c), deadline); read c's results; zk_call_unref(c).
  */
-#ifndef BACKENDS_ZK_CALL_H
-#define BACKENDS_ZK_CALL_H
+#ifndef BACKENDS_ZOOKEEPER_CALL_H
+#define BACKENDS_ZOOKEEPER_CALL_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -90,4 +90,4 @@ int zk_call_run(struct zk_call *c,
  * when no answer came: then the library may still be writing results). */
 int zk_call_multi_failed(struct zk_call *c, int n);
 
-#endif /* BACKENDS_ZK_CALL_H */
+#endif /* BACKENDS_ZOOKEEPER_CALL_H */

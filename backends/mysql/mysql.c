@@ -1,5 +1,5 @@
 /*
- * backends/mysql.c - lock store on MySQL or MariaDB (MariaDB Connector/C).
+ * backends/mysql/mysql.c - lock store on MySQL or MariaDB (MariaDB Connector/C).
  * One row per held lock, keyed by the exact key bytes; every check-and-change
  * is one short InnoDB transaction at READ COMMITTED on prepared statements;
  * every expiry is judged by the database's clock (NOW(3)), never lockd's.
@@ -30,8 +30,11 @@
 #include <mysqld_error.h>
 
 #include "backends/backend.h"
-#include "service/log.h"
-#include "service/metrics.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
+#include "lib/clock.h"
+#include "lib/text.h"
+#include "lib/url.h"
 
 #define MYSQL_BE_DEFAULT_PORT       3306
 #define MYSQL_BE_DEFAULT_TABLE      "lockd_locks"
@@ -194,7 +197,7 @@ static const char *const schema_probe_sql[] = {
 
 struct mysql_be;
 
-extern const struct backend_ops mysql_be_ops; /* defined last */
+extern const struct backend_ops mysql_backend; /* defined last */
 
 /* One thread's connection; created on the thread's first call, freed by the
  * pthread key's destructor when the thread exits (or by close()). */
@@ -490,7 +493,7 @@ static int conn_connect(struct mysql_conn *c)
         conn_drop(c);
         return -1;
     }
-    atomic_store_explicit(&be->ok_at_ms, backend_mono_ms(),
+    atomic_store_explicit(&be->ok_at_ms, clock_mono_ms(),
                           memory_order_relaxed);
     if (atomic_exchange(&be->down, false))
         log_info("mysql: connected to %s again",
@@ -550,13 +553,13 @@ static struct mysql_conn *conn_get(struct mysql_be *be, bool *fresh)
     }
     if (c->db != NULL)
         return c;
-    now = backend_mono_ms();
+    now = clock_mono_ms();
     if (now < c->retry_at_ms &&
         atomic_load_explicit(&be->ok_at_ms, memory_order_relaxed) <
             c->failed_at_ms)
         return NULL; /* backing off, and no thread got through since */
     if (conn_connect(c) != 0) {
-        c->failed_at_ms = backend_mono_ms();
+        c->failed_at_ms = clock_mono_ms();
         c->backoff_ms = c->backoff_ms == 0 ? MYSQL_BE_BACKOFF_MIN_MS
                         : c->backoff_ms * 2 > MYSQL_BE_BACKOFF_MAX_MS
                             ? MYSQL_BE_BACKOFF_MAX_MS
@@ -713,18 +716,18 @@ static enum backend_result run_op(struct mysql_be *be, attempt_fn fn, void *arg)
 
         if (c == NULL)
             return BACKEND_UNAVAILABLE;
-        t0 = backend_mono_ms();
+        t0 = clock_mono_ms();
         a = fn(c, arg, &res);
         switch (a) {
         case ATTEMPT_DONE:
-            atomic_store_explicit(&be->ok_at_ms, backend_mono_ms(),
+            atomic_store_explicit(&be->ok_at_ms, clock_mono_ms(),
                                   memory_order_relaxed);
             return res;
         case ATTEMPT_AGAIN:
             continue;
         case ATTEMPT_LOST:
             if (fresh || retried_lost ||
-                backend_mono_ms() - t0 > MYSQL_BE_FAST_FAIL_MS)
+                clock_mono_ms() - t0 > MYSQL_BE_FAST_FAIL_MS)
                 return BACKEND_UNAVAILABLE;
             retried_lost = true;
             continue;
@@ -1129,7 +1132,7 @@ trim_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     struct run_info info;
     unsigned err;
     enum attempt done;
-    int64_t now = backend_mono_ms();
+    int64_t now = clock_mono_ms();
 
     *deleted = 0;
     bind_u64(&r[0], &top);
@@ -1201,7 +1204,7 @@ fence_trim_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 
 static void bg_reap(struct mysql_be *be)
 {
-    int64_t t0 = backend_mono_ms();
+    int64_t t0 = clock_mono_ms();
     uint64_t deleted;
 
     do {
@@ -1211,14 +1214,14 @@ static void bg_reap(struct mysql_be *be)
         if (deleted > 0)
             metrics_lock_expired(deleted);
     } while (deleted == MYSQL_BE_REAP_BATCH &&
-             backend_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
+             clock_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
     (void)run_op(be, trim_attempt, &deleted);
     do {
         deleted = 0;
         if (run_op(be, fence_trim_attempt, &deleted) != BACKEND_OK)
             return;
     } while (deleted == MYSQL_BE_FENCE_BATCH &&
-             backend_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
+             clock_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
 }
 
 /* The background thread: polls the event table every
@@ -1226,7 +1229,7 @@ static void bg_reap(struct mysql_be *be)
 static void *bg_main(void *arg)
 {
     struct mysql_be *be = arg;
-    int64_t next_reap = backend_mono_ms() + MYSQL_BE_REAP_EVERY_MS;
+    int64_t next_reap = clock_mono_ms() + MYSQL_BE_REAP_EVERY_MS;
 
     pthread_mutex_lock(&be->mu);
     while (!be->stop) {
@@ -1250,9 +1253,9 @@ static void *bg_main(void *arg)
             if (run_op(be, watch_attempt, &n) != BACKEND_OK)
                 break;
         } while (n == MYSQL_BE_WATCH_BATCH);
-        if (backend_mono_ms() >= next_reap) {
+        if (clock_mono_ms() >= next_reap) {
             bg_reap(be);
-            next_reap = backend_mono_ms() + MYSQL_BE_REAP_EVERY_MS;
+            next_reap = clock_mono_ms() + MYSQL_BE_REAP_EVERY_MS;
         }
 
         pthread_mutex_lock(&be->mu);
@@ -1331,16 +1334,16 @@ static char *dup_or_null(const char *s)
 
 /* Millisecond option name into whole seconds (Connector/C's unit),
  * rounded up. */
-static int opt_timeout(const struct backend_url *u,
+static int opt_timeout(const struct url *u,
                        const char *name,
                        uint64_t def_ms,
                        unsigned *out_s)
 {
-    const char *v = backend_url_param(u, name);
+    const char *v = url_param(u, name);
     uint64_t ms = def_ms;
 
     if (v != NULL &&
-        backend_parse_u64(v, 1, MYSQL_BE_TIMEOUT_MAX_MS, &ms) != 0) {
+        text_parse_u64(v, 1, MYSQL_BE_TIMEOUT_MAX_MS, &ms) != 0) {
         log_error("mysql: %s must be 1..%d ms", name, MYSQL_BE_TIMEOUT_MAX_MS);
         return -1;
     }
@@ -1349,48 +1352,50 @@ static int opt_timeout(const struct backend_url *u,
 }
 
 /* Fill be from url; BACKEND_INVALID with a logged reason, or NO_MEMORY. */
-static enum backend_result parse_url(struct mysql_be *be, const char *url)
+static enum backend_result parse_url(struct mysql_be *be, const char *url,
+        char *errbuf,
+        size_t errlen)
 {
     static const char *const allowed[] = {
         "socket",          "connect_timeout_ms",
         "read_timeout_ms", "write_timeout_ms",
         "table",           NULL,
     };
-    struct backend_url u;
+    struct url u;
     const char *bad = NULL, *v;
     enum backend_result r = BACKEND_INVALID;
     uint64_t port = MYSQL_BE_DEFAULT_PORT;
 
-    if (backend_url_parse(url, &u) != 0) {
-        log_error("mysql: malformed backend URL");
+    if (url_parse(url, &u) != 0) {
+        snprintf(errbuf, errlen, "mysql: malformed backend URL");
         return BACKEND_INVALID;
     }
     if (strcmp(u.scheme, "mysql") != 0)
         goto out;
-    if (backend_url_check_params(&u, allowed, &bad) != 0) {
-        log_error("mysql: unknown URL option '%s' (known: socket, "
+    if (url_check_params(&u, allowed, &bad) != 0) {
+        snprintf(errbuf, errlen, "mysql: unknown URL option '%s' (known: socket, "
                   "connect_timeout_ms, read_timeout_ms, write_timeout_ms, "
                   "table)",
                   bad);
         goto out;
     }
     if (u.user == NULL || u.user[0] == '\0') {
-        log_error("mysql: the URL needs a user: mysql://user[:password]@host"
+        snprintf(errbuf, errlen, "mysql: the URL needs a user: mysql://user[:password]@host"
                   "[:port]/database");
         goto out;
     }
     if (u.path == NULL || u.path[0] == '\0' || strchr(u.path, '/') != NULL) {
-        log_error("mysql: the URL needs a database: mysql://user@host/"
+        snprintf(errbuf, errlen, "mysql: the URL needs a database: mysql://user@host/"
                   "database");
         goto out;
     }
-    be->socket = dup_or_null(backend_url_param(&u, "socket"));
+    be->socket = dup_or_null(url_param(&u, "socket"));
     if (be->socket != NULL && be->socket[0] == '\0') {
-        log_error("mysql: socket= needs a path");
+        snprintf(errbuf, errlen, "mysql: socket= needs a path");
         goto out;
     }
     if (u.hosts[0] == '\0' && be->socket == NULL) {
-        log_error("mysql: the URL needs a host (or ?socket=PATH)");
+        snprintf(errbuf, errlen, "mysql: the URL needs a host (or ?socket=PATH)");
         goto out;
     }
     if (u.hosts[0] != '\0') {
@@ -1414,13 +1419,13 @@ static enum backend_result parse_url(struct mysql_be *be, const char *url)
             r = BACKEND_NO_MEMORY;
             goto out;
         }
-        if (colon != NULL && backend_parse_u64(colon + 1, 1, 65535, &port) != 0)
+        if (colon != NULL && text_parse_u64(colon + 1, 1, 65535, &port) != 0)
             goto bad_host;
     }
     be->port = (unsigned)port;
-    v = backend_url_param(&u, "table");
+    v = url_param(&u, "table");
     if (v != NULL && !table_name_ok(v)) {
-        log_error("mysql: table= must be 1..%d letters, digits or '_'",
+        snprintf(errbuf, errlen, "mysql: table= must be 1..%d letters, digits or '_'",
                   MYSQL_BE_TABLE_MAX);
         goto out;
     }
@@ -1442,26 +1447,28 @@ static enum backend_result parse_url(struct mysql_be *be, const char *url)
     be->database = strdup(u.path);
     if (be->table == NULL || be->user == NULL || be->database == NULL ||
         (u.password != NULL && be->password == NULL) ||
-        (backend_url_param(&u, "socket") != NULL && be->socket == NULL)) {
+        (url_param(&u, "socket") != NULL && be->socket == NULL)) {
         r = BACKEND_NO_MEMORY;
         goto out;
     }
     r = BACKEND_OK;
     goto out;
 bad_host:
-    log_error("mysql: bad host in the URL: '%s' (want host[:port] or "
+    snprintf(errbuf, errlen, "mysql: bad host in the URL: '%s' (want host[:port] or "
               "[v6addr][:port])",
               u.hosts);
 out:
     if (u.password != NULL)
         explicit_bzero(u.password, strlen(u.password));
-    backend_url_cleanup(&u);
+    url_cleanup(&u);
     return r;
 }
 
 static enum backend_result mysql_be_open(const char *url,
                                          const struct backend_hooks *hooks,
-                                         struct backend **out)
+                                         struct backend **out,
+        char *errbuf,
+        size_t errlen)
 {
     struct mysql_be *be;
     enum backend_result r;
@@ -1470,7 +1477,7 @@ static enum backend_result mysql_be_open(const char *url,
     be = calloc(1, sizeof(*be));
     if (be == NULL)
         return BACKEND_NO_MEMORY;
-    be->base.ops = &mysql_be_ops;
+    be->base.ops = &mysql_backend;
     if (hooks != NULL)
         be->hooks = *hooks;
     if (pthread_mutex_init(&be->mu, NULL) != 0) {
@@ -1491,7 +1498,7 @@ static enum backend_result mysql_be_open(const char *url,
             return BACKEND_NO_MEMORY;
         }
     }
-    r = parse_url(be, url);
+    r = parse_url(be, url, errbuf, errlen);
     if (r != BACKEND_OK)
         goto fail;
     r = BACKEND_NO_MEMORY;
@@ -1588,7 +1595,7 @@ static int64_t mysql_be_held_count(struct backend *base)
     return count;
 }
 
-const struct backend_ops mysql_be_ops = {
+const struct backend_ops mysql_backend = {
     .scheme = "mysql",
     /* NOTIFY: releases through other instances arrive by the event table;
        expiries need no notice, HELD's retry_ms is the exact time */

@@ -1,9 +1,9 @@
 /*
- * backends/zk_call.c - one asynchronous ZooKeeper call waited for with a
+ * backends/zookeeper/call.c - one asynchronous ZooKeeper call waited for with a
  * deadline (see zk_call.h). The call is shared by the requesting thread
  * and the library's completion thread: whichever lets go last frees it.
  */
-#include "backends/zk_call.h"
+#include "backends/zookeeper/call.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /*
- * backends/keytab.c - intrusive chained hash table keyed by byte strings,
+ * lib/keytab.c - intrusive chained hash table keyed by byte strings,
  * hashed with SipHash-2-4 (Aumasson and Bernstein) under a random seed.
  */
-#include "backends/keytab.h"
+#include "lib/keytab.h"
 
 #include <pthread.h>
 #include <stdlib.h>

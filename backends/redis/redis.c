@@ -1,5 +1,5 @@
 /*
- * backends/redis.c - lock store on Redis (hiredis 0.14). A held key is one
+ * backends/redis/redis.c - lock store on Redis (hiredis 0.14). A held key is one
  * hash (token digest, fence, TTL, owner) with a PX expiry, so Redis frees
  * it by itself; a per-key fence counter never expires. Every state change
  * is one Lua script run with EVALSHA, so every check-and-change is atomic
@@ -33,7 +33,10 @@
 
 #include <hiredis/hiredis.h>
 
-#include "service/log.h"
+#include "lib/log.h"
+#include "lib/clock.h"
+#include "lib/text.h"
+#include "lib/url.h"
 
 #define REDIS_BE_DEFAULT_HOST       "127.0.0.1"
 #define REDIS_BE_DEFAULT_PORT       6379
@@ -241,7 +244,7 @@ struct redis_be_trash {
     char key[]; /* key_len bytes, not NUL-terminated */
 };
 
-extern const struct backend_ops redis_be_ops;
+extern const struct backend_ops redis_backend;
 
 /* One worker thread's connection, kept under be->tls. */
 struct redis_conn {
@@ -294,7 +297,7 @@ struct redis_be {
 static void
 redis_be_warn(struct redis_be *be, const char *what, const char *detail)
 {
-    int64_t now = backend_mono_ms();
+    int64_t now = clock_mono_ms();
     int64_t last = atomic_load_explicit(&be->last_log_ms, memory_order_relaxed);
 
     if (now - last < REDIS_BE_LOG_EVERY_MS && last != 0)
@@ -314,7 +317,7 @@ static void redis_be_mark(struct redis_be *be, int up, const char *detail)
      * before the last sample would otherwise keep backing off (and answer
      * /readyz 503) after Redis is back */
     if (up)
-        atomic_store_explicit(&be->last_ok_ms, backend_mono_ms(),
+        atomic_store_explicit(&be->last_ok_ms, clock_mono_ms(),
                               memory_order_relaxed);
     if (atomic_load_explicit(&be->up, memory_order_relaxed) == up)
         return;
@@ -420,12 +423,12 @@ static int redis_be_clock(redisContext *c, int64_t *offset)
 {
     const char *argv[] = { "TIME" };
     size_t lens[] = { 4 };
-    int64_t t0 = backend_mono_ms(), t1;
+    int64_t t0 = clock_mono_ms(), t1;
     redisReply *r = redisCommandArgv(c, 1, argv, lens);
     int64_t sec, usec;
     char *end;
 
-    t1 = backend_mono_ms();
+    t1 = clock_mono_ms();
     if (r == NULL)
         return -1;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -573,7 +576,7 @@ redis_be_conn_fail(struct redis_be *be, struct redis_conn *cn, const char *why)
         cn->backoff_ms == 0 ? REDIS_BE_BACKOFF_MIN_MS : cn->backoff_ms * 2;
     if (cn->backoff_ms > REDIS_BE_BACKOFF_MAX_MS)
         cn->backoff_ms = REDIS_BE_BACKOFF_MAX_MS;
-    cn->failed_at_ms = backend_mono_ms();
+    cn->failed_at_ms = clock_mono_ms();
     cn->retry_at_ms = cn->failed_at_ms + cn->backoff_ms;
     redis_be_mark(be, 0, why);
 }
@@ -587,7 +590,7 @@ static int redis_be_conn_ready(struct redis_be *be, struct redis_conn *cn)
         return 0;
     /* back off, unless another thread has reached Redis since we failed:
      * then it is back and this thread should not answer 503 any longer */
-    if (backend_mono_ms() < cn->retry_at_ms &&
+    if (clock_mono_ms() < cn->retry_at_ms &&
         atomic_load_explicit(&be->last_ok_ms, memory_order_relaxed) <
             cn->failed_at_ms)
         return -1;
@@ -698,7 +701,7 @@ static redisReply *redis_be_script(struct redis_be *be,
             int64_t ms =
                 (int64_t)be->cmd_tv.tv_sec * 1000 + be->cmd_tv.tv_usec / 1000;
             snprintf(stamp, sizeof(stamp), "%lld",
-                     (long long)(backend_mono_ms() + ms + cn->offset_ms));
+                     (long long)(clock_mono_ms() + ms + cn->offset_ms));
             argv[3 + nargs] = stamp;
             argl[3 + nargs] = strlen(stamp);
         }
@@ -836,7 +839,7 @@ static void redis_be_trash_empty(struct redis_be *be)
     pthread_mutex_unlock(&be->lock);
     for (; t != NULL; t = next) {
         next = t->next;
-        if (backend_mono_ms() > t->until_ms ||
+        if (clock_mono_ms() > t->until_ms ||
             redis_be_cancel_run(be, t->key, t->key_len, t->id) == 0) {
             free(t);
             continue;
@@ -862,7 +865,7 @@ static void redis_be_trash_empty(struct redis_be *be)
  * REDIS_BE_TRASH_EVERY_MS at most; *last_ms is its monotonic clock. */
 static void redis_be_trash_tick(struct redis_be *be, int64_t *last_ms)
 {
-    int64_t now = backend_mono_ms();
+    int64_t now = clock_mono_ms();
 
     if (now - *last_ms < REDIS_BE_TRASH_EVERY_MS)
         return;
@@ -925,7 +928,7 @@ static void redis_be_sub_handle(struct redis_be *be, const redisReply *r)
  */
 static void redis_be_sub_read(struct redis_be *be, redisContext *c)
 {
-    int64_t last_rx = backend_mono_ms(), last_trash = 0;
+    int64_t last_rx = clock_mono_ms(), last_trash = 0;
     bool ping_out = false;
 
     while (!atomic_load(&be->stopping)) {
@@ -948,11 +951,11 @@ static void redis_be_sub_read(struct redis_be *be, redisContext *c)
         if (n > 0) {
             if (redisBufferRead(c) != REDIS_OK)
                 return;
-            last_rx = backend_mono_ms();
+            last_rx = clock_mono_ms();
             ping_out = false;
             continue;
         }
-        if (backend_mono_ms() - last_rx < REDIS_BE_SUB_PING_MS)
+        if (clock_mono_ms() - last_rx < REDIS_BE_SUB_PING_MS)
             continue;
         if (ping_out)
             return; /* no answer to the last PING in a whole period */
@@ -967,7 +970,7 @@ static void redis_be_sub_read(struct redis_be *be, redisContext *c)
                     return;
         }
         ping_out = true;
-        last_rx = backend_mono_ms();
+        last_rx = clock_mono_ms();
     }
 }
 
@@ -1062,7 +1065,7 @@ static int redis_be_parse_hosts(struct redis_be *be, const char *hosts)
         return -1;
     be->port = REDIS_BE_DEFAULT_PORT;
     if (port != NULL) {
-        if (backend_parse_u64(port, 1, 65535, &v) != 0)
+        if (text_parse_u64(port, 1, 65535, &v) != 0)
             return -1;
         be->port = (int)v;
     }
@@ -1070,33 +1073,35 @@ static int redis_be_parse_hosts(struct redis_be *be, const char *hosts)
 }
 
 static enum backend_result redis_be_parse_url(struct redis_be *be,
-                                              const char *url)
+                                              const char *url,
+        char *errbuf,
+        size_t errlen)
 {
     static const char *const allowed[] = { "prefix", "connect_timeout_ms",
                                            "timeout_ms", NULL };
-    struct backend_url u;
+    struct url u;
     enum backend_result res = BACKEND_INVALID;
     const char *bad = NULL, *v;
     uint64_t n;
 
-    if (backend_url_parse(url, &u) != 0) {
-        log_error("redis: malformed URL");
+    if (url_parse(url, &u) != 0) {
+        snprintf(errbuf, errlen, "redis: malformed URL");
         return BACKEND_INVALID;
     }
     if (strcmp(u.scheme, "redis") != 0)
         goto out;
-    if (backend_url_check_params(&u, allowed, &bad) != 0) {
-        log_error("redis: unknown URL option '%s' (known: prefix, "
+    if (url_check_params(&u, allowed, &bad) != 0) {
+        snprintf(errbuf, errlen, "redis: unknown URL option '%s' (known: prefix, "
                   "connect_timeout_ms, timeout_ms)",
                   bad);
         goto out;
     }
     if (redis_be_parse_hosts(be, u.hosts) != 0) {
-        log_error("redis: bad host or port in the URL");
+        snprintf(errbuf, errlen, "redis: bad host or port in the URL");
         goto out;
     }
     if (u.user != NULL && u.password == NULL) {
-        log_error("redis: URL has a user but no password "
+        snprintf(errbuf, errlen, "redis: URL has a user but no password "
                   "(use redis://:password@host)");
         goto out;
     }
@@ -1111,17 +1116,17 @@ static enum backend_result redis_be_parse_url(struct redis_be *be,
         }
     }
     if (u.path != NULL) {
-        if (backend_parse_u64(u.path, 0, INT_MAX, &n) != 0) {
-            log_error("redis: the URL path must be a database number");
+        if (text_parse_u64(u.path, 0, INT_MAX, &n) != 0) {
+            snprintf(errbuf, errlen, "redis: the URL path must be a database number");
             goto out;
         }
         be->db = (unsigned)n;
     }
-    v = backend_url_param(&u, "prefix");
+    v = url_param(&u, "prefix");
     if (v == NULL)
         v = REDIS_BE_DEFAULT_PREFIX;
     if (strlen(v) > REDIS_BE_PREFIX_MAX) {
-        log_error("redis: prefix longer than %d bytes", REDIS_BE_PREFIX_MAX);
+        snprintf(errbuf, errlen, "redis: prefix longer than %d bytes", REDIS_BE_PREFIX_MAX);
         goto out;
     }
     be->prefix = strdup(v);
@@ -1129,17 +1134,17 @@ static enum backend_result redis_be_parse_url(struct redis_be *be,
         goto nomem;
     be->prefix_len = strlen(be->prefix);
     n = REDIS_BE_CONNECT_TIMEOUT_MS;
-    v = backend_url_param(&u, "connect_timeout_ms");
-    if (v != NULL && backend_parse_u64(v, 1, REDIS_BE_TIMEOUT_MAX_MS, &n)) {
-        log_error("redis: connect_timeout_ms must be 1..%d",
+    v = url_param(&u, "connect_timeout_ms");
+    if (v != NULL && text_parse_u64(v, 1, REDIS_BE_TIMEOUT_MAX_MS, &n)) {
+        snprintf(errbuf, errlen, "redis: connect_timeout_ms must be 1..%d",
                   REDIS_BE_TIMEOUT_MAX_MS);
         goto out;
     }
     be->connect_tv = redis_be_tv(n);
     n = REDIS_BE_TIMEOUT_MS;
-    v = backend_url_param(&u, "timeout_ms");
-    if (v != NULL && backend_parse_u64(v, 1, REDIS_BE_TIMEOUT_MAX_MS, &n)) {
-        log_error("redis: timeout_ms must be 1..%d", REDIS_BE_TIMEOUT_MAX_MS);
+    v = url_param(&u, "timeout_ms");
+    if (v != NULL && text_parse_u64(v, 1, REDIS_BE_TIMEOUT_MAX_MS, &n)) {
+        snprintf(errbuf, errlen, "redis: timeout_ms must be 1..%d", REDIS_BE_TIMEOUT_MAX_MS);
         goto out;
     }
     be->cmd_tv = redis_be_tv(n);
@@ -1156,7 +1161,7 @@ static enum backend_result redis_be_parse_url(struct redis_be *be,
 nomem:
     res = BACKEND_NO_MEMORY;
 out:
-    backend_url_cleanup(&u);
+    url_cleanup(&u);
     return res;
 }
 
@@ -1167,7 +1172,9 @@ static enum backend_result redis_be_ping(struct backend *b);
 
 static enum backend_result redis_be_open(const char *url,
                                          const struct backend_hooks *hooks,
-                                         struct backend **out)
+                                         struct backend **out,
+        char *errbuf,
+        size_t errlen)
 {
     struct redis_be *be = calloc(1, sizeof(*be));
     enum backend_result r;
@@ -1177,7 +1184,7 @@ static enum backend_result redis_be_open(const char *url,
     *out = NULL;
     if (be == NULL)
         return BACKEND_NO_MEMORY;
-    be->base.ops = &redis_be_ops;
+    be->base.ops = &redis_backend;
     if (hooks != NULL)
         be->hooks = *hooks;
     atomic_init(&be->up, -1);
@@ -1210,7 +1217,7 @@ static enum backend_result redis_be_open(const char *url,
         be->instance[16] = ':';
         be->instance[17] = '\0';
     }
-    r = redis_be_parse_url(be, url);
+    r = redis_be_parse_url(be, url, errbuf, errlen);
     if (r != BACKEND_OK) {
         redis_be_close(&be->base);
         return r;
@@ -1255,9 +1262,9 @@ static struct redis_be_wait *redis_be_wait_get(struct redis_be *be,
         return NULL;
     snprintf(bw->id, sizeof(bw->id), "%s%llu", be->instance,
              (unsigned long long)w->id);
-    /* deadline_ms and backend_now_ms() are both lockd's wall clock: their
+    /* deadline_ms and clock_wall_ms() are both lockd's wall clock: their
      * difference is the wait left, whatever that clock's error */
-    bw->end_ms = backend_mono_ms() + (w->deadline_ms - backend_now_ms());
+    bw->end_ms = clock_mono_ms() + (w->deadline_ms - clock_wall_ms());
     w->be_data = bw;
     return bw;
 }
@@ -1265,7 +1272,7 @@ static struct redis_be_wait *redis_be_wait_get(struct redis_be *be,
 /* What is left of bw's wait, in ms (0 once it ran out). */
 static int64_t redis_be_wait_left(const struct redis_be_wait *bw)
 {
-    int64_t left = bw->end_ms - backend_mono_ms();
+    int64_t left = bw->end_ms - clock_mono_ms();
 
     return left > 0 ? left : 0;
 }
@@ -1574,7 +1581,7 @@ static void redis_be_close(struct backend *b)
     free(be);
 }
 
-const struct backend_ops redis_be_ops = {
+const struct backend_ops redis_backend = {
     .scheme = "redis",
     .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
     .open = redis_be_open,

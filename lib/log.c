@@ -1,9 +1,9 @@
 /*
- * service/log.c - leveled logging to stderr, as text or JSON lines. Each
+ * lib/log.c - leveled logging to stderr, as text or JSON lines. Each
  * message is formatted into one buffer and written with one write(2), so
  * lines from different threads never interleave.
  */
-#include "service/log.h"
+#include "lib/log.h"
 
 #include <errno.h>
 #include <pthread.h>

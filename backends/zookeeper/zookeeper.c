@@ -1,11 +1,11 @@
 /*
- * backends/zookeeper.c - lock store on ZooKeeper (libzookeeper-mt 3.8).
+ * backends/zookeeper/zookeeper.c - lock store on ZooKeeper (libzookeeper-mt 3.8).
  *
  * One shared handle per process, owned by a keeper thread that opens it,
  * prepares the root nodes, samples the server's clock and replaces the
  * handle when its session expires. Requests borrow the handle, issue
  * asynchronous calls and wait for them with a deadline (timeout_ms;
- * backends/zk_call.c), so no request hangs on a lost connection. The
+ * backends/zookeeper/call.c), so no request hangs on a lost connection. The
  * library's threads only store results, signal condition variables and
  * call hooks->notify.
  *
@@ -41,7 +41,7 @@
  * answers only what is left of it when it is not.
  */
 #include "backends/backend.h"
-#include "backends/zk_call.h"
+#include "backends/zookeeper/call.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -54,8 +54,11 @@
 
 #include <zookeeper/zookeeper.h>
 
-#include "service/log.h"
-#include "service/metrics.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
+#include "lib/clock.h"
+#include "lib/text.h"
+#include "lib/url.h"
 
 #define ZK_CHROOT_MAX 256
 #define ZK_NAME_MAX   96 /* a child's name */
@@ -79,7 +82,7 @@
 #define ZK_RESOLVE_DELAY_MS 30000
 #define ZK_OWN_SLOTS        4096 /* grants remembered for a quick release */
 
-extern const struct backend_ops zk_be_ops;
+extern const struct backend_ops zookeeper_backend;
 
 /* A handle and the requests that borrowed it. */
 struct zk_conn {
@@ -273,13 +276,6 @@ zk_child_path(const char *parent, const char *name, char *out, size_t cap)
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-static int64_t zk_mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static bool zk_is_hex(char c)
 {
@@ -401,7 +397,7 @@ static int64_t zk_server_now(struct zk_be *be)
     int64_t now;
 
     pthread_mutex_lock(&be->mu);
-    now = backend_mono_ms() + (be->clock.cur_ms > be->clock.prev_ms
+    now = clock_mono_ms() + (be->clock.cur_ms > be->clock.prev_ms
                                    ? be->clock.cur_ms
                                    : be->clock.prev_ms);
     pthread_mutex_unlock(&be->mu);
@@ -420,7 +416,7 @@ static int64_t zk_server_latest(struct zk_be *be)
     int64_t mono, hi, lo;
 
     pthread_mutex_lock(&be->mu);
-    mono = backend_mono_ms();
+    mono = clock_mono_ms();
     hi = c->cur_hi_ms < c->prev_hi_ms ? c->cur_hi_ms : c->prev_hi_ms;
     lo = c->cur_ms > c->prev_ms ? c->cur_ms : c->prev_ms;
     pthread_mutex_unlock(&be->mu);
@@ -913,7 +909,7 @@ static enum backend_result zk_unavailable(const char *what, int rc)
 
 static int64_t zk_deadline(const struct zk_be *be)
 {
-    return backend_mono_ms() + be->timeout_ms;
+    return clock_mono_ms() + be->timeout_ms;
 }
 
 /* A grant committed after the deadline its requester wrote in it: the
@@ -954,8 +950,8 @@ static int64_t zk_left_surely(struct zk_be *be,
     if (zk_void(h, st))
         return 0;
     left = st->mtime + ttl - zk_server_latest(be);
-    if (sent > 0 && ttl - (backend_mono_ms() - sent) < left)
-        left = ttl - (backend_mono_ms() - sent);
+    if (sent > 0 && ttl - (clock_mono_ms() - sent) < left)
+        left = ttl - (clock_mono_ms() - sent);
     return left < ttl ? left : ttl;
 }
 
@@ -1068,7 +1064,7 @@ static bool zk_own_get(struct zk_be *be,
     pthread_mutex_lock(&be->own_mu);
     hit = o->key != NULL && o->key_len == key_len &&
           memcmp(o->key, key, key_len) == 0 &&
-          backend_token_eq(o->token, token);
+          text_secret_eq(o->token, token);
     if (hit) {
         *out = *o;
         out->key = NULL; /* not a copy */
@@ -1249,7 +1245,7 @@ static int zk_acq_own(struct zk_acq *a,
     int rc;
 
     if (sent > 0)
-        zk_clock_sample(be, st->mtime, sent, backend_mono_ms());
+        zk_clock_sample(be, st->mtime, sent, clock_mono_ms());
     left = zk_left_surely(be, h, st, sent);
     if (left > 0 && mine_node != NULL) {
         rc = zk_claim(a->cn, a->parent, a->marker, st->version, mine_node,
@@ -1290,7 +1286,7 @@ static int zk_acq_register(struct zk_acq *a)
     struct zk_be *be = a->be;
     struct lock_waiter *lw = a->req->waiter;
     char path[ZK_PATH_MAX], made[ZK_PATH_MAX];
-    int64_t left = lw->deadline_ms - backend_now_ms();
+    int64_t left = lw->deadline_ms - clock_wall_ms();
     int64_t dl_server =
         zk_server_now(be) + (left > 0 ? left : 0) + ZK_WAITER_GRACE_MS;
     const char *base;
@@ -1328,7 +1324,7 @@ static int zk_acq_register(struct zk_acq *a)
 static int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out)
 {
     struct Stat st;
-    int64_t sent = backend_mono_ms();
+    int64_t sent = clock_mono_ms();
     int rc = zk_grant(a->cn, a->parent, true, NULL, a->marker, a->data,
                       a->data_len, a->dl, &st);
 
@@ -1414,7 +1410,7 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
             ret = zk_unavailable("read holder", rc);
             goto out;
         }
-        if (parsed && w != NULL && backend_token_eq(h.token, a->req->token)) {
+        if (parsed && w != NULL && text_secret_eq(h.token, a->req->token)) {
             /* a grant of ours whose answer we never had: valid, it is
              * this waiter's; dead, it is freed and we look again */
             ret = zk_acq_own(a, &h, &st, 0,
@@ -1530,7 +1526,7 @@ static int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
 
     /* free and nobody ahead of us */
     {
-        int64_t sent = backend_mono_ms();
+        int64_t sent = clock_mono_ms();
         rc = zk_grant(a->cn, a->parent, false,
                       w != NULL && w->name[0] != '\0' ? w->name : NULL,
                       a->marker, a->data, a->data_len, a->dl, &st);
@@ -1599,7 +1595,7 @@ static enum backend_result zk_be_acquire(struct backend *b,
             r = (enum backend_result)rr;
             goto done;
         }
-        if (backend_mono_ms() >= a.dl)
+        if (clock_mono_ms() >= a.dl)
             break;
     }
     /* contended beyond our rounds: answer held and look again soon */
@@ -1640,7 +1636,7 @@ static enum backend_result zk_read_own(struct zk_be *be,
                        req->key_len);
         return BACKEND_NOT_FOUND;
     }
-    if (!backend_token_eq(req->token, h->token))
+    if (!text_secret_eq(req->token, h->token))
         return BACKEND_MISMATCH;
     return BACKEND_OK;
 }
@@ -1667,7 +1663,7 @@ static enum backend_result zk_be_renew(struct backend *b,
     if (cn == NULL)
         return BACKEND_UNAVAILABLE;
     dl = zk_deadline(be);
-    for (int i = 0; i < ZK_MAX_ROUNDS && backend_mono_ms() < dl; i++) {
+    for (int i = 0; i < ZK_MAX_ROUNDS && clock_mono_ms() < dl; i++) {
         uint64_t ttl;
         size_t len;
         int64_t sent;
@@ -1684,7 +1680,7 @@ static enum backend_result zk_be_renew(struct backend *b,
         }
         /* the version and marker checks: a reap or release in between
          * wins, and a later grant of the key is never overwritten */
-        sent = backend_mono_ms();
+        sent = clock_mono_ms();
         rc = zk_set_marked(cn, parent, marker, data, len, st.version, dl, &st);
         if (rc == ZOK) {
             struct zk_own o;
@@ -1695,7 +1691,7 @@ static enum backend_result zk_be_renew(struct backend *b,
             int64_t left;
             now.ttl_ms = ttl;
             now.grant_by = 0;
-            zk_clock_sample(be, st.mtime, sent, backend_mono_ms());
+            zk_clock_sample(be, st.mtime, sent, clock_mono_ms());
             zk_own_put(be, req->key, req->key_len, h.token, &st, ttl, alone);
             /* its whole TTL from when the call began, unless none of it
              * is surely left once the answer came: then it came too late
@@ -1785,7 +1781,7 @@ static enum backend_result zk_be_release(struct backend *b,
         }
         goto out;
     }
-    for (int i = 0; i < ZK_MAX_ROUNDS && backend_mono_ms() < dl; i++) {
+    for (int i = 0; i < ZK_MAX_ROUNDS && clock_mono_ms() < dl; i++) {
         int rc;
 
         r = zk_read_own(be, cn, req, parent, hpath, dl, &h, &st);
@@ -1954,9 +1950,9 @@ static int zk_be_setup(struct zk_be *be, struct zk_conn *cn)
         if (rc != ZOK && rc != ZNODEEXISTS)
             return zk_unavailable("create root", rc);
     }
-    t0 = backend_mono_ms();
+    t0 = clock_mono_ms();
     rc = zk_set(cn, be->clock_path, NULL, -1, -1, dl, &st);
-    t1 = backend_mono_ms();
+    t1 = clock_mono_ms();
     if (rc != ZOK)
         return zk_unavailable("sample clock", rc);
     zk_clock_sample(be, st.mtime, t0, t1);
@@ -2087,7 +2083,7 @@ zk_be_sweep_key(struct zk_be *be, struct zk_conn *cn, const char *name)
  * ZK_SWEEP_RELIST_MS: a bounded load whatever the number of keys. */
 static void zk_be_sweep(struct zk_be *be, struct zk_conn *cn)
 {
-    int64_t now = backend_mono_ms();
+    int64_t now = clock_mono_ms();
 
     if (be->sweep == NULL || be->sweep_i >= be->sweep->nkids) {
         if (now - be->sweep_at < ZK_SWEEP_RELIST_MS)
@@ -2106,7 +2102,7 @@ static void zk_be_sweep(struct zk_be *be, struct zk_conn *cn)
 static void do_zk_keeper_wait(struct zk_be *be, int64_t ms)
 {
     struct timespec ts;
-    int64_t until = backend_mono_ms() + ms;
+    int64_t until = clock_mono_ms() + ms;
 
     ts.tv_sec = (time_t)(until / 1000);
     ts.tv_nsec = (long)(until % 1000) * 1000000L;
@@ -2180,7 +2176,7 @@ static void *zk_be_keeper(void *arg)
                          be->hosts, (uint64_t)zoo_client_id(c->zh)->client_id);
             }
             if (c->ready) {
-                bool stale = backend_mono_ms() - be->clock.last_at >=
+                bool stale = clock_mono_ms() - be->clock.last_at >=
                              ZK_CLOCK_REFRESH_MS;
                 bool trash = be->trash != NULL;
                 pthread_mutex_unlock(&be->mu);
@@ -2188,10 +2184,10 @@ static void *zk_be_keeper(void *arg)
                     zk_be_notify_all(be);
                 if (stale) {
                     struct Stat st;
-                    int64_t t0 = backend_mono_ms();
+                    int64_t t0 = clock_mono_ms();
                     if (zk_set(c, be->clock_path, NULL, -1, -1, zk_deadline(be),
                                &st) == ZOK)
-                        zk_clock_sample(be, st.mtime, t0, backend_mono_ms());
+                        zk_clock_sample(be, st.mtime, t0, clock_mono_ms());
                 }
                 if (trash)
                     zk_be_empty_trash(be, c);
@@ -2309,11 +2305,13 @@ static char *zk_concat(const char *a, const char *b)
 
 static enum backend_result zk_be_open(const char *url,
                                       const struct backend_hooks *hooks,
-                                      struct backend **out)
+                                      struct backend **out,
+        char *errbuf,
+        size_t errlen)
 {
     static const char *const allowed[] = { "session_timeout_ms", "timeout_ms",
                                            NULL };
-    struct backend_url u;
+    struct url u;
     struct zk_be *be = NULL;
     enum backend_result r = BACKEND_INVALID;
     const char *bad = NULL, *v;
@@ -2322,40 +2320,40 @@ static enum backend_result zk_be_open(const char *url,
     pthread_condattr_t ca;
 
     *out = NULL;
-    if (backend_url_parse(url, &u) != 0) {
-        log_error("zookeeper: malformed URL");
+    if (url_parse(url, &u) != 0) {
+        snprintf(errbuf, errlen, "zookeeper: malformed URL");
         return BACKEND_INVALID;
     }
     if (strcmp(u.scheme, "zookeeper") != 0 || u.user != NULL ||
         u.hosts == NULL || u.hosts[0] == '\0' ||
         strpbrk(u.hosts, " \t/?#@") != NULL) {
-        log_error("zookeeper: URL needs zookeeper://host:port[,host:port]"
+        snprintf(errbuf, errlen, "zookeeper: URL needs zookeeper://host:port[,host:port]"
                   "[/chroot]");
         goto out;
     }
-    if (backend_url_check_params(&u, allowed, &bad) != 0) {
-        log_error("zookeeper: unknown URL option '%s' (known: "
+    if (url_check_params(&u, allowed, &bad) != 0) {
+        snprintf(errbuf, errlen, "zookeeper: unknown URL option '%s' (known: "
                   "session_timeout_ms, timeout_ms)",
                   bad);
         goto out;
     }
-    v = backend_url_param(&u, "session_timeout_ms");
-    if (v != NULL && backend_parse_u64(v, 1000, 600000, &session) != 0) {
-        log_error("zookeeper: session_timeout_ms must be 1000..600000");
+    v = url_param(&u, "session_timeout_ms");
+    if (v != NULL && text_parse_u64(v, 1000, 600000, &session) != 0) {
+        snprintf(errbuf, errlen, "zookeeper: session_timeout_ms must be 1000..600000");
         goto out;
     }
-    v = backend_url_param(&u, "timeout_ms");
-    if (v != NULL && backend_parse_u64(v, 10, 600000, &timeout) != 0) {
-        log_error("zookeeper: timeout_ms must be 10..600000");
+    v = url_param(&u, "timeout_ms");
+    if (v != NULL && text_parse_u64(v, 10, 600000, &timeout) != 0) {
+        snprintf(errbuf, errlen, "zookeeper: timeout_ms must be 10..600000");
         goto out;
     }
     r = BACKEND_NO_MEMORY;
     be = calloc(1, sizeof(*be));
     if (be == NULL)
         goto out;
-    be->base.ops = &zk_be_ops;
+    be->base.ops = &zookeeper_backend;
     if (zk_parse_chroot(u.path, &be->chroot) != 0) {
-        log_error("zookeeper: chroot must be /segment[/segment] of "
+        snprintf(errbuf, errlen, "zookeeper: chroot must be /segment[/segment] of "
                   "[A-Za-z0-9._-], at most %d bytes",
                   ZK_CHROOT_MAX);
         r = BACKEND_INVALID;
@@ -2373,7 +2371,7 @@ static enum backend_result zk_be_open(const char *url,
     be->timeout_ms = (int64_t)timeout;
     be->base.call_timeout_ms = be->timeout_ms;
     if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
-        uint64_t x = (uint64_t)zk_mono_us() ^ (uint64_t)backend_now_ms() << 20;
+        uint64_t x = (uint64_t)clock_mono_us() ^ (uint64_t)clock_wall_ms() << 20;
         memcpy(rnd, &x, sizeof(rnd));
     }
     for (size_t i = 0; i < sizeof(rnd); i++)
@@ -2385,21 +2383,21 @@ static enum backend_result zk_be_open(const char *url,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     if (pthread_mutex_init(&be->own_mu, NULL) != 0) {
         pthread_condattr_destroy(&ca);
-        log_error("zookeeper: cannot make a mutex");
+        snprintf(errbuf, errlen, "zookeeper: cannot make a mutex");
         goto out_free_raw;
     }
     if (pthread_mutex_init(&be->mu, NULL) != 0 ||
         pthread_cond_init(&be->cv, &ca) != 0) {
         pthread_condattr_destroy(&ca);
         pthread_mutex_destroy(&be->own_mu);
-        log_error("zookeeper: cannot make a mutex");
+        snprintf(errbuf, errlen, "zookeeper: cannot make a mutex");
         goto out_free_raw;
     }
     pthread_condattr_destroy(&ca);
     zoo_set_debug_level(log_enabled(LOG_LEVEL_DEBUG) ? ZOO_LOG_LEVEL_INFO
                                                      : ZOO_LOG_LEVEL_WARN);
     if (pthread_create(&be->keeper, NULL, zk_be_keeper, be) != 0) {
-        log_error("zookeeper: cannot start the keeper thread");
+        snprintf(errbuf, errlen, "zookeeper: cannot start the keeper thread");
         zk_be_close(&be->base);
         be = NULL;
         goto out;
@@ -2409,9 +2407,9 @@ static enum backend_result zk_be_open(const char *url,
      * a running ZooKeeper is ready at once; a store still down is no
      * failure: calls answer UNAVAILABLE until it is back */
     pthread_mutex_lock(&be->mu);
-    for (int64_t now = backend_mono_ms(), until = now + be->timeout_ms;
+    for (int64_t now = clock_mono_ms(), until = now + be->timeout_ms;
          now < until && (be->conn == NULL || !be->conn->ready);
-         now = backend_mono_ms())
+         now = clock_mono_ms())
         do_zk_keeper_wait(be, until - now);
     if (be->conn == NULL || !be->conn->ready)
         log_warn("zookeeper: %s does not answer yet; answering 503 until it "
@@ -2441,11 +2439,11 @@ out:
         free(be->chroot);
         free(be);
     }
-    backend_url_cleanup(&u);
+    url_cleanup(&u);
     return r;
 }
 
-const struct backend_ops zk_be_ops = {
+const struct backend_ops zookeeper_backend = {
     .scheme = "zookeeper",
     .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
     .open = zk_be_open,

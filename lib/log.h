@@ -1,9 +1,9 @@
 /*
- * service/log.h - leveled logging to stderr, as text or one JSON object a
+ * lib/log.h - leveled logging to stderr, as text or one JSON object a
  * line; the access log. Thread-safe: each message is one write(2).
  */
-#ifndef SERVICE_LOG_H
-#define SERVICE_LOG_H
+#ifndef LIB_LOG_H
+#define LIB_LOG_H
 
 #include <stdint.h>
 
@@ -48,4 +48,4 @@ void log_access(const char *method,
                 int64_t duration_us,
                 const char *request_id);
 
-#endif /* SERVICE_LOG_H */
+#endif /* LIB_LOG_H */

@@ -1,0 +1,31 @@
+/*
+ * lib/text.h - small string helpers every part may use: decimal number
+ * parsing, percent-decoding and a constant-time compare. Leaf.
+ */
+#ifndef LIB_TEXT_H
+#define LIB_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parse a decimal unsigned integer in [min, max]: 0, or -1 on junk,
+ * signs, overflow, range or NULL. */
+int text_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
+/* Percent-decode s[0..n) into a new NUL-terminated string of *out_len
+ * bytes (it may hold NULs: callers decide). NULL on a malformed escape
+ * (*bad set) or no memory. The caller frees. */
+char *text_percent_decode(const char *s, size_t n, size_t *out_len, bool *bad);
+
+/* Constant-time comparison of two NUL-terminated strings (tokens,
+ * secrets): true if equal. The time depends on the lengths only. */
+bool text_secret_eq(const char *a, const char *b);
+
+/* True if s[0..len) is well-formed UTF-8 (no overlongs, surrogates or
+ * code points past U+10FFFF). */
+bool text_utf8_valid(const char *s, size_t len);
+/* True if s[0..len) holds a C0 control character or DEL. */
+bool text_has_control(const char *s, size_t len);
+
+#endif /* LIB_TEXT_H */

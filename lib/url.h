@@ -1,0 +1,49 @@
+/*
+ * lib/url.h - a store URL split into its parts, and host[:port] strings.
+ * Leaf (uses lib/text.h only).
+ */
+#ifndef LIB_URL_H
+#define LIB_URL_H
+
+#include <stddef.h>
+
+/*
+ * A URL split into its parts, each percent-decoded and owned (NULL when
+ * absent): scheme://[user[:password]@]hosts[/path][?name=value&...].
+ * hosts is kept as written ("h1:2181,h2:2181", "[::1]:6379").
+ */
+struct url {
+    char *scheme;
+    char *user;
+    char *password;
+    char *hosts;
+    char *path; /* without its leading '/' */
+    size_t nparams;
+    char **names;  /* nparams query names, decoded */
+    char **values; /* nparams query values, decoded ("" when no '=') */
+};
+
+/* 0 on success; -1 (and *u zeroed) on a malformed URL (a bad escape, %00
+ * anywhere, no "://") or no memory. */
+int url_parse(const char *url, struct url *u);
+void url_cleanup(struct url *u); /* accepts zeroed */
+/* The value of query parameter name, or NULL. Borrowed from u. */
+const char *url_param(const struct url *u, const char *name);
+/* 0 if every query name is in allowed (NULL-terminated); else -1 and the
+ * first unknown name in *bad (borrowed from u). */
+int url_check_params(const struct url *u,
+                     const char *const *allowed,
+                     const char **bad);
+
+#define URL_HOSTPORT_NEED_PORT 0x1u /* "host" alone is malformed */
+#define URL_HOSTPORT_BARE_V6   0x2u /* "::1" is a host, not host:port */
+
+/*
+ * Split one "host", "host:port", "[v6]" or "[v6]:port" (a ',' anywhere is
+ * malformed). *host is a new string the caller frees; *port is set only
+ * when the string has one (1..65535). 0, -1 when malformed, -2 when out of
+ * memory.
+ */
+int url_hostport(const char *s, char **host, unsigned *port, unsigned flags);
+
+#endif /* LIB_URL_H */
