@@ -1,15 +1,40 @@
 /*
- * backends/backend.h - the one interface every lock store implements
- * (memory, redis, zookeeper, mysql), the scheme registry and the timed,
- * counted wrappers that api/ and service/ call. Backends never see HTTP,
- * JSON or libmicrohttpd.
+ * backends/backend.h - the contract between lockd and a lock store, and the
+ * wrappers api/ and service/ call. An adapter is a folder backends/NAME/
+ * whose ops table is `const struct backend_ops NAME_backend`; the Makefile
+ * finds the folder and backend.c's table lists it (no list to edit). An
+ * adapter includes this header and lib/ only: it never sees HTTP, JSON,
+ * libmicrohttpd, the wait queue or metrics.
  *
- * Waiting is split between the store and service/waitq.c (see the
- * README, "How it is built"): acquire() grants or answers BACKEND_HELD with a
- * retry hint; the caller parks the waiter and retries when the backend's
- * notify hook names the key, or when the hint's time comes. Backends with
- * BACKEND_CAP_QUEUE keep the waiter's place in their own FIFO (memory,
- * zookeeper), so the order holds across every instance sharing the store.
+ * The rules every adapter keeps (tests/unit/test_contract.c checks them on
+ * every adapter through this table):
+ *  - Safety: at any moment at most one token holds a key; a grant, renew
+ *    or release is one atomic step in the store (a Lua script, a ZooKeeper
+ *    multi, one transaction, a shard lock), never compare-then-act; expiry
+ *    is judged by the store's clock; the fence of every grant of a key is
+ *    greater than that of every earlier grant of that key, across restarts
+ *    of lockd (and of the store, where it is durable).
+ *  - Failure: when the store cannot be asked or does not answer in time,
+ *    the call returns BACKEND_UNAVAILABLE, never a guess; a write whose
+ *    outcome is unknown must leave nothing a later caller could mistake
+ *    for a grant to someone else (or the grant must expire by its TTL).
+ *  - Time: no call blocks longer than backend.call_timeout_ms (plus the
+ *    time to take a local lock); open() and close() may take up to about
+ *    one connect timeout. Calls never sleep to wait for a key: waiting is
+ *    service/waitq.c's job.
+ *  - Threads: every call but open() and close() may run at once on all
+ *    worker threads, for the same key or not. close() runs once, after
+ *    every other call has returned.
+ *  - Memory: everything passed in is borrowed for the call only, except
+ *    struct lock_waiter (see below); results are written into the caller's
+ *    structs, which the wrappers zero first.
+ *
+ * Waiting is split between the store and service/waitq.c (README, "How it
+ * is built"): acquire() grants or answers BACKEND_HELD with a retry hint;
+ * the caller parks the waiter and retries when the notify hook names the
+ * key, or when the hint's time comes. Stores with BACKEND_CAP_QUEUE keep
+ * the waiter's place in their own FIFO, so the order holds across every
+ * instance sharing the store.
  */
 #ifndef BACKENDS_BACKEND_H
 #define BACKENDS_BACKEND_H
@@ -23,22 +48,28 @@
 #define LOCK_TOKEN_MAX 64  /* bytes of a token lockd itself makes */
 #define LOCK_FENCE_MAX ((UINT64_C(1) << 53) - 1)
 
-#define BACKEND_CAP_QUEUE                               \
-    0x1u /* acquire() queues waiters in the store: FIFO \
-            across all instances on that store */
-#define BACKEND_CAP_NOTIFY                                              \
-    0x2u                         /* releases and expiries through other \
-                                    instances reach notify() */
-#define BACKEND_CAP_DURABLE 0x4u /* locks and fences outlive this process */
+/*
+ * Capabilities, each read by lockd:
+ * QUEUE: acquire() with a waiter keeps the waiter's place in a FIFO in
+ * the store, shared by every instance on it; a try-once acquire (no
+ * waiter) never goes before a queued waiter (HELD with behind set). Read by
+ * service/waitq.c (parks waiters in the store's order) and shown as
+ * "fifo":"store" in /healthz; without it the order is kept per instance.
+ */
+#define BACKEND_CAP_QUEUE 0x1u
 
 enum backend_result {
     BACKEND_OK = 0,
-    BACKEND_HELD,      /* another token holds the key (or waiters are ahead) */
-    BACKEND_NOT_FOUND, /* free: never held, released or expired */
-    BACKEND_MISMATCH,  /* held, under another token */
-    BACKEND_UNAVAILABLE, /* unreachable or timed out: never a grant */
-    BACKEND_NO_MEMORY,
-    BACKEND_INVALID, /* open(): the URL is malformed or unsupported */
+    BACKEND_HELD,        /* another token holds the key, or (QUEUE) an
+                            earlier waiter goes first */
+    BACKEND_NOT_FOUND,   /* free: never held, released or expired */
+    BACKEND_MISMATCH,    /* held, under another token */
+    BACKEND_UNAVAILABLE, /* the store could not be asked or did not answer
+                            in time: never a grant */
+    BACKEND_NO_MEMORY,   /* out of memory in lockd: nothing changed */
+    BACKEND_INVALID,     /* open(): the URL is malformed or unsupported;
+                            any call: an argument breaks this contract
+                            (the wrappers answer it before the adapter) */
 };
 
 /*
@@ -115,48 +146,77 @@ struct backend { /* first member of every adapter's state */
 };
 
 struct backend_ops {
-    const char *scheme; /* "memory", "redis", "zookeeper", "mysql" */
+    const char *scheme; /* the URL scheme and folder name: "redis" */
     unsigned caps;      /* BACKEND_CAP_* */
 
     /*
-     * Parse url, build state; *out is NULL on failure. BACKEND_INVALID for
-     * a bad URL (lockd exits 2). A store that cannot be reached yet is not
-     * a failure: open() succeeds and later calls answer UNAVAILABLE until it
-     * can. hooks is copied.
+     * Parse url and build the state; on success *out is the new backend
+     * (its ops and call_timeout_ms set). Results: OK; INVALID for a bad or
+     * unsupported URL, with a message in err (errlen bytes, NUL-terminated,
+     * starting with the scheme; lockd prints it and exits 2); NO_MEMORY.
+     * A store that cannot be reached yet is not a failure: open() succeeds
+     * and later calls answer UNAVAILABLE until it can. hooks is copied
+     * (may be NULL); the adapter calls hooks->notify from its own threads.
      */
     enum backend_result (*open)(const char *url,
                                 const struct backend_hooks *hooks,
                                 struct backend **out,
                                 char *err,
                                 size_t errlen);
-    /* Every call below may run at once on all worker threads. */
 
-    /* Grant req->key under req->token if free (and, with a waiter on a
-     * queueing store, if the waiter is first). HELD fills out->retry_ms. */
+    /*
+     * Grant req->key under req->token if it is free (and, with a waiter on
+     * a QUEUE store, if that waiter is first in the store's queue).
+     * OK: out->fence, ttl_ms (= req->ttl_ms), expires_at_ms set; the waiter
+     * (if any) has left the queue and its be_data is freed.
+     * HELD: out->retry_ms = the holder's remaining TTL (0 if unknown),
+     * out->behind when no one holds the key but an earlier waiter goes
+     * first; with a waiter, its place is kept. UNAVAILABLE, NO_MEMORY.
+     */
     enum backend_result (*acquire)(struct backend *be,
                                    const struct lock_req *req,
                                    struct lock_grant *out);
-    /* req->token must hold req->key; moves its expiry to now + ttl. */
+    /*
+     * Move the expiry of req->key, held by req->token, to now + ttl
+     * (req->ttl_ms, or the lock's last TTL when 0). OK: out->fence (the
+     * same), ttl_ms, expires_at_ms. NOT_FOUND (free), MISMATCH (held by
+     * another token), UNAVAILABLE, NO_MEMORY.
+     */
     enum backend_result (*renew)(struct backend *be,
                                  const struct lock_req *req,
                                  struct lock_grant *out);
-    /* Frees req->key if req->token holds it; notifies waiters. */
+    /*
+     * Free req->key if req->token holds it, and make sure notify() is
+     * called for it (here or through the store). OK, NOT_FOUND, MISMATCH
+     * (nothing changed), UNAVAILABLE, NO_MEMORY.
+     */
     enum backend_result (*release)(struct backend *be,
                                    const struct lock_req *req);
+    /*
+     * Read the lock on key without changing it. OK: out filled (ttl_ms is
+     * what remains, >= 1). NOT_FOUND (free), UNAVAILABLE, NO_MEMORY.
+     */
     enum backend_result (*inspect)(struct backend *be,
                                    const char *key,
                                    size_t key_len,
                                    struct lock_info *out);
-    /* Gives up waiter's place (if any); frees waiter->be_data. May be NULL
-     * for stores that keep no place. */
+    /*
+     * Give up waiter's place on key (if it has one) and free its be_data.
+     * OK (also when it had no place); UNAVAILABLE when the store could not
+     * be told: the place is then reaped after waiter->deadline_ms. May be
+     * NULL for stores that keep no place.
+     */
     enum backend_result (*cancel_wait)(struct backend *be,
                                        const char *key,
                                        size_t key_len,
                                        struct lock_waiter *waiter);
-    enum backend_result (*ping)(struct backend *be); /* for /readyz */
-    /* Locks currently held, or -1 when the store cannot tell cheaply. */
+    /* Can the store be asked right now? OK or UNAVAILABLE (for /readyz). */
+    enum backend_result (*ping)(struct backend *be);
+    /* Locks held right now, or -1 when the store cannot tell cheaply. May
+     * be NULL (-1). Never blocks on the store for long: for /metrics. */
     int64_t (*held_count)(struct backend *be);
-    void (*close)(struct backend *be); /* accepts NULL */
+    /* Free everything; accepts NULL. No call runs during or after it. */
+    void (*close)(struct backend *be);
 };
 
 /* Text for a result, for logs. Never NULL. */
@@ -199,7 +259,14 @@ extern const char *const backend_op_names[BACKEND_OP_COUNT];
 const char *backend_scheme(const struct backend *be);
 unsigned backend_caps(const struct backend *be);
 
-/* Wrappers: time and count every call (metrics), check NULL members. */
+/*
+ * Wrappers: what api/ and service/ call. Each checks its arguments against
+ * the contract once (INVALID before the adapter runs: a key that is not
+ * 1..LOCK_KEY_MAX bytes of UTF-8 without control characters, an acquire
+ * token of more than LOCK_TOKEN_MAX bytes, an owner over LOCK_OWNER_MAX),
+ * zeroes *out, times and counts the call (metrics) and, for grants, sets
+ * out->valid_until_us. NULL members (cancel_wait, held_count) are handled.
+ */
 enum backend_result backend_acquire(struct backend *be,
                                     const struct lock_req *req,
                                     struct lock_grant *out);

@@ -550,7 +550,7 @@ static enum backend_result mem_be_open(const char *url,
 
 const struct backend_ops memory_backend = {
     .scheme = "memory",
-    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFY,
+    .caps = BACKEND_CAP_QUEUE,
     .open = mem_be_open,
     .acquire = mem_be_acquire,
     .renew = mem_be_renew,

@@ -1599,7 +1599,7 @@ const struct backend_ops mysql_backend = {
     .scheme = "mysql",
     /* NOTIFY: releases through other instances arrive by the event table;
        expiries need no notice, HELD's retry_ms is the exact time */
-    .caps = BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
+    .caps = 0,
     .open = mysql_be_open,
     .acquire = mysql_be_acquire,
     .renew = mysql_be_renew,

@@ -2445,7 +2445,7 @@ out:
 
 const struct backend_ops zookeeper_backend = {
     .scheme = "zookeeper",
-    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
+    .caps = BACKEND_CAP_QUEUE,
     .open = zk_be_open,
     .acquire = zk_be_acquire,
     .renew = zk_be_renew,

@@ -143,7 +143,6 @@ static void test_mem_open_rejects_options(void)
     }
     CHECK_STR_EQ(memory_backend.scheme, "memory");
     CHECK((memory_backend.caps & BACKEND_CAP_QUEUE) != 0);
-    CHECK((memory_backend.caps & BACKEND_CAP_DURABLE) == 0);
     memory_backend.close(NULL); /* accepts NULL */
     be = open_mem();
     CHECK_EQ_INT(memory_backend.ping(be), BACKEND_OK);
