@@ -9,7 +9,7 @@ running lockd.
   under its table status; both configuration tables list the flags of
   `lockd --help`.
 - Against the sources: the /readyz example of each backend says the "fifo"
-  that backend's capabilities give (backends/<name>.c, BACKEND_CAP_QUEUE).
+  that backend's capabilities give (backends/<name>/, BACKEND_CAP_QUEUE).
 - Against reality, on the backend under test: many live answers across all
   routes and error cases (auth, 429, an unreachable store, shutdown) must
   fit the document, checked by tests/e2e/oaschema.py (status listed for the
@@ -333,7 +333,7 @@ def check_document(spec, table):
     check(spec.validate_header("WWW-Authenticate", "Basic", www), "validator accepted WWW-Authenticate: Basic")
 
     # /readyz: one example per backend, saying the fifo its adapter gives
-    # (one source of truth: the capabilities in backends/<name>.c)
+    # (one source of truth: the capabilities in backends/<name>/)
     fifo = fifo_by_source()
     media = spec.response("/readyz", "get", 200)["content"]["application/json"]
     by_backend = {ex.get("backend"): ex for ex in spec.examples(media)}
