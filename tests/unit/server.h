@@ -8,11 +8,11 @@
  * Usage:
  *     static struct test_server srv = TEST_SERVER_INIT;
  *     static int ping(void) { ... srv.port ... }
- *     if (server_setup(&srv, "redis") != 0 ||
- *         server_start(&srv, argv, ping, 100, 50) != 0) skip;
+ *     if (testsrv_setup(&srv, "redis") != 0 ||
+ *         testsrv_start(&srv, argv, ping, 100, 50) != 0) skip;
  *     ...
- *     server_signal(&srv, SIGSTOP); server_signal(&srv, SIGCONT);
- *     server_cleanup(&srv, SIGTERM);
+ *     testsrv_signal(&srv, SIGSTOP); testsrv_signal(&srv, SIGCONT);
+ *     testsrv_cleanup(&srv, SIGTERM);
  *
  * With TEST_BE_OPS defined before the #include, also the calls into the
  * adapter every case uses: be_open(), acq(), acq_full(), ren(), rel().
@@ -47,7 +47,7 @@ struct test_server {
 /* clang-format on */
 
 /* A loopback TCP port nobody listens on right now; -1 on failure. */
-static int __attribute__((unused)) server_free_port(void)
+static int __attribute__((unused)) testsrv_free_port(void)
 {
     struct sockaddr_in a = { .sin_family = AF_INET };
     socklen_t len = sizeof(a);
@@ -65,10 +65,10 @@ static int __attribute__((unused)) server_free_port(void)
 
 /* Pick a free port and make /tmp/lockd-unit-<name>-<random>; 0 or -1. */
 static int __attribute__((unused))
-server_setup(struct test_server *s, const char *name)
+testsrv_setup(struct test_server *s, const char *name)
 {
     snprintf(s->dir, sizeof(s->dir), "/tmp/lockd-unit-%s-" MKTEMP_SUFFIX, name);
-    s->port = server_free_port();
+    s->port = testsrv_free_port();
     if (mkdtemp(s->dir) == NULL) {
         s->dir[0] = '\0';
         return -1;
@@ -78,7 +78,7 @@ server_setup(struct test_server *s, const char *name)
 
 /* Fork and exec argv[0] (an absolute path) with stdout and stderr on
  * /dev/null; the child's pid, or -1. */
-static pid_t server_spawn(char *const argv[])
+static pid_t testsrv_spawn(char *const argv[])
 {
     pid_t pid = fork();
 
@@ -95,9 +95,9 @@ static pid_t server_spawn(char *const argv[])
 }
 
 /* Run argv to completion (quietly); 0 if it exited 0. */
-static int __attribute__((unused)) server_run(char *const argv[])
+static int __attribute__((unused)) testsrv_run(char *const argv[])
 {
-    pid_t pid = server_spawn(argv);
+    pid_t pid = testsrv_spawn(argv);
     int status;
 
     if (pid < 0 || waitpid(pid, &status, 0) != pid)
@@ -108,13 +108,13 @@ static int __attribute__((unused)) server_run(char *const argv[])
 /* Start argv as s's server and poll ready() up to `tries` times, step_ms
  * apart: 0 once it answers; -1 if it could not start, exited, or never
  * answered. */
-static int __attribute__((unused)) server_start(struct test_server *s,
-                                                char *const argv[],
-                                                int (*ready)(void),
-                                                int tries,
-                                                int step_ms)
+static int __attribute__((unused)) testsrv_start(struct test_server *s,
+                                                 char *const argv[],
+                                                 int (*ready)(void),
+                                                 int tries,
+                                                 int step_ms)
 {
-    s->pid = server_spawn(argv);
+    s->pid = testsrv_spawn(argv);
     if (s->pid < 0)
         return -1;
     for (int i = 0; i < tries; i++) {
@@ -132,7 +132,7 @@ static int __attribute__((unused)) server_start(struct test_server *s,
 /* After a SIGSTOP: until every thread of pid has stopped (at most 2 s).
  * kill() only queues the signal; on a busy machine a thread of the server
  * may still answer a request sent right after it. */
-static void __attribute__((unused)) server_wait_stopped(pid_t pid)
+static void __attribute__((unused)) testsrv_wait_stopped(pid_t pid)
 {
     char dir[64];
 
@@ -171,12 +171,12 @@ static void __attribute__((unused)) server_wait_stopped(pid_t pid)
 /* Send sig to the server (SIGSTOP, SIGCONT, ...); after SIGKILL or SIGTERM
  * wait for it to end. */
 static void __attribute__((unused))
-server_signal(struct test_server *s, int sig)
+testsrv_signal(struct test_server *s, int sig)
 {
     if (s->pid > 0) {
         kill(s->pid, sig);
         if (sig == SIGSTOP)
-            server_wait_stopped(s->pid);
+            testsrv_wait_stopped(s->pid);
         if (sig == SIGKILL || sig == SIGTERM) {
             waitpid(s->pid, NULL, 0);
             s->pid = -1;
@@ -187,10 +187,10 @@ server_signal(struct test_server *s, int sig)
 /* End the server with sig (SIGCONT first, in case it is stopped) and
  * remove its temp dir. */
 static void __attribute__((unused))
-server_cleanup(struct test_server *s, int sig)
+testsrv_cleanup(struct test_server *s, int sig)
 {
-    server_signal(s, SIGCONT);
-    server_signal(s, sig);
+    testsrv_signal(s, SIGCONT);
+    testsrv_signal(s, sig);
     if (s->dir[0] != '\0') {
         char cmd[96];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);

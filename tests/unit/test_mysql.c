@@ -111,7 +111,7 @@ static int start_mariadb(void)
     snprintf(portopt, sizeof(portopt), "--port=%d", srv.port);
     snprintf(sockopt, sizeof(sockopt), "--socket=%s", sock_path);
     snprintf(pidopt, sizeof(pidopt), "--pid-file=%s/mariadbd.pid", srv.dir);
-    return server_start(&srv, argv, root_answers, 300, 50);
+    return testsrv_start(&srv, argv, root_answers, 300, 50);
 }
 
 static int install_mariadb(void)
@@ -128,7 +128,7 @@ static int install_mariadb(void)
                      NULL };
 
     snprintf(datadir, sizeof(datadir), "--datadir=%s/data", srv.dir);
-    if (server_run(argv) != 0 || start_mariadb() != 0)
+    if (testsrv_run(argv) != 0 || start_mariadb() != 0)
         return -1;
     if (root_sql("CREATE DATABASE lockd") < 0 ||
         root_sql("CREATE USER 'lockd'@'127.0.0.1' IDENTIFIED BY '" PASSWORD
@@ -219,7 +219,7 @@ static void test_open_succeeds_while_mysql_is_down(void)
 
     snprintf(u, sizeof(u),
              "mysql://lockd:x@127.0.0.1:%d/lockd?connect_timeout_ms=500",
-             server_free_port());
+             testsrv_free_port());
     be = open_be(u);
     CHECK(be != NULL);
     if (be == NULL)
@@ -674,7 +674,7 @@ static void test_stopped_mysql_answers_unavailable_in_time(void)
     if (be == NULL)
         return;
     CHECK_EQ_INT(acq(be, "stopped", TOK_A, 60000, &g), BACKEND_OK);
-    server_signal(&srv, SIGSTOP);
+    testsrv_signal(&srv, SIGSTOP);
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq(be, "stopped-2", TOK_A, 60000, &g), BACKEND_UNAVAILABLE);
     took = check_mono_ms() - t0;
@@ -684,7 +684,7 @@ static void test_stopped_mysql_answers_unavailable_in_time(void)
     CHECK_EQ_INT(mysql_be_ops.inspect(be, "stopped", 7, &info),
                  BACKEND_UNAVAILABLE);
     CHECK(check_mono_ms() - t0 < 3500);
-    server_signal(&srv, SIGCONT);
+    testsrv_signal(&srv, SIGCONT);
     /* the lock survived; the grant that timed out was never made */
     for (int i = 0; i < 40; i++) {
         if (mysql_be_ops.ping(be) == BACKEND_OK)
@@ -706,7 +706,7 @@ static void test_restart_keeps_holders_and_fences(void)
     /* the AUTO_INCREMENT counter itself must survive the restart, even
        with no row left to recompute it from */
     CHECK(root_sql("DELETE FROM lockd.lockd_locks_fence") == 0);
-    server_signal(&srv, SIGKILL);
+    testsrv_signal(&srv, SIGKILL);
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq(be_main, "restart-2", TOK_A, 5000, &h),
                  BACKEND_UNAVAILABLE);
@@ -753,9 +753,9 @@ int main(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN); /* as lockd does */
     if (access(INSTALL_DB, X_OK) != 0 || access(MARIADBD, X_OK) != 0 ||
-        server_setup(&srv, "mysql") != 0) {
+        testsrv_setup(&srv, "mysql") != 0) {
         printf("skip: no MariaDB server here\n0 passed, 0 failed\n");
-        server_cleanup(&srv, SIGTERM);
+        testsrv_cleanup(&srv, SIGTERM);
         return 0;
     }
     snprintf(sock_path, sizeof(sock_path), "%s/sock", srv.dir);
@@ -773,6 +773,6 @@ int main(int argc, char **argv)
         rc = CHECK_MAIN(cases);
     }
     mysql_be_ops.close(be_main);
-    server_cleanup(&srv, SIGTERM);
+    testsrv_cleanup(&srv, SIGTERM);
     return rc;
 }

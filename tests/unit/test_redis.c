@@ -29,7 +29,7 @@ static char url[128];
 
 /* ---- the server ---- */
 
-static int server_ping(void)
+static int redis_ping(void)
 {
     struct timeval tv = { 0, 200000 };
     redisContext *c = redisConnectWithTimeout("127.0.0.1", srv.port, tv);
@@ -57,7 +57,7 @@ static int start_redis(void)
                      "always",     "--daemonize",  "no",    NULL };
 
     snprintf(portstr, sizeof(portstr), "%d", srv.port);
-    return server_start(&srv, argv, server_ping, 100, 50);
+    return testsrv_start(&srv, argv, redis_ping, 100, 50);
 }
 
 /* A raw command on a fresh connection, for looking behind the adapter. */
@@ -116,7 +116,7 @@ static void test_open_succeeds_while_redis_is_down(void)
     int64_t t0;
 
     snprintf(u, sizeof(u), "redis://127.0.0.1:%d?timeout_ms=200",
-             server_free_port());
+             testsrv_free_port());
     be = open_be(u);
     CHECK(be != NULL);
     if (be == NULL)
@@ -298,14 +298,14 @@ static void test_stopped_redis_answers_unavailable_in_time(void)
     if (be == NULL)
         return;
     CHECK_EQ_INT(redis_be_ops.ping(be), BACKEND_OK);
-    server_signal(&srv, SIGSTOP);
+    testsrv_signal(&srv, SIGSTOP);
     for (int i = 0; i < 3; i++) {
         t0 = backend_mono_ms();
         CHECK_EQ_INT(acq(be, "s1", TOK_B, 5000, &g), BACKEND_UNAVAILABLE);
         dt = backend_mono_ms() - t0;
         CHECK(dt < 900);
     }
-    server_signal(&srv, SIGCONT);
+    testsrv_signal(&srv, SIGCONT);
     t0 = backend_mono_ms();
     while (backend_mono_ms() - t0 < 3000) {
         /* the acquires answered UNAVAILABLE sat in Redis's socket and ran
@@ -330,7 +330,7 @@ static void test_restart_keeps_holders_and_fences(void)
     int ok = 0;
 
     CHECK_EQ_INT(acq(be_main, "rs1", TOK_A, 20000, &g), BACKEND_OK);
-    server_signal(&srv, SIGKILL);
+    testsrv_signal(&srv, SIGKILL);
     CHECK_EQ_INT(ren(be_main, "rs1", TOK_A, 0, &r), BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(acq(be_main, "rs1", TOK_B, 5000, &r), BACKEND_UNAVAILABLE);
     CHECK(start_redis() == 0);
@@ -470,7 +470,7 @@ static void test_failed_cancel_is_retried_once_redis_is_back(void)
 
     CHECK_EQ_INT(acq(be_main, "tr1", TOK_A, 30000, &g), BACKEND_OK);
     CHECK_EQ_INT(acq_w(be_main, "tr1", TOK_B, &w1, &g), BACKEND_HELD);
-    server_signal(&srv, SIGKILL);
+    testsrv_signal(&srv, SIGKILL);
     CHECK_EQ_INT(redis_be_ops.cancel_wait(be_main, "tr1", 3, &w1),
                  BACKEND_UNAVAILABLE);
     CHECK(w1.be_data == NULL);
@@ -520,10 +520,10 @@ int main(int argc, char **argv)
     int rc = 1;
 
     signal(SIGPIPE, SIG_IGN); /* as lockd does: hiredis uses write() */
-    if (access(REDIS_SERVER, X_OK) != 0 || server_setup(&srv, "redis") != 0 ||
+    if (access(REDIS_SERVER, X_OK) != 0 || testsrv_setup(&srv, "redis") != 0 ||
         start_redis() != 0) {
         printf("skip: cannot start %s\n0 passed, 0 failed\n", REDIS_SERVER);
-        server_cleanup(&srv, SIGTERM);
+        testsrv_cleanup(&srv, SIGTERM);
         return 0;
     }
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", srv.port);
@@ -533,6 +533,6 @@ int main(int argc, char **argv)
     else
         rc = CHECK_MAIN(cases);
     redis_be_ops.close(be_main);
-    server_cleanup(&srv, SIGTERM);
+    testsrv_cleanup(&srv, SIGTERM);
     return rc;
 }

@@ -32,7 +32,7 @@ static char url[160];
 /* ---- the server ---- */
 
 /* ruok -> imok: the server serves. */
-static int server_ruok(void)
+static int zk_ruok(void)
 {
     struct sockaddr_in a = { .sin_family = AF_INET };
     struct timeval tv = { 0, 300000 };
@@ -80,7 +80,7 @@ static int start_zookeeper(void)
             "4lw.commands.whitelist=ruok\n",
             data, srv.port);
     fclose(f);
-    return server_start(&srv, argv, server_ruok, 300, 100);
+    return testsrv_start(&srv, argv, zk_ruok, 300, 100);
 }
 
 /* ---- helpers ---- */
@@ -218,7 +218,7 @@ static void test_down_store_answers_unavailable_at_once(void)
     snprintf(u, sizeof(u),
              "zookeeper://127.0.0.1:%d/x?timeout_ms=200&session_timeout_ms="
              "2000",
-             server_free_port());
+             testsrv_free_port());
     be = open_be(u);
     CHECK(be != NULL);
     if (be == NULL)
@@ -604,7 +604,7 @@ static void test_restart_answers_unavailable_then_recovers(void)
     int ok = 0;
 
     CHECK_EQ_INT(acq_wait(be_main, "r", TOK_A, 30000, NULL, &g), BACKEND_OK);
-    server_signal(&srv, SIGKILL);
+    testsrv_signal(&srv, SIGKILL);
     check_sleep_ms(100);
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq_wait(be_main, "r2", TOK_A, 1000, NULL, &h),
@@ -659,7 +659,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     for (size_t i = 0; i < sizeof(offline) / sizeof(offline[0]); i++)
         all[n++] = offline[i];
-    if (server_setup(&srv, "zk") == 0 && start_zookeeper() == 0) {
+    if (testsrv_setup(&srv, "zk") == 0 && start_zookeeper() == 0) {
         snprintf(url, sizeof(url),
                  "zookeeper://127.0.0.1:%d?session_timeout_ms=4000", srv.port);
         be_main = open_be(url);
@@ -673,6 +673,6 @@ int main(int argc, char **argv)
     }
     rc = check_main(all, n, argc, argv);
     zk_be_ops.close(be_main);
-    server_cleanup(&srv, SIGKILL);
+    testsrv_cleanup(&srv, SIGKILL);
     return rc;
 }
