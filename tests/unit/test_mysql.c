@@ -2,7 +2,7 @@
  * tests/unit/test_mysql.c - the MySQL adapter (backends/mysql.c) through its
  * ops table, against a real MariaDB this program sets up (mariadb-install-db)
  * and starts (mariadbd) on a free loopback port in a temp dir. Prints
- * "0 passed, 0 failed" and exits 0 when MariaDB cannot run here.
+ * "skip: <reason>" and exits SKIP_EXIT (77) when MariaDB cannot run here.
  */
 #include "backends/backend.h"
 
@@ -752,11 +752,14 @@ int main(int argc, char **argv)
     int rc = 1;
 
     signal(SIGPIPE, SIG_IGN); /* as lockd does */
-    if (access(INSTALL_DB, X_OK) != 0 || access(MARIADBD, X_OK) != 0 ||
-        testsrv_setup(&srv, "mysql") != 0) {
-        printf("skip: no MariaDB server here\n0 passed, 0 failed\n");
+    if (access(INSTALL_DB, X_OK) != 0 || access(MARIADBD, X_OK) != 0) {
+        printf("skip: no MariaDB server here (%s, %s)\n", INSTALL_DB, MARIADBD);
+        return SKIP_EXIT;
+    }
+    if (testsrv_setup(&srv, "mysql") != 0) {
+        printf("skip: no free port or temp dir for MariaDB\n");
         testsrv_cleanup(&srv, SIGTERM);
-        return 0;
+        return SKIP_EXIT;
     }
     snprintf(sock_path, sizeof(sock_path), "%s/sock", srv.dir);
     snprintf(url, sizeof(url), "mysql://lockd:%s@127.0.0.1:%d/lockd",
@@ -766,9 +769,8 @@ int main(int argc, char **argv)
     if (be_main == NULL) {
         printf("FAIL cannot open %s\n0 passed, 1 failed\n", url);
     } else if (install_mariadb() != 0) {
-        printf("skip: cannot set up MariaDB in %s\n0 passed, 0 failed\n",
-               srv.dir);
-        rc = 0;
+        printf("skip: cannot set up MariaDB in %s\n", srv.dir);
+        rc = SKIP_EXIT;
     } else {
         rc = CHECK_MAIN(cases);
     }

@@ -2,7 +2,8 @@
  * tests/unit/test_redis.c - the Redis adapter (backends/redis.c) through its
  * ops table, against a real redis-server this program starts on a free
  * loopback port in a temp dir (appendonly, so a restart keeps the data).
- * Prints "0 passed, 0 failed" and exits 0 when redis-server cannot run.
+ * Prints "skip: <reason>" and exits SKIP_EXIT (77) when redis-server
+ * cannot run.
  */
 #include "backends/backend.h"
 
@@ -520,11 +521,15 @@ int main(int argc, char **argv)
     int rc = 1;
 
     signal(SIGPIPE, SIG_IGN); /* as lockd does: hiredis uses write() */
-    if (access(REDIS_SERVER, X_OK) != 0 || testsrv_setup(&srv, "redis") != 0 ||
-        start_redis() != 0) {
-        printf("skip: cannot start %s\n0 passed, 0 failed\n", REDIS_SERVER);
+    if (access(REDIS_SERVER, X_OK) != 0) {
+        printf("skip: %s is not installed\n", REDIS_SERVER);
+        return SKIP_EXIT;
+    }
+    if (testsrv_setup(&srv, "redis") != 0 || start_redis() != 0) {
+        printf("skip: %s did not start on 127.0.0.1:%d\n", REDIS_SERVER,
+               srv.port);
         testsrv_cleanup(&srv, SIGTERM);
-        return 0;
+        return SKIP_EXIT;
     }
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", srv.port);
     be_main = open_be(url);
