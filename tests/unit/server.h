@@ -1,16 +1,16 @@
 /*
- * tests/unit/server.h - what the adapter test programs (test_redis.c,
- * test_zookeeper.c, test_mysql.c) share: a real store server run as a child
- * process on a free loopback port in a temp dir, and a recorder for the
- * adapter's notify hook. Header-only (static functions): the Makefile links
- * each tests/unit/test_X.c alone with the library objects.
+ * tests/unit/server.h - what the programs that test adapters against real
+ * stores (test_redis.c, test_zookeeper.c, test_mysql.c, test_contract.c)
+ * share: a store server run as a child process on a free loopback port in
+ * a temp dir, how to start each store's server there, and a recorder for
+ * the adapter's notify hook. Header-only (static functions): the Makefile
+ * links each tests/unit/test_X.c alone with the library objects.
  *
  * Usage:
  *     static struct test_server srv = TEST_SERVER_INIT;
- *     static int ping(void) { ... srv.port ... }
  *     if (testsrv_setup(&srv, "redis") != 0 ||
- *         testsrv_start(&srv, argv, ping, 100, 50) != 0) skip;
- *     ...
+ *         testsrv_redis_start(&srv) != 0) skip;
+ *     ... redis://127.0.0.1:<srv.port> ...
  *     testsrv_signal(&srv, SIGSTOP); testsrv_signal(&srv, SIGCONT);
  *     testsrv_cleanup(&srv, SIGTERM);
  *
@@ -29,9 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <mysql.h>
 
 #include "backends/backend.h"
 #include "tests/unit/check.h"
@@ -111,20 +114,21 @@ static int __attribute__((unused)) testsrv_run(char *const argv[])
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
-/* Start argv as s's server and poll ready() up to `tries` times, step_ms
+/* Start argv as s's server and poll ready(s) up to `tries` times, step_ms
  * apart: 0 once it answers; -1 if it could not start, exited, or never
  * answered. */
-static int __attribute__((unused)) testsrv_start(struct test_server *s,
-                                                 char *const argv[],
-                                                 int (*ready)(void),
-                                                 int tries,
-                                                 int step_ms)
+static int __attribute__((unused))
+testsrv_start(struct test_server *s,
+              char *const argv[],
+              int (*ready)(const struct test_server *),
+              int tries,
+              int step_ms)
 {
     s->pid = testsrv_spawn(argv);
     if (s->pid < 0)
         return -1;
     for (int i = 0; i < tries; i++) {
-        if (ready())
+        if (ready(s))
             return 0;
         if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
             s->pid = -1;
@@ -204,6 +208,244 @@ testsrv_cleanup(struct test_server *s, int sig)
             printf("warning: could not remove %s\n", s->dir);
         s->dir[0] = '\0';
     }
+}
+
+/* ---- the stores' servers, each in s's temp dir on s's port ----
+ * Call testsrv_setup() first; a start again after a kill (a restart) keeps
+ * the data in the dir. */
+
+#define TESTSRV_REDIS      "/usr/bin/redis-server"
+#define TESTSRV_JAVA       "/usr/bin/java"
+#define TESTSRV_ZK_JAR     "/usr/share/java/zookeeper.jar"
+#define TESTSRV_INSTALL_DB "/usr/bin/mariadb-install-db"
+#define TESTSRV_MARIADBD   "/usr/sbin/mariadbd"
+/* the MariaDB user lockd connects as: lockd@127.0.0.1, database lockd */
+#define TESTSRV_MYSQL_PASSWORD   "p@ss:w/rd%" /* needs escaping in a URL */
+#define TESTSRV_MYSQL_PASSWORD_U "p%40ss%3Aw%2Frd%25"
+
+/* Send req to 127.0.0.1:port and read len(want) bytes back: 1 if they are
+ * want (within 300 ms), else 0. */
+static int __attribute__((unused))
+testsrv_tcp_ask(int port, const char *req, const char *want)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    struct timeval tv = { 0, 300000 };
+    char buf[16] = { 0 };
+    size_t n = strlen(want), got = 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), ok = 0;
+
+    if (fd < 0 || n > sizeof(buf))
+        goto out;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        write(fd, req, strlen(req)) != (ssize_t)strlen(req))
+        goto out;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r <= 0)
+            goto out;
+        got += (size_t)r;
+    }
+    ok = memcmp(buf, want, n) == 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+static int testsrv_redis_ready(const struct test_server *s)
+{
+    return testsrv_tcp_ask(s->port, "PING\r\n", "+PONG");
+}
+
+/* redis-server, appendonly (fsync always) so that a restart keeps the
+ * data: 0 once it answers PING, else -1. */
+static int __attribute__((unused)) testsrv_redis_start(struct test_server *s)
+{
+    char portstr[16];
+    char *argv[] = { TESTSRV_REDIS,
+                     "--port",
+                     portstr,
+                     "--bind",
+                     "127.0.0.1",
+                     "--dir",
+                     s->dir,
+                     "--save",
+                     "",
+                     "--appendonly",
+                     "yes",
+                     "--appendfsync",
+                     "always",
+                     "--daemonize",
+                     "no",
+                     NULL };
+
+    if (access(TESTSRV_REDIS, X_OK) != 0)
+        return -1;
+    snprintf(portstr, sizeof(portstr), "%d", s->port);
+    return testsrv_start(s, argv, testsrv_redis_ready, 100, 50);
+}
+
+/* ruok -> imok: the server serves. */
+static int testsrv_zk_ready(const struct test_server *s)
+{
+    return testsrv_tcp_ask(s->port, "ruok", "imok");
+}
+
+/* A standalone ZooKeeper (Debian's zookeeper package; tickTime 500 ms, so
+ * sessions may be as short as 1 s): 0 once it answers ruok, else -1. */
+static int __attribute__((unused)) testsrv_zk_start(struct test_server *s)
+{
+    char cfg[128], data[128];
+    char *argv[] = { TESTSRV_JAVA,
+                     "-Xmx128m",
+                     "-XX:+UseSerialGC",
+                     "-XX:TieredStopAtLevel=1",
+                     "-Dzookeeper.admin.enableServer=false",
+                     "-Dznode.container.checkIntervalMs=1000",
+                     "-cp",
+                     TESTSRV_ZK_JAR,
+                     "org.apache.zookeeper.server.ZooKeeperServerMain",
+                     cfg,
+                     NULL };
+    FILE *f;
+
+    if (access(TESTSRV_JAVA, X_OK) != 0 || access(TESTSRV_ZK_JAR, R_OK) != 0)
+        return -1;
+    snprintf(cfg, sizeof(cfg), "%s/zoo.cfg", s->dir);
+    snprintf(data, sizeof(data), "%s/data", s->dir);
+    f = fopen(cfg, "w");
+    if (f == NULL)
+        return -1;
+    fprintf(f,
+            "tickTime=500\ndataDir=%s\nclientPort=%d\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok\n",
+            data, s->port);
+    fclose(f);
+    return testsrv_start(s, argv, testsrv_zk_ready, 300, 100);
+}
+
+/* A root connection to s's MariaDB over its socket, for setting up and
+ * looking behind the adapter; NULL if the server does not answer. Open the
+ * adapter first: it initialises Connector/C. */
+static MYSQL *testsrv_mariadb_root(const struct test_server *s)
+{
+    char sock[96];
+    MYSQL *m = mysql_init(NULL);
+    unsigned t = 2;
+
+    if (m == NULL)
+        return NULL;
+    snprintf(sock, sizeof(sock), "%s/sock", s->dir);
+    mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &t);
+    mysql_options(m, MYSQL_OPT_READ_TIMEOUT, &t);
+    if (mysql_real_connect(m, "localhost", "root", NULL, NULL, 0, sock, 0) ==
+        NULL) {
+        mysql_close(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* One statement as root; -1 on failure (printed), else the first column of
+ * the first row as a number (0 when there is none). */
+static long long __attribute__((unused))
+testsrv_mariadb_sql(const struct test_server *s, const char *sql)
+{
+    MYSQL *m = testsrv_mariadb_root(s);
+    long long v = -1;
+
+    if (m == NULL)
+        return -1;
+    if (mysql_query(m, sql) == 0) {
+        MYSQL_RES *r = mysql_store_result(m);
+        v = 0;
+        if (r != NULL) {
+            MYSQL_ROW row = mysql_fetch_row(r);
+            if (row != NULL && row[0] != NULL)
+                v = strtoll(row[0], NULL, 10);
+            mysql_free_result(r);
+        }
+    } else {
+        printf("  root: %s: %s\n", sql, mysql_error(m));
+    }
+    mysql_close(m);
+    return v;
+}
+
+static int testsrv_mariadb_ready(const struct test_server *s)
+{
+    MYSQL *m = testsrv_mariadb_root(s);
+
+    if (m == NULL)
+        return 0;
+    mysql_close(m);
+    return 1;
+}
+
+/* mariadbd on a data dir testsrv_mariadb_install() made: 0 once root can
+ * connect, else -1. */
+static int __attribute__((unused)) testsrv_mariadb_start(struct test_server *s)
+{
+    char datadir[128], portopt[32], sockopt[160], pidopt[160];
+    char *argv[] = { TESTSRV_MARIADBD,
+                     "--no-defaults",
+                     datadir,
+                     portopt,
+                     sockopt,
+                     pidopt,
+                     "--bind-address=127.0.0.1",
+                     "--user=root",
+                     "--skip-log-bin",
+                     "--skip-name-resolve",
+                     "--innodb-buffer-pool-size=16M",
+                     "--innodb-log-file-size=8M",
+                     "--innodb-flush-log-at-trx-commit=2",
+                     "--max-connections=200",
+                     NULL };
+
+    snprintf(datadir, sizeof(datadir), "--datadir=%s/data", s->dir);
+    snprintf(portopt, sizeof(portopt), "--port=%d", s->port);
+    snprintf(sockopt, sizeof(sockopt), "--socket=%s/sock", s->dir);
+    snprintf(pidopt, sizeof(pidopt), "--pid-file=%s/mariadbd.pid", s->dir);
+    return testsrv_start(s, argv, testsrv_mariadb_ready, 300, 50);
+}
+
+/* A new MariaDB data dir (mariadb-install-db), the server started on it,
+ * and the database lockd with the user lockd@127.0.0.1 (password
+ * TESTSRV_MYSQL_PASSWORD) allowed everything in it, so the adapter makes
+ * its tables (deploy/mysql/schema.sql) itself: 0, or -1. */
+static int __attribute__((unused))
+testsrv_mariadb_install(struct test_server *s)
+{
+    char datadir[128];
+    char *argv[] = { TESTSRV_INSTALL_DB,
+                     "--no-defaults",
+                     datadir,
+                     "--auth-root-authentication-method=normal",
+                     "--skip-test-db",
+                     "--user=root",
+                     "--skip-name-resolve",
+                     "--innodb-log-file-size=8M",
+                     NULL };
+
+    if (access(TESTSRV_INSTALL_DB, X_OK) != 0 ||
+        access(TESTSRV_MARIADBD, X_OK) != 0)
+        return -1;
+    snprintf(datadir, sizeof(datadir), "--datadir=%s/data", s->dir);
+    if (testsrv_run(argv) != 0 || testsrv_mariadb_start(s) != 0)
+        return -1;
+    if (testsrv_mariadb_sql(s, "CREATE DATABASE lockd") < 0 ||
+        testsrv_mariadb_sql(s, "CREATE USER 'lockd'@'127.0.0.1' IDENTIFIED"
+                               " BY '" TESTSRV_MYSQL_PASSWORD "'") < 0 ||
+        testsrv_mariadb_sql(s, "GRANT ALL ON lockd.* TO 'lockd'@'127.0.0.1'") <
+            0)
+        return -1;
+    return 0;
 }
 
 /* ---- the notify hook's calls: the last key and how many ---- */

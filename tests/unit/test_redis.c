@@ -21,44 +21,17 @@ extern const struct backend_ops redis_be_ops;
 #define TEST_BE_OPS redis_be_ops
 #include "tests/unit/server.h"
 
-#define REDIS_SERVER "/usr/bin/redis-server"
-#define TOK_A        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-#define TOK_B        "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
 static struct test_server srv = TEST_SERVER_INIT;
 static char url[128];
 
 /* ---- the server ---- */
 
-static int redis_ping(void)
-{
-    struct timeval tv = { 0, 200000 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", srv.port, tv);
-    redisReply *r;
-    int ok = 0;
-
-    if (c == NULL)
-        return 0;
-    if (c->err == 0) {
-        redisSetTimeout(c, tv);
-        r = redisCommand(c, "PING");
-        ok = r != NULL && r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-    }
-    redisFree(c);
-    return ok;
-}
-
 static int start_redis(void)
 {
-    char portstr[16];
-    char *argv[] = { REDIS_SERVER, "--port",       portstr, "--bind",
-                     "127.0.0.1",  "--dir",        srv.dir, "--save",
-                     "",           "--appendonly", "yes",   "--appendfsync",
-                     "always",     "--daemonize",  "no",    NULL };
-
-    snprintf(portstr, sizeof(portstr), "%d", srv.port);
-    return testsrv_start(&srv, argv, redis_ping, 100, 50);
+    return testsrv_redis_start(&srv);
 }
 
 /* A raw command on a fresh connection, for looking behind the adapter. */
@@ -521,12 +494,12 @@ int main(int argc, char **argv)
     int rc = 1;
 
     signal(SIGPIPE, SIG_IGN); /* as lockd does: hiredis uses write() */
-    if (access(REDIS_SERVER, X_OK) != 0) {
-        printf("skip: %s is not installed\n", REDIS_SERVER);
+    if (access(TESTSRV_REDIS, X_OK) != 0) {
+        printf("skip: %s is not installed\n", TESTSRV_REDIS);
         return SKIP_EXIT;
     }
     if (testsrv_setup(&srv, "redis") != 0 || start_redis() != 0) {
-        printf("skip: %s did not start on 127.0.0.1:%d\n", REDIS_SERVER,
+        printf("skip: %s did not start on 127.0.0.1:%d\n", TESTSRV_REDIS,
                srv.port);
         testsrv_cleanup(&srv, SIGTERM);
         return SKIP_EXIT;

@@ -22,67 +22,18 @@ extern const struct backend_ops zk_be_ops;
 #define TEST_BE_OPS zk_be_ops
 #include "tests/unit/server.h"
 
-#define JAVA   "/usr/bin/java"
-#define ZK_JAR "/usr/share/java/zookeeper.jar"
-#define TOK_A  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-#define TOK_B  "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-#define TOK_C  "cccccccccccccccccccccccccccccccc"
+#define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define TOK_C "cccccccccccccccccccccccccccccccc"
 
 static struct test_server srv = TEST_SERVER_INIT;
 static char url[160];
 
 /* ---- the server ---- */
 
-/* ruok -> imok: the server serves. */
-static int zk_ruok(void)
-{
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    struct timeval tv = { 0, 300000 };
-    char buf[8] = { 0 };
-    int fd = socket(AF_INET, SOCK_STREAM, 0), ok = 0;
-
-    if (fd < 0)
-        return 0;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)srv.port);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        write(fd, "ruok", 4) == 4 && read(fd, buf, 4) == 4)
-        ok = memcmp(buf, "imok", 4) == 0;
-    close(fd);
-    return ok;
-}
-
 static int start_zookeeper(void)
 {
-    char cfg[128], data[128];
-    char *argv[] = { JAVA,
-                     "-Xmx128m",
-                     "-XX:+UseSerialGC",
-                     "-XX:TieredStopAtLevel=1",
-                     "-Dzookeeper.admin.enableServer=false",
-                     "-Dznode.container.checkIntervalMs=1000",
-                     "-cp",
-                     ZK_JAR,
-                     "org.apache.zookeeper.server.ZooKeeperServerMain",
-                     cfg,
-                     NULL };
-    FILE *f;
-
-    if (access(JAVA, X_OK) != 0 || access(ZK_JAR, R_OK) != 0)
-        return -1;
-    snprintf(cfg, sizeof(cfg), "%s/zoo.cfg", srv.dir);
-    snprintf(data, sizeof(data), "%s/data", srv.dir);
-    f = fopen(cfg, "w");
-    if (f == NULL)
-        return -1;
-    fprintf(f,
-            "tickTime=500\ndataDir=%s\nclientPort=%d\n"
-            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
-            "4lw.commands.whitelist=ruok\n",
-            data, srv.port);
-    fclose(f);
-    return testsrv_start(&srv, argv, zk_ruok, 300, 100);
+    return testsrv_zk_start(&srv);
 }
 
 /* ---- helpers ---- */
@@ -662,8 +613,9 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     for (size_t i = 0; i < sizeof(offline) / sizeof(offline[0]); i++)
         all[n++] = offline[i];
-    if (access(JAVA, X_OK) != 0 || access(ZK_JAR, R_OK) != 0) {
-        printf("skip: %s or %s missing: server cases not run\n", JAVA, ZK_JAR);
+    if (access(TESTSRV_JAVA, X_OK) != 0 || access(TESTSRV_ZK_JAR, R_OK) != 0) {
+        printf("skip: %s or %s missing: server cases not run\n", TESTSRV_JAVA,
+               TESTSRV_ZK_JAR);
         skipped = true;
     } else if (testsrv_setup(&srv, "zk") != 0 || start_zookeeper() != 0) {
         printf("skip: ZooKeeper did not start on 127.0.0.1:%d: server cases "
