@@ -448,11 +448,15 @@ testsrv_mariadb_install(struct test_server *s)
     return 0;
 }
 
-/* ---- the notify hook's calls: the last key and how many ---- */
+/* ---- the notify hook's calls: the last key and how many; and how many
+ * named one watched key ---- */
 
 static pthread_mutex_t notes_lock = PTHREAD_MUTEX_INITIALIZER;
 static char notes_key[LOCK_KEY_MAX + 1];
 static int notes_count;
+static char notes_want[LOCK_KEY_MAX];
+static size_t notes_want_len; /* 0: nothing watched */
+static int notes_want_hits;
 
 /* Record one call of hooks->notify (thread-safe). */
 static void __attribute__((unused)) notes_record(const char *key, size_t len)
@@ -461,6 +465,9 @@ static void __attribute__((unused)) notes_record(const char *key, size_t len)
     memcpy(notes_key, key, len);
     notes_key[len] = '\0';
     notes_count++;
+    if (notes_want_len > 0 && len == notes_want_len &&
+        memcmp(key, notes_want, len) == 0)
+        notes_want_hits++;
     pthread_mutex_unlock(&notes_lock);
 }
 
@@ -490,6 +497,35 @@ static int __attribute__((unused)) notes_heard(const char *key, int ms)
         pthread_mutex_unlock(&notes_lock);
         if (hit || check_mono_ms() >= until)
             return hit;
+        check_sleep_ms(5);
+    }
+}
+
+/* From now on, count the calls that name key (len bytes, whatever they
+ * are), from 0. */
+static void __attribute__((unused)) notes_watch(const char *key, size_t len)
+{
+    pthread_mutex_lock(&notes_lock);
+    if (len > sizeof(notes_want))
+        len = 0;
+    memcpy(notes_want, key, len);
+    notes_want_len = len;
+    notes_want_hits = 0;
+    pthread_mutex_unlock(&notes_lock);
+}
+
+/* How many calls named the watched key since notes_watch(), waiting up to
+ * ms for the first. Unlike notes_heard(), calls for other keys in between
+ * (a subscriber catching up, another case's waiters) do not hide it. */
+static int __attribute__((unused)) notes_watched(int ms)
+{
+    for (int64_t until = check_mono_ms() + ms;;) {
+        int hits;
+        pthread_mutex_lock(&notes_lock);
+        hits = notes_want_hits;
+        pthread_mutex_unlock(&notes_lock);
+        if (hits > 0 || check_mono_ms() >= until)
+            return hits;
         check_sleep_ms(5);
     }
 }
