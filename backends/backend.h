@@ -126,9 +126,13 @@ struct lock_info {
 
 /*
  * Called by a backend, from any of its threads and without any of its
- * locks held, whenever key may have become free: a release through this
- * instance, a release or expiry seen through another instance. May be
- * spurious; must not be missed. key is borrowed for the call only.
+ * locks held, whenever key may have become free for a waiter: a release or
+ * an expiry, through this instance or another one on the same store. It
+ * must not be missed while a waiter (of this instance) waits on the key:
+ * after acquire() answered it HELD, and until it is granted or cancelled;
+ * with no waiter it may be skipped, and it may always be spurious. Expiry
+ * may also be left to the retry hint (lock_grant.retry_ms). key is
+ * borrowed for the call only.
  */
 typedef void (*backend_notify_fn)(void *arg, const char *key, size_t key_len);
 
@@ -186,9 +190,9 @@ struct backend_ops {
                                  const struct lock_req *req,
                                  struct lock_grant *out);
     /*
-     * Free req->key if req->token holds it, and make sure notify() is
-     * called for it (here or through the store). OK, NOT_FOUND, MISMATCH
-     * (nothing changed), UNAVAILABLE, NO_MEMORY.
+     * Free req->key if req->token holds it; a waiter on the key, on any
+     * instance, is then notified (see backend_notify_fn). OK, NOT_FOUND,
+     * MISMATCH (nothing changed), UNAVAILABLE, NO_MEMORY.
      */
     enum backend_result (*release)(struct backend *be,
                                    const struct lock_req *req);

@@ -2,7 +2,7 @@
  * tests/unit/test_mysql.c - the MySQL adapter (backends/mysql.c) through its
  * ops table, against a real MariaDB this program sets up (mariadb-install-db)
  * and starts (mariadbd) on a free loopback port in a temp dir. Prints
- * "0 passed, 0 failed" and exits 0 when MariaDB cannot run here.
+ * "skip: <reason>" and exits SKIP_EXIT (77) when MariaDB cannot run here.
  */
 #include "backends/backend.h"
 
@@ -22,121 +22,23 @@ extern const struct backend_ops mysql_backend;
 #include "tests/unit/server.h"
 #include "lib/clock.h"
 
-#define INSTALL_DB "/usr/bin/mariadb-install-db"
-#define MARIADBD   "/usr/sbin/mariadbd"
-#define TOK_A      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-#define TOK_B      "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-#define PASSWORD   "p@ss:w/rd%" /* needs escaping in the URL */
-#define PASSWORD_U "p%40ss%3Aw%2Frd%25"
+#define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
 static struct test_server srv = TEST_SERVER_INIT;
-static char sock_path[128];
 static char url[200];
 
 /* ---- the server ---- */
 
-/* A root connection over the socket, for setting up and looking behind the
- * adapter; NULL if the server does not answer. */
-static MYSQL *root_connect(void)
-{
-    MYSQL *m = mysql_init(NULL);
-    unsigned t = 2;
-
-    if (m == NULL)
-        return NULL;
-    mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &t);
-    mysql_options(m, MYSQL_OPT_READ_TIMEOUT, &t);
-    if (mysql_real_connect(m, "localhost", "root", NULL, NULL, 0, sock_path,
-                           0) == NULL) {
-        mysql_close(m);
-        return NULL;
-    }
-    return m;
-}
-
-/* One statement as root; -1 on failure, else the first column of the first
- * row as a number (0 when there is none). */
+/* One statement as root: see testsrv_mariadb_sql(). */
 static long long root_sql(const char *sql)
 {
-    MYSQL *m = root_connect();
-    long long v = -1;
-
-    if (m == NULL)
-        return -1;
-    if (mysql_query(m, sql) == 0) {
-        MYSQL_RES *r = mysql_store_result(m);
-        v = 0;
-        if (r != NULL) {
-            MYSQL_ROW row = mysql_fetch_row(r);
-            if (row != NULL && row[0] != NULL)
-                v = strtoll(row[0], NULL, 10);
-            mysql_free_result(r);
-        }
-    } else {
-        printf("  root: %s: %s\n", sql, mysql_error(m));
-    }
-    mysql_close(m);
-    return v;
-}
-
-static int root_answers(void)
-{
-    MYSQL *m = root_connect();
-
-    if (m == NULL)
-        return 0;
-    mysql_close(m);
-    return 1;
+    return testsrv_mariadb_sql(&srv, sql);
 }
 
 static int start_mariadb(void)
 {
-    char datadir[128], portopt[32], sockopt[160], pidopt[160];
-    char *argv[] = { MARIADBD,
-                     "--no-defaults",
-                     datadir,
-                     portopt,
-                     sockopt,
-                     pidopt,
-                     "--bind-address=127.0.0.1",
-                     "--user=root",
-                     "--skip-log-bin",
-                     "--skip-name-resolve",
-                     "--innodb-buffer-pool-size=16M",
-                     "--innodb-log-file-size=8M",
-                     "--innodb-flush-log-at-trx-commit=2",
-                     "--max-connections=200",
-                     NULL };
-
-    snprintf(datadir, sizeof(datadir), "--datadir=%s/data", srv.dir);
-    snprintf(portopt, sizeof(portopt), "--port=%d", srv.port);
-    snprintf(sockopt, sizeof(sockopt), "--socket=%s", sock_path);
-    snprintf(pidopt, sizeof(pidopt), "--pid-file=%s/mariadbd.pid", srv.dir);
-    return server_start(&srv, argv, root_answers, 300, 50);
-}
-
-static int install_mariadb(void)
-{
-    char datadir[128];
-    char *argv[] = { INSTALL_DB,
-                     "--no-defaults",
-                     datadir,
-                     "--auth-root-authentication-method=normal",
-                     "--skip-test-db",
-                     "--user=root",
-                     "--skip-name-resolve",
-                     "--innodb-log-file-size=8M",
-                     NULL };
-
-    snprintf(datadir, sizeof(datadir), "--datadir=%s/data", srv.dir);
-    if (server_run(argv) != 0 || start_mariadb() != 0)
-        return -1;
-    if (root_sql("CREATE DATABASE lockd") < 0 ||
-        root_sql("CREATE USER 'lockd'@'127.0.0.1' IDENTIFIED BY '" PASSWORD
-                 "'") < 0 ||
-        root_sql("GRANT ALL ON lockd.* TO 'lockd'@'127.0.0.1'") < 0)
-        return -1;
-    return 0;
+    return testsrv_mariadb_start(&srv);
 }
 
 /* ---- notifications: only those of the instance whose hooks.arg is
@@ -220,7 +122,7 @@ static void test_open_succeeds_while_mysql_is_down(void)
 
     snprintf(u, sizeof(u),
              "mysql://lockd:x@127.0.0.1:%d/lockd?connect_timeout_ms=500",
-             server_free_port());
+             testsrv_free_port());
     be = open_be(u);
     CHECK(be != NULL);
     if (be == NULL)
@@ -675,7 +577,7 @@ static void test_stopped_mysql_answers_unavailable_in_time(void)
     if (be == NULL)
         return;
     CHECK_EQ_INT(acq(be, "stopped", TOK_A, 60000, &g), BACKEND_OK);
-    server_signal(&srv, SIGSTOP);
+    testsrv_signal(&srv, SIGSTOP);
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq(be, "stopped-2", TOK_A, 60000, &g), BACKEND_UNAVAILABLE);
     took = check_mono_ms() - t0;
@@ -685,7 +587,7 @@ static void test_stopped_mysql_answers_unavailable_in_time(void)
     CHECK_EQ_INT(mysql_backend.inspect(be, "stopped", 7, &info),
                  BACKEND_UNAVAILABLE);
     CHECK(check_mono_ms() - t0 < 3500);
-    server_signal(&srv, SIGCONT);
+    testsrv_signal(&srv, SIGCONT);
     /* the lock survived; the grant that timed out was never made */
     for (int i = 0; i < 40; i++) {
         if (mysql_backend.ping(be) == BACKEND_OK)
@@ -707,7 +609,7 @@ static void test_restart_keeps_holders_and_fences(void)
     /* the AUTO_INCREMENT counter itself must survive the restart, even
        with no row left to recompute it from */
     CHECK(root_sql("DELETE FROM lockd.lockd_locks_fence") == 0);
-    server_signal(&srv, SIGKILL);
+    testsrv_signal(&srv, SIGKILL);
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq(be_main, "restart-2", TOK_A, 5000, &h),
                  BACKEND_UNAVAILABLE);
@@ -753,27 +655,30 @@ int main(int argc, char **argv)
     int rc = 1;
 
     signal(SIGPIPE, SIG_IGN); /* as lockd does */
-    if (access(INSTALL_DB, X_OK) != 0 || access(MARIADBD, X_OK) != 0 ||
-        server_setup(&srv, "mysql") != 0) {
-        printf("skip: no MariaDB server here\n0 passed, 0 failed\n");
-        server_cleanup(&srv, SIGTERM);
-        return 0;
+    if (access(TESTSRV_INSTALL_DB, X_OK) != 0 ||
+        access(TESTSRV_MARIADBD, X_OK) != 0) {
+        printf("skip: no MariaDB server here (%s, %s)\n", TESTSRV_INSTALL_DB,
+               TESTSRV_MARIADBD);
+        return SKIP_EXIT;
     }
-    snprintf(sock_path, sizeof(sock_path), "%s/sock", srv.dir);
+    if (testsrv_setup(&srv, "mysql") != 0) {
+        printf("skip: no free port or temp dir for MariaDB\n");
+        testsrv_cleanup(&srv, SIGTERM);
+        return SKIP_EXIT;
+    }
     snprintf(url, sizeof(url), "mysql://lockd:%s@127.0.0.1:%d/lockd",
-             PASSWORD_U, srv.port);
+             TESTSRV_MYSQL_PASSWORD_U, srv.port);
     /* the adapter initialises Connector/C; open it before root_sql() */
     be_main = open_be(url);
     if (be_main == NULL) {
         printf("FAIL cannot open %s\n0 passed, 1 failed\n", url);
-    } else if (install_mariadb() != 0) {
-        printf("skip: cannot set up MariaDB in %s\n0 passed, 0 failed\n",
-               srv.dir);
-        rc = 0;
+    } else if (testsrv_mariadb_install(&srv) != 0) {
+        printf("skip: cannot set up MariaDB in %s\n", srv.dir);
+        rc = SKIP_EXIT;
     } else {
         rc = CHECK_MAIN(cases);
     }
     mysql_backend.close(be_main);
-    server_cleanup(&srv, SIGTERM);
+    testsrv_cleanup(&srv, SIGTERM);
     return rc;
 }

@@ -2,7 +2,8 @@
  * tests/unit/test_redis.c - the Redis adapter (backends/redis.c) through its
  * ops table, against a real redis-server this program starts on a free
  * loopback port in a temp dir (appendonly, so a restart keeps the data).
- * Prints "0 passed, 0 failed" and exits 0 when redis-server cannot run.
+ * Prints "skip: <reason>" and exits SKIP_EXIT (77) when redis-server
+ * cannot run.
  */
 #include "backends/backend.h"
 
@@ -21,44 +22,17 @@ extern const struct backend_ops redis_backend;
 #include "tests/unit/server.h"
 #include "lib/clock.h"
 
-#define REDIS_SERVER "/usr/bin/redis-server"
-#define TOK_A        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-#define TOK_B        "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
 static struct test_server srv = TEST_SERVER_INIT;
 static char url[128];
 
 /* ---- the server ---- */
 
-static int server_ping(void)
-{
-    struct timeval tv = { 0, 200000 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", srv.port, tv);
-    redisReply *r;
-    int ok = 0;
-
-    if (c == NULL)
-        return 0;
-    if (c->err == 0) {
-        redisSetTimeout(c, tv);
-        r = redisCommand(c, "PING");
-        ok = r != NULL && r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-    }
-    redisFree(c);
-    return ok;
-}
-
 static int start_redis(void)
 {
-    char portstr[16];
-    char *argv[] = { REDIS_SERVER, "--port",       portstr, "--bind",
-                     "127.0.0.1",  "--dir",        srv.dir, "--save",
-                     "",           "--appendonly", "yes",   "--appendfsync",
-                     "always",     "--daemonize",  "no",    NULL };
-
-    snprintf(portstr, sizeof(portstr), "%d", srv.port);
-    return server_start(&srv, argv, server_ping, 100, 50);
+    return testsrv_redis_start(&srv);
 }
 
 /* A raw command on a fresh connection, for looking behind the adapter. */
@@ -117,7 +91,7 @@ static void test_open_succeeds_while_redis_is_down(void)
     int64_t t0;
 
     snprintf(u, sizeof(u), "redis://127.0.0.1:%d?timeout_ms=200",
-             server_free_port());
+             testsrv_free_port());
     be = open_be(u);
     CHECK(be != NULL);
     if (be == NULL)
@@ -299,14 +273,14 @@ static void test_stopped_redis_answers_unavailable_in_time(void)
     if (be == NULL)
         return;
     CHECK_EQ_INT(redis_backend.ping(be), BACKEND_OK);
-    server_signal(&srv, SIGSTOP);
+    testsrv_signal(&srv, SIGSTOP);
     for (int i = 0; i < 3; i++) {
         t0 = clock_mono_ms();
         CHECK_EQ_INT(acq(be, "s1", TOK_B, 5000, &g), BACKEND_UNAVAILABLE);
         dt = clock_mono_ms() - t0;
         CHECK(dt < 900);
     }
-    server_signal(&srv, SIGCONT);
+    testsrv_signal(&srv, SIGCONT);
     t0 = clock_mono_ms();
     while (clock_mono_ms() - t0 < 3000) {
         /* the acquires answered UNAVAILABLE sat in Redis's socket and ran
@@ -331,7 +305,7 @@ static void test_restart_keeps_holders_and_fences(void)
     int ok = 0;
 
     CHECK_EQ_INT(acq(be_main, "rs1", TOK_A, 20000, &g), BACKEND_OK);
-    server_signal(&srv, SIGKILL);
+    testsrv_signal(&srv, SIGKILL);
     CHECK_EQ_INT(ren(be_main, "rs1", TOK_A, 0, &r), BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(acq(be_main, "rs1", TOK_B, 5000, &r), BACKEND_UNAVAILABLE);
     CHECK(start_redis() == 0);
@@ -471,7 +445,7 @@ static void test_failed_cancel_is_retried_once_redis_is_back(void)
 
     CHECK_EQ_INT(acq(be_main, "tr1", TOK_A, 30000, &g), BACKEND_OK);
     CHECK_EQ_INT(acq_w(be_main, "tr1", TOK_B, &w1, &g), BACKEND_HELD);
-    server_signal(&srv, SIGKILL);
+    testsrv_signal(&srv, SIGKILL);
     CHECK_EQ_INT(redis_backend.cancel_wait(be_main, "tr1", 3, &w1),
                  BACKEND_UNAVAILABLE);
     CHECK(w1.be_data == NULL);
@@ -521,11 +495,15 @@ int main(int argc, char **argv)
     int rc = 1;
 
     signal(SIGPIPE, SIG_IGN); /* as lockd does: hiredis uses write() */
-    if (access(REDIS_SERVER, X_OK) != 0 || server_setup(&srv, "redis") != 0 ||
-        start_redis() != 0) {
-        printf("skip: cannot start %s\n0 passed, 0 failed\n", REDIS_SERVER);
-        server_cleanup(&srv, SIGTERM);
-        return 0;
+    if (access(TESTSRV_REDIS, X_OK) != 0) {
+        printf("skip: %s is not installed\n", TESTSRV_REDIS);
+        return SKIP_EXIT;
+    }
+    if (testsrv_setup(&srv, "redis") != 0 || start_redis() != 0) {
+        printf("skip: %s did not start on 127.0.0.1:%d\n", TESTSRV_REDIS,
+               srv.port);
+        testsrv_cleanup(&srv, SIGTERM);
+        return SKIP_EXIT;
     }
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", srv.port);
     be_main = open_be(url);
@@ -534,6 +512,6 @@ int main(int argc, char **argv)
     else
         rc = CHECK_MAIN(cases);
     redis_backend.close(be_main);
-    server_cleanup(&srv, SIGTERM);
+    testsrv_cleanup(&srv, SIGTERM);
     return rc;
 }
