@@ -17,55 +17,12 @@ import threading
 import time
 
 import harness
+from client import (Waiter, acquire, expect_error, expect_free, expect_grant, expect_held, expect_json, metric,
+                    metrics, parse_http, path, release, req)
 from harness import check, eq
 from multi import expiry_race
-from test_api import (acquire, expect_error, expect_free, expect_grant, expect_held, expect_json, metric,
-                      metrics, parse_http, path, release, req)
 
 WAKE_BOUND = 0.25  # s: API.md targets 50 ms
-
-
-class Waiter(threading.Thread):
-    """One acquire on its own connection, run in a thread; records when the
-    answer came."""
-
-    def __init__(self, ctx, key, wait_ms, ttl_ms=10000, owner=None, then_release_after=None, timeout=30.0,
-                 lockd=None):
-        super().__init__(daemon=True)
-        self.lockd = lockd or ctx.lockd
-        self.key = key
-        self.body = {"wait_ms": wait_ms, "ttl_ms": ttl_ms}
-        if owner is not None:
-            self.body["owner"] = owner
-        self.then_release_after = then_release_after
-        self.timeout = timeout
-        self.resp = None
-        self.error = None
-        self.t_sent = None
-        self.t_done = None
-        self.release_status = None
-
-    def run(self):
-        try:
-            c = self.lockd.client(timeout=self.timeout)
-            try:
-                self.t_sent = time.monotonic()
-                self.resp = c.request("POST", path(self.key), self.body)
-                self.t_done = time.monotonic()
-                if self.then_release_after is not None and self.resp.status == 201:
-                    time.sleep(self.then_release_after)
-                    r = c.request("DELETE", path(self.key), headers={"Lock-Token": self.resp.json["token"]})
-                    self.release_status = r.status
-            finally:
-                c.close()
-        except Exception as e:  # noqa: BLE001 - reported by the scenario
-            self.error = e
-
-    def result(self, timeout=15.0):
-        self.join(timeout)
-        check(not self.is_alive(), "waiter on %s still waiting after %.0f s" % (self.key, timeout))
-        check(self.error is None, "waiter on %s failed: %r" % (self.key, self.error))
-        return self.resp
 
 
 def waiters_now(ctx, lockd=None):
