@@ -2,11 +2,19 @@
 """tests/run.py - runs every test: the unit test programs, then the
 end-to-end scenarios (tests/e2e/test_*.py) on every backend built in, each
 against a real server started on loopback in a temp dir. Prints one line
-per test and ends with "N passed, N failed", after a line "N skipped": a
-scenario that cannot run here (harness.Skip, e.g. no container engine)
-prints "skip <name>: <reason>" and counts as neither.
+per test and ends with "N passed, N failed", after a line "N skipped".
 
   python3 tests/run.py [--backend NAME]... [-k SUBSTRING] [--no-unit] [--quick]
+
+Nothing passes by not running:
+
+- A unit program (build/tests/unit/test_*) that cannot run here exits 77
+  (CHECK_SKIP_EXIT in tests/unit/check.h) after a line "skip: <reason>":
+  it prints "skip unit: <name>: <reason>" and counts as skipped. One that
+  exits 0 having run no case ("0 passed, 0 failed") is a failure.
+- A scenario that cannot run here raises harness.Skip(reason) (e.g. no
+  container engine): "skip <backend>: <name>: <reason>", counted as
+  skipped, never as passed.
 
 Environment: LOCKD_BIN (default build/lockd), LOCKD_BUILD (default build).
 """
@@ -32,6 +40,7 @@ import harness  # noqa: E402
 
 BACKENDS = ["memory", "redis", "zookeeper", "mysql"]
 SCENARIO_TIMEOUT = 180
+SKIP_EXIT = 77  # a unit program that cannot run here (tests/unit/check.h)
 
 
 class Timeout(Exception):
@@ -42,10 +51,47 @@ def on_alarm(signum, frame):
     raise Timeout("scenario ran over %d s" % SCENARIO_TIMEOUT)
 
 
-def run_units(build, passed, failed, failures):
-    for exe in sorted(glob.glob(os.path.join(build, "tests", "unit", "test_*"))):
-        if exe.endswith((".o", ".d")) or not os.access(exe, os.X_OK):
-            continue
+class Tally:
+    """What the run counted: passed, failed (with names), skipped (with
+    names and reasons)."""
+
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+        self.failures = []
+        self.skips = []  # (name, reason)
+
+    def ok(self, n=1):
+        self.passed += n
+
+    def fail(self, name, n=1):
+        self.failed += n
+        self.failures.append(name)
+
+    def skip(self, name, reason):
+        self.skips.append((name, reason))
+        print("skip %s: %s" % (name, reason))
+
+
+def unit_counts(out):
+    """(passed, failed) from the last "N passed, N failed" line, or None."""
+    m = re.findall(r"^(\d+) passed, (\d+) failed", out, re.M)
+    return (int(m[-1][0]), int(m[-1][1])) if m else None
+
+
+def skip_reason(out):
+    """The reason of the program's last "skip: <reason>" line."""
+    m = re.findall(r"^skip: *(.*?)\s*$", out, re.M)
+    return (m[-1] if m else "") or "no reason given"
+
+
+def run_units(build, tally):
+    exes = [exe for exe in sorted(glob.glob(os.path.join(build, "tests", "unit", "test_*")))
+            if not exe.endswith((".o", ".d")) and os.access(exe, os.X_OK)]
+    if not exes:
+        tally.fail("unit: no unit test program in %s/tests/unit (run `make unit`)" % build)
+        print("FAIL unit: no unit test program in %s/tests/unit (run `make unit`)" % build)
+    for exe in exes:
         name = os.path.basename(exe)
         t0 = time.monotonic()
         try:
@@ -54,16 +100,32 @@ def run_units(build, passed, failed, failures):
             rc = p.returncode
         except subprocess.TimeoutExpired:
             out, rc = "timed out", -1
-        m = re.findall(r"^(\d+) passed, (\d+) failed", out, re.M)
-        np, nf = (int(m[-1][0]), int(m[-1][1])) if m else (0, 1)
-        if rc != 0 and nf == 0:
-            nf = 1
-        passed[0] += np
-        failed[0] += nf
-        status = "ok" if nf == 0 else "FAIL"
-        print("%-4s unit: %s (%d passed, %d failed, %.1fs)" % (status, name, np, nf, time.monotonic() - t0))
-        if nf:
-            failures.append("unit: %s (%d failed)" % (name, nf))
+        counts = unit_counts(out)
+        np, nf = counts if counts else (0, 0)
+        took = time.monotonic() - t0
+        if rc == SKIP_EXIT and nf == 0:
+            # cannot run here: neither passed nor failed, whatever it ran
+            tally.skip("unit: " + name, skip_reason(out))
+            sys.stdout.flush()
+            continue
+        why = None
+        if counts is None:
+            why = "no \"N passed, N failed\" line (exit %r)" % rc
+        elif nf:
+            why = "%d failed" % nf
+        elif rc != 0:
+            why = "exit %r" % rc
+        elif np == 0:
+            why = "ran no test"
+            if re.search(r"^skip:", out, re.M):
+                why += "; one that cannot run here must exit %d" % SKIP_EXIT
+        if why is None:
+            tally.ok(np)
+            print("ok   unit: %s (%d passed, %d failed, %.1fs)" % (name, np, nf, took))
+        else:
+            tally.ok(np)
+            tally.fail("unit: %s (%s)" % (name, why), max(nf, 1))
+            print("FAIL unit: %s (%s; %d passed, %d failed, %.1fs)" % (name, why, np, nf, took))
             print("\n".join("     " + line for line in out.splitlines()[-60:]))
         sys.stdout.flush()
 
@@ -75,7 +137,7 @@ def backend_built(name):
         os.path.join(HERE, "e2e", "server_%s.py" % name))
 
 
-def run_backend(backend, scenarios, passed, failed, failures, skipped):
+def run_backend(backend, scenarios, tally):
     tmpdir = tempfile.mkdtemp(prefix="lockd-test-%s-" % backend)
     server = None
     lockd = None
@@ -110,17 +172,15 @@ def run_backend(backend, scenarios, passed, failed, failures, skipped):
             if err is None and not lockd.alive():
                 err = "lockd died: " + lockd.log_tail()
             if err is not None:
-                failed[0] += 1
-                failures.append(name)
+                tally.fail(name)
                 print("FAIL %s (%.1fs)\n%s" % (name, time.monotonic() - t0,
                                                "\n".join("     " + line for line in err.splitlines())))
                 if not lockd.alive():
                     lockd = harness.Lockd(url, tmpdir=tmpdir).start()
             elif skip is not None:
-                skipped[0] += 1
-                print("skip %s: %s" % (name, skip))
+                tally.skip(name, skip)
             else:
-                passed[0] += 1
+                tally.ok()
                 print("ok   %s (%.1fs)" % (name, time.monotonic() - t0))
             sys.stdout.flush()
         # the main instance must leave cleanly: exit 0, no sanitizer report
@@ -128,15 +188,13 @@ def run_backend(backend, scenarios, passed, failed, failures, skipped):
         rc = lockd.stop(20)
         report = lockd.sanitizer_report()
         if rc == 0 and not report:
-            passed[0] += 1
+            tally.ok()
             print("ok   " + name)
         else:
-            failed[0] += 1
-            failures.append(name)
+            tally.fail(name)
             print("FAIL %s: exit %r\n%s" % (name, rc, report or lockd.log_tail()))
     except Exception as e:  # noqa: BLE001 - set-up failure counts as one failure
-        failed[0] += 1
-        failures.append("%s: set-up" % backend)
+        tally.fail("%s: set-up" % backend)
         print("FAIL %s: set-up: %s" % (backend, "".join(traceback.format_exception(type(e), e, e.__traceback__))))
     finally:
         if lockd is not None and lockd.alive():
@@ -159,10 +217,10 @@ def main():
     opts = ap.parse_args()
     signal.signal(signal.SIGALRM, on_alarm)
 
-    passed, failed, failures, skipped = [0], [0], [], [0]
+    tally = Tally()
     build = os.environ.get("LOCKD_BUILD", os.path.join(ROOT, "build"))
     if not opts.no_unit and not opts.filter:
-        run_units(build, passed, failed, failures)
+        run_units(build, tally)
 
     for path in sorted(glob.glob(os.path.join(HERE, "e2e", "test_*.py"))):
         importlib.import_module(os.path.splitext(os.path.basename(path))[0])
@@ -179,13 +237,15 @@ def main():
                and not (opts.quick and s["slow"])]
         if not scs:
             continue
-        run_backend(backend, scs, passed, failed, failures, skipped)
+        run_backend(backend, scs, tally)
 
-    if failures:
-        print("\nfailed:\n" + "\n".join("  " + f for f in failures))
-    print("%d skipped" % skipped[0])
-    print("%d passed, %d failed" % (passed[0], failed[0]))
-    return 0 if failed[0] == 0 else 1
+    if tally.failures:
+        print("\nfailed:\n" + "\n".join("  " + f for f in tally.failures))
+    if tally.skips:
+        print("\nskipped:\n" + "\n".join("  %s: %s" % s for s in tally.skips))
+    print("%d skipped" % len(tally.skips))
+    print("%d passed, %d failed" % (tally.passed, tally.failed))
+    return 0 if tally.failed == 0 else 1
 
 
 if __name__ == "__main__":
