@@ -12,9 +12,15 @@ Nothing passes by not running:
   (CHECK_SKIP_EXIT in tests/unit/check.h) after a line "skip: <reason>":
   it prints "skip unit: <name>: <reason>" and counts as skipped. One that
   exits 0 having run no case ("0 passed, 0 failed") is a failure.
+- The backends come from the binary ($LOCKD_BIN --backends, one scheme a
+  line; from the "backends built in:" line of --help if that fails). A
+  backend the suite knows but the binary lacks prints "skip <backend>:
+  not built in" and counts as skipped, as does one built in that the suite
+  has no tests/e2e/server_<name>.py for.
 - A scenario that cannot run here raises harness.Skip(reason) (e.g. no
   container engine): "skip <backend>: <name>: <reason>", counted as
   skipped, never as passed.
+- A run in which no test ran at all (-k matching no name, say) fails.
 
 Environment: LOCKD_BIN (default build/lockd), LOCKD_BUILD (default build).
 """
@@ -130,11 +136,38 @@ def run_units(build, tally):
         sys.stdout.flush()
 
 
-def backend_built(name):
-    if name == "memory":
-        return True
-    return os.path.exists(os.path.join(ROOT, "backends", name + ".c")) and os.path.exists(
-        os.path.join(HERE, "e2e", "server_%s.py" % name))
+def parse_backend_list(text):
+    """Backend names from `lockd --backends` (one scheme a line, "redis" or
+    "redis://")."""
+    names = []
+    for line in text.splitlines():
+        words = line.split()
+        if words:
+            names.append(words[0].split(":", 1)[0].lower())
+    return names
+
+
+def built_backends():
+    """The backends the binary has built in, asked of the binary itself:
+    (names, how), or (None, why not)."""
+    try:
+        p = subprocess.run([harness.LOCKD_BIN, "--backends"], capture_output=True, text=True, timeout=30)
+        if p.returncode == 0 and parse_backend_list(p.stdout):
+            return parse_backend_list(p.stdout), "--backends"
+        # older binaries: the "backends built in: a, b" line of --help
+        p = subprocess.run([harness.LOCKD_BIN, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, "cannot run %s: %s" % (harness.LOCKD_BIN, e)
+    m = re.search(r"^backends built in:\s*(.*)$", p.stdout + p.stderr, re.M | re.I)
+    if p.returncode != 0 or m is None:
+        return None, "%s: neither --backends nor --help names the built-in backends (exit %r)" % (
+            harness.LOCKD_BIN, p.returncode)
+    names = [w.strip().split(":", 1)[0].lower() for w in m.group(1).split(",") if w.strip()]
+    return names, "--help"
+
+
+def has_server(name):
+    return name == "memory" or os.path.exists(os.path.join(HERE, "e2e", "server_%s.py" % name))
 
 
 def run_backend(backend, scenarios, tally):
@@ -225,11 +258,25 @@ def main():
     for path in sorted(glob.glob(os.path.join(HERE, "e2e", "test_*.py"))):
         importlib.import_module(os.path.splitext(os.path.basename(path))[0])
 
-    for backend in BACKENDS:
-        if opts.backend and backend not in opts.backend:
+    built, how = built_backends()
+    if built is None:
+        tally.fail("which backends are built in: " + how)
+        print("FAIL which backends are built in: " + how)
+        built = []
+    wanted = [b for b in BACKENDS + [b for b in built if b not in BACKENDS]
+              if not opts.backend or b in opts.backend]
+    if not built:
+        wanted = []
+    for b in opts.backend or []:
+        if b not in wanted:
+            tally.fail("--backend %s: no such backend (the suite knows %s)" % (b, ", ".join(BACKENDS)))
+            print("FAIL --backend %s: no such backend" % b)
+    for backend in wanted:
+        if backend not in built:
+            tally.skip(backend, "not built in (%s %s lists %s)" % (harness.LOCKD_BIN, how, ", ".join(built)))
             continue
-        if not backend_built(backend):
-            print("skip %s: adapter not built in" % backend)
+        if not has_server(backend):
+            tally.skip(backend, "built in, but the suite has no tests/e2e/server_%s.py to run it on" % backend)
             continue
         scs = [s for s in harness.SCENARIOS
                if (s["backends"] is None or backend in s["backends"])
@@ -239,6 +286,8 @@ def main():
             continue
         run_backend(backend, scs, tally)
 
+    if tally.passed + tally.failed == 0:
+        tally.fail("no test ran" + (" (no scenario name contains %r)" % opts.filter if opts.filter else ""))
     if tally.failures:
         print("\nfailed:\n" + "\n".join("  " + f for f in tally.failures))
     if tally.skips:
