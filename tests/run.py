@@ -5,6 +5,7 @@ against a real server started on loopback in a temp dir. Prints one line
 per test and ends with "N passed, N failed", after a line "N skipped".
 
   python3 tests/run.py [--backend NAME]... [-k SUBSTRING] [--no-unit] [--quick]
+                       [--strict-skips] [--allow-skip SUBSTRING]...
 
 Nothing passes by not running:
 
@@ -22,7 +23,17 @@ Nothing passes by not running:
   skipped, never as passed.
 - A run in which no test ran at all (-k matching no name, say) fails.
 
-Environment: LOCKD_BIN (default build/lockd), LOCKD_BUILD (default build).
+Strict skips, for CI: with --strict-skips (or LOCKD_STRICT_SKIPS=1) every
+skip whose name ("unit: test_redis", "redis", "memory: deploy: the image
+builds ...") contains none of the --allow-skip substrings (repeatable; or
+LOCKD_ALLOW_SKIPS, a comma-separated list) also counts as a failure and is
+listed under "failed:" as "unexpected skip: ...". E.g. on a CI machine
+that has every store but no container engine:
+
+  make test TESTFLAGS="--strict-skips --allow-skip image"
+
+Environment: LOCKD_BIN (default build/lockd), LOCKD_BUILD (default build),
+LOCKD_STRICT_SKIPS, LOCKD_ALLOW_SKIPS.
 """
 
 import argparse
@@ -241,13 +252,24 @@ def run_backend(backend, scenarios, tally):
     sys.stdout.flush()
 
 
+def env_flag(name):
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "no", "false")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", action="append", help="run only on this backend (repeatable)")
     ap.add_argument("-k", dest="filter", help="run only scenarios whose name contains this")
     ap.add_argument("--no-unit", action="store_true")
     ap.add_argument("--quick", action="store_true", help="skip scenarios marked slow")
+    ap.add_argument("--strict-skips", action="store_true", default=env_flag("LOCKD_STRICT_SKIPS"),
+                    help="count a skip that no --allow-skip matches as a failure (env LOCKD_STRICT_SKIPS=1)")
+    ap.add_argument("--allow-skip", action="append", default=[], metavar="SUBSTRING",
+                    help="with --strict-skips, a skip whose name contains this is allowed (repeatable; "
+                    "env LOCKD_ALLOW_SKIPS, comma-separated)")
     opts = ap.parse_args()
+    allowed = [a for a in opts.allow_skip if a]
+    allowed += [a.strip() for a in os.environ.get("LOCKD_ALLOW_SKIPS", "").split(",") if a.strip()]
     signal.signal(signal.SIGALRM, on_alarm)
 
     tally = Tally()
@@ -286,6 +308,10 @@ def main():
             continue
         run_backend(backend, scs, tally)
 
+    if opts.strict_skips:
+        for name, reason in tally.skips:
+            if not any(a in name for a in allowed):
+                tally.fail("unexpected skip: %s: %s" % (name, reason))
     if tally.passed + tally.failed == 0:
         tally.fail("no test ran" + (" (no scenario name contains %r)" % opts.filter if opts.filter else ""))
     if tally.failures:
