@@ -22,6 +22,12 @@ Nothing passes by not running:
   container engine): "skip <backend>: <name>: <reason>", counted as
   skipped, never as passed.
 - A run in which no test ran at all (-k matching no name, say) fails.
+- A scenario that does not apply to a backend by design is not run there:
+  backends=[...] in its decorator, or needs=[...] with capabilities the
+  runner reads from the running lockd (harness.capabilities():
+  "fifo:store" or "fifo:instance", from GET /readyz). One that lacks a
+  capability prints "n/a  <backend>: <name> (needs ...)" and counts as
+  neither passed nor skipped.
 
 Strict skips, for CI: with --strict-skips (or LOCKD_STRICT_SKIPS=1) every
 skip whose name ("unit: test_redis", "redis", "memory: deploy: the image
@@ -192,8 +198,16 @@ def run_backend(backend, scenarios, tally):
             server.start()
         url = server.url if server is not None else "memory://"
         lockd = harness.Lockd(url, tmpdir=tmpdir).start()
+        caps = None
+        if any(sc["needs"] for sc in scenarios):
+            caps = harness.capabilities(lockd)
+            print("     %s: capabilities %s" % (backend, " ".join(sorted(caps))))
         for sc in scenarios:
             name = "%s: %s" % (backend, sc["name"])
+            missing = sorted(set(sc["needs"]) - caps) if sc["needs"] else []
+            if missing:
+                print("n/a  %s (needs %s)" % (name, ", ".join(missing)))
+                continue
             ctx = harness.Context(backend, server, lockd, tmpdir)
             t0 = time.monotonic()
             signal.alarm(SCENARIO_TIMEOUT)

@@ -51,11 +51,6 @@ def raw_waiter(ctx, key, wait_ms=10000, ttl_ms=10000):
     return s
 
 
-def fifo_scope(ctx):
-    r = ctx.lockd.request("GET", "/readyz")
-    return (r.json or {}).get("fifo")
-
-
 @harness.scenario("a waiting acquire of a free key is granted at once")
 def wait_free(ctx):
     key = ctx.key("wf")
@@ -164,11 +159,9 @@ def fifo(ctx):
     expect_free(ctx, key)
 
 
-@harness.scenario("a try-once acquire does not jump ahead of queued waiters when fifo is store-wide")
+@harness.scenario("a try-once acquire does not jump ahead of queued waiters when fifo is store-wide",
+                  needs=["fifo:store"])
 def no_queue_jumping(ctx):
-    if fifo_scope(ctx) != "store":
-        harness.log("     (fifo is %r: skipped)" % fifo_scope(ctx))
-        return
     for i in range(5):
         key = ctx.key("jump")
         base = waiters_now(ctx) or 0
@@ -529,11 +522,8 @@ def wake_across_instances(ctx):
 
 
 @harness.scenario("waiters spread over two instances are served in arrival order when fifo is store-wide",
-                  backends=PERSISTENT)
+                  backends=PERSISTENT, needs=["fifo:store"])
 def fifo_across_instances(ctx):
-    if fifo_scope(ctx) != "store":
-        harness.log("     (fifo is %r: skipped)" % fifo_scope(ctx))
-        return
     other = ctx.new_lockd()
     key = ctx.key("xfifo")
     h = acquire(ctx, key, ttl_ms=20000)
