@@ -28,6 +28,8 @@ Nothing passes by not running:
   "fifo:store" or "fifo:instance", from GET /readyz). One that lacks a
   capability prints "n/a  <backend>: <name> (needs ...)" and counts as
   neither passed nor skipped.
+- No scenario file imports another (helpers shared by several are in
+  tests/e2e/client.py): one that does is a failure.
 
 Strict skips, for CI: with --strict-skips (or LOCKD_STRICT_SKIPS=1) every
 skip whose name ("unit: test_redis", "redis", "memory: deploy: the image
@@ -43,6 +45,7 @@ LOCKD_STRICT_SKIPS, LOCKD_ALLOW_SKIPS.
 """
 
 import argparse
+import ast
 import glob
 import importlib
 import os
@@ -183,6 +186,21 @@ def built_backends():
     return names, "--help"
 
 
+def imports_of_scenario_files(path):
+    """The test_* modules the scenario file at path imports: none may (its
+    scenarios would depend on another file's, and helpers would be split
+    over scenario files)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+    return sorted({n for n in names if n.split(".")[0].startswith("test_")})
+
+
 def has_server(name):
     return name == "memory" or os.path.exists(os.path.join(HERE, "e2e", "server_%s.py" % name))
 
@@ -292,6 +310,11 @@ def main():
         run_units(build, tally)
 
     for path in sorted(glob.glob(os.path.join(HERE, "e2e", "test_*.py"))):
+        bad = imports_of_scenario_files(path)
+        if bad:
+            tally.fail("%s imports %s: shared helpers belong in tests/e2e/client.py"
+                       % (os.path.relpath(path, ROOT), ", ".join(bad)))
+            print("FAIL " + tally.failures[-1])
         importlib.import_module(os.path.splitext(os.path.basename(path))[0])
 
     built, how = built_backends()
