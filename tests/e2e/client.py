@@ -291,11 +291,12 @@ def raw_json(status_headers_body):
 
 
 def http_request(method, target, body=b"", headers=None, version="HTTP/1.1"):
-    """Bytes of one request with Host and Content-Length (when a body)."""
+    """Bytes of one request with Host and Content-Length (when a body).
+    headers: a dict, or a list of (name, value) pairs (a name may repeat)."""
     if isinstance(target, str):
         target = target.encode("utf-8")
     hdrs = [b"Host: 127.0.0.1"]
-    for k, v in (headers or {}).items():
+    for k, v in (headers.items() if isinstance(headers, dict) else headers or ()):
         hdrs.append(k.encode() + b": " + (v if isinstance(v, bytes) else v.encode()))
     if body:
         hdrs.append(b"Content-Length: %d" % len(body))
