@@ -5,7 +5,9 @@
   answered as a Response with .status, .headers, .json, .text.
 - scenario(): registers a test; its name is a sentence. A scenario takes one
   argument, the Context for the backend it runs on; it fails by raising Fail
-  (check(), eq()) and may raise Skip(reason) when it cannot run here.
+  (check(), eq()) and may raise Skip(reason) when it cannot run here. What
+  it needs of a backend is declared, never tested for with an early return:
+  backends=[...] by name, needs=[...] by capability (CAPABILITIES).
 - Server: the base of the real backing servers (Redis, ZooKeeper, MariaDB)
   that tests/e2e/server_<name>.py start on loopback in a temp dir.
 
@@ -27,13 +29,26 @@ LOCKD_BIN = os.environ.get("LOCKD_BIN", os.path.join(ROOT, "build", "lockd"))
 
 SCENARIOS = []
 
+# What a backend may offer a scenario, as the running lockd says it
+# (capabilities()): "fifo:store" when waiters keep their place in the
+# store's own queue (first come, first served across instances),
+# "fifo:instance" when only each instance serves its waiters in order.
+CAPABILITIES = ("fifo:store", "fifo:instance")
 
-def scenario(name, backends=None, slow=False):
+
+def scenario(name, backends=None, slow=False, needs=()):
     """Register fn as a scenario. backends: None = every backend, else the
-    list of backend names it runs on."""
+    list of backend names it runs on. needs: capabilities (CAPABILITIES)
+    the backend must have; where it lacks one the runner does not run the
+    scenario and says so ("n/a")."""
+    unknown = [n for n in needs if n not in CAPABILITIES]
+    if unknown:
+        raise ValueError("scenario %r needs unknown capabilities %r (known: %s)"
+                         % (name, unknown, ", ".join(CAPABILITIES)))
 
     def wrap(fn):
-        SCENARIOS.append({"name": name, "fn": fn, "backends": backends, "slow": slow})
+        SCENARIOS.append({"name": name, "fn": fn, "backends": backends, "slow": slow,
+                          "needs": tuple(needs)})
         return fn
 
     return wrap
@@ -279,6 +294,28 @@ class Lockd:
             if i >= 0:
                 return text[max(0, i - 200):i + 3000]
         return ""
+
+
+def capabilities(lockd, timeout=30.0):
+    """The CAPABILITIES of the backend lockd runs on, from its /readyz:
+    "fifo:" + the fifo field ("store" or "instance"). Waits until the store
+    is ready; Fail if it never is or names no fifo scope."""
+    deadline = time.monotonic() + timeout
+    r = None
+    while True:
+        try:
+            r = lockd.request("GET", "/readyz", timeout=10)
+            if r.status == 200 and isinstance(r.json, dict):
+                break
+        except OSError as e:
+            r = e
+        if time.monotonic() > deadline:
+            raise Fail("capabilities: /readyz not ready after %.0f s: %r" % (timeout, r))
+        time.sleep(0.1)
+    fifo = r.json.get("fifo")
+    if fifo not in ("store", "instance"):
+        raise Fail("capabilities: /readyz names no fifo scope: %r" % r)
+    return {"fifo:" + fifo}
 
 
 class Server:

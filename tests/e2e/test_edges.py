@@ -11,8 +11,8 @@ import socket
 import time
 
 import harness
+from client import acquire, expect_held, parse_expires, parse_http, path, req
 from harness import check, eq
-from test_api import acquire, expect_held, parse_expires, parse_http, path, req
 
 T = 3.0  # seconds to wait for an answer
 

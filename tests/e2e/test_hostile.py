@@ -13,9 +13,9 @@ import socket
 import time
 
 import harness
+from client import (MAX_TTL_MS, acquire, expect_held, expect_json, http_request, parse_expires, parse_http, path,
+                    quote, req)
 from harness import check
-from test_api import (MAX_TTL_MS, acquire, expect_held, expect_json, http_request, parse_expires, parse_http,
-                      path, quote, req)
 
 RAW_TIMEOUT = 3.0
 

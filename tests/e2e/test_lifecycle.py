@@ -18,10 +18,9 @@ import subprocess
 import time
 
 import harness
+from client import (Waiter, acquire, expect_error, expect_grant, expect_json, http_request, parse_http, path,
+                    read_answer, release, req)
 from harness import check, eq
-from test_api import (acquire, expect_error, expect_grant, expect_json, http_request, parse_http, path, read_answer,
-                      release, req)
-from test_wait import Waiter
 
 FLAGS = ["--listen", "--backend", "--threads", "--default-ttl-ms", "--max-ttl-ms", "--max-wait-ms",
          "--max-body-bytes", "--max-connections", "--log-level", "--log-format", "--auth-token-file",

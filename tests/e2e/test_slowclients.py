@@ -17,9 +17,8 @@ import threading
 import time
 
 import harness
+from client import Waiter, acquire, expect_grant, http_request, path, read_answer, release
 from harness import check, eq
-from test_api import acquire, expect_grant, http_request, path, read_answer, release
-from test_wait import Waiter
 
 SLOW = 64  # slow sockets, as in the issue
 TIMEOUT_MS = 2000  # --request-timeout-ms in these scenarios

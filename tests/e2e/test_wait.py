@@ -17,55 +17,12 @@ import threading
 import time
 
 import harness
+from client import (Waiter, acquire, expect_error, expect_free, expect_grant, expect_held, expect_json, metric,
+                    metrics, parse_http, path, release, req)
 from harness import check, eq
 from multi import expiry_race
-from test_api import (acquire, expect_error, expect_free, expect_grant, expect_held, expect_json, metric,
-                      metrics, parse_http, path, release, req)
 
 WAKE_BOUND = 0.25  # s: API.md targets 50 ms
-
-
-class Waiter(threading.Thread):
-    """One acquire on its own connection, run in a thread; records when the
-    answer came."""
-
-    def __init__(self, ctx, key, wait_ms, ttl_ms=10000, owner=None, then_release_after=None, timeout=30.0,
-                 lockd=None):
-        super().__init__(daemon=True)
-        self.lockd = lockd or ctx.lockd
-        self.key = key
-        self.body = {"wait_ms": wait_ms, "ttl_ms": ttl_ms}
-        if owner is not None:
-            self.body["owner"] = owner
-        self.then_release_after = then_release_after
-        self.timeout = timeout
-        self.resp = None
-        self.error = None
-        self.t_sent = None
-        self.t_done = None
-        self.release_status = None
-
-    def run(self):
-        try:
-            c = self.lockd.client(timeout=self.timeout)
-            try:
-                self.t_sent = time.monotonic()
-                self.resp = c.request("POST", path(self.key), self.body)
-                self.t_done = time.monotonic()
-                if self.then_release_after is not None and self.resp.status == 201:
-                    time.sleep(self.then_release_after)
-                    r = c.request("DELETE", path(self.key), headers={"Lock-Token": self.resp.json["token"]})
-                    self.release_status = r.status
-            finally:
-                c.close()
-        except Exception as e:  # noqa: BLE001 - reported by the scenario
-            self.error = e
-
-    def result(self, timeout=15.0):
-        self.join(timeout)
-        check(not self.is_alive(), "waiter on %s still waiting after %.0f s" % (self.key, timeout))
-        check(self.error is None, "waiter on %s failed: %r" % (self.key, self.error))
-        return self.resp
 
 
 def waiters_now(ctx, lockd=None):
@@ -92,11 +49,6 @@ def raw_waiter(ctx, key, wait_ms=10000, ttl_ms=10000):
     s.sendall(("POST %s?wait_ms=%d&ttl_ms=%d HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
                % (path(key), wait_ms, ttl_ms)).encode())
     return s
-
-
-def fifo_scope(ctx):
-    r = ctx.lockd.request("GET", "/readyz")
-    return (r.json or {}).get("fifo")
 
 
 @harness.scenario("a waiting acquire of a free key is granted at once")
@@ -207,11 +159,9 @@ def fifo(ctx):
     expect_free(ctx, key)
 
 
-@harness.scenario("a try-once acquire does not jump ahead of queued waiters when fifo is store-wide")
+@harness.scenario("a try-once acquire does not jump ahead of queued waiters when fifo is store-wide",
+                  needs=["fifo:store"])
 def no_queue_jumping(ctx):
-    if fifo_scope(ctx) != "store":
-        harness.log("     (fifo is %r: skipped)" % fifo_scope(ctx))
-        return
     for i in range(5):
         key = ctx.key("jump")
         base = waiters_now(ctx) or 0
@@ -572,11 +522,8 @@ def wake_across_instances(ctx):
 
 
 @harness.scenario("waiters spread over two instances are served in arrival order when fifo is store-wide",
-                  backends=PERSISTENT)
+                  backends=PERSISTENT, needs=["fifo:store"])
 def fifo_across_instances(ctx):
-    if fifo_scope(ctx) != "store":
-        harness.log("     (fifo is %r: skipped)" % fifo_scope(ctx))
-        return
     other = ctx.new_lockd()
     key = ctx.key("xfifo")
     h = acquire(ctx, key, ttl_ms=20000)

@@ -13,7 +13,14 @@
  *     int main(int argc, char **argv) { return CHECK_MAIN(cases); }
  *
  * Arguments on the command line are substrings: only cases whose names
- * contain one of them run.
+ * contain one of them run. A program that runs no case (none selected)
+ * says so and exits 1: tests/run.py counts "0 passed, 0 failed" as a
+ * failure, never as a pass.
+ *
+ * A program that cannot run here (no server binary, say) calls
+ * CHECK_SKIP("reason"): it prints "skip: reason" and exits
+ * CHECK_SKIP_EXIT (77, as automake's test drivers), which tests/run.py
+ * counts as skipped.
  */
 #ifndef TESTS_UNIT_CHECK_H
 #define TESTS_UNIT_CHECK_H
@@ -31,8 +38,22 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The exit status of a test program that cannot run here. */
+#define CHECK_SKIP_EXIT 77
+
+/* Print "skip: <reason>" (printf-style) and exit CHECK_SKIP_EXIT. */
+#define CHECK_SKIP(...)        \
+    do {                       \
+        printf("skip: ");      \
+        printf(__VA_ARGS__);   \
+        printf("\n");          \
+        fflush(stdout);        \
+        exit(CHECK_SKIP_EXIT); \
+    } while (0)
 
 struct check_case {
     const char *name;
@@ -160,6 +181,11 @@ check_main(const struct check_case *cases, size_t n, int argc, char **argv)
             printf("FAIL %s (%d checks failed)\n", cases[i].name,
                    check_failures);
         }
+    }
+    if (passed + failed == 0) {
+        printf("no case ran: no case name contains an argument\n");
+        printf("%d passed, %d failed\n", passed, failed);
+        return 1;
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

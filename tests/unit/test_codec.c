@@ -1,10 +1,10 @@
 /*
  * tests/unit/test_codec.c - api/: key decoding, parameter strictness
  * (codec_parse_params through struct api_request), the router end to end
- * on a real memory backend, the data-driven cases in tests/data/codec/, and
- * a failing-allocation torture loop over the JSON paths
- * (json_set_alloc_funcs), as curl's torture mode and SQLite's fault tests
- * do.
+ * on a real memory backend, the data-driven cases in tests/data/requests/
+ * (shared with tests/e2e/test_api.py), and a failing-allocation torture
+ * loop over the JSON paths (json_set_alloc_funcs), as curl's torture mode
+ * and SQLite's fault tests do.
  */
 #include "api/codec.h"
 
@@ -1360,14 +1360,23 @@ static void test_acquire_reply_rounds_retry_after_up(void)
     }
 }
 
-/* ---- data-driven cases: tests/data/codec/<case>/{request,expect} ----
+/* ---- data-driven cases: tests/data/requests/<case>/{request,expect} ----
  *
- * request: "METHOD /target" on the first line, then header lines
- * ("Lock-Token: x", "Authorization: Bearer x"), an empty line, and the body
- * (the rest of the file, byte for byte; no empty line = no body).
- * expect: lines "status N", "code C" (an error code), "action acquire".
- * The backend is a fresh memory:// per case, auth token AUTH.
+ * One set of cases, in the format tests/data/README.md describes, that
+ * tests/e2e/test_api.py also sends to a running lockd. Here each goes
+ * through router_dispatch() on a fresh memory:// backend with auth token
+ * AUTH, and a lock call is run as the server runs it:
+ *
+ * - @KEY@ is "k"; "setup held" first grants k and @TOKEN@ is its token.
+ * - Lock-Token and Authorization headers are passed on (Authorization is
+ *   "Bearer AUTH" unless the case gives one); Content-Type is dropped, as
+ *   lockd reads JSON whatever the type. Any other header fails the case:
+ *   the router never sees it, so the case must say "only http".
+ * - expect: status, code, json.FIELD, header.Allow, header.Retry-After,
+ *   setup, after, keep_newline, only; an unknown line fails the case.
  */
+
+#define CASE_KEY "k"
 
 static const char *data_dir(void)
 {
@@ -1380,11 +1389,11 @@ static const char *data_dir(void)
     DIR *d;
 
     if (env != NULL) {
-        snprintf(dir, sizeof(dir), "%s/codec", env);
+        snprintf(dir, sizeof(dir), "%s/requests", env);
         return dir;
     }
-    /* tests/unit/ -> tests/data/codec, from the source's path */
-    snprintf(dir, sizeof(dir), "%.*s/../data/codec",
+    /* tests/unit/ -> tests/data/requests, from the source's path */
+    snprintf(dir, sizeof(dir), "%.*s/../data/requests",
              slash != NULL ? (int)(slash - file) : 1,
              slash != NULL ? file : ".");
     d = opendir(dir);
@@ -1401,7 +1410,7 @@ static const char *data_dir(void)
             if (s != NULL)
                 *s = '\0';
         }
-        if (snprintf(dir, sizeof(dir), "%.900s/tests/data/codec", exe) < 0)
+        if (snprintf(dir, sizeof(dir), "%.900s/tests/data/requests", exe) < 0)
             dir[0] = '\0';
     }
     return dir;
@@ -1424,26 +1433,229 @@ static char *read_all(const char *path, size_t *len)
     return buf;
 }
 
-static int run_data_case(const char *dir, const char *name)
+/* s (len bytes) with every from replaced by to; malloc'ed, NUL-terminated,
+ * its length in *outlen. */
+static char *replace_all(
+    const char *s, size_t len, const char *from, const char *to, size_t *outlen)
 {
-    char path[2048], line[4096], method[32], target[4096];
-    char *req, *exp, *p, *next, *body = NULL;
+    size_t flen = strlen(from), tlen = strlen(to), n = 0, cap = len + 1;
+    const char *p = s, *end = s + len, *hit;
+    char *out;
+
+    while ((hit = memmem(p, (size_t)(end - p), from, flen)) != NULL) {
+        cap += tlen;
+        p = hit + flen;
+    }
+    out = malloc(cap);
+    if (out == NULL)
+        return NULL;
+    for (p = s; (hit = memmem(p, (size_t)(end - p), from, flen)) != NULL;
+         p = hit + flen) {
+        memcpy(out + n, p, (size_t)(hit - p));
+        n += (size_t)(hit - p);
+        memcpy(out + n, to, tlen);
+        n += tlen;
+    }
+    memcpy(out + n, p, (size_t)(end - p));
+    n += (size_t)(end - p);
+    out[n] = '\0';
+    *outlen = n;
+    return out;
+}
+
+#define EXPECT_MAX 32
+
+struct expect {
+    char *key[EXPECT_MAX];
+    char *value[EXPECT_MAX]; /* "" when the line has none */
+    int n;
+};
+
+/* Split the expect file text (in place) into lines "key value"; comments
+ * and empty lines dropped. False (and a failed check) on a bad line. */
+static bool expect_parse(struct expect *e, char *text, const char *name)
+{
+    char *next;
+
+    e->n = 0;
+    for (char *p = text; *p != '\0'; p = next) {
+        size_t n = strcspn(p, "\n");
+        char *sp;
+
+        next = p[n] == '\n' ? p + n + 1 : p + n;
+        p[n] = '\0';
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\r'))
+            p[--n] = '\0';
+        if (n == 0 || p[0] == '#')
+            continue;
+        CHECK_MSG(e->n < EXPECT_MAX, "%s: more than %d expect lines", name,
+                  EXPECT_MAX);
+        if (e->n >= EXPECT_MAX)
+            return false;
+        sp = strchr(p, ' ');
+        e->key[e->n] = p;
+        e->value[e->n] = sp != NULL ? sp + 1 : p + n;
+        if (sp != NULL)
+            *sp = '\0';
+        for (int i = 0; i < e->n; i++)
+            CHECK_MSG(strcmp(e->key[i], p) != 0, "%s: expect %s given twice",
+                      name, p);
+        e->n++;
+    }
+    return true;
+}
+
+static const char *expect_get(const struct expect *e, const char *key)
+{
+    for (int i = 0; i < e->n; i++)
+        if (strcmp(e->key[i], key) == 0)
+            return e->value[i];
+    return NULL;
+}
+
+/* Each expect line is one the format knows, with a value it allows. */
+static void expect_validate(const struct expect *e, const char *name)
+{
+    static const char *const allowed[][4] = {
+        { "status", NULL },
+        { "code", NULL },
+        { "setup", "held", NULL },
+        { "after", "held", "free", NULL },
+        { "keep_newline", "yes", NULL },
+        { "only", "http", "codec", NULL },
+    };
+
+    for (int i = 0; i < e->n; i++) {
+        const char *k = e->key[i], *v = e->value[i];
+        bool known =
+            strncmp(k, "json.", 5) == 0 || strncmp(k, "header.", 7) == 0;
+
+        for (size_t a = 0; !known && a < sizeof(allowed) / sizeof(allowed[0]);
+             a++) {
+            if (strcmp(k, allowed[a][0]) != 0)
+                continue;
+            known = true;
+            if (allowed[a][1] == NULL)
+                continue;
+            bool ok = false;
+            for (int j = 1; j < 4 && allowed[a][j] != NULL; j++)
+                ok = ok || strcmp(v, allowed[a][j]) == 0;
+            CHECK_MSG(ok, "%s: expect %s %s", name, k, v);
+        }
+        CHECK_MSG(known, "%s: unknown expect line '%s %s'", name, k, v);
+    }
+    CHECK_MSG(expect_get(e, "status") != NULL, "%s: no status", name);
+}
+
+/* The reply's field name against the JSON text want ("what is left" of a
+ * ttl_ms, as a grant's ttl_ms is). */
+static void check_json_field(const struct reply *r,
+                             const char *field,
+                             const char *want_text,
+                             const char *name)
+{
+    json_error_t jerr;
+    json_t *want = json_loads(want_text, JSON_DECODE_ANY, &jerr);
+    json_t *got = json_object_get(r->json, field);
+
+    CHECK_MSG(want != NULL, "%s: json.%s %s is not JSON: %s", name, field,
+              want_text, jerr.text);
+    if (want == NULL)
+        return;
+    if (strcmp(field, "ttl_ms") == 0 && json_is_integer(want) &&
+        json_is_integer(got)) {
+        json_int_t w = json_integer_value(want), g = json_integer_value(got);
+        CHECK_MSG(g >= 1 && g <= w && g > w - 1000,
+                  "%s: ttl_ms %lld, want what is left of %lld", name,
+                  (long long)g, (long long)w);
+    } else {
+        char *g = got != NULL ? json_dumps(got, JSON_ENCODE_ANY) : NULL;
+        CHECK_MSG(got != NULL && json_equal(got, want), "%s: %s = %s, want %s",
+                  name, field, g != NULL ? g : "(none)", want_text);
+        free(g);
+    }
+    json_decref(want);
+}
+
+static void check_header(const struct reply *r,
+                         const char *header,
+                         const char *want,
+                         const char *name)
+{
+    char got[32] = "";
+
+    if (strcasecmp(header, "Allow") == 0) {
+        CHECK_MSG(r->resp.allow != NULL && strcmp(r->resp.allow, want) == 0,
+                  "%s: Allow %s, want %s", name,
+                  r->resp.allow != NULL ? r->resp.allow : "(none)", want);
+    } else if (strcasecmp(header, "Retry-After") == 0) {
+        if (r->resp.retry_after > 0)
+            snprintf(got, sizeof(got), "%u", r->resp.retry_after);
+        CHECK_MSG(strcmp(got, want) == 0, "%s: Retry-After %s, want %s", name,
+                  got[0] != '\0' ? got : "(none)", want);
+    } else {
+        CHECK_MSG(0, "%s: header.%s is not checked here; mark it only http",
+                  name, header);
+    }
+}
+
+/* Run one case (*ran false when it is "only http"); the number of checks
+ * that failed. */
+static int run_data_case(const char *dir, const char *name, bool *ran)
+{
+    char path[2048], line[4096], method[32], target[4096], token[64] = "";
+    char *raw, *exp, *req = NULL, *p, *body = NULL;
     const char *tokens[4] = { 0 };
-    const char *auth = NULL;
-    size_t rlen, elen, ntok = 0;
+    const char *auth = NULL, *only, *after;
+    size_t rawlen, elen, rlen = 0, ntok = 0;
+    long long fence = -1;
+    bool setup;
+    struct expect e;
     struct fake_req f;
     struct reply r;
     int fails = check_failures;
 
     snprintf(path, sizeof(path), "%s/%s/request", dir, name);
-    req = read_all(path, &rlen);
+    raw = read_all(path, &rawlen);
     snprintf(path, sizeof(path), "%s/%s/expect", dir, name);
     exp = read_all(path, &elen);
-    CHECK_MSG(req != NULL && exp != NULL, "%s: cannot read", name);
-    if (req == NULL || exp == NULL) {
-        free(req);
-        free(exp);
-        return 1;
+    CHECK_MSG(raw != NULL && exp != NULL, "%s: cannot read", name);
+    if (raw == NULL || exp == NULL || !expect_parse(&e, exp, name))
+        goto out;
+    expect_validate(&e, name);
+    only = expect_get(&e, "only");
+    if (only != NULL && strcmp(only, "http") == 0)
+        goto out;
+    *ran = true;
+    setup = expect_get(&e, "setup") != NULL;
+    after = expect_get(&e, "after");
+
+    router_open(AUTH);
+    if (setup) {
+        request(&r, "POST", "/locks/" CASE_KEY "?ttl_ms=10000", NULL, NULL,
+                "Bearer " AUTH);
+        CHECK_MSG(r.resp.status == 201, "%s: setup: status %u", name,
+                  r.resp.status);
+        if (jstr(&r, "token") != NULL)
+            snprintf(token, sizeof(token), "%s", jstr(&r, "token"));
+        fence = jint(&r, "fence");
+        reply_cleanup(&r);
+    }
+    /* @KEY@ and @TOKEN@ */
+    {
+        size_t n1;
+        char *k = replace_all(raw, rawlen, "@KEY@", CASE_KEY, &n1);
+
+        CHECK_MSG(k != NULL, "%s: out of memory", name);
+        if (k == NULL)
+            goto close;
+        CHECK_MSG(setup || memmem(k, n1, "@TOKEN@", 7) == NULL,
+                  "%s: @TOKEN@ without setup held", name);
+        req = replace_all(k, n1, "@TOKEN@", token, &rlen);
+        free(k);
+        CHECK_MSG(req != NULL, "%s: out of memory", name);
+        if (req == NULL)
+            goto close;
     }
     /* request line, headers, body */
     p = req;
@@ -1470,10 +1682,14 @@ static int run_data_case(const char *dir, const char *name)
             auth = p + 14;
             while (*auth == ' ')
                 auth++;
+        } else if (strncasecmp(p, "Content-Type:", 13) != 0) {
+            CHECK_MSG(0,
+                      "%s: header '%s' does not reach the router; mark "
+                      "the case only http",
+                      name, p);
         }
         p += n + 1;
     }
-    router_open(AUTH);
     if (auth == NULL)
         auth = "Bearer " AUTH;
     memset(&r, 0, sizeof(r));
@@ -1481,41 +1697,58 @@ static int run_data_case(const char *dir, const char *name)
     if (body != NULL) {
         f.rq.body = body;
         f.rq.body_len = rlen - (size_t)(body - req);
+        if (f.rq.body_len > 0 && body[f.rq.body_len - 1] == '\n' &&
+            expect_get(&e, "keep_newline") == NULL)
+            f.rq.body_len--;
     }
     f.rq.authorization = auth;
     r.action = dispatch_run(&f.rq, &r.resp, &r.acq);
     reply_parse(&r);
-    for (p = exp; *p != '\0'; p = next) {
-        unsigned status;
-        char word[128];
-        size_t n = strcspn(p, "\n");
+    for (int i = 0; i < e.n; i++) {
+        const char *k = e.key[i], *v = e.value[i];
 
-        next = p[n] == '\n' ? p + n + 1 : p + n;
-        p[n] = '\0';
-        if (n == 0)
-            continue;
-        if (sscanf(p, "status %u", &status) == 1) {
-            CHECK_MSG(r.resp.status == status,
-                      "%s: status %u, "
-                      "expected %u",
-                      name, r.resp.status, status);
-        } else if (sscanf(p, "code %127s", word) == 1) {
-            CHECK_MSG(err_code(&r) != NULL && strcmp(err_code(&r), word) == 0,
+        if (strcmp(k, "status") == 0) {
+            char got[16];
+            snprintf(got, sizeof(got), "%u", r.resp.status);
+            CHECK_MSG(strcmp(got, v) == 0, "%s: status %s, expected %s", name,
+                      got, v);
+        } else if (strcmp(k, "code") == 0) {
+            CHECK_MSG(err_code(&r) != NULL && strcmp(err_code(&r), v) == 0,
                       "%s: code %s, expected %s", name,
-                      err_code(&r) != NULL ? err_code(&r) : "(none)", word);
-        } else if (strcmp(p, "action acquire") == 0) {
-            CHECK_MSG(r.action == API_ACTION_CALL &&
-                          r.acq.verb == API_VERB_ACQUIRE,
-                      "%s: not an acquire", name);
-        } else if (p[0] != '#') {
-            CHECK_MSG(0, "%s: unknown expect line '%s'", name, p);
+                      err_code(&r) != NULL ? err_code(&r) : "(none)", v);
+        } else if (strncmp(k, "json.", 5) == 0) {
+            size_t n;
+            char *want = replace_all(v, strlen(v), "@KEY@", CASE_KEY, &n);
+            if (want != NULL)
+                check_json_field(&r, k + 5, want, name);
+            free(want);
+        } else if (strncmp(k, "header.", 7) == 0) {
+            check_header(&r, k + 7, v, name);
         }
     }
     reply_cleanup(&r);
+    if (after != NULL) {
+        request(&r, "GET", "/locks/" CASE_KEY, NULL, NULL, "Bearer " AUTH);
+        if (strcmp(after, "free") == 0)
+            CHECK_MSG(r.resp.status == 404,
+                      "%s: inspect afterwards: %u, "
+                      "want 404",
+                      name, r.resp.status);
+        else
+            CHECK_MSG(r.resp.status == 200 &&
+                          (!setup || jint(&r, "fence") == fence),
+                      "%s: inspect afterwards: %u fence %lld, want 200%s", name,
+                      r.resp.status, jint(&r, "fence"),
+                      setup ? " with the setup's fence" : "");
+        reply_cleanup(&r);
+    }
+close:
     router_close();
-    free(req);
+out:
+    free(raw);
     free(exp);
-    return check_failures != fails;
+    free(req);
+    return check_failures - fails;
 }
 
 static void test_data_driven_requests(void)
@@ -1523,21 +1756,28 @@ static void test_data_driven_requests(void)
     const char *dir = data_dir();
     DIR *d = opendir(dir);
     struct dirent *de;
-    int ncases = 0;
+    int ncases = 0, nrun = 0;
 
     CHECK_MSG(d != NULL, "cannot open %s (set LOCKD_TEST_DATA to tests/data)",
               dir);
     if (d == NULL)
         return;
     while ((de = readdir(d)) != NULL) {
+        bool ran = false;
+        int fails;
+
         if (de->d_name[0] == '.')
             continue;
-        if (run_data_case(dir, de->d_name) != 0)
-            printf("  data case %s failed\n", de->d_name);
         ncases++;
+        fails = run_data_case(dir, de->d_name, &ran);
+        nrun += ran;
+        if (fails > 0)
+            printf("  data case %s failed\n", de->d_name);
     }
     closedir(d);
-    CHECK_MSG(ncases >= 10, "only %d data cases in %s", ncases, dir);
+    printf("  %d data cases run, %d only for HTTP\n", nrun, ncases - nrun);
+    CHECK_MSG(nrun >= 10, "only %d of %d data cases in %s ran", nrun, ncases,
+              dir);
 }
 
 /* ---- failing-allocation torture ----

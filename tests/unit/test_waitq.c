@@ -492,10 +492,37 @@ static void test_waitq_hung_up_waiter_never_gets_the_lock(void)
 
 static void test_waitq_grants_were_prompt(void)
 {
-    /* a summary of the checks above against docs/API.md's 50 ms target; the
-     * hard limit per grant is GRANT_LIMIT_MS */
-    CHECK_MSG(slow_grants <= 1, "%d grants took more than %d ms", slow_grants,
-              GRANT_TARGET_MS);
+    /* docs/API.md's 50 ms target (the hard limit per grant is
+     * GRANT_LIMIT_MS), over grants of this case's own, so that it checks
+     * something when run alone, and over those the cases above timed */
+    enum {
+        N = 10
+    };
+    int before = slow_grants;
+    struct env e;
+    struct client c[N];
+    const char *holder = "holder";
+
+    CHECK_MSG(before <= 1, "%d grants of the cases above took more than %d ms",
+              before, GRANT_TARGET_MS);
+    env_open(&e);
+    hold(&e, "prompt", holder, 10000);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ_INT(client_start(&e, &c[i], "prompt", 5000, 5000, -1),
+                     WQ_PARKED);
+    for (int i = 0; i < N; i++) {
+        int64_t t0 = check_mono_ms();
+
+        CHECK_EQ_INT(release(&e, "prompt", holder), BACKEND_OK);
+        check_granted_soon(&c[i], t0, __LINE__);
+        holder = c[i].token;
+    }
+    CHECK_EQ_INT(release(&e, "prompt", holder), BACKEND_OK);
+    env_close(&e);
+    for (int i = 0; i < N; i++)
+        client_cleanup(&c[i]);
+    CHECK_MSG(slow_grants - before <= 1, "%d of %d grants took more than %d ms",
+              slow_grants - before, N, GRANT_TARGET_MS);
 }
 
 static const struct check_case cases[] = {
