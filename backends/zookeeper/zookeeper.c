@@ -1,5 +1,6 @@
 /*
- * backends/zookeeper/zookeeper.c - lock store on ZooKeeper (libzookeeper-mt 3.8).
+ * backends/zookeeper/zookeeper.c - lock store on ZooKeeper
+ * (libzookeeper-mt 3.8).
  *
  * One shared handle per process, owned by a keeper thread that opens it,
  * prepares the root nodes, samples the server's clock and replaces the
@@ -49,14 +50,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include <zookeeper/zookeeper.h>
 
+#include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
-#include "lib/clock.h"
+#include "lib/random.h"
 #include "lib/text.h"
 #include "lib/url.h"
 
@@ -251,21 +252,21 @@ zk_b64_decode(const char *in, size_t n, unsigned char *out, size_t cap)
     return (long)j;
 }
 
-/* The key's node: <locks>/k<base64url(key)>. 0, or -1 if it cannot fit. */
+/* The key's node: <locks>/k<base64url(key)>. 0, or -1 if it cannot fit in
+ * out. The key is 1..LOCK_KEY_MAX bytes: backend_key_ok() in the wrappers
+ * (backends/backend.c) guarantees it, so only the room is checked here. */
 static int zk_key_path(const struct zk_be *be,
                        const char *key,
                        size_t key_len,
                        char *out,
                        size_t cap)
 {
-    char enc[(LOCK_KEY_MAX + 2) / 3 * 4 + 1];
-    int n;
+    int n = snprintf(out, cap, "%s/k", be->locks);
 
-    if (key_len == 0 || key_len > LOCK_KEY_MAX)
+    if (n < 0 || (size_t)n + (key_len + 2) / 3 * 4 >= cap)
         return -1;
-    zk_b64_encode((const unsigned char *)key, key_len, enc);
-    n = snprintf(out, cap, "%s/k%s", be->locks, enc);
-    return n < 0 || (size_t)n >= cap ? -1 : 0;
+    zk_b64_encode((const unsigned char *)key, key_len, out + n);
+    return 0;
 }
 
 static int
@@ -275,7 +276,6 @@ zk_child_path(const char *parent, const char *name, char *out, size_t cap)
 
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
-
 
 static bool zk_is_hex(char c)
 {
@@ -398,8 +398,8 @@ static int64_t zk_server_now(struct zk_be *be)
 
     pthread_mutex_lock(&be->mu);
     now = clock_mono_ms() + (be->clock.cur_ms > be->clock.prev_ms
-                                   ? be->clock.cur_ms
-                                   : be->clock.prev_ms);
+                                 ? be->clock.cur_ms
+                                 : be->clock.prev_ms);
     pthread_mutex_unlock(&be->mu);
     /* mtime and our clock are whole ms: each sample may be ahead by up to
      * 1 ms, and an mtime marks a write up to 1 ms after it */
@@ -1063,8 +1063,7 @@ static bool zk_own_get(struct zk_be *be,
 
     pthread_mutex_lock(&be->own_mu);
     hit = o->key != NULL && o->key_len == key_len &&
-          memcmp(o->key, key, key_len) == 0 &&
-          text_secret_eq(o->token, token);
+          memcmp(o->key, key, key_len) == 0 && text_secret_eq(o->token, token);
     if (hit) {
         *out = *o;
         out->key = NULL; /* not a copy */
@@ -1568,7 +1567,8 @@ static enum backend_result zk_be_acquire(struct backend *b,
                       a.grant_by, req->owner, &a.data_len) != 0 ||
         zk_parse_holder(a.data, (int)a.data_len, &a.mine) != 0 ||
         zk_marker_name(req->token, a.marker, sizeof(a.marker)) != 0) {
-        log_error("zookeeper: acquire: key, token or owner too long");
+        /* the key is checked by the wrapper; a token lockd made fits */
+        log_error("zookeeper: acquire: token or owner cannot be stored");
         return BACKEND_UNAVAILABLE;
     }
     if (req->waiter != NULL) {
@@ -2176,8 +2176,8 @@ static void *zk_be_keeper(void *arg)
                          be->hosts, (uint64_t)zoo_client_id(c->zh)->client_id);
             }
             if (c->ready) {
-                bool stale = clock_mono_ms() - be->clock.last_at >=
-                             ZK_CLOCK_REFRESH_MS;
+                bool stale =
+                    clock_mono_ms() - be->clock.last_at >= ZK_CLOCK_REFRESH_MS;
                 bool trash = be->trash != NULL;
                 pthread_mutex_unlock(&be->mu);
                 if (notify)
@@ -2306,8 +2306,8 @@ static char *zk_concat(const char *a, const char *b)
 static enum backend_result zk_be_open(const char *url,
                                       const struct backend_hooks *hooks,
                                       struct backend **out,
-        char *errbuf,
-        size_t errlen)
+                                      char *errbuf,
+                                      size_t errlen)
 {
     static const char *const allowed[] = { "session_timeout_ms", "timeout_ms",
                                            NULL };
@@ -2316,7 +2316,6 @@ static enum backend_result zk_be_open(const char *url,
     enum backend_result r = BACKEND_INVALID;
     const char *bad = NULL, *v;
     uint64_t session = ZK_DEFAULT_SESSION_MS, timeout = ZK_DEFAULT_TIMEOUT_MS;
-    unsigned char rnd[8];
     pthread_condattr_t ca;
 
     *out = NULL;
@@ -2327,19 +2326,22 @@ static enum backend_result zk_be_open(const char *url,
     if (strcmp(u.scheme, "zookeeper") != 0 || u.user != NULL ||
         u.hosts == NULL || u.hosts[0] == '\0' ||
         strpbrk(u.hosts, " \t/?#@") != NULL) {
-        snprintf(errbuf, errlen, "zookeeper: URL needs zookeeper://host:port[,host:port]"
-                  "[/chroot]");
+        snprintf(errbuf, errlen,
+                 "zookeeper: URL needs zookeeper://host:port[,host:port]"
+                 "[/chroot]");
         goto out;
     }
     if (url_check_params(&u, allowed, &bad) != 0) {
-        snprintf(errbuf, errlen, "zookeeper: unknown URL option '%s' (known: "
-                  "session_timeout_ms, timeout_ms)",
-                  bad);
+        snprintf(errbuf, errlen,
+                 "zookeeper: unknown URL option '%s' (known: "
+                 "session_timeout_ms, timeout_ms)",
+                 bad);
         goto out;
     }
     v = url_param(&u, "session_timeout_ms");
     if (v != NULL && text_parse_u64(v, 1000, 600000, &session) != 0) {
-        snprintf(errbuf, errlen, "zookeeper: session_timeout_ms must be 1000..600000");
+        snprintf(errbuf, errlen,
+                 "zookeeper: session_timeout_ms must be 1000..600000");
         goto out;
     }
     v = url_param(&u, "timeout_ms");
@@ -2353,9 +2355,10 @@ static enum backend_result zk_be_open(const char *url,
         goto out;
     be->base.ops = &zookeeper_backend;
     if (zk_parse_chroot(u.path, &be->chroot) != 0) {
-        snprintf(errbuf, errlen, "zookeeper: chroot must be /segment[/segment] of "
-                  "[A-Za-z0-9._-], at most %d bytes",
-                  ZK_CHROOT_MAX);
+        snprintf(errbuf, errlen,
+                 "zookeeper: chroot must be /segment[/segment] of "
+                 "[A-Za-z0-9._-], at most %d bytes",
+                 ZK_CHROOT_MAX);
         r = BACKEND_INVALID;
         goto out;
     }
@@ -2370,12 +2373,11 @@ static enum backend_result zk_be_open(const char *url,
     be->session_ms = (int)session;
     be->timeout_ms = (int64_t)timeout;
     be->base.call_timeout_ms = be->timeout_ms;
-    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
-        uint64_t x = (uint64_t)clock_mono_us() ^ (uint64_t)clock_wall_ms() << 20;
-        memcpy(rnd, &x, sizeof(rnd));
+    if (random_hex(be->inst, (sizeof(be->inst) - 1) / 2) != 0) {
+        uint64_t x = (uint64_t)clock_mono_us() ^ (uint64_t)clock_wall_ms()
+                                                     << 20;
+        snprintf(be->inst, sizeof(be->inst), "%016" PRIx64, x);
     }
-    for (size_t i = 0; i < sizeof(rnd); i++)
-        snprintf(be->inst + 2 * i, 3, "%02x", rnd[i]);
     be->own = calloc(ZK_OWN_SLOTS, sizeof(*be->own));
     if (be->own == NULL)
         goto out;
@@ -2445,7 +2447,7 @@ out:
 
 const struct backend_ops zookeeper_backend = {
     .scheme = "zookeeper",
-    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
+    .caps = BACKEND_CAP_QUEUE,
     .open = zk_be_open,
     .acquire = zk_be_acquire,
     .renew = zk_be_renew,
