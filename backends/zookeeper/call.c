@@ -1,6 +1,6 @@
 /*
- * backends/zookeeper/call.c - one asynchronous ZooKeeper call waited for with a
- * deadline (see zk_call.h). The call is shared by the requesting thread
+ * backends/zookeeper/call.c - one asynchronous ZooKeeper call waited for
+ * with a deadline (see call.h). The call is shared by the requesting thread
  * and the library's completion thread: whichever lets go last frees it.
  */
 #include "backends/zookeeper/call.h"
@@ -9,29 +9,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "lib/clock.h"
 
 struct zk_call *zk_call_new(void)
 {
     struct zk_call *c = calloc(1, sizeof(*c));
-    pthread_condattr_t ca;
 
     if (c == NULL)
         return NULL;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
-        pthread_condattr_destroy(&ca);
         free(c);
         return NULL;
     }
-    if (pthread_cond_init(&c->cv, &ca) != 0) {
-        pthread_condattr_destroy(&ca);
+    if (clock_cond_init(&c->cv) != 0) {
         pthread_mutex_destroy(&c->mu);
         free(c);
         return NULL;
     }
-    pthread_condattr_destroy(&ca);
     c->refs = 2; /* the caller's and the completion's */
     return c;
 }
@@ -151,18 +146,15 @@ void zk_call_on_create(int rc,
 
 int zk_call_wait(struct zk_call *c, int issued, int64_t deadline)
 {
-    struct timespec ts;
     int rc;
 
     if (issued != ZOK) {
         zk_call_unref(c); /* the completion's reference: it never runs */
         return issued;
     }
-    ts.tv_sec = (time_t)(deadline / 1000);
-    ts.tv_nsec = (long)(deadline % 1000) * 1000000L;
     pthread_mutex_lock(&c->mu);
     while (!c->done) {
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT)
+        if (clock_cond_wait_until(&c->cv, &c->mu, deadline) == ETIMEDOUT)
             break;
     }
     rc = c->done ? c->rc : ZOPERATIONTIMEOUT;

@@ -1,8 +1,8 @@
 /*
- * backends/zookeeper/call.h - one asynchronous ZooKeeper call (zoo_a*) waited for
- * with a deadline, so no request hangs on a lost connection. Used by
- * backends/zookeeper.c; the library's completion thread only stores the
- * result and signals the waiting thread.
+ * backends/zookeeper/call.h - one asynchronous ZooKeeper call (zoo_a*)
+ * waited for with a deadline, so no request hangs on a lost connection.
+ * Used by backends/zookeeper/store.c; the library's completion thread only
+ * stores the result and signals the waiting thread.
  *
  * Use: c = zk_call_new(); rc = zk_call_wait(c, zoo_aget(zh, path, 0,
  * zk_call_on_data, c), deadline); read c's results; zk_call_unref(c).

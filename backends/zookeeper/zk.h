@@ -1,0 +1,366 @@
+/*
+ * backends/zookeeper/zk.h - the ZooKeeper adapter's private header: its
+ * limits and timings, the state every part shares (struct zk_be) and the
+ * prototypes the parts call across files. Nothing outside
+ * backends/zookeeper/ includes it; the rest of lockd sees only the ops
+ * table zookeeper_backend (zookeeper.c).
+ *
+ * The parts, like curl's lib/vtls/ (one concern a file, one header):
+ *   zookeeper.c  the ops table, open/close and the backend operations
+ *   recipe.c     the acquire/queue recipe: the look-act round, judging a
+ *                holder, waiter places
+ *   store.c      every request lockd sends: one-call wrappers and the
+ *                recipe's multis
+ *   keeper.c     the keeper thread: session, reconnect, the server's
+ *                clock, watches, the sweep
+ *   own.c        grants made here, remembered for a release without a read
+ *   names.c      node names, paths and the data lockd stores in nodes
+ *   call.c       one asynchronous call waited for with a deadline
+ * Every internal function is named zk_...; zk_be_<op> is kept for the
+ * backend operations themselves (static in zookeeper.c).
+ */
+#ifndef BACKENDS_ZOOKEEPER_ZK_H
+#define BACKENDS_ZOOKEEPER_ZK_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <zookeeper/zookeeper.h>
+
+#include "backends/backend.h"
+#include "backends/zookeeper/call.h"
+
+#define ZK_CHROOT_MAX 256
+#define ZK_NAME_MAX   96 /* a child's name */
+#define ZK_SEQ_DIGITS 10 /* ZooKeeper's sequence suffix */
+#define ZK_MAX_ROUNDS 16 /* look-act rounds per request */
+/* others reap a waiter node this long after the deadline in its name */
+#define ZK_WAITER_GRACE_MS 2000
+/* a waiter looks at its place at least this often, whatever its watch */
+#define ZK_WAITER_RECHECK_MS  5000
+#define ZK_CLOCK_REFRESH_MS   5000
+#define ZK_CLOCK_SLACK_MS     2 /* see zk_server_now() */
+#define ZK_KEEPER_TICK_MS     250
+#define ZK_SWEEP_BATCH        20   /* keys looked at per keeper tick */
+#define ZK_SWEEP_RELIST_MS    2000 /* a new pass at most this often */
+#define ZK_TRASH_MAX          4096
+#define ZK_DEFAULT_SESSION_MS 10000
+#define ZK_DEFAULT_TIMEOUT_MS 2000
+/* the client library looks the hosts up again at most this often while
+ * connected (its default, 0, is a getaddrinfo() per I/O loop turn: a
+ * netlink dump per request); it always does on a connection loss */
+#define ZK_RESOLVE_DELAY_MS 30000
+#define ZK_OWN_SLOTS        4096 /* grants remembered for a quick release */
+#define ZK_MARKER_MAX       (LOCK_TOKEN_MAX + 2) /* "t<token>" and a NUL */
+
+/* A handle and the requests that borrowed it. */
+struct zk_conn {
+    zhandle_t *zh;
+    int refs;   /* guarded by be->mu: borrowers, plus one for be->conn */
+    bool ready; /* guarded by be->mu: roots made, clock sampled */
+};
+
+/* The server's clock, learned from the mtime of our own writes. */
+struct zk_clock {
+    bool valid;
+    /* server ms = local monotonic ms + offset. Every sample, mtime minus
+     * our clock when the reply came, is a lower bound of the offset (the
+     * write happened before we heard of it), behind by the time the reply
+     * took; the best is the largest: we keep the largest of this period
+     * and of the last one, so a slow reply never pulls the estimate down
+     * and a clock change on the server is followed within two periods. */
+    int64_t cur_ms;
+    int64_t prev_ms;
+    /* Upper bounds of the same offset: mtime + 1 minus our clock when the
+     * request was sent (the write happened after that); the least of this
+     * period and of the last one. */
+    int64_t cur_hi_ms;
+    int64_t prev_hi_ms;
+    int64_t period_at; /* monotonic ms when cur_ms's period began */
+    int64_t last_at;   /* monotonic ms of the last sample */
+};
+
+/* waiter->be_data: a waiting client's place in a key's queue. */
+struct zk_waiter {
+    struct zk_waiter *prev, *next; /* be->waiters, guarded by be->mu */
+    char *key;                     /* owned copy, for notify after a new
+                                      session */
+    size_t key_len;
+    char prefix[ZK_NAME_MAX]; /* of our node's name: w<inst>-<id>-<dl>- */
+    char name[ZK_NAME_MAX];   /* our node's name, "" when we have none */
+    bool pending;             /* a create may have made a node named
+                                 prefix + sequence that we never heard of */
+};
+
+/* A grant or renew made here, remembered so that its release can be one
+ * multi that does not read h first (zk_be_release). */
+struct zk_own {
+    char *key; /* owned; NULL: an empty slot */
+    size_t key_len;
+    char token[LOCK_TOKEN_MAX + 1];
+    int version;   /* h's version after our write */
+    int64_t mtime; /* h's mtime then: the TTL runs from it */
+    uint64_t ttl_ms;
+    bool alone; /* nobody waited then: drop the key's node with h */
+};
+
+/* A node to delete once the store answers again (a cancel that failed). */
+struct zk_trash {
+    struct zk_trash *next;
+    char *parent; /* owned */
+    char *name;   /* owned: a name, or a prefix when is_prefix */
+    bool is_prefix;
+};
+
+struct zk_be {
+    struct backend base;
+    struct backend_hooks hooks;
+    char *hosts;      /* owned: "h1:2181,h2:2181" */
+    char *root;       /* owned: "<chroot>/lockd" */
+    char *locks;      /* owned: root + "/locks" */
+    char *clock_path; /* owned: root + "/clock" */
+    char *chroot;     /* owned: "" or "/a/b" */
+    int session_ms;
+    int64_t timeout_ms;
+    char inst[17]; /* random hex naming this instance's waiter nodes */
+
+    pthread_mutex_t mu; /* guards every member below */
+    pthread_cond_t cv;  /* keeper wake-ups; a retired handle's refs at 0 */
+    struct zk_conn *conn;
+    struct zk_clock clock;
+    struct zk_waiter *waiters;
+    struct zk_trash *trash;
+    size_t ntrash;
+    bool stopping;
+    unsigned events; /* session events seen, bumped by the watcher */
+    pthread_t keeper;
+    bool keeper_started;
+    pthread_mutex_t own_mu; /* guards own[] */
+    struct zk_own *own;     /* owned: ZK_OWN_SLOTS slots, by key hash */
+    /* the keeper's own: the sweep over every key's node */
+    struct zk_call *sweep; /* the names being swept, or NULL */
+    int sweep_i;           /* next one */
+    int64_t sweep_at;      /* monotonic ms of the last listing */
+};
+
+/* One child of a key's node, parsed. */
+struct zk_kid {
+    const char *name; /* borrowed from the call's kids */
+    int64_t seq;
+    int64_t deadline; /* waiters: server ms after which anyone may reap */
+};
+
+struct zk_holder {
+    uint64_t ttl_ms;
+    int64_t grant_by; /* server ms: a grant made later (ctime) is void;
+                         0: none (renewed) */
+    char token[LOCK_TOKEN_MAX + 1];
+    bool has_owner;
+    char owner[LOCK_OWNER_MAX + 1];
+};
+
+/* A key's nodes, named once per request (zk_paths_key()). */
+struct zk_paths {
+    char parent[ZK_PATH_MAX];   /* <locks>/k<base64url(key)> */
+    char hpath[ZK_PATH_MAX];    /* parent + "/h" */
+    char marker[ZK_MARKER_MAX]; /* "t<token>"; "" without a token, or
+                                   for one that cannot name a node */
+};
+
+/* One acquire: what zk_be_acquire() sets up for the recipe's rounds. */
+struct zk_acq {
+    struct zk_be *be;
+    struct zk_conn *cn;
+    const struct lock_req *req;
+    struct zk_waiter *w; /* NULL: try once */
+    struct zk_paths p;
+    char data[ZK_DATA_MAX];
+    size_t data_len;
+    struct zk_holder mine; /* what data says: ttl_ms, token, grant_by */
+    int64_t grant_by;      /* server ms, written into h */
+    int64_t dl;            /* monotonic ms */
+};
+
+/* ---- names.c: node names, paths, node data ---------------------------- */
+
+/* Decode n chars of base64url; the length, or -1 on junk or overflow. */
+long zk_b64_decode(const char *in, size_t n, unsigned char *out, size_t cap);
+/* parent + "/" + name into out (cap bytes): 0, or -1 if it cannot fit. */
+int zk_child_path(const char *parent, const char *name, char *out, size_t cap);
+/* A key's nodes, and token's marker when token is not NULL: 0, or -1 if
+ * a path cannot fit. */
+int zk_paths_key(const struct zk_be *be,
+                 const char *key,
+                 size_t key_len,
+                 const char *token,
+                 struct zk_paths *p);
+/* The same from a key node's name ("k..."), as listed under be->locks. */
+int zk_paths_node(const struct zk_be *be, const char *name, struct zk_paths *p);
+/* "t<token>": 0, or -1 for a token that cannot be a node name. */
+int zk_marker_name(const char *token, char *out, size_t cap);
+/* A waiter node's name up to its sequence: w<inst>-<id>-<deadline>-. */
+int zk_waiter_prefix(const struct zk_be *be,
+                     uint64_t id,
+                     int64_t deadline,
+                     char *out,
+                     size_t cap);
+/* True if a waiter node's name is one of this instance's. */
+bool zk_waiter_is_ours(const struct zk_be *be, const char *name);
+/* Parse a waiter's name: w<inst>-<id>-<deadline>-<10-digit sequence>. */
+int zk_parse_waiter(const char *name, struct zk_kid *k);
+int zk_cmp_kid(const void *a, const void *b); /* by sequence, for qsort */
+/* h's data: "lockd1 <ttl_ms> <token>[ <grant_by>][\n<owner>]". */
+int zk_fmt_holder(char *buf,
+                  size_t cap,
+                  const char *token,
+                  uint64_t ttl_ms,
+                  int64_t grant_by,
+                  const char *owner,
+                  size_t *len);
+/* Parse a holder's data; -1 if it is not ours. */
+int zk_parse_holder(const char *data, int len, struct zk_holder *h);
+/* The URL's path as a chroot: "a/b" -> "/a/b" (owned), "" for none. */
+int zk_parse_chroot(const char *path, char **out);
+/* be->root, be->locks and be->clock_path under be->chroot: 0, or -1
+ * without memory. */
+int zk_root_paths(struct zk_be *be);
+
+/* ---- keeper.c: the keeper thread, the handle, the clock, watches ------ */
+
+void zk_clock_sample(struct zk_be *be, int64_t mtime, int64_t t0, int64_t t1);
+int64_t zk_server_now(struct zk_be *be);
+int64_t zk_server_latest(struct zk_be *be);
+/* The watcher of h and of predecessors: notifies the key. */
+void zk_node_watcher(
+    zhandle_t *zh, int type, int state, const char *path, void *ctx);
+void zk_notify(struct zk_be *be, const char *key, size_t key_len);
+/* Borrow the handle if it is connected and ready; NULL otherwise. */
+struct zk_conn *zk_conn_get(struct zk_be *be);
+void zk_conn_put(struct zk_be *be, struct zk_conn *c);
+/* be->mu held; takes c out of service, waits until nobody borrows it,
+ * closes it. Returns with be->mu held. */
+void zk_conn_retire(struct zk_be *be, struct zk_conn *c);
+/* be->mu held: wait on be->cv for at most ms. */
+void zk_keeper_wait(struct zk_be *be, int64_t ms);
+void *zk_keeper(void *arg);
+void zk_trash_add(struct zk_be *be,
+                  const char *parent,
+                  const char *name,
+                  bool is_prefix);
+
+/* ---- store.c: requests to the store ----------------------------------- */
+
+/* The store did not answer (or answered something we cannot use). */
+enum backend_result zk_unavailable(const char *what, int rc);
+int64_t zk_deadline(const struct zk_be *be); /* monotonic ms */
+int zk_get_kids(struct zk_conn *cn,
+                const char *path,
+                int64_t dl,
+                struct zk_call **out);
+int zk_get(struct zk_be *be,
+           struct zk_conn *cn,
+           const char *path,
+           bool watch,
+           int64_t dl,
+           struct zk_holder *h,
+           struct Stat *st,
+           bool *parsed);
+int zk_delete(struct zk_conn *cn, const char *path, int version, int64_t dl);
+/* Delete every child of parent whose name starts with prefix. */
+int zk_delete_prefixed(struct zk_conn *cn,
+                       const char *parent,
+                       const char *prefix,
+                       int64_t dl);
+int zk_create(struct zk_conn *cn,
+              const char *path,
+              const char *data,
+              int len,
+              int mode,
+              int64_t dl,
+              char *name,
+              size_t name_cap,
+              struct Stat *st);
+int zk_set(struct zk_conn *cn,
+           const char *path,
+           const char *data,
+           int len,
+           int version,
+           int64_t dl,
+           struct Stat *st);
+int zk_exists(struct zk_conn *cn, const char *path, int64_t dl);
+int zk_set_marked(struct zk_conn *cn,
+                  const struct zk_paths *p,
+                  const char *data,
+                  size_t len,
+                  int version,
+                  int64_t dl,
+                  struct Stat *st);
+int zk_claim(struct zk_conn *cn,
+             const struct zk_paths *p,
+             int version,
+             const char *waiter_name,
+             int64_t dl);
+int zk_grant(struct zk_conn *cn,
+             const struct zk_paths *p,
+             bool make_parent,
+             const char *waiter_name,
+             const char *data,
+             size_t len,
+             int64_t dl,
+             struct Stat *st);
+int zk_drop_checked(struct zk_conn *cn,
+                    const struct zk_paths *p,
+                    const char *marker,
+                    int version,
+                    bool with_parent,
+                    int64_t dl);
+
+/* ---- recipe.c: the acquire/queue recipe ------------------------------- */
+
+int64_t zk_remaining(struct zk_be *be,
+                     const struct zk_holder *h,
+                     const struct Stat *st);
+int64_t zk_left_surely(struct zk_be *be,
+                       const struct zk_holder *h,
+                       const struct Stat *st,
+                       int64_t sent);
+int zk_fill_grant(const struct Stat *st,
+                  uint64_t ttl_ms,
+                  uint64_t report,
+                  struct lock_grant *out);
+int zk_reap_holder(struct zk_be *be,
+                   struct zk_conn *cn,
+                   const struct zk_paths *p,
+                   const struct zk_holder *h,
+                   int version,
+                   int64_t dl,
+                   const char *key,
+                   size_t key_len);
+struct zk_waiter *
+zk_waiter_new(struct zk_be *be, const char *key, size_t key_len);
+void zk_waiter_free(struct zk_be *be, struct zk_waiter *w);
+/* Rounds of an acquire: BACKEND_OK, HELD, UNAVAILABLE or NO_MEMORY when
+ * answered, -1 to look again. zk_acq_fresh() is the first round of a
+ * request without a place yet (a free key usually has no node). */
+int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out);
+int zk_acq_round(struct zk_acq *a, struct lock_grant *out);
+
+/* ---- own.c: grants made here ------------------------------------------ */
+
+void zk_own_put(struct zk_be *be,
+                const char *key,
+                size_t key_len,
+                const char *token,
+                const struct Stat *st,
+                uint64_t ttl_ms,
+                bool alone);
+bool zk_own_get(struct zk_be *be,
+                const char *key,
+                size_t key_len,
+                const char *token,
+                struct zk_own *out);
+void zk_own_drop(struct zk_be *be, const char *key, size_t key_len);
+
+#endif /* BACKENDS_ZOOKEEPER_ZK_H */
