@@ -80,146 +80,59 @@ enum redis_be_script {
  * this, an acquire answered 503 would then grant the key to a token nobody
  * has, and the key would stay held until its TTL.
  */
+/* The scripts, backends/redis/NAME.lua, embedded at build time. */
+
+/* acquire: KEYS lock, fence, queue, deadlines; ARGV token, ttl_ms,
+ * has_owner, owner, waiter ("" = try once), what is left of its wait
+ * (ms, >= 0), this instance's waiter prefix, release channel, key,
+ * not-after (Redis unix ms; the last argument).
+ * {-2}: run after lockd gave up on it, nothing done.
+ * {1, fence, ttl, expires_at} granted;
+ * {0, retry_ms, behind, ours} held, or free with an earlier waiter
+ * first (behind = 1; ours = 1 when that waiter is this instance's).
+ * A retry of an acquire whose reply was lost finds its own token and
+ * is granted again, with the same fence. A place's deadline is
+ * Redis's now plus the wait left, set again by every try: lockd's
+ * wall clock never reaches Redis, so a skewed one can neither reap a
+ * live place nor keep a dead one. Places whose deadline (plus a grace,
+ * REDIS_BE_GRACE_MS, for a late cancel) passed are dropped from the
+ * head: their lockd would have cancelled them, so it is gone; the
+ * queue's own expiry follows its last deadline. Behind another
+ * instance's waiter on a free key, retry soon (it should take the key
+ * at once); a waiter's grant is published so the others learn the new
+ * holder's TTL. */
+static const char acquire_lua[] =
+#include "backends/redis/acquire.lua.h"
+    ;
+
+/* renew: KEYS lock; ARGV token, ttl_ms ("0" = the stored TTL),
+ * not-after. {1, fence, ttl, expires_at}, {0} free, {-1} another
+ * token, {-2} too late. */
+static const char renew_lua[] =
+#include "backends/redis/renew.lua.h"
+    ;
+
+/* release: KEYS lock, queue; ARGV token, channel, key. 1 released,
+ * 0 free, -1 another token. Published only when someone waits: every
+ * waiter, on any instance, has a place in the queue. */
+static const char release_lua[] =
+#include "backends/redis/release.lua.h"
+    ;
+
+/* inspect: KEYS lock. {1, fence, pttl, expires_at, owner or nil},
+ * {0} free. */
+static const char inspect_lua[] =
+#include "backends/redis/inspect.lua.h"
+    ;
+
+/* cancel: KEYS queue, deadlines, lock; ARGV waiter, channel, key.
+ * Leaves the queue; if the key is free and others wait, tells them. */
+static const char cancel_lua[] =
+#include "backends/redis/cancel.lua.h"
+    ;
+
 static const char *const redis_be_scripts[SCRIPT_COUNT] = {
-    /* acquire: KEYS lock, fence, queue, deadlines; ARGV token, ttl_ms,
-     * has_owner, owner, waiter ("" = try once), what is left of its wait
-     * (ms, >= 0), this instance's waiter prefix, release channel, key,
-     * not-after (Redis unix ms; the last argument).
-     * {-2}: run after lockd gave up on it, nothing done.
-     * {1, fence, ttl, expires_at} granted;
-     * {0, retry_ms, behind, ours} held, or free with an earlier waiter
-     * first (behind = 1; ours = 1 when that waiter is this instance's).
-     * A retry of an acquire whose reply was lost finds its own token and
-     * is granted again, with the same fence. A place's deadline is
-     * Redis's now plus the wait left, set again by every try: lockd's
-     * wall clock never reaches Redis, so a skewed one can neither reap a
-     * live place nor keep a dead one. Places whose deadline (plus a grace
-     * for a late cancel) passed are dropped from the head: their lockd
-     * would have cancelled them, so it is gone; the queue's own expiry
-     * follows its last deadline. Behind another instance's waiter on a
-     * free key, retry soon (it should take the key at once); a waiter's
-     * grant is published so the others learn the new holder's TTL. */
-    "if redis.replicate_commands then redis.replicate_commands() end\n"
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "if now > tonumber(ARGV[10]) then return {-2} end\n"
-    "local grace = 1000\n" /* REDIS_BE_GRACE_MS */
-    "local uid = ARGV[5]\n"
-    "local head = redis.call('LINDEX', KEYS[3], 0)\n"
-    "while head do\n"
-    "  local dl = tonumber(redis.call('HGET', KEYS[4], head) or '0')\n"
-    "  if dl + grace >= now then break end\n"
-    "  redis.call('LPOP', KEYS[3])\n"
-    "  redis.call('HDEL', KEYS[4], head)\n"
-    "  head = redis.call('LINDEX', KEYS[3], 0)\n"
-    "end\n"
-    "if uid ~= '' then\n"
-    "  local left = tonumber(ARGV[6])\n"
-    "  if redis.call('HEXISTS', KEYS[4], uid) == 0 then\n"
-    "    redis.call('RPUSH', KEYS[3], uid)\n"
-    "    if not head then head = uid end\n"
-    "  end\n"
-    "  redis.call('HSET', KEYS[4], uid, string.format('%.0f', now + left))\n"
-    "  if redis.call('PTTL', KEYS[3]) < left + grace then\n"
-    "    redis.call('PEXPIRE', KEYS[3], left + grace)\n"
-    "    redis.call('PEXPIRE', KEYS[4], left + grace)\n"
-    "  end\n"
-    "end\n"
-    "local h = redis.sha1hex(ARGV[1])\n"
-    "local cur = redis.call('HMGET', KEYS[1], 't', 'f', 'ttl')\n"
-    "if cur[1] then\n"
-    "  local pttl = redis.call('PTTL', KEYS[1])\n"
-    "  if cur[1] == h then\n"
-    "    if uid ~= '' then\n"
-    "      redis.call('LREM', KEYS[3], 0, uid)\n"
-    "      redis.call('HDEL', KEYS[4], uid)\n"
-    "    end\n"
-    "    return {1, tonumber(cur[2]), tonumber(cur[3]), now + pttl}\n"
-    "  end\n"
-    "  return {0, pttl, 0, 0}\n"
-    "end\n"
-    "if head and head ~= uid then\n"
-    "  local dl = tonumber(redis.call('HGET', KEYS[4], head) or '0')\n"
-    "  local hint = dl + grace - now\n"
-    "  if hint < 1 then hint = 1 end\n"
-    "  local ours = 0\n"
-    "  if string.sub(head, 1, string.len(ARGV[7])) == ARGV[7] then\n"
-    "    ours = 1\n"
-    "  elseif hint > 200 then\n"
-    "    hint = 200\n"
-    "  end\n"
-    "  return {0, hint, 1, ours}\n"
-    "end\n"
-    "if uid ~= '' then\n"
-    "  redis.call('LPOP', KEYS[3])\n"
-    "  redis.call('HDEL', KEYS[4], uid)\n"
-    "  if redis.call('LLEN', KEYS[3]) > 0 then\n"
-    "    redis.call('PUBLISH', ARGV[8], ARGV[9])\n"
-    "  end\n"
-    "end\n"
-    "local f = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-    "if f >= 9007199254740991 then\n"
-    "  return redis.error_reply('ERR lockd fence counter exhausted')\n"
-    "end\n"
-    "f = redis.call('INCR', KEYS[2])\n"
-    "local fs = string.format('%.0f', f)\n"
-    "if ARGV[3] == '1' then\n"
-    "  redis.call('HSET', KEYS[1], 't', h, 'f', fs, 'ttl', ARGV[2],"
-    " 'o', ARGV[4])\n"
-    "else\n"
-    "  redis.call('HSET', KEYS[1], 't', h, 'f', fs, 'ttl', ARGV[2])\n"
-    "end\n"
-    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "return {1, f, tonumber(ARGV[2]), now + tonumber(ARGV[2])}\n",
-
-    /* renew: KEYS lock; ARGV token, ttl_ms ("0" = the stored TTL),
-     * not-after. {1, fence, ttl, expires_at}, {0} free, {-1} another
-     * token, {-2} too late. */
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "if now > tonumber(ARGV[3]) then return {-2} end\n"
-    "local cur = redis.call('HMGET', KEYS[1], 't', 'f', 'ttl')\n"
-    "if not cur[1] then return {0} end\n"
-    "if cur[1] ~= redis.sha1hex(ARGV[1]) then return {-1} end\n"
-    "local ttl = ARGV[2]\n"
-    "if ttl == '0' then\n"
-    "  ttl = cur[3]\n"
-    "else\n"
-    "  redis.call('HSET', KEYS[1], 'ttl', ttl)\n"
-    "end\n"
-    "redis.call('PEXPIRE', KEYS[1], ttl)\n"
-    "return {1, tonumber(cur[2]), tonumber(ttl), now + tonumber(ttl)}\n",
-
-    /* release: KEYS lock, queue; ARGV token, channel, key. 1 released,
-     * 0 free, -1 another token. Published only when someone waits: every
-     * waiter, on any instance, has a place in the queue. */
-    "local cur = redis.call('HGET', KEYS[1], 't')\n"
-    "if not cur then return 0 end\n"
-    "if cur ~= redis.sha1hex(ARGV[1]) then return -1 end\n"
-    "redis.call('DEL', KEYS[1])\n"
-    "if redis.call('LLEN', KEYS[2]) > 0 then\n"
-    "  redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
-    "end\n"
-    "return 1\n",
-
-    /* inspect: KEYS lock. {1, fence, pttl, expires_at, owner or nil},
-     * {0} free. */
-    "local cur = redis.call('HMGET', KEYS[1], 'f', 'o')\n"
-    "if not cur[1] then return {0} end\n"
-    "local pttl = redis.call('PTTL', KEYS[1])\n"
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "return {1, tonumber(cur[1]), pttl, now + pttl, cur[2]}\n",
-
-    /* cancel: KEYS queue, deadlines, lock; ARGV waiter, channel, key.
-     * Leaves the queue; if the key is free and others wait, tells them. */
-    "local n = redis.call('LREM', KEYS[1], 0, ARGV[1])\n"
-    "redis.call('HDEL', KEYS[2], ARGV[1])\n"
-    "if n > 0 and redis.call('EXISTS', KEYS[3]) == 0 and\n"
-    "   redis.call('LLEN', KEYS[1]) > 0 then\n"
-    "  redis.call('PUBLISH', ARGV[2], ARGV[3])\n"
-    "end\n"
-    "return n\n",
+    acquire_lua, renew_lua, release_lua, inspect_lua, cancel_lua,
 };
 
 struct redis_be;
