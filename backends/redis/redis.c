@@ -1496,7 +1496,7 @@ static void redis_be_close(struct backend *b)
 
 const struct backend_ops redis_backend = {
     .scheme = "redis",
-    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
+    .caps = BACKEND_CAP_QUEUE,
     .open = redis_be_open,
     .acquire = redis_be_acquire,
     .renew = redis_be_renew,
