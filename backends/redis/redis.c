@@ -16,6 +16,10 @@
  *   channel P "released:" db   PUBLISHed with K by every release
  * P and the fixed words around K make the mapping injective: K is what is
  * left after stripping them, and "lock:" and "fence:" never collide.
+ *
+ * Keys reach the operations through the wrappers of backends/backend.c,
+ * which let through only 1..LOCK_KEY_MAX bytes (backend_key_ok()): no
+ * check here.
  */
 #include "backends/backend.h"
 
@@ -27,14 +31,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/time.h>
 #include <time.h>
 
 #include <hiredis/hiredis.h>
 
-#include "lib/log.h"
 #include "lib/clock.h"
+#include "lib/log.h"
+#include "lib/random.h"
 #include "lib/text.h"
 #include "lib/url.h"
 
@@ -193,7 +197,7 @@ struct redis_be {
                                      free those of threads still alive */
     struct redis_be_trash *trash; /* owned; retried by the subscriber */
     size_t ntrash;                /* at most REDIS_BE_TRASH_MAX */
-    pthread_cond_t sub_cond;      /* signalled on sub_tried and stopping */
+    pthread_cond_t sub_cond;      /* monotonic; signalled on sub_tried and stopping */
     bool sub_tried;               /* the subscriber made its first attempt */
     pthread_t sub_thread;
     bool sub_started;
@@ -791,18 +795,11 @@ static void redis_be_trash_tick(struct redis_be *be, int64_t *last_ms)
 
 static void redis_be_sub_sleep(struct redis_be *be, int64_t ms)
 {
-    struct timespec ts;
+    int64_t deadline = clock_deadline_ms(ms);
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&be->lock);
     while (!atomic_load(&be->stopping))
-        if (pthread_cond_timedwait(&be->sub_cond, &be->lock, &ts) != 0)
+        if (clock_cond_wait_until(&be->sub_cond, &be->lock, deadline) != 0)
             break;
     pthread_mutex_unlock(&be->lock);
 }
@@ -940,49 +937,23 @@ static void *redis_be_sub_main(void *arg)
 
 /* ---- URL ---- */
 
+/* host[:port], [v6][:port] or a bare v6 address; one primary only (a ','
+ * is refused). Empty: the default host. 0, -1 when malformed, -2 when out
+ * of memory. */
 static int redis_be_parse_hosts(struct redis_be *be, const char *hosts)
 {
-    const char *port = NULL;
-    size_t hl;
-    uint64_t v;
+    unsigned port = REDIS_BE_DEFAULT_PORT;
+    int rc;
 
     if (hosts == NULL || hosts[0] == '\0') {
         be->host = strdup(REDIS_BE_DEFAULT_HOST);
         be->port = REDIS_BE_DEFAULT_PORT;
-        return be->host != NULL ? 0 : -1;
+        return be->host != NULL ? 0 : -2;
     }
-    if (strchr(hosts, ',') != NULL)
-        return -1; /* one primary only */
-    if (hosts[0] == '[') {
-        const char *close = strchr(hosts, ']');
-        if (close == NULL || close == hosts + 1)
-            return -1;
-        if (close[1] == ':')
-            port = close + 2;
-        else if (close[1] != '\0')
-            return -1;
-        be->host = strndup(hosts + 1, (size_t)(close - hosts - 1));
-    } else {
-        const char *colon = strrchr(hosts, ':');
-        if (colon != NULL && strchr(hosts, ':') == colon) {
-            port = colon + 1;
-            hl = (size_t)(colon - hosts);
-        } else {
-            hl = strlen(hosts); /* bare IPv6 address or a host */
-        }
-        if (hl == 0)
-            return -1;
-        be->host = strndup(hosts, hl);
-    }
-    if (be->host == NULL)
-        return -1;
-    be->port = REDIS_BE_DEFAULT_PORT;
-    if (port != NULL) {
-        if (text_parse_u64(port, 1, 65535, &v) != 0)
-            return -1;
-        be->port = (int)v;
-    }
-    return 0;
+    rc = url_hostport(hosts, &be->host, &port, URL_HOSTPORT_BARE_V6);
+    if (rc == 0)
+        be->port = (int)port;
+    return rc;
 }
 
 static enum backend_result redis_be_parse_url(struct redis_be *be,
@@ -1001,15 +972,22 @@ static enum backend_result redis_be_parse_url(struct redis_be *be,
         snprintf(errbuf, errlen, "redis: malformed URL");
         return BACKEND_INVALID;
     }
-    if (strcmp(u.scheme, "redis") != 0)
+    if (strcmp(u.scheme, "redis") != 0) {
+        snprintf(errbuf, errlen, "redis: the URL scheme is not redis://");
         goto out;
+    }
     if (url_check_params(&u, allowed, &bad) != 0) {
         snprintf(errbuf, errlen, "redis: unknown URL option '%s' (known: prefix, "
                   "connect_timeout_ms, timeout_ms)",
                   bad);
         goto out;
     }
-    if (redis_be_parse_hosts(be, u.hosts) != 0) {
+    switch (redis_be_parse_hosts(be, u.hosts)) {
+    case 0:
+        break;
+    case -2:
+        goto nomem;
+    default:
         snprintf(errbuf, errlen, "redis: bad host or port in the URL");
         goto out;
     }
@@ -1072,6 +1050,7 @@ static enum backend_result redis_be_parse_url(struct redis_be *be,
     res = BACKEND_OK;
     goto out;
 nomem:
+    snprintf(errbuf, errlen, "redis: out of memory");
     res = BACKEND_NO_MEMORY;
 out:
     url_cleanup(&u);
@@ -1091,8 +1070,7 @@ static enum backend_result redis_be_open(const char *url,
 {
     struct redis_be *be = calloc(1, sizeof(*be));
     enum backend_result r;
-    struct timespec ts;
-    int64_t wait_ms;
+    int64_t wait_ms, deadline;
 
     *out = NULL;
     if (be == NULL)
@@ -1108,7 +1086,7 @@ static enum backend_result redis_be_open(const char *url,
         free(be);
         return BACKEND_NO_MEMORY;
     }
-    if (pthread_cond_init(&be->sub_cond, NULL) != 0) {
+    if (clock_cond_init(&be->sub_cond) != 0) {
         pthread_mutex_destroy(&be->lock);
         free(be);
         return BACKEND_NO_MEMORY;
@@ -1119,17 +1097,11 @@ static enum backend_result redis_be_open(const char *url,
         free(be);
         return BACKEND_NO_MEMORY;
     }
-    {
-        unsigned char rnd[8];
-        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
-            redis_be_close(&be->base);
-            return BACKEND_NO_MEMORY;
-        }
-        for (size_t i = 0; i < sizeof(rnd); i++)
-            snprintf(be->instance + 2 * i, 3, "%02x", rnd[i]);
-        be->instance[16] = ':';
-        be->instance[17] = '\0';
+    if (random_hex(be->instance, 8) != 0) {
+        redis_be_close(&be->base);
+        return BACKEND_NO_MEMORY;
     }
+    strcat(be->instance, ":");
     r = redis_be_parse_url(be, url, errbuf, errlen);
     if (r != BACKEND_OK) {
         redis_be_close(&be->base);
@@ -1147,11 +1119,10 @@ static enum backend_result redis_be_open(const char *url,
     wait_ms = (int64_t)be->connect_tv.tv_sec * 1000 +
               be->connect_tv.tv_usec / 1000 +
               (int64_t)be->cmd_tv.tv_sec * 1000 + be->cmd_tv.tv_usec / 1000;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(wait_ms / 1000) + 1;
+    deadline = clock_deadline_ms((wait_ms / 1000 + 1) * 1000);
     pthread_mutex_lock(&be->lock);
     while (!be->sub_tried)
-        if (pthread_cond_timedwait(&be->sub_cond, &be->lock, &ts) != 0)
+        if (clock_cond_wait_until(&be->sub_cond, &be->lock, deadline) != 0)
             break;
     pthread_mutex_unlock(&be->lock);
     if (redis_be_ping(&be->base) != BACKEND_OK)
@@ -1210,8 +1181,6 @@ static enum backend_result redis_be_acquire(struct backend *b,
     redisReply *r;
     enum backend_result res = BACKEND_UNAVAILABLE;
 
-    if (req->key_len == 0 || req->key_len > LOCK_KEY_MAX)
-        return BACKEND_NOT_FOUND;
     if (req->waiter != NULL) {
         bw = redis_be_wait_get(be, req->waiter);
         if (bw == NULL)
@@ -1289,8 +1258,7 @@ static enum backend_result redis_be_cancel_wait(struct backend *b,
 
     if (bw == NULL)
         return BACKEND_OK;
-    if (key_len > 0 && key_len <= LOCK_KEY_MAX &&
-        redis_be_cancel_run(be, key, key_len, bw->id) != 0) {
+    if (redis_be_cancel_run(be, key, key_len, bw->id) != 0) {
         /* retried by the subscriber once Redis answers; at the latest,
          * the place goes when its deadline passes */
         redis_be_trash_add(be, key, key_len, bw->id,
@@ -1312,8 +1280,6 @@ static enum backend_result redis_be_renew(struct backend *b,
     redisReply *r;
     enum backend_result res = BACKEND_UNAVAILABLE;
 
-    if (req->key_len == 0 || req->key_len > LOCK_KEY_MAX)
-        return BACKEND_NOT_FOUND;
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
     args[0] = lock;
     lens[0] = redis_be_key(be, "lock:", req->key, req->key_len, lock);
@@ -1354,8 +1320,6 @@ static enum backend_result redis_be_release(struct backend *b,
     redisReply *r;
     enum backend_result res = BACKEND_UNAVAILABLE;
 
-    if (req->key_len == 0 || req->key_len > LOCK_KEY_MAX)
-        return BACKEND_NOT_FOUND;
     args[0] = lock;
     lens[0] = redis_be_key(be, "lock:", req->key, req->key_len, lock);
     args[1] = queue;
@@ -1399,8 +1363,6 @@ static enum backend_result redis_be_inspect(struct backend *b,
     redisReply *r;
     enum backend_result res = BACKEND_UNAVAILABLE;
 
-    if (key_len == 0 || key_len > LOCK_KEY_MAX)
-        return BACKEND_NOT_FOUND;
     args[0] = lock;
     lens[0] = redis_be_key(be, "lock:", key, key_len, lock);
     r = redis_be_script(be, SCRIPT_INSPECT, 1, 1, args, lens, false);
