@@ -1,0 +1,15 @@
+-- cancel: take a waiter out of a key's queue.
+-- KEYS and ARGV by name, in the order lockd sends them.
+local queue_key = KEYS[1]
+local deadlines_key = KEYS[2]
+local lock_key = KEYS[3]
+local uid = ARGV[1]
+local channel = ARGV[2]
+local key = ARGV[3]
+local n = redis.call('LREM', queue_key, 0, uid)
+redis.call('HDEL', deadlines_key, uid)
+if n > 0 and redis.call('EXISTS', lock_key) == 0 and
+   redis.call('LLEN', queue_key) > 0 then
+  redis.call('PUBLISH', channel, key)
+end
+return n

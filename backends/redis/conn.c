@@ -1,0 +1,399 @@
+/*
+ * backends/redis/conn.c - the connections of the Redis adapter: one
+ * hiredis context per worker thread (under a pthread key, so no thread
+ * waits for another's round trip), reconnecting with a growing back-off,
+ * and the log lines for Redis going away and coming back. Kept apart
+ * from the scripts and the operations so the per-thread-connection and
+ * back-off logic can move into a module shared with other adapters.
+ */
+#include "backends/redis/redis_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "lib/clock.h"
+#include "lib/log.h"
+
+/* ---- logging and back-off ---- */
+
+void redis_warn(struct redis_be *be, const char *what, const char *detail)
+{
+    int64_t now = clock_mono_ms();
+    int64_t last = atomic_load_explicit(&be->last_log_ms, memory_order_relaxed);
+
+    if (now - last < REDIS_BE_LOG_EVERY_MS && last != 0)
+        return;
+    if (!atomic_compare_exchange_strong(&be->last_log_ms, &last, now))
+        return;
+    log_warn("redis: %s: %s", what, detail);
+}
+
+/* Log the moments Redis goes away and comes back; on success, tell
+ * threads waiting out a backoff that Redis answers again. */
+void redis_mark(struct redis_be *be, int up, const char *detail)
+{
+    int was;
+
+    /* every success, not a sample of them: a thread that failed a moment
+     * before the last sample would otherwise keep backing off (and answer
+     * /readyz 503) after Redis is back */
+    if (up)
+        atomic_store_explicit(&be->last_ok_ms, clock_mono_ms(),
+                              memory_order_relaxed);
+    if (atomic_load_explicit(&be->up, memory_order_relaxed) == up)
+        return;
+    was = atomic_exchange(&be->up, up);
+    if (was == up)
+        return;
+    if (up)
+        log_info("redis: connected to %s:%d", be->host, be->port);
+    else
+        log_warn("redis: %s:%d unavailable: %s", be->host, be->port, detail);
+}
+
+int64_t redis_backoff_next(int64_t cur)
+{
+    int64_t next = cur == 0 ? REDIS_BE_BACKOFF_MIN_MS : cur * 2;
+
+    return next > REDIS_BE_BACKOFF_MAX_MS ? REDIS_BE_BACKOFF_MAX_MS : next;
+}
+
+/* ---- dialling ---- */
+
+static struct timeval redis_tv(int64_t ms)
+{
+    struct timeval tv;
+
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
+    return tv;
+}
+
+/* AUTH on a fresh context: 0, or -1 (why in err). */
+static int
+redis_auth(struct redis_be *be, redisContext *c, char *err, size_t errlen)
+{
+    redisReply *r;
+
+    if (be->user != NULL) {
+        const char *argv[] = { "AUTH", be->user, be->password };
+        size_t lens[] = { 4, strlen(be->user), strlen(be->password) };
+        r = redisCommandArgv(c, 3, argv, lens);
+    } else {
+        const char *argv[] = { "AUTH", be->password };
+        size_t lens[] = { 4, strlen(be->password) };
+        r = redisCommandArgv(c, 2, argv, lens);
+    }
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "AUTH: %s", r != NULL ? r->str : c->errstr);
+        freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/*
+ * Connect and authenticate: a context with command timeouts, or NULL (and
+ * why in err). Blocks at most the connect timeout plus one command timeout
+ * per round trip.
+ */
+redisContext *redis_dial(struct redis_be *be, char *err, size_t errlen)
+{
+    redisContext *c =
+        redisConnectWithTimeout(be->host, be->port, redis_tv(be->connect_ms));
+
+    if (c == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (c->err != 0) {
+        snprintf(err, errlen, "connect: %s", c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    if (redisSetTimeout(c, redis_tv(be->cmd_ms)) != REDIS_OK) {
+        snprintf(err, errlen, "cannot set timeouts: %s", c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    if (be->password != NULL && redis_auth(be, c, err, errlen) != 0) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* A decimal integer reply element: 0, or -1. */
+static int redis_clock_part(const redisReply *e, int64_t *out)
+{
+    char *end;
+
+    errno = 0;
+    *out = strtoll(e->str, &end, 10);
+    return errno != 0 || *end != '\0' ? -1 : 0;
+}
+
+/*
+ * Measure Redis's clock against our monotonic one: *offset is Redis's unix
+ * ms minus ours, off by at most half a round trip. 0, or -1 on a dead
+ * context (the caller frees it).
+ */
+int redis_clock(redisContext *c, int64_t *offset)
+{
+    const char *argv[] = { "TIME" };
+    size_t lens[] = { 4 };
+    int64_t t0 = clock_mono_ms(), t1;
+    redisReply *r = redisCommandArgv(c, 1, argv, lens);
+    int64_t sec, usec;
+    int rc = -1;
+
+    t1 = clock_mono_ms();
+    if (r == NULL)
+        return -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING &&
+        redis_clock_part(r->element[0], &sec) == 0 &&
+        redis_clock_part(r->element[1], &usec) == 0) {
+        *offset = sec * 1000 + usec / 1000 - (t0 + t1) / 2;
+        rc = 0;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/*
+ * Dial, SELECT the database and load the scripts, in one round trip, then
+ * measure Redis's clock: 0, or -1 (why in err).
+ */
+static int redis_conn_open(struct redis_be *be,
+                           struct redis_conn *cn,
+                           char *err,
+                           size_t errlen)
+{
+    redisContext *c = redis_dial(be, err, errlen);
+    redisReply *r = NULL;
+    char db[16];
+    int rc = 0;
+
+    if (c == NULL)
+        return -1;
+    snprintf(db, sizeof(db), "%u", be->db);
+    if (be->db != 0) {
+        const char *argv[] = { "SELECT", db };
+        size_t lens[] = { 6, strlen(db) };
+        if (redisAppendCommandArgv(c, 2, argv, lens) != REDIS_OK)
+            goto fail;
+    }
+    if (redis_scripts_send(c) != 0)
+        goto fail;
+    if (be->db != 0) {
+        if (redisGetReply(c, (void **)&r) != REDIS_OK || r == NULL)
+            goto fail;
+        if (r->type == REDIS_REPLY_ERROR) {
+            snprintf(err, errlen, "SELECT %s: %s", db, r->str);
+            rc = -1;
+        }
+        freeReplyObject(r);
+    }
+    switch (redis_scripts_recv(c, cn->sha, err, errlen)) {
+    case 0:
+        break;
+    case -1:
+        rc = -1;
+        break;
+    default:
+        goto fail;
+    }
+    if (rc != 0) {
+        redisFree(c);
+        return -1;
+    }
+    if (redis_clock(c, &cn->offset_ms) != 0)
+        goto fail;
+    cn->ctx = c;
+    return 0;
+fail:
+    snprintf(err, errlen, "%s", c->errstr[0] != '\0' ? c->errstr : "I/O error");
+    redisFree(c);
+    return -1;
+}
+
+/* ---- per-thread connections ---- */
+
+static void redis_conn_free(struct redis_conn *cn)
+{
+    if (cn == NULL)
+        return;
+    if (cn->ctx != NULL)
+        redisFree(cn->ctx);
+    free(cn);
+}
+
+/* pthread key destructor: a worker thread exits. */
+static void redis_conn_destroy(void *p)
+{
+    struct redis_conn *cn = p;
+    struct redis_be *be = cn->be;
+
+    pthread_mutex_lock(&be->lock);
+    if (cn->prev != NULL)
+        cn->prev->next = cn->next;
+    else
+        be->conns = cn->next;
+    if (cn->next != NULL)
+        cn->next->prev = cn->prev;
+    pthread_mutex_unlock(&be->lock);
+    redis_conn_free(cn);
+}
+
+int redis_conns_init(struct redis_be *be)
+{
+    return pthread_key_create(&be->tls, redis_conn_destroy) != 0 ? -1 : 0;
+}
+
+void redis_conns_free(struct redis_be *be)
+{
+    struct redis_conn *cn, *next;
+
+    /* Threads still alive keep their value under the key, but once the
+     * key is deleted no destructor runs: free every connection here. */
+    pthread_key_delete(be->tls);
+    pthread_mutex_lock(&be->lock);
+    cn = be->conns;
+    be->conns = NULL;
+    pthread_mutex_unlock(&be->lock);
+    for (; cn != NULL; cn = next) {
+        next = cn->next;
+        redis_conn_free(cn);
+    }
+}
+
+struct redis_conn *redis_conn_get(struct redis_be *be)
+{
+    struct redis_conn *cn = pthread_getspecific(be->tls);
+
+    if (cn != NULL)
+        return cn;
+    cn = calloc(1, sizeof(*cn));
+    if (cn == NULL)
+        return NULL;
+    cn->be = be;
+    if (pthread_setspecific(be->tls, cn) != 0) {
+        free(cn);
+        return NULL;
+    }
+    pthread_mutex_lock(&be->lock);
+    cn->next = be->conns;
+    if (be->conns != NULL)
+        be->conns->prev = cn;
+    be->conns = cn;
+    pthread_mutex_unlock(&be->lock);
+    return cn;
+}
+
+/* The context broke (I/O error, timeout, protocol error): drop it and
+ * hold off reconnecting a little, longer each time. */
+void redis_conn_fail(struct redis_be *be,
+                     struct redis_conn *cn,
+                     const char *why)
+{
+    if (cn->ctx != NULL) {
+        redisFree(cn->ctx);
+        cn->ctx = NULL;
+    }
+    cn->backoff_ms = redis_backoff_next(cn->backoff_ms);
+    cn->failed_at_ms = clock_mono_ms();
+    cn->retry_at_ms = cn->failed_at_ms + cn->backoff_ms;
+    redis_mark(be, 0, why);
+}
+
+int redis_conn_ready(struct redis_be *be, struct redis_conn *cn)
+{
+    char err[256];
+
+    if (cn->ctx != NULL)
+        return 0;
+    /* back off, unless another thread has reached Redis since we failed:
+     * then it is back and this thread should not answer 503 any longer */
+    if (clock_mono_ms() < cn->retry_at_ms &&
+        atomic_load_explicit(&be->last_ok_ms, memory_order_relaxed) <
+            cn->failed_at_ms)
+        return -1;
+    if (redis_conn_open(be, cn, err, sizeof(err)) != 0) {
+        redis_conn_fail(be, cn, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Did the command fail because the server had closed the connection (a
+ * Redis restart, an idle timeout) rather than time out? */
+static bool redis_closed_by_peer(const redisContext *c, int saved_errno)
+{
+    if (c->err == REDIS_ERR_EOF)
+        return true;
+    return c->err == REDIS_ERR_IO &&
+           (saved_errno == ECONNRESET || saved_errno == EPIPE);
+}
+
+/* A failed command on cn: say why and drop the context. */
+static void
+redis_command_failed(struct redis_be *be, struct redis_conn *cn, int saved)
+{
+    char why[sizeof(cn->ctx->errstr)];
+
+    if (cn->ctx->err == REDIS_ERR_IO &&
+        (saved == EAGAIN || saved == EWOULDBLOCK))
+        snprintf(why, sizeof(why), "command timed out");
+    else
+        snprintf(why, sizeof(why), "%s",
+                 cn->ctx->errstr[0] != '\0' ? cn->ctx->errstr : "I/O error");
+    redis_conn_fail(be, cn, why); /* frees the context */
+}
+
+/*
+ * Run one command on this thread's connection: the reply (caller frees;
+ * may be an error reply), or NULL when Redis is unavailable. A context the
+ * server had closed is reopened and the command sent once more: each
+ * command here is safe to repeat (acquire recognises its own token).
+ */
+redisReply *redis_command(struct redis_be *be,
+                          int argc,
+                          const char **argv,
+                          const size_t *lens)
+{
+    struct redis_conn *cn = redis_conn_get(be);
+    redisReply *r;
+    bool reused;
+    int saved;
+
+    if (cn == NULL)
+        return NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        reused = cn->ctx != NULL;
+        if (redis_conn_ready(be, cn) != 0)
+            return NULL;
+        errno = 0;
+        r = redisCommandArgv(cn->ctx, argc, argv, lens);
+        saved = errno;
+        if (r != NULL && cn->ctx->err == 0) {
+            cn->backoff_ms = 0;
+            redis_mark(be, 1, NULL);
+            return r;
+        }
+        freeReplyObject(r);
+        if (reused && attempt == 0 && redis_closed_by_peer(cn->ctx, saved)) {
+            redisFree(cn->ctx);
+            cn->ctx = NULL; /* reconnect at once, no backoff */
+            continue;
+        }
+        redis_command_failed(be, cn, saved);
+        return NULL;
+    }
+    return NULL;
+}

@@ -1,0 +1,164 @@
+/*
+ * backends/redis/options.c - the Redis adapter's URL:
+ *   redis://[[user]:password@][host[:port]][/db][?prefix=P
+ *           &connect_timeout_ms=N&timeout_ms=N]
+ * read into struct redis_be once, by open(). Apart from the operations
+ * because it is all checking and messages: each problem is told in the
+ * caller's error buffer, starting "redis: ".
+ */
+#include "backends/redis/redis_int.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/text.h"
+#include "lib/url.h"
+
+/* host[:port], [v6][:port] or a bare v6 address; one primary only (a ','
+ * is refused). Empty: the default host. */
+static enum backend_result redis_parse_hosts(struct redis_be *be,
+                                             const char *hosts,
+                                             char *err,
+                                             size_t errlen)
+{
+    unsigned port = REDIS_BE_DEFAULT_PORT;
+    int rc;
+
+    if (hosts == NULL || hosts[0] == '\0') {
+        be->host = strdup(REDIS_BE_DEFAULT_HOST);
+        be->port = REDIS_BE_DEFAULT_PORT;
+        return be->host != NULL ? BACKEND_OK : BACKEND_NO_MEMORY;
+    }
+    rc = url_hostport(hosts, &be->host, &port, URL_HOSTPORT_BARE_V6);
+    if (rc == -2)
+        return BACKEND_NO_MEMORY;
+    if (rc != 0) {
+        snprintf(err, errlen, "redis: bad host or port in the URL");
+        return BACKEND_INVALID;
+    }
+    be->port = (int)port;
+    return BACKEND_OK;
+}
+
+/* [[user]:password@] and /db. */
+static enum backend_result redis_parse_auth_db(struct redis_be *be,
+                                               const struct url *u,
+                                               char *err,
+                                               size_t errlen)
+{
+    uint64_t n;
+
+    if (u->user != NULL && u->password == NULL) {
+        snprintf(err, errlen,
+                 "redis: URL has a user but no password "
+                 "(use redis://:password@host)");
+        return BACKEND_INVALID;
+    }
+    if (u->password != NULL) {
+        be->password = strdup(u->password);
+        if (be->password == NULL)
+            return BACKEND_NO_MEMORY;
+        if (u->user != NULL && u->user[0] != '\0') {
+            be->user = strdup(u->user);
+            if (be->user == NULL)
+                return BACKEND_NO_MEMORY;
+        }
+    }
+    if (u->path != NULL) {
+        if (text_parse_u64(u->path, 0, INT_MAX, &n) != 0) {
+            snprintf(err, errlen,
+                     "redis: the URL path must be a database number");
+            return BACKEND_INVALID;
+        }
+        be->db = (unsigned)n;
+    }
+    return BACKEND_OK;
+}
+
+/* A timeout option name into *ms (left as it is when absent): 0, or -1. */
+static int redis_parse_timeout(const struct url *u,
+                               const char *name,
+                               int64_t *ms,
+                               char *err,
+                               size_t errlen)
+{
+    const char *v = url_param(u, name);
+    uint64_t n;
+
+    if (v == NULL)
+        return 0;
+    if (text_parse_u64(v, 1, REDIS_BE_TIMEOUT_MAX_MS, &n) != 0) {
+        snprintf(err, errlen, "redis: %s must be 1..%d", name,
+                 REDIS_BE_TIMEOUT_MAX_MS);
+        return -1;
+    }
+    *ms = (int64_t)n;
+    return 0;
+}
+
+/* ?prefix=, the timeouts, and the release channel named after them. */
+static enum backend_result redis_parse_options(struct redis_be *be,
+                                               const struct url *u,
+                                               char *err,
+                                               size_t errlen)
+{
+    const char *v = url_param(u, "prefix");
+    size_t len;
+
+    if (v == NULL)
+        v = REDIS_BE_DEFAULT_PREFIX;
+    if (strlen(v) > REDIS_BE_PREFIX_MAX) {
+        snprintf(err, errlen, "redis: prefix longer than %d bytes",
+                 REDIS_BE_PREFIX_MAX);
+        return BACKEND_INVALID;
+    }
+    be->prefix = strdup(v);
+    if (be->prefix == NULL)
+        return BACKEND_NO_MEMORY;
+    be->prefix_len = strlen(be->prefix);
+    be->connect_ms = REDIS_BE_CONNECT_TIMEOUT_MS;
+    be->cmd_ms = REDIS_BE_TIMEOUT_MS;
+    if (redis_parse_timeout(u, "connect_timeout_ms", &be->connect_ms, err,
+                            errlen) != 0 ||
+        redis_parse_timeout(u, "timeout_ms", &be->cmd_ms, err, errlen) != 0)
+        return BACKEND_INVALID;
+    be->base.call_timeout_ms = be->cmd_ms;
+    len = be->prefix_len + 32;
+    be->channel = malloc(len);
+    if (be->channel == NULL)
+        return BACKEND_NO_MEMORY;
+    snprintf(be->channel, len, "%sreleased:%u", be->prefix, be->db);
+    return BACKEND_OK;
+}
+
+enum backend_result
+redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
+{
+    static const char *const allowed[] = { "prefix", "connect_timeout_ms",
+                                           "timeout_ms", NULL };
+    struct url u;
+    enum backend_result res = BACKEND_INVALID;
+    const char *bad = NULL;
+
+    if (url_parse(url, &u) != 0) {
+        snprintf(err, errlen, "redis: malformed URL");
+        return BACKEND_INVALID;
+    }
+    if (strcmp(u.scheme, "redis") != 0)
+        snprintf(err, errlen, "redis: the URL scheme is not redis://");
+    else if (url_check_params(&u, allowed, &bad) != 0)
+        snprintf(err, errlen,
+                 "redis: unknown URL option '%s' (known: prefix, "
+                 "connect_timeout_ms, timeout_ms)",
+                 bad);
+    else if ((res = redis_parse_hosts(be, u.hosts, err, errlen)) ==
+                 BACKEND_OK &&
+             (res = redis_parse_auth_db(be, &u, err, errlen)) == BACKEND_OK)
+        res = redis_parse_options(be, &u, err, errlen);
+    if (res == BACKEND_NO_MEMORY)
+        snprintf(err, errlen, "redis: out of memory");
+    url_cleanup(&u);
+    return res;
+}

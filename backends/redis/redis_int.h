@@ -1,0 +1,298 @@
+/*
+ * backends/redis/redis_int.h - what the files of the Redis adapter share
+ * and nothing else includes: the adapter's state, the limits, the
+ * scripts' named arguments and each file's entry points. One header
+ * rather than one per file: the parts are small and call each other.
+ *
+ *   redis.c       the ops table: open, close and the operations
+ *   options.c     the redis:// URL
+ *   conn.c        one hiredis context per worker thread, reconnects,
+ *                 back-off, availability logging
+ *   scripts.c     the Lua scripts: loading, EVALSHA, NOSCRIPT, not-after
+ *   queue.c       a waiter's place in a key's queue, failed cancels
+ *   subscriber.c  the thread that hears releases through other instances
+ *
+ * Functions and types are named redis_*; macros and enum constants
+ * REDIS_BE_*, as hiredis owns REDIS_*.
+ */
+#ifndef BACKENDS_REDIS_REDIS_INT_H
+#define BACKENDS_REDIS_REDIS_INT_H
+
+#include "backends/backend.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#define REDIS_BE_DEFAULT_HOST       "127.0.0.1"
+#define REDIS_BE_DEFAULT_PORT       6379
+#define REDIS_BE_DEFAULT_PREFIX     "lockd:"
+#define REDIS_BE_PREFIX_MAX         256
+#define REDIS_BE_CONNECT_TIMEOUT_MS 500
+#define REDIS_BE_TIMEOUT_MS         1000
+#define REDIS_BE_TIMEOUT_MAX_MS     60000
+#define REDIS_BE_BACKOFF_MIN_MS     50
+#define REDIS_BE_BACKOFF_MAX_MS     1000
+#define REDIS_BE_SUB_POLL_MS        100 /* close() stops the subscriber in this */
+#define REDIS_BE_SUB_PING_MS        5000 /* idle subscriber checks its link */
+#define REDIS_BE_LOG_EVERY_MS       1000 /* rate limit of repeated warnings */
+#define REDIS_BE_INSTANCE_BYTES     8    /* random bytes of an instance id */
+#define REDIS_BE_WAITER_MAX         48   /* instance id ':' waiter id */
+#define REDIS_BE_GRACE_MS           1000 /* acquire.lua's grace */
+#define REDIS_BE_TRASH_MAX          4096 /* failed cancels kept to retry */
+#define REDIS_BE_TRASH_EVERY_MS     100  /* how often they are retried */
+/* prefix + "fence:{" + key + "}", the longest kind */
+#define REDIS_BE_KEYBUF (REDIS_BE_PREFIX_MAX + 8 + LOCK_KEY_MAX + 1)
+
+/* ---- the scripts and their arguments ---- */
+
+enum redis_script {
+    REDIS_BE_SCRIPT_ACQUIRE = 0,
+    REDIS_BE_SCRIPT_RENEW,
+    REDIS_BE_SCRIPT_RELEASE,
+    REDIS_BE_SCRIPT_INSPECT,
+    REDIS_BE_SCRIPT_CANCEL,
+    REDIS_BE_SCRIPT_COUNT,
+};
+
+/*
+ * Each script's arguments in the order it reads them: its KEYS, then its
+ * ARGV (the .lua file names them again, in the same order, at its top).
+ * A stamped script (acquire, renew) gets one more ARGV, last, from
+ * redis_script_run(): the not-after time in Redis's clock.
+ */
+enum redis_acquire_arg {
+    REDIS_BE_ACQ_LOCK,      /* KEYS: the lock hash */
+    REDIS_BE_ACQ_FENCE,     /* the fence counter */
+    REDIS_BE_ACQ_QUEUE,     /* the queue of waiter ids */
+    REDIS_BE_ACQ_DEADLINES, /* waiter id -> deadline */
+    REDIS_BE_ACQ_NKEYS,
+    REDIS_BE_ACQ_TOKEN = REDIS_BE_ACQ_NKEYS, /* ARGV */
+    REDIS_BE_ACQ_TTL,                        /* ms */
+    REDIS_BE_ACQ_HAS_OWNER,                  /* "1" or "0" */
+    REDIS_BE_ACQ_OWNER,                      /* "" when none */
+    REDIS_BE_ACQ_WAITER,    /* the waiter's id; "" = try once */
+    REDIS_BE_ACQ_WAIT_LEFT, /* ms left of its wait, >= 0 */
+    REDIS_BE_ACQ_INSTANCE,  /* this instance's waiter id prefix */
+    REDIS_BE_ACQ_CHANNEL,   /* the release channel */
+    REDIS_BE_ACQ_KEY,       /* the lockd key, for PUBLISH */
+    REDIS_BE_ACQ_NARGS,
+};
+
+enum redis_renew_arg {
+    REDIS_BE_REN_LOCK, /* KEYS */
+    REDIS_BE_REN_NKEYS,
+    REDIS_BE_REN_TOKEN = REDIS_BE_REN_NKEYS, /* ARGV */
+    REDIS_BE_REN_TTL,                        /* ms; "0" = the stored TTL */
+    REDIS_BE_REN_NARGS,
+};
+
+enum redis_release_arg {
+    REDIS_BE_REL_LOCK, /* KEYS */
+    REDIS_BE_REL_QUEUE,
+    REDIS_BE_REL_NKEYS,
+    REDIS_BE_REL_TOKEN = REDIS_BE_REL_NKEYS, /* ARGV */
+    REDIS_BE_REL_CHANNEL,
+    REDIS_BE_REL_KEY,
+    REDIS_BE_REL_NARGS,
+};
+
+enum redis_inspect_arg {
+    REDIS_BE_INS_LOCK, /* KEYS */
+    REDIS_BE_INS_NKEYS,
+    REDIS_BE_INS_NARGS = REDIS_BE_INS_NKEYS, /* no ARGV */
+};
+
+enum redis_cancel_arg {
+    REDIS_BE_CAN_QUEUE, /* KEYS */
+    REDIS_BE_CAN_DEADLINES,
+    REDIS_BE_CAN_LOCK,
+    REDIS_BE_CAN_NKEYS,
+    REDIS_BE_CAN_WAITER = REDIS_BE_CAN_NKEYS, /* ARGV */
+    REDIS_BE_CAN_CHANNEL,
+    REDIS_BE_CAN_KEY,
+    REDIS_BE_CAN_NARGS,
+};
+
+#define REDIS_BE_KEYS_MAX REDIS_BE_ACQ_NKEYS /* the most KEYS of a script */
+#define REDIS_BE_ARGS_MAX REDIS_BE_ACQ_NARGS /* the most KEYS + ARGV */
+
+/* One script call's KEYS and ARGV, set by name (the enums above), with
+ * room for the Redis key names it builds. */
+struct redis_args {
+    const char *v[REDIS_BE_ARGS_MAX];
+    size_t len[REDIS_BE_ARGS_MAX];
+    char keys[REDIS_BE_KEYS_MAX][REDIS_BE_KEYBUF];
+};
+
+/* ---- the adapter's state ---- */
+
+/* One worker thread's connection, kept under be->tls (conn.c). */
+struct redis_conn {
+    struct redis_be *be;  /* borrowed */
+    redisContext *ctx;    /* owned; NULL while disconnected */
+    int64_t retry_at_ms;  /* monotonic: no reconnect before this */
+    int64_t backoff_ms;   /* 0 after a success */
+    int64_t offset_ms;    /* Redis's unix ms minus our monotonic ms */
+    int64_t failed_at_ms; /* monotonic: the last failure */
+    char sha[REDIS_BE_SCRIPT_COUNT][41];
+    struct redis_conn *prev; /* in be->conns, under be->lock */
+    struct redis_conn *next;
+};
+
+/* A waiter's place in a key's queue: lock_waiter.be_data (queue.c). */
+struct redis_wait {
+    char id[REDIS_BE_WAITER_MAX]; /* this instance's id ':' waiter->id */
+    int64_t end_ms; /* monotonic: when the wait runs out, taken from the
+                       waiter's wall-clock deadline once, on the first try,
+                       so a step of the wall clock later changes nothing */
+};
+
+/* A place to take out of a queue once Redis answers again: a cancel that
+ * failed. Without it, the place would keep a free key from everyone else
+ * until its deadline. */
+struct redis_trash {
+    struct redis_trash *next;
+    int64_t until_ms; /* monotonic: the place's deadline plus the grace;
+                         past it, Redis drops the place by itself */
+    char id[REDIS_BE_WAITER_MAX];
+    size_t key_len;
+    char key[]; /* key_len bytes, not NUL-terminated */
+};
+
+struct redis_be {
+    struct backend base; /* first */
+    struct backend_hooks hooks;
+    char *host; /* owned */
+    int port;
+    char *user;     /* owned; NULL: AUTH with the password only */
+    char *password; /* owned; NULL: no AUTH */
+    unsigned db;
+    char *prefix; /* owned */
+    size_t prefix_len;
+    char *channel; /* owned: prefix "released:" db */
+    /* random hex id ':', the prefix of this instance's waiter ids */
+    char instance[2 * REDIS_BE_INSTANCE_BYTES + 2];
+    int64_t connect_ms; /* connect timeout */
+    int64_t cmd_ms;     /* command timeout (= base.call_timeout_ms) */
+
+    pthread_key_t tls;         /* struct redis_conn * of this thread */
+    pthread_mutex_t lock;      /* guards conns, trash and the sub_* fields */
+    struct redis_conn *conns;  /* every thread's connection, so close() can
+                                  free those of threads still alive */
+    struct redis_trash *trash; /* owned; retried by the subscriber */
+    size_t ntrash;             /* at most REDIS_BE_TRASH_MAX */
+    pthread_cond_t sub_cond;   /* monotonic; signalled on sub_tried and
+                                  stopping */
+    bool sub_tried;            /* the subscriber made its first attempt */
+    pthread_t sub_thread;
+    bool sub_started;
+    atomic_bool stopping;
+
+    atomic_int up;               /* last state logged: -1 unknown, 0, 1 */
+    _Atomic int64_t last_ok_ms;  /* monotonic: a thread last reached Redis */
+    _Atomic int64_t last_log_ms; /* for redis_warn() */
+};
+
+extern const struct backend_ops redis_backend;
+
+/* ---- options.c ---- */
+
+/* Fill be's settings from url; BACKEND_INVALID with a message in err. */
+enum backend_result
+redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen);
+
+/* ---- conn.c ---- */
+
+/* Warn at most once a second: a down Redis must not flood the log. */
+void redis_warn(struct redis_be *be, const char *what, const char *detail);
+/* Note that Redis answered (up = 1) or not (0, and why). */
+void redis_mark(struct redis_be *be, int up, const char *detail);
+/* The back-off after cur ms of it (0 = none yet): doubled, bounded. */
+int64_t redis_backoff_next(int64_t cur);
+/* Connect and AUTH: a context with command timeouts, or NULL and why. */
+redisContext *redis_dial(struct redis_be *be, char *err, size_t errlen);
+/* Redis's unix ms minus our monotonic ms into *offset: 0, or -1. */
+int redis_clock(redisContext *c, int64_t *offset);
+
+/* Set up and tear down the per-thread connections (pthread key, list). */
+int redis_conns_init(struct redis_be *be);
+void redis_conns_free(struct redis_be *be);
+/* This thread's connection state (created on first use), or NULL. */
+struct redis_conn *redis_conn_get(struct redis_be *be);
+/* Make sure cn has a context: 0, or -1 while Redis cannot be reached. */
+int redis_conn_ready(struct redis_be *be, struct redis_conn *cn);
+/* The context broke: drop it and back off. */
+void redis_conn_fail(struct redis_be *be,
+                     struct redis_conn *cn,
+                     const char *why);
+/* One command on this thread's connection: the reply, or NULL. */
+redisReply *redis_command(struct redis_be *be,
+                          int argc,
+                          const char **argv,
+                          const size_t *lens);
+
+/* ---- scripts.c ---- */
+
+/* Pipeline SCRIPT LOAD of every script on c: 0, or -1. */
+int redis_scripts_send(redisContext *c);
+/* Read those replies into sha: 0; -1 on a bad reply (why in err); -2 when
+ * the context broke (why in c->errstr). */
+int redis_scripts_recv(redisContext *c,
+                       char sha[][41],
+                       char *err,
+                       size_t errlen);
+/* Set argument i of a to s[0..n). */
+void redis_arg(struct redis_args *a, int i, const char *s, size_t n);
+/* Set key argument i of a to be's name of kind "{" key "}". */
+void redis_arg_key(const struct redis_be *be,
+                   struct redis_args *a,
+                   int i,
+                   const char *kind,
+                   const char *key,
+                   size_t key_len);
+/* Run script s with a: an array or integer reply (the caller frees), or
+ * NULL when Redis is unavailable or the script failed (logged). */
+redisReply *redis_script_run(struct redis_be *be,
+                             enum redis_script s,
+                             struct redis_args *a);
+/* True if r is an array whose element i is an integer. */
+bool redis_reply_is_int(const redisReply *r, size_t i);
+
+/* ---- queue.c ---- */
+
+/* The waiter's place, made on its first acquire; NULL: no memory. */
+struct redis_wait *redis_wait_get(struct redis_be *be, struct lock_waiter *w);
+/* What is left of bw's wait, in ms (0 once it ran out). */
+int64_t redis_wait_left(const struct redis_wait *bw);
+void redis_wait_free(struct lock_waiter *w);
+/* Take waiter id out of key's queue: 0, or -1 when Redis did not answer. */
+int redis_cancel_run(struct redis_be *be,
+                     const char *key,
+                     size_t key_len,
+                     const char *id);
+/* Keep a failed cancel to retry until until_ms (monotonic). */
+void redis_trash_add(struct redis_be *be,
+                     const char *key,
+                     size_t key_len,
+                     const char *id,
+                     int64_t until_ms);
+/* Retry the failed cancels, every REDIS_BE_TRASH_EVERY_MS at most;
+ * *last_ms is the caller's monotonic clock of the last try. */
+void redis_trash_tick(struct redis_be *be, int64_t *last_ms);
+/* Forget the failed cancels (close()): their places go at their
+ * deadlines. */
+void redis_trash_free(struct redis_be *be);
+
+/* ---- subscriber.c ---- */
+
+/* Start the subscriber and wait for its first attempt: 0, or -1. */
+int redis_sub_start(struct redis_be *be);
+/* Stop it (if started) and wait for it to end. */
+void redis_sub_stop(struct redis_be *be);
+
+#endif /* BACKENDS_REDIS_REDIS_INT_H */

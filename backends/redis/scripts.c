@@ -1,0 +1,274 @@
+/*
+ * backends/redis/scripts.c - the Lua scripts of the Redis adapter and how
+ * they run: every state change is one script, so every check-and-change
+ * is atomic in Redis and judged by Redis's clock. The scripts live in
+ * backends/redis/NAME.lua, embedded at build time (the Makefile turns each
+ * into $(GEN)/backends/redis/NAME.lua.h, one C string literal); here they
+ * are loaded on each new connection, run with EVALSHA (EVAL when Redis
+ * lost them) and, for acquire and renew, stamped with a not-after time.
+ *
+ * The token never reaches Redis's memory in clear: the hash keeps
+ * sha1hex(token), and tokens are compared as digests. TIME comes before
+ * writes in acquire, which Redis < 5 allows only after
+ * replicate_commands() (a no-op from Redis 5 on). Fences are written with
+ * %.0f: Lua numbers are doubles, exact below 2^53, and %.0f never switches
+ * to exponent notation.
+ *
+ * Acquire and renew carry a not-after time in Redis's clock: the moment
+ * lockd stops waiting for the reply. A Redis that was stopped or stalled
+ * still runs the commands queued in its socket once it resumes; without
+ * this, an acquire answered 503 would then grant the key to a token nobody
+ * has, and the key would stay held until its TTL.
+ */
+#include "backends/redis/redis_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "lib/clock.h"
+
+/*
+ * acquire: {-2}: run after lockd gave up on it, nothing done.
+ * {1, fence, ttl, expires_at} granted;
+ * {0, retry_ms, behind, ours} held, or free with an earlier waiter first
+ * (behind = 1; ours = 1 when that waiter is this instance's).
+ * A retry of an acquire whose reply was lost finds its own token and is
+ * granted again, with the same fence. A place's deadline is Redis's now
+ * plus the wait left, set again by every try: lockd's wall clock never
+ * reaches Redis, so a skewed one can neither reap a live place nor keep a
+ * dead one. Places whose deadline (plus a grace, REDIS_BE_GRACE_MS) passed
+ * are dropped from the head: their lockd would have cancelled them, so it
+ * is gone; the queue's own expiry follows its last deadline. Behind
+ * another instance's waiter on a free key, retry soon (it should take the
+ * key at once); a waiter's grant is published so the others learn the new
+ * holder's TTL.
+ */
+static const char acquire_lua[] =
+#include "backends/redis/acquire.lua.h"
+    ;
+
+/* renew: {1, fence, ttl, expires_at}, {0} free, {-1} another token,
+ * {-2} too late. A TTL of "0" keeps the stored one. */
+static const char renew_lua[] =
+#include "backends/redis/renew.lua.h"
+    ;
+
+/* release: 1 released, 0 free, -1 another token. Published only when
+ * someone waits: every waiter, on any instance, has a place in the
+ * queue. */
+static const char release_lua[] =
+#include "backends/redis/release.lua.h"
+    ;
+
+/* inspect: {1, fence, pttl, expires_at, owner or nil}, {0} free. */
+static const char inspect_lua[] =
+#include "backends/redis/inspect.lua.h"
+    ;
+
+/* cancel: leaves the queue; if the key is free and others wait, tells
+ * them. The number of places removed. */
+static const char cancel_lua[] =
+#include "backends/redis/cancel.lua.h"
+    ;
+
+static const struct redis_script_def {
+    const char *text;
+    size_t len;
+    int nkeys;
+    int nargs;    /* KEYS and ARGV, without the stamp */
+    bool stamped; /* a not-after time follows as the last ARGV */
+} redis_scripts[REDIS_BE_SCRIPT_COUNT] = {
+    [REDIS_BE_SCRIPT_ACQUIRE] = { acquire_lua, sizeof(acquire_lua) - 1,
+                                  REDIS_BE_ACQ_NKEYS, REDIS_BE_ACQ_NARGS,
+                                  true },
+    [REDIS_BE_SCRIPT_RENEW] = { renew_lua, sizeof(renew_lua) - 1,
+                                REDIS_BE_REN_NKEYS, REDIS_BE_REN_NARGS, true },
+    [REDIS_BE_SCRIPT_RELEASE] = { release_lua, sizeof(release_lua) - 1,
+                                  REDIS_BE_REL_NKEYS, REDIS_BE_REL_NARGS,
+                                  false },
+    [REDIS_BE_SCRIPT_INSPECT] = { inspect_lua, sizeof(inspect_lua) - 1,
+                                  REDIS_BE_INS_NKEYS, REDIS_BE_INS_NARGS,
+                                  false },
+    [REDIS_BE_SCRIPT_CANCEL] = { cancel_lua, sizeof(cancel_lua) - 1,
+                                 REDIS_BE_CAN_NKEYS, REDIS_BE_CAN_NARGS,
+                                 false },
+};
+
+/* ---- loading ---- */
+
+int redis_scripts_send(redisContext *c)
+{
+    for (int i = 0; i < REDIS_BE_SCRIPT_COUNT; i++) {
+        const char *argv[] = { "SCRIPT", "LOAD", redis_scripts[i].text };
+        size_t lens[] = { 6, 4, redis_scripts[i].len };
+        if (redisAppendCommandArgv(c, 3, argv, lens) != REDIS_OK)
+            return -1;
+    }
+    return 0;
+}
+
+int redis_scripts_recv(redisContext *c,
+                       char sha[][41],
+                       char *err,
+                       size_t errlen)
+{
+    int rc = 0;
+
+    for (int i = 0; i < REDIS_BE_SCRIPT_COUNT; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(c, (void **)&r) != REDIS_OK || r == NULL)
+            return -2;
+        if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+            snprintf(err, errlen, "SCRIPT LOAD: %s",
+                     r->type == REDIS_REPLY_ERROR ? r->str
+                                                  : "unexpected reply");
+            rc = -1;
+        } else {
+            memcpy(sha[i], r->str, 40);
+            sha[i][40] = '\0';
+        }
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+/* ---- arguments ---- */
+
+void redis_arg(struct redis_args *a, int i, const char *s, size_t n)
+{
+    a->v[i] = s;
+    a->len[i] = n;
+}
+
+/* Build prefix kind "{" key "}" into buf (REDIS_BE_KEYBUF bytes). The
+ * prefix and the fixed words around the key make the mapping injective
+ * (see redis.c). */
+void redis_arg_key(const struct redis_be *be,
+                   struct redis_args *a,
+                   int i,
+                   const char *kind,
+                   const char *key,
+                   size_t key_len)
+{
+    char *buf = a->keys[i];
+    size_t kl = strlen(kind), n = 0;
+
+    memcpy(buf + n, be->prefix, be->prefix_len);
+    n += be->prefix_len;
+    memcpy(buf + n, kind, kl);
+    n += kl;
+    buf[n++] = '{';
+    memcpy(buf + n, key, key_len);
+    n += key_len;
+    buf[n++] = '}';
+    redis_arg(a, i, buf, n);
+}
+
+bool redis_reply_is_int(const redisReply *r, size_t i)
+{
+    return r->type == REDIS_REPLY_ARRAY && i < r->elements &&
+           r->element[i]->type == REDIS_REPLY_INTEGER;
+}
+
+/* ---- running ---- */
+
+/* EVALSHA the script in argv (argv[2..] filled); EVAL when Redis lost it
+ * (SCRIPT FLUSH), which also caches it again. */
+static redisReply *redis_script_eval(struct redis_be *be,
+                                     struct redis_conn *cn,
+                                     enum redis_script s,
+                                     int argc,
+                                     const char **argv,
+                                     size_t *argl)
+{
+    redisReply *r;
+
+    /* cn->sha is filled once the context is up; a reconnect inside
+     * redis_command() reloads the same scripts, same digests. */
+    argv[0] = "EVALSHA";
+    argl[0] = 7;
+    argv[1] = cn->sha[s];
+    argl[1] = 40;
+    r = redis_command(be, argc, argv, argl);
+    if (r != NULL && r->type == REDIS_REPLY_ERROR &&
+        strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        freeReplyObject(r);
+        argv[0] = "EVAL";
+        argl[0] = 4;
+        argv[1] = redis_scripts[s].text;
+        argl[1] = redis_scripts[s].len;
+        r = redis_command(be, argc, argv, argl);
+    }
+    return r;
+}
+
+/* An error reply or one of neither expected type is logged, freed and
+ * answered NULL; any other is r. */
+static redisReply *redis_script_checked(struct redis_be *be, redisReply *r)
+{
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* LOADING, READONLY, MISCONF, BUSY, OOM...: never a grant */
+        redis_warn(be, "script error", r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    if (r->type != REDIS_REPLY_ARRAY && r->type != REDIS_REPLY_INTEGER) {
+        redis_warn(be, "script", "unexpected reply type");
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+/*
+ * Run script s with its KEYS and ARGV from a and, when it is stamped, a
+ * last argument: the not-after time in Redis's clock. A stamped script
+ * that answers "too late" in time means our idea of Redis's clock is off:
+ * it is measured again and the script run once more.
+ */
+redisReply *
+redis_script_run(struct redis_be *be, enum redis_script s, struct redis_args *a)
+{
+    const struct redis_script_def *def = &redis_scripts[s];
+    const char *argv[3 + REDIS_BE_ARGS_MAX + 1];
+    size_t argl[3 + REDIS_BE_ARGS_MAX + 1];
+    char nk[4], stamp[24];
+    struct redis_conn *cn = redis_conn_get(be);
+    redisReply *r;
+    int total = 3 + def->nargs + (def->stamped ? 1 : 0);
+
+    if (cn == NULL)
+        return NULL;
+    snprintf(nk, sizeof(nk), "%d", def->nkeys);
+    argv[2] = nk;
+    argl[2] = strlen(nk);
+    memcpy(argv + 3, a->v, (size_t)def->nargs * sizeof(argv[0]));
+    memcpy(argl + 3, a->len, (size_t)def->nargs * sizeof(argl[0]));
+    for (int attempt = 0;; attempt++) {
+        if (redis_conn_ready(be, cn) != 0)
+            return NULL;
+        if (def->stamped) {
+            snprintf(stamp, sizeof(stamp), "%lld",
+                     (long long)(clock_mono_ms() + be->cmd_ms + cn->offset_ms));
+            argv[3 + def->nargs] = stamp;
+            argl[3 + def->nargs] = strlen(stamp);
+        }
+        r = redis_script_eval(be, cn, s, total, argv, argl);
+        if (r == NULL)
+            return NULL;
+        if (!(def->stamped && redis_reply_is_int(r, 0) &&
+              r->element[0]->integer == -2))
+            break;
+        /* "too late", yet the reply is here in time: the clock was
+         * stepped, or this is another server. Measure again, retry once. */
+        freeReplyObject(r);
+        if (attempt > 0 || cn->ctx == NULL ||
+            redis_clock(cn->ctx, &cn->offset_ms) != 0) {
+            redis_warn(be, "clock", "cannot agree on Redis's clock");
+            if (cn->ctx != NULL)
+                redis_conn_fail(be, cn, "clock check failed");
+            return NULL;
+        }
+    }
+    return redis_script_checked(be, r);
+}
