@@ -500,11 +500,13 @@ static int64_t mysql_be_held_count(struct backend *base)
     return count;
 }
 
+/* No capability flags: no queue in the store (waiters wait in this
+ * instance's FIFO). Releases through other instances still reach notify()
+ * by the event table, and expiries need no notice: HELD's retry_ms is the
+ * exact time. */
 const struct backend_ops mysql_backend = {
     .scheme = "mysql",
-    /* NOTIFY: releases through other instances arrive by the event table;
-       expiries need no notice, HELD's retry_ms is the exact time */
-    .caps = BACKEND_CAP_NOTIFY | BACKEND_CAP_DURABLE,
+    .caps = 0,
     .open = mysql_be_open,
     .acquire = mysql_be_acquire,
     .renew = mysql_be_renew,
