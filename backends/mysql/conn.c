@@ -1,0 +1,476 @@
+/*
+ * backends/mysql/conn.c - the MySQL adapter's connections: one per thread,
+ * under a pthread key, connected on first use and again after a loss, with
+ * a back-off between failed connects that ends as soon as any thread gets
+ * through. Also what runs on a connection: the schema's creation (or a
+ * probe of tables made by someone else), prepared statements, commit and
+ * rollback, the classification of errors, and mysql_run_op(), which runs
+ * one operation's transaction and retries it when that is safe. Kept apart
+ * from the operations (mysql.c) so that they read as SQL steps only.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <errmsg.h>
+#include <mysql.h>
+#include <mysqld_error.h>
+
+#include "backends/mysql/mysql_int.h"
+#include "lib/clock.h"
+#include "lib/log.h"
+
+/* MariaDB >= 10.3 (idle_transaction_timeout); not in every Connector/C. */
+#define ER_CLIENT_INTERACTION_TIMEOUT 4031
+
+static pthread_once_t mysql_lib_once = PTHREAD_ONCE_INIT;
+static int mysql_lib_rc = -1;
+
+static void mysql_lib_init(void)
+{
+    /* Once per process: Connector/C must not be initialised twice, and
+       after mysql_library_end() never again, so it is never ended. */
+    mysql_lib_rc = mysql_library_init(0, NULL, NULL);
+}
+
+int mysql_lib_ready(void)
+{
+    if (pthread_once(&mysql_lib_once, mysql_lib_init) != 0 || mysql_lib_rc != 0)
+        return -1;
+    return 0;
+}
+
+void mysql_bind_bytes(MYSQL_BIND *b,
+                      const char *p,
+                      size_t n,
+                      unsigned long *len)
+{
+    memset(b, 0, sizeof(*b));
+    *len = (unsigned long)n;
+    b->buffer_type = MYSQL_TYPE_STRING;
+    b->buffer = (void *)(uintptr_t)p; /* read only for input parameters */
+    b->buffer_length = *len;
+    b->length = len;
+}
+
+void mysql_bind_null(MYSQL_BIND *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_NULL;
+}
+
+void mysql_bind_u64(MYSQL_BIND *b, uint64_t *v)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_LONGLONG;
+    b->buffer = v;
+    b->is_unsigned = 1;
+}
+
+void mysql_bind_i64(MYSQL_BIND *b, int64_t *v, my_bool *is_null)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_LONGLONG;
+    b->buffer = v;
+    b->is_null = is_null;
+}
+
+void mysql_bind_out_bytes(MYSQL_BIND *b,
+                          char *buf,
+                          size_t size,
+                          unsigned long *len,
+                          my_bool *is_null,
+                          my_bool *trunc)
+{
+    memset(b, 0, sizeof(*b));
+    b->buffer_type = MYSQL_TYPE_STRING;
+    b->buffer = buf;
+    b->buffer_length = (unsigned long)size;
+    b->length = len;
+    b->is_null = is_null;
+    b->error = trunc;
+}
+
+void mysql_conn_drop(struct mysql_conn *c)
+{
+    for (int i = 0; i < MYSQL_ST_COUNT; i++) {
+        if (c->stmt[i] != NULL)
+            mysql_stmt_close(c->stmt[i]);
+        c->stmt[i] = NULL;
+    }
+    if (c->db != NULL)
+        mysql_close(c->db);
+    c->db = NULL;
+    c->retry_at_ms = 0; /* a lost connection may be replaced at once */
+}
+
+/* Runs one statement that carries no user data (session set-up, schema). */
+static unsigned mysql_conn_query(struct mysql_conn *c, const char *sql)
+{
+    if (mysql_real_query(c->db, sql, (unsigned long)strlen(sql)) != 0)
+        return mysql_errno(c->db) != 0 ? mysql_errno(c->db) : CR_UNKNOWN_ERROR;
+    /* none of ours returns rows, but never leave a result unread */
+    MYSQL_RES *r = mysql_store_result(c->db);
+    if (r != NULL)
+        mysql_free_result(r);
+    return 0;
+}
+
+/* 1 if the query returned a row, 0 if none, -1 on an error. */
+static int mysql_conn_probe(struct mysql_conn *c, const char *sql)
+{
+    MYSQL_RES *r;
+    int found;
+
+    if (mysql_real_query(c->db, sql, (unsigned long)strlen(sql)) != 0)
+        return -1;
+    r = mysql_store_result(c->db);
+    if (r == NULL)
+        return mysql_errno(c->db) != 0 ? -1 : 0;
+    found = mysql_fetch_row(r) != NULL;
+    mysql_free_result(r);
+    return found;
+}
+
+/* The tables could not be created (why): tables made beforehand will do if
+ * every probe passes. 0 when they do; -1 (logged once per outage) when
+ * not. */
+static int mysql_schema_probe(struct mysql_conn *c, const char *why)
+{
+    struct mysql_be *be = c->be;
+
+    for (size_t j = 0; j < MYSQL_SQL_PROBE_N; j++) {
+        int found = mysql_conn_probe(c, be->probe[j]);
+        if (found < 0 || (found == 0 && mysql_sql_probe[j].need_row)) {
+            mysql_rollback(c->db);
+            if (!atomic_load(&be->down))
+                log_warn("mysql: tables %s, %s_seq, %s_events and "
+                         "%s_fence are missing and cannot be created: %s",
+                         be->table, be->table, be->table, be->table, why);
+            return -1;
+        }
+    }
+    mysql_rollback(c->db);
+    log_info("mysql: using the existing tables %s* (cannot create: %s)",
+             be->table, why);
+    return 0;
+}
+
+/* Create the tables if missing; else make sure they can be used. 0 when
+ * they can; -1 (logged once per outage) when not. */
+static int mysql_schema_ensure(struct mysql_conn *c)
+{
+    struct mysql_be *be = c->be;
+    char why[256] = "";
+    size_t i;
+
+    for (i = 0; i < MYSQL_SQL_SCHEMA_N; i++) {
+        if (mysql_conn_query(c, be->schema[i]) != 0) {
+            snprintf(why, sizeof(why), "%s (%u)", mysql_error(c->db),
+                     mysql_errno(c->db));
+            mysql_rollback(c->db);
+            break;
+        }
+    }
+    /* no CREATE privilege, say */
+    if (i < MYSQL_SQL_SCHEMA_N && mysql_schema_probe(c, why) != 0)
+        return -1;
+    for (i = 0; i < MYSQL_SQL_SEED_N; i++) {
+        if (mysql_conn_query(c, be->seed[i]) != 0) {
+            if (!atomic_load(&be->down))
+                log_warn("mysql: cannot seed the fence counter %s_fence: "
+                         "%s (%u)",
+                         be->table, mysql_error(c->db), mysql_errno(c->db));
+            mysql_rollback(c->db);
+            return -1;
+        }
+    }
+    atomic_store(&be->schema_ok, true);
+    return 0;
+}
+
+/* mysql_init() and mysql_real_connect() with be's options and the session
+ * settings: 0, or the failure (c->db may be NULL: out of memory). */
+static int mysql_conn_open(struct mysql_conn *c)
+{
+    struct mysql_be *be = c->be;
+    my_bool no = 0;
+
+    c->db = mysql_init(NULL);
+    if (c->db == NULL)
+        return -1;
+    if (mysql_options(c->db, MYSQL_OPT_CONNECT_TIMEOUT,
+                      &be->connect_timeout_s) != 0 ||
+        mysql_options(c->db, MYSQL_OPT_READ_TIMEOUT, &be->read_timeout_s) !=
+            0 ||
+        mysql_options(c->db, MYSQL_OPT_WRITE_TIMEOUT, &be->write_timeout_s) !=
+            0 ||
+        mysql_options(c->db, MYSQL_OPT_RECONNECT, &no) != 0 ||
+        mysql_options(c->db, MYSQL_SET_CHARSET_NAME, "utf8mb4") != 0)
+        return -1;
+    if (mysql_real_connect(c->db, be->socket != NULL ? "localhost" : be->host,
+                           be->user, be->password, be->database, be->port,
+                           be->socket, CLIENT_FOUND_ROWS) == NULL)
+        return -1;
+    for (size_t i = 0; i < MYSQL_SQL_SESSION_N; i++)
+        if (mysql_conn_query(c, mysql_sql_session[i].text) != 0)
+            return -1;
+    (void)mysql_conn_query(c, mysql_sql_session_idle.text);
+    return 0;
+}
+
+static int mysql_conn_connect(struct mysql_conn *c)
+{
+    struct mysql_be *be = c->be;
+
+    if (mysql_conn_open(c) != 0) {
+        if (!atomic_exchange(&be->down, true))
+            log_warn("mysql: cannot connect to %s: %s",
+                     be->socket != NULL ? be->socket : be->host,
+                     c->db != NULL ? mysql_error(c->db) : "out of memory");
+        mysql_conn_drop(c);
+        return -1;
+    }
+    if (!atomic_load(&be->schema_ok) && mysql_schema_ensure(c) != 0) {
+        atomic_store(&be->down, true); /* logged by mysql_schema_ensure() */
+        mysql_conn_drop(c);
+        return -1;
+    }
+    atomic_store_explicit(&be->ok_at_ms, clock_mono_ms(), memory_order_relaxed);
+    if (atomic_exchange(&be->down, false))
+        log_info("mysql: connected to %s again",
+                 be->socket != NULL ? be->socket : be->host);
+    return 0;
+}
+
+void mysql_conn_destroy(void *p)
+{
+    struct mysql_conn *c = p;
+    struct mysql_be *be = c->be;
+
+    pthread_mutex_lock(&be->mu);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        be->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    pthread_mutex_unlock(&be->mu);
+    mysql_conn_drop(c);
+    free(c);
+    mysql_thread_end();
+}
+
+/* This thread's struct mysql_conn, made (not connected) on its first call;
+ * NULL when out of memory. */
+static struct mysql_conn *mysql_conn_mine(struct mysql_be *be)
+{
+    struct mysql_conn *c = pthread_getspecific(be->tls);
+
+    if (c != NULL)
+        return c;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->be = be;
+    if (pthread_setspecific(be->tls, c) != 0) {
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_lock(&be->mu);
+    c->next = be->conns;
+    if (be->conns != NULL)
+        be->conns->prev = c;
+    be->conns = c;
+    pthread_mutex_unlock(&be->mu);
+    return c;
+}
+
+/* This thread's connection, connected; NULL when the database cannot be
+ * reached now (or within the back-off after a failed connect). *fresh: it
+ * was connected by this call. */
+static struct mysql_conn *mysql_conn_get(struct mysql_be *be, bool *fresh)
+{
+    struct mysql_conn *c = mysql_conn_mine(be);
+    int64_t now;
+
+    *fresh = false;
+    if (c == NULL)
+        return NULL;
+    if (c->db != NULL)
+        return c;
+    now = clock_mono_ms();
+    if (now < c->retry_at_ms &&
+        atomic_load_explicit(&be->ok_at_ms, memory_order_relaxed) <
+            c->failed_at_ms)
+        return NULL; /* backing off, and no thread got through since */
+    if (mysql_conn_connect(c) != 0) {
+        c->failed_at_ms = clock_mono_ms();
+        c->backoff_ms = c->backoff_ms == 0 ? MYSQL_BE_BACKOFF_MIN_MS
+                        : c->backoff_ms * 2 > MYSQL_BE_BACKOFF_MAX_MS
+                            ? MYSQL_BE_BACKOFF_MAX_MS
+                            : c->backoff_ms * 2;
+        c->retry_at_ms = c->failed_at_ms + c->backoff_ms;
+        return NULL;
+    }
+    c->backoff_ms = 0;
+    *fresh = true;
+    return c;
+}
+
+MYSQL_STMT *
+mysql_conn_stmt(struct mysql_conn *c, enum mysql_stmt_id id, unsigned *err)
+{
+    MYSQL_STMT *st = c->stmt[id];
+    const char *sql = c->be->sql[id];
+
+    if (st != NULL)
+        return st;
+    st = mysql_stmt_init(c->db);
+    if (st == NULL) {
+        *err = CR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    if (mysql_stmt_prepare(st, sql, (unsigned long)strlen(sql)) != 0) {
+        *err =
+            mysql_stmt_errno(st) != 0 ? mysql_stmt_errno(st) : CR_UNKNOWN_ERROR;
+        if (*err < CR_MIN_ERROR || *err > CR_MAX_ERROR)
+            log_warn("mysql: cannot prepare statement %s: %s",
+                     mysql_sql_stmts[id].name, mysql_stmt_error(st));
+        mysql_stmt_close(st);
+        return NULL;
+    }
+    c->stmt[id] = st;
+    return st;
+}
+
+unsigned mysql_conn_run(struct mysql_conn *c,
+                        enum mysql_stmt_id id,
+                        MYSQL_BIND *params,
+                        MYSQL_BIND *results,
+                        struct mysql_run_info *info)
+{
+    unsigned err = 0;
+    MYSQL_STMT *st = mysql_conn_stmt(c, id, &err);
+    int rc;
+
+    memset(info, 0, sizeof(*info));
+    if (st == NULL)
+        return err;
+    if (params != NULL && mysql_stmt_bind_param(st, params) != 0)
+        goto fail;
+    if (mysql_stmt_execute(st) != 0)
+        goto fail;
+    info->affected = (uint64_t)mysql_stmt_affected_rows(st);
+    info->insert_id = (uint64_t)mysql_stmt_insert_id(st);
+    if (results == NULL)
+        return 0;
+    if (mysql_stmt_bind_result(st, results) != 0 ||
+        mysql_stmt_store_result(st) != 0)
+        goto fail;
+    rc = mysql_stmt_fetch(st);
+    if (rc == 1) {
+        err = mysql_stmt_errno(st);
+        mysql_stmt_free_result(st);
+        return err != 0 ? err : CR_UNKNOWN_ERROR;
+    }
+    info->found = rc == 0 || rc == MYSQL_DATA_TRUNCATED;
+    mysql_stmt_free_result(st);
+    return 0;
+fail:
+    err = mysql_stmt_errno(st);
+    return err != 0 ? err : CR_UNKNOWN_ERROR;
+}
+
+void mysql_conn_rollback(struct mysql_conn *c)
+{
+    if (c->db != NULL && mysql_rollback(c->db) != 0)
+        mysql_conn_drop(c); /* the server rolls back when the session ends */
+}
+
+static bool mysql_err_is_lost(unsigned err)
+{
+    return (err >= CR_MIN_ERROR && err <= CR_MAX_ERROR) ||
+           err == ER_CONNECTION_KILLED || err == ER_SERVER_SHUTDOWN ||
+           err == ER_CLIENT_INTERACTION_TIMEOUT ||
+           err == ER_QUERY_INTERRUPTED || err == ER_NET_READ_INTERRUPTED;
+}
+
+enum mysql_attempt mysql_conn_failed(struct mysql_conn *c, unsigned err)
+{
+    struct mysql_be *be = c->be;
+
+    if (mysql_err_is_lost(err)) {
+        mysql_conn_drop(c);
+        return MYSQL_ATTEMPT_LOST;
+    }
+    switch (err) {
+    case ER_LOCK_DEADLOCK: /* the server rolled the transaction back */
+    case ER_DUP_ENTRY:     /* a racing acquire inserted the key first */
+        mysql_conn_rollback(c);
+        return MYSQL_ATTEMPT_AGAIN;
+    case ER_NO_SUCH_TABLE: /* dropped under us: make it again */
+        atomic_store(&be->schema_ok, false);
+        mysql_conn_rollback(c);
+        if (c->db != NULL && mysql_schema_ensure(c) == 0)
+            return MYSQL_ATTEMPT_AGAIN;
+        return MYSQL_ATTEMPT_FAILED;
+    case ER_LOCK_WAIT_TIMEOUT: /* a stuck session holds the row */
+        mysql_conn_rollback(c);
+        return MYSQL_ATTEMPT_FAILED;
+    default:
+        log_warn("mysql: statement failed: %s (%u)",
+                 c->db != NULL ? mysql_error(c->db) : "", err);
+        mysql_conn_rollback(c);
+        return MYSQL_ATTEMPT_FAILED;
+    }
+}
+
+enum mysql_attempt mysql_conn_commit(struct mysql_conn *c)
+{
+    if (mysql_commit(c->db) == 0)
+        return MYSQL_ATTEMPT_DONE;
+    log_warn("mysql: commit failed: %s (%u)", mysql_error(c->db),
+             mysql_errno(c->db));
+    mysql_conn_drop(c);
+    return MYSQL_ATTEMPT_FAILED;
+}
+
+/* Runs fn on this thread's connection. A deadlock or duplicate key is
+ * retried at once; a lost connection once more on a new connection, when
+ * the old one was reused and died quickly (typically: the server restarted
+ * since its last use). Never more than MYSQL_BE_ATTEMPTS tries. */
+enum backend_result
+mysql_run_op(struct mysql_be *be, mysql_attempt_fn fn, void *arg)
+{
+    enum backend_result res = BACKEND_UNAVAILABLE;
+    bool retried_lost = false;
+
+    for (int i = 0; i < MYSQL_BE_ATTEMPTS; i++) {
+        bool fresh;
+        struct mysql_conn *c = mysql_conn_get(be, &fresh);
+        int64_t t0;
+
+        if (c == NULL)
+            return BACKEND_UNAVAILABLE;
+        t0 = clock_mono_ms();
+        switch (fn(c, arg, &res)) {
+        case MYSQL_ATTEMPT_DONE:
+            atomic_store_explicit(&be->ok_at_ms, clock_mono_ms(),
+                                  memory_order_relaxed);
+            return res;
+        case MYSQL_ATTEMPT_AGAIN:
+            continue;
+        case MYSQL_ATTEMPT_LOST:
+            if (fresh || retried_lost ||
+                clock_mono_ms() - t0 > MYSQL_BE_FAST_FAIL_MS)
+                return BACKEND_UNAVAILABLE;
+            retried_lost = true;
+            continue;
+        case MYSQL_ATTEMPT_FAILED:
+            return BACKEND_UNAVAILABLE;
+        }
+    }
+    return BACKEND_UNAVAILABLE;
+}

@@ -1,0 +1,193 @@
+/*
+ * backends/mysql/mysql_int.h - what the files of the MySQL adapter share,
+ * and nothing else includes: its limits and intervals, the state of an
+ * open store (struct mysql_be) and of one thread's connection (struct
+ * mysql_conn), and the functions each file offers the others:
+ *
+ *   mysql.c  the ops table: open/close and the operations
+ *   conn.c   per-thread connections, prepared statements, transactions,
+ *            retries and back-off (mysql_run_op)
+ *   bg.c     the background thread: release events, reaping
+ *   url.c    the backend URL and its options
+ *   sql.c    every statement's text (sql.h)
+ *
+ * Every function here is named mysql_<part>_... or mysql_<verb>; none
+ * clashes with Connector/C's own mysql_* API.
+ */
+#ifndef BACKENDS_MYSQL_MYSQL_INT_H
+#define BACKENDS_MYSQL_MYSQL_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mysql.h>
+
+#include "backends/backend.h"
+#include "backends/mysql/sql.h"
+
+#define MYSQL_BE_DEFAULT_PORT       3306
+#define MYSQL_BE_DEFAULT_TABLE      "lockd_locks"
+#define MYSQL_BE_TABLE_MAX          48 /* room for "_events" in 64 */
+#define MYSQL_BE_CONNECT_TIMEOUT_MS 1000
+#define MYSQL_BE_RW_TIMEOUT_MS      2000
+#define MYSQL_BE_TIMEOUT_MAX_MS     3600000
+#define MYSQL_BE_ATTEMPTS           3 /* per operation, see mysql_run_op() */
+/* A lost connection noticed this fast is worth one more try. */
+#define MYSQL_BE_FAST_FAIL_MS   100
+#define MYSQL_BE_BACKOFF_MIN_MS 50 /* between failed connects */
+#define MYSQL_BE_BACKOFF_MAX_MS 1000
+#define MYSQL_BE_WATCH_EVERY_MS 50  /* polls of the event table */
+#define MYSQL_BE_WATCH_BATCH    256 /* events per poll statement */
+#define MYSQL_BE_REAP_EVERY_MS  1000
+#define MYSQL_BE_REAP_BATCH     100   /* rows per DELETE */
+#define MYSQL_BE_REAP_BUDGET_MS 200   /* per round, then sleep again */
+#define MYSQL_BE_EVENTS_KEEP_MS 30000 /* events live 30..60 s */
+#define MYSQL_BE_FENCE_BATCH    5000  /* fence rows per DELETE */
+
+struct mysql_be;
+
+extern const struct backend_ops mysql_backend; /* mysql.c */
+
+/* One thread's connection; created on the thread's first call, freed by the
+ * pthread key's destructor when the thread exits (or by close()). */
+struct mysql_conn {
+    struct mysql_be *be;
+    MYSQL *db;                        /* NULL while disconnected */
+    MYSQL_STMT *stmt[MYSQL_ST_COUNT]; /* prepared on first use; NULL before */
+    int64_t retry_at_ms;              /* monotonic: no connect attempt before,
+                                         unless be->ok_at_ms passes failed_at_ms */
+    int64_t failed_at_ms;             /* monotonic: the last failed connect */
+    int64_t backoff_ms;               /* after the next failed connect */
+    struct mysql_conn *prev;          /* in be->conns, under be->mu */
+    struct mysql_conn *next;
+};
+
+struct mysql_be {
+    struct backend base; /* first: the generic handle */
+    struct backend_hooks hooks;
+    char *host; /* owned; NULL with a socket */
+    unsigned port;
+    char *user;     /* owned */
+    char *password; /* owned; NULL when none */
+    char *database; /* owned */
+    char *socket;   /* owned; NULL for TCP */
+    unsigned connect_timeout_s;
+    unsigned read_timeout_s;
+    unsigned write_timeout_s;
+    char *table; /* owned, for messages */
+    /* owned: the statements of sql.c with the table names in */
+    char *sql[MYSQL_ST_COUNT];
+    char *schema[MYSQL_SQL_SCHEMA_N];
+    char *probe[MYSQL_SQL_PROBE_N];
+    char *seed[MYSQL_SQL_SEED_N];
+    atomic_bool schema_ok; /* the tables exist (as far as we know) */
+    atomic_bool down;      /* the last connect failed: log changes once */
+    atomic_int_fast64_t ok_at_ms; /* monotonic: the last answer from the
+                                     database to any thread; a newer one
+                                     ends every thread's back-off */
+    pthread_key_t tls;            /* -> this thread's struct mysql_conn */
+    bool tls_made;
+    pthread_mutex_t mu;  /* guards conns and stop */
+    pthread_cond_t cond; /* wakes the background thread to stop */
+    struct mysql_conn *conns;
+    bool stop;
+    pthread_t bg; /* polls events, reaps rows */
+    bool bg_started;
+    /* the background thread's own, unshared: */
+    bool watch_primed;    /* watch_last is set */
+    uint64_t watch_last;  /* the last event id seen */
+    uint64_t trim_id;     /* events up to this id go at trim_at_ms */
+    uint64_t fence_floor; /* fence rows below go in the next reap round */
+    int64_t trim_at_ms;
+};
+
+/* What one attempt at an operation came to; see mysql_run_op(). */
+enum mysql_attempt {
+    MYSQL_ATTEMPT_DONE,   /* *res holds the answer */
+    MYSQL_ATTEMPT_AGAIN,  /* rolled back (deadlock, duplicate key, schema
+                             made): nothing changed, may run again */
+    MYSQL_ATTEMPT_LOST,   /* the connection died before COMMIT: the server
+                             rolled back, nothing changed; may run again on
+                             a new one */
+    MYSQL_ATTEMPT_FAILED, /* unavailable; never retried */
+};
+
+/* Results of one statement run. */
+struct mysql_run_info {
+    bool found;        /* a row was fetched */
+    uint64_t affected; /* rows matched (CLIENT_FOUND_ROWS) */
+    uint64_t insert_id;
+};
+
+typedef enum mysql_attempt (*mysql_attempt_fn)(struct mysql_conn *c,
+                                               void *arg,
+                                               enum backend_result *res);
+
+/* ---- url.c ---- */
+
+/* Fill be's connection settings from url: BACKEND_OK, BACKEND_INVALID
+ * with the reason in errbuf ("mysql: ..."), or BACKEND_NO_MEMORY. */
+enum backend_result mysql_url_parse(struct mysql_be *be,
+                                    const char *url,
+                                    char *errbuf,
+                                    size_t errlen);
+
+/* ---- conn.c ---- */
+
+/* Connector/C's one-time set-up: 0, or -1 when it failed. */
+int mysql_lib_ready(void);
+/* The pthread key destructor of be->tls: closes and frees a connection. */
+void mysql_conn_destroy(void *conn);
+/* Close c's statements and connection; c stays, ready to connect again. */
+void mysql_conn_drop(struct mysql_conn *c);
+
+/* Bind helpers: the binds point at the caller's storage, used at execute. */
+void mysql_bind_bytes(MYSQL_BIND *b,
+                      const char *p,
+                      size_t n,
+                      unsigned long *len);
+void mysql_bind_null(MYSQL_BIND *b);
+void mysql_bind_u64(MYSQL_BIND *b, uint64_t *v);
+void mysql_bind_i64(MYSQL_BIND *b, int64_t *v, my_bool *is_null);
+/* A string result column into buf[0..size): its length in *len. */
+void mysql_bind_out_bytes(MYSQL_BIND *b,
+                          char *buf,
+                          size_t size,
+                          unsigned long *len,
+                          my_bool *is_null,
+                          my_bool *trunc);
+
+/* Prepared statement id on c, prepared on first use; NULL and *err set on
+ * failure. */
+MYSQL_STMT *
+mysql_conn_stmt(struct mysql_conn *c, enum mysql_stmt_id id, unsigned *err);
+/* Execute statement id with params (NULL: none); with results, fetch at
+ * most one row into them. 0, or the client or server error number. */
+unsigned mysql_conn_run(struct mysql_conn *c,
+                        enum mysql_stmt_id id,
+                        MYSQL_BIND *params,
+                        MYSQL_BIND *results,
+                        struct mysql_run_info *info);
+/* End the open transaction without keeping anything. */
+void mysql_conn_rollback(struct mysql_conn *c);
+/* Classify a failed statement inside an open transaction (before COMMIT)
+ * and leave c ready for the next attempt. */
+enum mysql_attempt mysql_conn_failed(struct mysql_conn *c, unsigned err);
+/* COMMIT; on failure the outcome is unknown (the reply may be what was
+ * lost), so the answer is UNAVAILABLE and never a retry. */
+enum mysql_attempt mysql_conn_commit(struct mysql_conn *c);
+/* Runs fn on this thread's connection, with retries (see conn.c). */
+enum backend_result
+mysql_run_op(struct mysql_be *be, mysql_attempt_fn fn, void *arg);
+
+/* ---- bg.c ---- */
+
+/* Start the background thread: 0, or -1. */
+int mysql_bg_start(struct mysql_be *be);
+/* Stop it and wait for it, if it was started. */
+void mysql_bg_stop(struct mysql_be *be);
+
+#endif /* BACKENDS_MYSQL_MYSQL_INT_H */

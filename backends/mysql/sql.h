@@ -1,0 +1,75 @@
+/*
+ * backends/mysql/sql.h - every SQL statement the MySQL adapter sends, by
+ * name, in one place (sql.c), so that the statements, the tables they
+ * create and deploy/mysql/schema.sql can be read, and checked
+ * (tests/unit/test_mysql_sql.c), side by side.
+ *
+ * Statement text names its tables by placeholders: "@T", "@S", "@E" and
+ * "@F" stand for the locks, sequence, event and fence tables; open()
+ * expands them once (mysql_sql_expand) for the table= option.
+ */
+#ifndef BACKENDS_MYSQL_SQL_H
+#define BACKENDS_MYSQL_SQL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The prepared statements, one per step of an operation; prepared on a
+ * connection on first use. */
+enum mysql_stmt_id {
+    MYSQL_ST_ACQ_UPSERT, /* insert the key's row or take over an expired
+                            one; either way the row is locked */
+    MYSQL_ST_FENCE_NEW,  /* next fence: an AUTO_INCREMENT id */
+    MYSQL_ST_ACQ_FENCE,  /* write the fence; read expires_at back */
+    MYSQL_ST_RENEW,
+    MYSQL_ST_RENEW_READ, /* the renewed row, still locked by ST_RENEW */
+    MYSQL_ST_RELEASE,
+    MYSQL_ST_HELD, /* held by anyone? tells MISMATCH from NOT_FOUND */
+    MYSQL_ST_INSPECT,
+    MYSQL_ST_REAP,
+    MYSQL_ST_COUNT_HELD,
+    MYSQL_ST_EVENT_BUMP, /* next event id, in commit order (row lock) */
+    MYSQL_ST_EVENT_ADD,
+    MYSQL_ST_EVENTS,    /* events after an id */
+    MYSQL_ST_EVENT_TOP, /* the last committed event id */
+    MYSQL_ST_EVENT_TRIM,
+    MYSQL_ST_FENCE_TOP,  /* the highest committed fence row */
+    MYSQL_ST_FENCE_TRIM, /* fence rows below it */
+    MYSQL_ST_COUNT,
+};
+
+/* One named statement. */
+struct mysql_sql {
+    const char *name; /* for messages and tests: "ACQ_UPSERT", "schema T" */
+    const char *text; /* with @T, @S, @E, @F for the table names */
+    bool need_row;    /* a probe that must return a row, not just run */
+};
+
+/* The prepared statements, indexed by enum mysql_stmt_id. */
+extern const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT];
+
+/* Lists run in order as plain queries (no user data in them). */
+#define MYSQL_SQL_SCHEMA_N  6 /* the tables, as deploy/mysql/schema.sql */
+#define MYSQL_SQL_PROBE_N   5 /* tables made by someone else will do */
+#define MYSQL_SQL_SEED_N    4 /* the fence counter's start */
+#define MYSQL_SQL_SESSION_N 2 /* every new connection */
+extern const struct mysql_sql mysql_sql_schema[];
+extern const struct mysql_sql mysql_sql_probe[];
+extern const struct mysql_sql mysql_sql_seed[];
+extern const struct mysql_sql mysql_sql_session[];
+/* After the session list; MariaDB only, so its failure is ignored. */
+extern const struct mysql_sql mysql_sql_session_idle;
+
+/* tmpl with @T, @S, @E and @F replaced by the back-quoted names table,
+ * table_seq, table_events and table_fence. table must be a plain name
+ * (letters, digits, '_'). A new string, or NULL when out of memory. */
+char *mysql_sql_expand(const char *tmpl, const char *table);
+
+/* Expand the n texts of list into out[0..n): 0, or -1 when out of memory
+ * (the entries made so far stay in out for the caller to free). */
+int mysql_sql_expand_list(const struct mysql_sql *list,
+                          size_t n,
+                          const char *table,
+                          char **out);
+
+#endif /* BACKENDS_MYSQL_SQL_H */
