@@ -102,7 +102,7 @@ void mysql_conn_drop(struct mysql_conn *c)
     if (c->db != NULL)
         mysql_close(c->db);
     c->db = NULL;
-    c->retry_at_ms = 0; /* a lost connection may be replaced at once */
+    c->tc.retry_at_ms = 0; /* a lost connection may be replaced at once */
 }
 
 /* Runs one statement that carries no user data (session set-up, schema). */
@@ -237,53 +237,28 @@ static int mysql_conn_connect(struct mysql_conn *c)
         mysql_conn_drop(c);
         return -1;
     }
-    atomic_store_explicit(&be->ok_at_ms, clock_mono_ms(), memory_order_relaxed);
+    threadconn_ok(&be->conns, NULL);
     if (atomic_exchange(&be->down, false))
         log_info("mysql: connected to %s again",
                  be->socket != NULL ? be->socket : be->host);
     return 0;
 }
 
-void mysql_conn_destroy(void *p)
+void mysql_conn_destroy(struct threadconn *tc, bool thread_exits)
 {
-    struct mysql_conn *c = p;
-    struct mysql_be *be = c->be;
-
-    pthread_mutex_lock(&be->mu);
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        be->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    pthread_mutex_unlock(&be->mu);
-    mysql_conn_drop(c);
-    free(c);
-    mysql_thread_end();
+    mysql_conn_drop((struct mysql_conn *)tc);
+    if (thread_exits)
+        mysql_thread_end();
 }
 
 /* This thread's struct mysql_conn, made (not connected) on its first call;
  * NULL when out of memory. */
 static struct mysql_conn *mysql_conn_mine(struct mysql_be *be)
 {
-    struct mysql_conn *c = pthread_getspecific(be->tls);
+    struct mysql_conn *c = (struct mysql_conn *)threadconn_get(&be->conns);
 
     if (c != NULL)
-        return c;
-    c = calloc(1, sizeof(*c));
-    if (c == NULL)
-        return NULL;
-    c->be = be;
-    if (pthread_setspecific(be->tls, c) != 0) {
-        free(c);
-        return NULL;
-    }
-    pthread_mutex_lock(&be->mu);
-    c->next = be->conns;
-    if (be->conns != NULL)
-        be->conns->prev = c;
-    be->conns = c;
-    pthread_mutex_unlock(&be->mu);
+        c->be = be;
     return c;
 }
 
@@ -293,28 +268,19 @@ static struct mysql_conn *mysql_conn_mine(struct mysql_be *be)
 static struct mysql_conn *mysql_conn_get(struct mysql_be *be, bool *fresh)
 {
     struct mysql_conn *c = mysql_conn_mine(be);
-    int64_t now;
 
     *fresh = false;
     if (c == NULL)
         return NULL;
     if (c->db != NULL)
         return c;
-    now = clock_mono_ms();
-    if (now < c->retry_at_ms &&
-        atomic_load_explicit(&be->ok_at_ms, memory_order_relaxed) <
-            c->failed_at_ms)
+    if (!threadconn_may_try(&be->conns, &c->tc))
         return NULL; /* backing off, and no thread got through since */
     if (mysql_conn_connect(c) != 0) {
-        c->failed_at_ms = clock_mono_ms();
-        c->backoff_ms = c->backoff_ms == 0 ? MYSQL_BE_BACKOFF_MIN_MS
-                        : c->backoff_ms * 2 > MYSQL_BE_BACKOFF_MAX_MS
-                            ? MYSQL_BE_BACKOFF_MAX_MS
-                            : c->backoff_ms * 2;
-        c->retry_at_ms = c->failed_at_ms + c->backoff_ms;
+        threadconn_failed(&be->conns, &c->tc);
         return NULL;
     }
-    c->backoff_ms = 0;
+    c->tc.backoff_ms = 0;
     *fresh = true;
     return c;
 }
@@ -457,8 +423,7 @@ mysql_run_op(struct mysql_be *be, mysql_attempt_fn fn, void *arg)
         t0 = clock_mono_ms();
         switch (fn(c, arg, &res)) {
         case MYSQL_ATTEMPT_DONE:
-            atomic_store_explicit(&be->ok_at_ms, clock_mono_ms(),
-                                  memory_order_relaxed);
+            threadconn_ok(&be->conns, NULL);
             return res;
         case MYSQL_ATTEMPT_AGAIN:
             continue;

@@ -349,20 +349,9 @@ static void mysql_be_close(struct backend *base)
     if (be == NULL)
         return;
     mysql_bg_stop(be);
-    if (be->tls_made) {
-        /* Threads still alive (this one, usually) keep a connection: close
-           them all; after pthread_key_delete no destructor runs. */
-        pthread_mutex_lock(&be->mu);
-        while (be->conns != NULL) {
-            struct mysql_conn *c = be->conns;
-            be->conns = c->next;
-            mysql_conn_drop(c);
-            free(c);
-        }
-        pthread_mutex_unlock(&be->mu);
-        pthread_setspecific(be->tls, NULL);
-        pthread_key_delete(be->tls);
-    }
+    if (be->conns_made) /* threads still alive (this one, usually) keep a
+                           connection: threadconn closes them all */
+        threadconn_set_destroy(&be->conns);
     pthread_cond_destroy(&be->cond);
     pthread_mutex_destroy(&be->mu);
     mysql_be_free_sql(be->sql, MYSQL_ST_COUNT);
@@ -431,9 +420,11 @@ static enum backend_result mysql_be_open(const char *url,
         log_error("mysql: cannot initialise the client library");
         goto fail;
     }
-    if (pthread_key_create(&be->tls, mysql_conn_destroy) != 0)
+    if (threadconn_set_init(&be->conns, sizeof(struct mysql_conn),
+                            mysql_conn_destroy, MYSQL_BE_BACKOFF_MIN_MS,
+                            MYSQL_BE_BACKOFF_MAX_MS) != 0)
         goto fail;
-    be->tls_made = true;
+    be->conns_made = true;
     if (mysql_bg_start(be) != 0)
         goto fail;
     *out = &be->base;

@@ -25,6 +25,7 @@
 
 #include <mysql.h>
 
+#include "backends/threadconn.h"
 #include "backends/backend.h"
 #include "backends/mysql/sql.h"
 
@@ -51,18 +52,13 @@ struct mysql_be;
 
 extern const struct backend_ops mysql_backend; /* mysql.c */
 
-/* One thread's connection; created on the thread's first call, freed by the
- * pthread key's destructor when the thread exits (or by close()). */
+/* One thread's connection, in be->conns; created on the thread's first
+ * call, freed when the thread exits (or by close()). */
 struct mysql_conn {
+    struct threadconn tc; /* first: back-off, the set's list */
     struct mysql_be *be;
     MYSQL *db;                        /* NULL while disconnected */
     MYSQL_STMT *stmt[MYSQL_ST_COUNT]; /* prepared on first use; NULL before */
-    int64_t retry_at_ms;              /* monotonic: no connect attempt before,
-                                         unless be->ok_at_ms passes failed_at_ms */
-    int64_t failed_at_ms;             /* monotonic: the last failed connect */
-    int64_t backoff_ms;               /* after the next failed connect */
-    struct mysql_conn *prev;          /* in be->conns, under be->mu */
-    struct mysql_conn *next;
 };
 
 struct mysql_be {
@@ -85,14 +81,12 @@ struct mysql_be {
     char *seed[MYSQL_SQL_SEED_N];
     atomic_bool schema_ok; /* the tables exist (as far as we know) */
     atomic_bool down;      /* the last connect failed: log changes once */
-    atomic_int_fast64_t ok_at_ms; /* monotonic: the last answer from the
-                                     database to any thread; a newer one
-                                     ends every thread's back-off */
-    pthread_key_t tls;            /* -> this thread's struct mysql_conn */
-    bool tls_made;
-    pthread_mutex_t mu;  /* guards conns and stop */
+    struct threadconn_set conns; /* every thread's struct mysql_conn; a
+                                    thread reaching the database ends every
+                                    thread's back-off */
+    bool conns_made;
+    pthread_mutex_t mu;  /* guards stop */
     pthread_cond_t cond; /* wakes the background thread to stop */
-    struct mysql_conn *conns;
     bool stop;
     pthread_t bg; /* polls events, reaps rows */
     bool bg_started;
@@ -139,8 +133,8 @@ enum backend_result mysql_url_parse(struct mysql_be *be,
 
 /* Connector/C's one-time set-up: 0, or -1 when it failed. */
 int mysql_lib_ready(void);
-/* The pthread key destructor of be->tls: closes and frees a connection. */
-void mysql_conn_destroy(void *conn);
+/* threadconn's drop for be->conns: closes a connection (see threadconn.h). */
+void mysql_conn_destroy(struct threadconn *conn, bool thread_exits);
 /* Close c's statements and connection; c stays, ready to connect again. */
 void mysql_conn_drop(struct mysql_conn *c);
 

@@ -41,8 +41,7 @@ void redis_mark(struct redis_be *be, int up, const char *detail)
      * before the last sample would otherwise keep backing off (and answer
      * /readyz 503) after Redis is back */
     if (up)
-        atomic_store_explicit(&be->last_ok_ms, clock_mono_ms(),
-                              memory_order_relaxed);
+        threadconn_ok(&be->conns, NULL);
     if (atomic_load_explicit(&be->up, memory_order_relaxed) == up)
         return;
     was = atomic_exchange(&be->up, up);
@@ -225,74 +224,37 @@ fail:
 
 /* ---- per-thread connections ---- */
 
-static void redis_conn_free(struct redis_conn *cn)
+/* threadconn's drop: the thread exits, or the set is destroyed. */
+static void redis_conn_drop(struct threadconn *tc, bool thread_exits)
 {
-    if (cn == NULL)
-        return;
+    (void)thread_exits;
+    struct redis_conn *cn = (struct redis_conn *)tc;
+
     if (cn->ctx != NULL)
         redisFree(cn->ctx);
-    free(cn);
-}
-
-/* pthread key destructor: a worker thread exits. */
-static void redis_conn_destroy(void *p)
-{
-    struct redis_conn *cn = p;
-    struct redis_be *be = cn->be;
-
-    pthread_mutex_lock(&be->lock);
-    if (cn->prev != NULL)
-        cn->prev->next = cn->next;
-    else
-        be->conns = cn->next;
-    if (cn->next != NULL)
-        cn->next->prev = cn->prev;
-    pthread_mutex_unlock(&be->lock);
-    redis_conn_free(cn);
+    cn->ctx = NULL;
 }
 
 int redis_conns_init(struct redis_be *be)
 {
-    return pthread_key_create(&be->tls, redis_conn_destroy) != 0 ? -1 : 0;
+    return threadconn_set_init(&be->conns, sizeof(struct redis_conn),
+                               redis_conn_drop, REDIS_BE_BACKOFF_MIN_MS,
+                               REDIS_BE_BACKOFF_MAX_MS);
 }
 
+/* Threads still alive keep no destructor once the set is gone: every
+ * connection is closed and freed here. */
 void redis_conns_free(struct redis_be *be)
 {
-    struct redis_conn *cn, *next;
-
-    /* Threads still alive keep their value under the key, but once the
-     * key is deleted no destructor runs: free every connection here. */
-    pthread_key_delete(be->tls);
-    pthread_mutex_lock(&be->lock);
-    cn = be->conns;
-    be->conns = NULL;
-    pthread_mutex_unlock(&be->lock);
-    for (; cn != NULL; cn = next) {
-        next = cn->next;
-        redis_conn_free(cn);
-    }
+    threadconn_set_destroy(&be->conns);
 }
 
 struct redis_conn *redis_conn_get(struct redis_be *be)
 {
-    struct redis_conn *cn = pthread_getspecific(be->tls);
+    struct redis_conn *cn = (struct redis_conn *)threadconn_get(&be->conns);
 
     if (cn != NULL)
-        return cn;
-    cn = calloc(1, sizeof(*cn));
-    if (cn == NULL)
-        return NULL;
-    cn->be = be;
-    if (pthread_setspecific(be->tls, cn) != 0) {
-        free(cn);
-        return NULL;
-    }
-    pthread_mutex_lock(&be->lock);
-    cn->next = be->conns;
-    if (be->conns != NULL)
-        be->conns->prev = cn;
-    be->conns = cn;
-    pthread_mutex_unlock(&be->lock);
+        cn->be = be;
     return cn;
 }
 
@@ -306,9 +268,7 @@ void redis_conn_fail(struct redis_be *be,
         redisFree(cn->ctx);
         cn->ctx = NULL;
     }
-    cn->backoff_ms = redis_backoff_next(cn->backoff_ms);
-    cn->failed_at_ms = clock_mono_ms();
-    cn->retry_at_ms = cn->failed_at_ms + cn->backoff_ms;
+    threadconn_failed(&be->conns, &cn->tc);
     redis_mark(be, 0, why);
 }
 
@@ -320,9 +280,7 @@ int redis_conn_ready(struct redis_be *be, struct redis_conn *cn)
         return 0;
     /* back off, unless another thread has reached Redis since we failed:
      * then it is back and this thread should not answer 503 any longer */
-    if (clock_mono_ms() < cn->retry_at_ms &&
-        atomic_load_explicit(&be->last_ok_ms, memory_order_relaxed) <
-            cn->failed_at_ms)
+    if (!threadconn_may_try(&be->conns, &cn->tc))
         return -1;
     if (redis_conn_open(be, cn, err, sizeof(err)) != 0) {
         redis_conn_fail(be, cn, err);
@@ -382,7 +340,7 @@ redisReply *redis_command(struct redis_be *be,
         r = redisCommandArgv(cn->ctx, argc, argv, lens);
         saved = errno;
         if (r != NULL && cn->ctx->err == 0) {
-            cn->backoff_ms = 0;
+            cn->tc.backoff_ms = 0;
             redis_mark(be, 1, NULL);
             return r;
         }

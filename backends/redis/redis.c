@@ -47,7 +47,6 @@ static int redis_init(struct redis_be *be, const struct backend_hooks *hooks)
     atomic_init(&be->up, -1);
     atomic_init(&be->stopping, false);
     atomic_init(&be->last_log_ms, 0);
-    atomic_init(&be->last_ok_ms, 0);
     if (pthread_mutex_init(&be->lock, NULL) != 0) {
         free(be);
         return -1;

@@ -18,6 +18,7 @@
 #ifndef BACKENDS_REDIS_REDIS_INT_H
 #define BACKENDS_REDIS_REDIS_INT_H
 
+#include "backends/threadconn.h"
 #include "backends/backend.h"
 
 #include <pthread.h>
@@ -131,17 +132,13 @@ struct redis_args {
 
 /* ---- the adapter's state ---- */
 
-/* One worker thread's connection, kept under be->tls (conn.c). */
+/* One worker thread's connection, kept in be->conns (conn.c). */
 struct redis_conn {
+    struct threadconn tc; /* first: back-off, the set's list */
     struct redis_be *be;  /* borrowed */
     redisContext *ctx;    /* owned; NULL while disconnected */
-    int64_t retry_at_ms;  /* monotonic: no reconnect before this */
-    int64_t backoff_ms;   /* 0 after a success */
     int64_t offset_ms;    /* Redis's unix ms minus our monotonic ms */
-    int64_t failed_at_ms; /* monotonic: the last failure */
     char sha[REDIS_BE_SCRIPT_COUNT][41];
-    struct redis_conn *prev; /* in be->conns, under be->lock */
-    struct redis_conn *next;
 };
 
 /* A waiter's place in a key's queue: lock_waiter.be_data (queue.c). */
@@ -180,10 +177,8 @@ struct redis_be {
     int64_t connect_ms; /* connect timeout */
     int64_t cmd_ms;     /* command timeout (= base.call_timeout_ms) */
 
-    pthread_key_t tls;         /* struct redis_conn * of this thread */
-    pthread_mutex_t lock;      /* guards conns, trash and the sub_* fields */
-    struct redis_conn *conns;  /* every thread's connection, so close() can
-                                  free those of threads still alive */
+    struct threadconn_set conns; /* every thread's struct redis_conn */
+    pthread_mutex_t lock;      /* guards trash and the sub_* fields */
     struct redis_trash *trash; /* owned; retried by the subscriber */
     size_t ntrash;             /* at most REDIS_BE_TRASH_MAX */
     pthread_cond_t sub_cond;   /* monotonic; signalled on sub_tried and
@@ -194,7 +189,6 @@ struct redis_be {
     atomic_bool stopping;
 
     atomic_int up;               /* last state logged: -1 unknown, 0, 1 */
-    _Atomic int64_t last_ok_ms;  /* monotonic: a thread last reached Redis */
     _Atomic int64_t last_log_ms; /* for redis_warn() */
 };
 
