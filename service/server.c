@@ -84,7 +84,10 @@ static size_t unescape_none(void *cls, struct MHD_Connection *c, char *s)
     return strlen(s);
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap)
+/* MHD passes its own printf-style format and arguments: the attribute tells
+ * clang (-Wformat-nonliteral under -Wformat=2) that fmt is one. */
+static void __attribute__((format(printf, 2, 0)))
+mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
 
