@@ -23,12 +23,12 @@
 #include "api/codec.h"
 #include "api/handlers.h"
 #include "backends/backend.h"
-#include "service/config.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
+#include "lib/url.h"
+#include "service/config.h"
 #include "service/server.h"
 #include "service/waitq.h"
-#include "lib/url.h"
 
 #define DRAIN_MS       5000
 #define WAITQ_GRACE_MS 1000 /* for store calls owed at exit */

@@ -23,11 +23,11 @@
 #include <time.h>
 
 #include "api/router.h"
-#include "service/conntrack.h"
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
 #include "lib/text.h"
+#include "service/conntrack.h"
 
 #define MAX_QUERY_PARAMS 32
 #define MAX_LOCK_TOKENS  4

@@ -26,10 +26,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
 #include "lib/keytab.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
-#include "lib/clock.h"
 
 #define WQ_RETRY_MAX_MS                                            \
     2000                      /* retry at least this often: a lost \
@@ -798,8 +798,7 @@ static void *worker_main(void *arg)
         } else {
             struct wq_job *j = CONTAINER_OF(t, struct wq_job, task);
             j->queued = false;
-            if (q->workers_stop && clock_mono_ms() > q->stop_by &&
-                j->w == NULL)
+            if (q->workers_stop && clock_mono_ms() > q->stop_by && j->w == NULL)
                 do_free_job(q, j); /* out of time: the store's TTLs end it */
             else
                 do_run_job(q, j, &done);
