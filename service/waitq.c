@@ -12,6 +12,11 @@
  * Ownership, all under q->mu: a queued or running job belongs to the
  * worker that pops or runs it; a parked job that is not running belongs to
  * its key's FIFO, and whoever unparks it disposes of it.
+ *
+ * This file holds the jobs, the keys' FIFOs, the answers and the public
+ * calls; the timer heap and the timer thread are in waitq_timers.c, the
+ * workers and what a store answer means for a job in waitq_calls.c, and
+ * what the three share in waitq_impl.h.
  */
 #include "service/waitq.h"
 
