@@ -1,7 +1,8 @@
 # lockd - distributed locks as an HTTP/JSON service.
 # `make` builds build/lockd; `make run` and `make test` install what is
 # missing first (see `make deps`). SANITIZE=address (ASan+UBSan) or
-# SANITIZE=thread build apart, in build-address/ and build-thread/.
+# SANITIZE=thread build apart, in build-address/ and build-thread/; any
+# other build goes apart with BUILD=dir, e.g. make CC=clang BUILD=build-clang.
 # `make image` builds the container image (IMAGE=lockd:dev) with Docker or
 # Podman, whichever can build here.
 
@@ -116,7 +117,7 @@ bench: deps-bench
 	BUILD=$(BUILD) tests/bench/run
 
 clean:
-	rm -rf build build-address build-thread
+	rm -rf build build-*
 
 format:
 	clang-format -i $(FORMATTED)

@@ -102,7 +102,6 @@ enum api_error codec_parse_params(const struct api_request *rq,
                                   size_t msglen);
 void codec_params_cleanup(struct api_params *p);
 
-
 /* Format unix ms as RFC 3339 UTC with milliseconds into buf (>= 32). */
 void codec_format_time(int64_t unix_ms, char *buf, size_t buflen);
 

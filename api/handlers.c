@@ -10,9 +10,9 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
-#include "lib/clock.h"
 
 #define MSG_MAX 512
 

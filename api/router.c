@@ -176,7 +176,7 @@ enum api_action router_dispatch(const struct api_config *cfg,
     }
     /* both ask the store: the server runs them off its threads */
     memset(call, 0, sizeof(*call));
-    call->verb = resp->route == API_ROUTE_READYZ ? API_VERB_READYZ
-                                                     : API_VERB_METRICS;
+    call->verb =
+        resp->route == API_ROUTE_READYZ ? API_VERB_READYZ : API_VERB_METRICS;
     return API_ACTION_CALL;
 }

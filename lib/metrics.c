@@ -200,10 +200,103 @@ static uint64_t load(_Atomic uint64_t *v)
     return atomic_load_explicit(v, memory_order_relaxed);
 }
 
+/* The HTTP side: requests by route and status, and their latency. */
+static void put_http(struct buf *b)
+{
+    char labels[128];
+
+    bprintf(b, "# HELP lockd_http_requests_total HTTP requests answered, "
+               "by route and status.\n"
+               "# TYPE lockd_http_requests_total counter\n");
+    for (size_t r = 0; r < nroutes; r++) {
+        for (size_t s = 0; s <= NSTATUS; s++) {
+            uint64_t v = load(&requests[r][s]);
+            if (v == 0)
+                continue;
+            if (s < NSTATUS)
+                bprintf(b,
+                        "lockd_http_requests_total{route=\"%s\",status=\"%u\"}"
+                        " %llu\n",
+                        route_names[r], statuses[s], (unsigned long long)v);
+            else
+                bprintf(b,
+                        "lockd_http_requests_total{route=\"%s\",status="
+                        "\"other\"} %llu\n",
+                        route_names[r], (unsigned long long)v);
+        }
+    }
+    bprintf(b, "# HELP lockd_http_request_duration_seconds Time from "
+               "request to response, waits included.\n"
+               "# TYPE lockd_http_request_duration_seconds histogram\n");
+    for (size_t r = 0; r < nroutes; r++) {
+        snprintf(labels, sizeof(labels), "route=\"%s\",backend=\"%s\"",
+                 route_names[r], build_backend);
+        put_hist(b, "lockd_http_request_duration_seconds", labels,
+                 &request_hist[r]);
+    }
+}
+
+/* The locks: what happened to them, who waits, how many are held (held
+ * < 0: not known, no line). */
+static void put_locks(struct buf *b, int64_t held)
+{
+    put_counter(b, "lockd_lock_grants_total", "Locks granted.", load(&grants));
+    put_counter(b, "lockd_lock_renewals_total", "Locks renewed.",
+                load(&renewals));
+    put_counter(b, "lockd_lock_releases_total", "Locks released.",
+                load(&releases));
+    put_counter(b, "lockd_lock_expiries_total",
+                "Locks that expired (as seen by this instance).",
+                load(&expiries));
+    put_counter(b, "lockd_lock_conflicts_total",
+                "Acquires answered 409 lock_held.", load(&conflicts));
+    bprintf(b,
+            "# HELP lockd_waiters Clients waiting for a lock now.\n"
+            "# TYPE lockd_waiters gauge\nlockd_waiters %lld\n",
+            (long long)atomic_load_explicit(&waiters, memory_order_relaxed));
+    if (held >= 0)
+        bprintf(b,
+                "# HELP lockd_locks_held Locks held now.\n"
+                "# TYPE lockd_locks_held gauge\nlockd_locks_held %lld\n",
+                (long long)held);
+}
+
+/* The store: operations, failures and latency, by operation. */
+static void put_backend(struct buf *b)
+{
+    char labels[128];
+
+    bprintf(b, "# HELP lockd_backend_operations_total Backend operations, "
+               "by operation.\n"
+               "# TYPE lockd_backend_operations_total counter\n");
+    for (size_t o = 0; o < nops; o++)
+        bprintf(b,
+                "lockd_backend_operations_total{backend=\"%s\",op=\"%s\"} "
+                "%llu\n",
+                build_backend, op_names[o],
+                (unsigned long long)load(&backend_ops[o]));
+    bprintf(b, "# HELP lockd_backend_errors_total Backend operations that "
+               "failed (unreachable, timed out, out of memory).\n"
+               "# TYPE lockd_backend_errors_total counter\n");
+    for (size_t o = 0; o < nops; o++)
+        bprintf(b,
+                "lockd_backend_errors_total{backend=\"%s\",op=\"%s\"} %llu\n",
+                build_backend, op_names[o],
+                (unsigned long long)load(&backend_errors[o]));
+    bprintf(b, "# HELP lockd_backend_operation_duration_seconds Backend "
+               "operation latency.\n"
+               "# TYPE lockd_backend_operation_duration_seconds histogram\n");
+    for (size_t o = 0; o < nops; o++) {
+        snprintf(labels, sizeof(labels), "backend=\"%s\",op=\"%s\"",
+                 build_backend, op_names[o]);
+        put_hist(b, "lockd_backend_operation_duration_seconds", labels,
+                 &backend_hist[o]);
+    }
+}
+
 char *metrics_render(int64_t held, size_t *len)
 {
     struct buf b = { .data = malloc(8192), .len = 0, .cap = 8192 };
-    char labels[128];
 
     if (b.data == NULL)
         return NULL;
@@ -212,83 +305,9 @@ char *metrics_render(int64_t held, size_t *len)
             "lockd.\n# TYPE lockd_build_info gauge\n"
             "lockd_build_info{version=\"%s\",backend=\"%s\"} 1\n",
             build_version, build_backend);
-
-    bprintf(&b, "# HELP lockd_http_requests_total HTTP requests answered, "
-                "by route and status.\n"
-                "# TYPE lockd_http_requests_total counter\n");
-    for (size_t r = 0; r < nroutes; r++) {
-        for (size_t s = 0; s <= NSTATUS; s++) {
-            uint64_t v = load(&requests[r][s]);
-            if (v == 0)
-                continue;
-            if (s < NSTATUS)
-                bprintf(&b,
-                        "lockd_http_requests_total{route=\"%s\",status=\"%u\"}"
-                        " %llu\n",
-                        route_names[r], statuses[s], (unsigned long long)v);
-            else
-                bprintf(&b,
-                        "lockd_http_requests_total{route=\"%s\",status="
-                        "\"other\"} %llu\n",
-                        route_names[r], (unsigned long long)v);
-        }
-    }
-    bprintf(&b, "# HELP lockd_http_request_duration_seconds Time from "
-                "request to response, waits included.\n"
-                "# TYPE lockd_http_request_duration_seconds histogram\n");
-    for (size_t r = 0; r < nroutes; r++) {
-        snprintf(labels, sizeof(labels), "route=\"%s\",backend=\"%s\"",
-                 route_names[r], build_backend);
-        put_hist(&b, "lockd_http_request_duration_seconds", labels,
-                 &request_hist[r]);
-    }
-
-    put_counter(&b, "lockd_lock_grants_total", "Locks granted.", load(&grants));
-    put_counter(&b, "lockd_lock_renewals_total", "Locks renewed.",
-                load(&renewals));
-    put_counter(&b, "lockd_lock_releases_total", "Locks released.",
-                load(&releases));
-    put_counter(&b, "lockd_lock_expiries_total",
-                "Locks that expired (as seen by this instance).",
-                load(&expiries));
-    put_counter(&b, "lockd_lock_conflicts_total",
-                "Acquires answered 409 lock_held.", load(&conflicts));
-    bprintf(&b,
-            "# HELP lockd_waiters Clients waiting for a lock now.\n"
-            "# TYPE lockd_waiters gauge\nlockd_waiters %lld\n",
-            (long long)atomic_load_explicit(&waiters, memory_order_relaxed));
-    if (held >= 0)
-        bprintf(&b,
-                "# HELP lockd_locks_held Locks held now.\n"
-                "# TYPE lockd_locks_held gauge\nlockd_locks_held %lld\n",
-                (long long)held);
-
-    bprintf(&b, "# HELP lockd_backend_operations_total Backend operations, "
-                "by operation.\n"
-                "# TYPE lockd_backend_operations_total counter\n");
-    for (size_t o = 0; o < nops; o++)
-        bprintf(&b,
-                "lockd_backend_operations_total{backend=\"%s\",op=\"%s\"} "
-                "%llu\n",
-                build_backend, op_names[o],
-                (unsigned long long)load(&backend_ops[o]));
-    bprintf(&b, "# HELP lockd_backend_errors_total Backend operations that "
-                "failed (unreachable, timed out, out of memory).\n"
-                "# TYPE lockd_backend_errors_total counter\n");
-    for (size_t o = 0; o < nops; o++)
-        bprintf(&b,
-                "lockd_backend_errors_total{backend=\"%s\",op=\"%s\"} %llu\n",
-                build_backend, op_names[o],
-                (unsigned long long)load(&backend_errors[o]));
-    bprintf(&b, "# HELP lockd_backend_operation_duration_seconds Backend "
-                "operation latency.\n"
-                "# TYPE lockd_backend_operation_duration_seconds histogram\n");
-    for (size_t o = 0; o < nops; o++) {
-        snprintf(labels, sizeof(labels), "backend=\"%s\",op=\"%s\"",
-                 build_backend, op_names[o]);
-        put_hist(&b, "lockd_backend_operation_duration_seconds", labels,
-                 &backend_hist[o]);
-    }
+    put_http(&b);
+    put_locks(&b, held);
+    put_backend(&b);
     if (b.failed) {
         free(b.data);
         return NULL;

@@ -52,8 +52,7 @@ static int hexval(char c)
     return -1;
 }
 
-char *
-text_percent_decode(const char *s, size_t n, size_t *out_len, bool *bad)
+char *text_percent_decode(const char *s, size_t n, size_t *out_len, bool *bad)
 {
     char *out = malloc(n + 1);
     size_t j = 0;

@@ -135,8 +135,8 @@ const char *url_param(const struct url *u, const char *name)
 }
 
 int url_check_params(const struct url *u,
-                             const char *const *allowed,
-                             const char **bad)
+                     const char *const *allowed,
+                     const char **bad)
 {
     for (size_t i = 0; i < u->nparams; i++) {
         size_t k = 0;

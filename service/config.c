@@ -187,7 +187,7 @@ static int read_token_file(struct config *c)
     return c->auth_token != NULL ? 0 : -1;
 }
 
-enum config_result config_load(struct config *c, int argc, char **argv)
+static void set_defaults(struct config *c)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -206,30 +206,63 @@ enum config_result config_load(struct config *c, int argc, char **argv)
     c->request_timeout_ms = 10000;
     c->log_level = LOG_LEVEL_INFO;
     c->log_format = LOG_FORMAT_TEXT;
+}
 
-    for (size_t i = 0; i < NOPTS; i++) {
-        const char *v = getenv(opts[i].env);
-        if (v != NULL && set_opt(c, &opts[i], v, opts[i].env) != 0)
-            return CONFIG_ERROR;
+/* --help, --version and --backends: true if a is one (and it printed). */
+static bool print_info(const char *a)
+{
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        usage(stdout);
+        return true;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL, *eq;
-        size_t k, nlen;
+    if (strcmp(a, "--version") == 0) {
+        printf("lockd %s (backends: %s)\n", LOCKD_VERSION, backend_schemes());
+        return true;
+    }
+    if (strcmp(a, "--backends") == 0) {
+        for (size_t j = 0; backend_adapter(j) != NULL; j++)
+            printf("%s\n", backend_adapter(j)->scheme);
+        return true;
+    }
+    return false;
+}
 
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
+/* argv[*i], "--name=value" or "--name value" (then *i moves past the
+ * value): set the option. -1 on error, said on stderr. */
+static int parse_option(struct config *c, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i] + 2, *v = NULL, *eq;
+    size_t k, nlen;
+    char source[64];
+
+    eq = strchr(a, '=');
+    nlen = eq != NULL ? (size_t)(eq - a) : strlen(a);
+    for (k = 0; k < NOPTS; k++)
+        if (strlen(opts[k].flag) == nlen && strncmp(opts[k].flag, a, nlen) == 0)
+            break;
+    if (k == NOPTS) {
+        fprintf(stderr, "lockd: unknown option '%s' (see --help)\n", argv[*i]);
+        return -1;
+    }
+    if (eq != NULL) {
+        v = eq + 1;
+    } else if (*i + 1 < argc) {
+        v = argv[++*i];
+    } else {
+        fprintf(stderr, "lockd: option '--%s' needs a value\n", opts[k].flag);
+        return -1;
+    }
+    snprintf(source, sizeof(source), "--%s", opts[k].flag);
+    return set_opt(c, &opts[k], v, source);
+}
+
+static enum config_result parse_args(struct config *c, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+
+        if (print_info(a))
             return CONFIG_EXIT;
-        }
-        if (strcmp(a, "--version") == 0) {
-            printf("lockd %s (backends: %s)\n", LOCKD_VERSION,
-                   backend_schemes());
-            return CONFIG_EXIT;
-        }
-        if (strcmp(a, "--backends") == 0) {
-            for (size_t j = 0; backend_adapter(j) != NULL; j++)
-                printf("%s\n", backend_adapter(j)->scheme);
-            return CONFIG_EXIT;
-        }
         if (strcmp(a, "--check-health") == 0) {
             c->check_health = true;
             if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
@@ -241,33 +274,25 @@ enum config_result config_load(struct config *c, int argc, char **argv)
                     a);
             return CONFIG_ERROR;
         }
-        a += 2;
-        eq = strchr(a, '=');
-        nlen = eq != NULL ? (size_t)(eq - a) : strlen(a);
-        for (k = 0; k < NOPTS; k++)
-            if (strlen(opts[k].flag) == nlen &&
-                strncmp(opts[k].flag, a, nlen) == 0)
-                break;
-        if (k == NOPTS) {
-            fprintf(stderr, "lockd: unknown option '%s' (see --help)\n",
-                    argv[i]);
-            return CONFIG_ERROR;
-        }
-        if (eq != NULL) {
-            v = eq + 1;
-        } else if (i + 1 < argc) {
-            v = argv[++i];
-        } else {
-            fprintf(stderr, "lockd: option '--%s' needs a value\n",
-                    opts[k].flag);
-            return CONFIG_ERROR;
-        }
-        char source[64];
-        snprintf(source, sizeof(source), "--%s", opts[k].flag);
-        if (set_opt(c, &opts[k], v, source) != 0)
+        if (parse_option(c, argc, argv, &i) != 0)
             return CONFIG_ERROR;
     }
+    return CONFIG_OK;
+}
 
+enum config_result config_load(struct config *c, int argc, char **argv)
+{
+    enum config_result r;
+
+    set_defaults(c);
+    for (size_t i = 0; i < NOPTS; i++) {
+        const char *v = getenv(opts[i].env);
+        if (v != NULL && set_opt(c, &opts[i], v, opts[i].env) != 0)
+            return CONFIG_ERROR;
+    }
+    r = parse_args(c, argc, argv);
+    if (r != CONFIG_OK)
+        return r;
     if (split_listen(c) != 0) {
         fprintf(stderr,
                 "lockd: --listen '%s' must be host:port or [v6addr]:port\n",

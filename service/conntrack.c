@@ -231,9 +231,9 @@ static void on_started(struct conntrack *ct,
         refuse = c->addr == NULL ||
                  (ct->max_per_ip > 0 && c->addr->n > ct->max_per_ip);
     }
-    atomic_store_explicit(&c->word,
-                          word(clock_mono_us(), refuse ? PH_REFUSED : PH_ARRIVING),
-                          memory_order_relaxed);
+    atomic_store_explicit(
+        &c->word, word(clock_mono_us(), refuse ? PH_REFUSED : PH_ARRIVING),
+        memory_order_relaxed);
     c->next = ct->conns;
     if (ct->conns != NULL)
         ct->conns->prev = c;

@@ -23,12 +23,12 @@
 #include "api/codec.h"
 #include "api/handlers.h"
 #include "backends/backend.h"
-#include "service/config.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
+#include "lib/url.h"
+#include "service/config.h"
 #include "service/server.h"
 #include "service/waitq.h"
-#include "lib/url.h"
 
 #define DRAIN_MS       5000
 #define WAITQ_GRACE_MS 1000 /* for store calls owed at exit */
@@ -123,6 +123,79 @@ static int check_health(const struct config *c)
     return ok ? 0 : 1;
 }
 
+/* Logging, then the process-wide settings every thread inherits: signals
+ * (SIGPIPE ignored, since hiredis writes with plain write(); SIGTERM and
+ * SIGINT blocked, so only sigwait() in main() receives them), the
+ * open-file limit and jansson's hash seed. */
+static void setup_process(struct config *cfg, sigset_t *sigs)
+{
+    log_setup(cfg->log_level, cfg->log_format);
+    if (log_start() != 0)
+        log_warn("cannot start the log flusher: access lines are written "
+                 "one by one");
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    raise_nofile(cfg);
+    json_object_seed(0); /* before any thread uses jansson */
+    codec_json_setup(NULL, NULL);
+}
+
+/* The wait queue and the backend. The backend's notify hook points at the
+ * queue, and the queue calls the backend: make the queue, open the
+ * backend, then bind. 0, or the exit code; *qp and *bep are set to what
+ * was made either way. */
+static int
+open_store(struct config *cfg, struct waitq **qp, struct backend **bep)
+{
+    struct backend_hooks hooks = { 0 }; /* copied by backend_open() */
+    char err[512];
+
+    *qp = waitq_new();
+    if (*qp == NULL) {
+        log_error("cannot start the wait queue: %s", strerror(errno));
+        return 1;
+    }
+    hooks.notify = waitq_notify;
+    hooks.arg = *qp;
+    if (backend_open(cfg->backend, &hooks, bep, err, sizeof(err)) !=
+        BACKEND_OK) {
+        fprintf(stderr, "lockd: %s\n", err);
+        return 2;
+    }
+    if (cfg->threads == 0) /* a network backend's calls block a thread */
+        cfg->threads = strcmp(backend_scheme(*bep), "memory") == 0
+                           ? cfg->cores
+                           : 4 * cfg->cores;
+    /* the workers make the store calls (memory's run on server threads:
+     * they only retry waiters) */
+    if (waitq_bind(*qp, *bep, (*bep)->call_timeout_ms > 0 ? cfg->threads : 2) !=
+        0) {
+        log_error("cannot start the wait queue's workers: %s", strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* Wait for SIGTERM or SIGINT, then stop taking requests, answer the
+ * waiters and let the requests in flight finish (DRAIN_MS at most). */
+static void
+serve_until_signal(struct server *srv, struct waitq *q, const sigset_t *sigs)
+{
+    int sig = 0;
+
+    while (sigwait(sigs, &sig) != 0 || (sig != SIGTERM && sig != SIGINT))
+        ;
+    log_info("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    server_begin_shutdown(srv);
+    waitq_shutdown(q);
+    if (server_drain(srv, DRAIN_MS) != 0)
+        log_warn("requests still in flight after %d ms: closing them",
+                 DRAIN_MS);
+}
+
 int main(int argc, char **argv)
 {
     struct config cfg;
@@ -130,10 +203,8 @@ int main(int argc, char **argv)
     struct backend *be = NULL;
     struct waitq *q = NULL;
     struct server *srv = NULL;
-    struct backend_hooks hooks = { 0 };
     sigset_t sigs;
-    char err[512];
-    int sig = 0, rc = 0;
+    int rc;
 
     switch (config_load(&cfg, argc, argv)) {
     case CONFIG_OK:
@@ -145,49 +216,10 @@ int main(int argc, char **argv)
     }
     if (cfg.check_health)
         return check_health(&cfg);
-    log_setup(cfg.log_level, cfg.log_format);
-    if (log_start() != 0)
-        log_warn("cannot start the log flusher: access lines are written "
-                 "one by one");
-
-    /* Signals: SIGPIPE ignored (hiredis writes with plain write()); SIGTERM
-     * and SIGINT blocked here, so every thread inherits the mask and only
-     * sigwait() below receives them. */
-    signal(SIGPIPE, SIG_IGN);
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    raise_nofile(&cfg);
-    json_object_seed(0); /* before any thread uses jansson */
-    codec_json_setup(NULL, NULL);
-
-    /* the backend's notify hook points at the wait queue, and the queue
-     * calls the backend: make the queue, open the backend, then bind */
-    q = waitq_new();
-    if (q == NULL) {
-        log_error("cannot start the wait queue: %s", strerror(errno));
-        rc = 1;
+    setup_process(&cfg, &sigs);
+    rc = open_store(&cfg, &q, &be);
+    if (rc != 0)
         goto out;
-    }
-    hooks.notify = waitq_notify;
-    hooks.arg = q;
-    if (backend_open(cfg.backend, &hooks, &be, err, sizeof(err)) !=
-        BACKEND_OK) {
-        fprintf(stderr, "lockd: %s\n", err);
-        rc = 2;
-        goto out;
-    }
-    if (cfg.threads == 0) /* a network backend's calls block a thread */
-        cfg.threads = strcmp(backend_scheme(be), "memory") == 0 ? cfg.cores
-                                                                : 4 * cfg.cores;
-    /* the workers make the store calls (memory's run on server threads:
-     * they only retry waiters) */
-    if (waitq_bind(q, be, be->call_timeout_ms > 0 ? cfg.threads : 2) != 0) {
-        log_error("cannot start the wait queue's workers: %s", strerror(errno));
-        rc = 1;
-        goto out;
-    }
     metrics_setup(LOCKD_VERSION, backend_scheme(be), api_route_names,
                   API_ROUTE_COUNT, backend_op_names, BACKEND_OP_COUNT);
     api.backend = be;
@@ -206,15 +238,7 @@ int main(int argc, char **argv)
              (backend_caps(be) & BACKEND_CAP_QUEUE) != 0 ? "store-wide"
                                                          : "per instance",
              cfg.threads);
-
-    while (sigwait(&sigs, &sig) != 0 || (sig != SIGTERM && sig != SIGINT))
-        ;
-    log_info("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    server_begin_shutdown(srv);
-    waitq_shutdown(q);
-    if (server_drain(srv, DRAIN_MS) != 0)
-        log_warn("requests still in flight after %d ms: closing them",
-                 DRAIN_MS);
+    serve_until_signal(srv, q, &sigs);
 out:
     server_stop(srv);
     /* owed store calls (places given up, grants nobody received) get a

@@ -1,6 +1,6 @@
 /*
- * backends/memory/memory.c - the embedded lock store: 64 shards, each a mutex and
- * a hash table of entries, so threads working on different keys rarely
+ * backends/memory/memory.c - the embedded lock store: 64 shards, each a mutex
+ * and a hash table of entries, so threads working on different keys rarely
  * meet. An entry exists while its key is held or has waiters; its waiters
  * form a FIFO that acquire() honours (BACKEND_CAP_QUEUE). Expiry is judged
  * on every access against the monotonic clock, so a lock is free the
@@ -17,10 +17,10 @@
 #include <time.h>
 
 #include "backends/backend.h"
+#include "lib/clock.h"
 #include "lib/keytab.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
-#include "lib/clock.h"
 #include "lib/text.h"
 
 extern const struct backend_ops memory_backend;

@@ -1,0 +1,351 @@
+/*
+ * service/waitq_calls.c - the wait queue's store calls: the worker threads,
+ * a job's first call and a key's retries, and what each answer means (a
+ * grant answered if it still has time left, else released; a HELD that
+ * parks the job or answers 409; the cleanup owed by jobs nobody waits
+ * for). Apart from waitq.c because this is the side that drops the mutex
+ * around a store call and picks up what changed meanwhile.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "lib/clock.h"
+#include "lib/log.h"
+#include "service/waitq_impl.h"
+
+/* A HELD answer for k seen at now: remember when the holder's TTL ends
+ * (unless the key is free and only others' places are ahead) and retry
+ * then, or within WQ_RETRY_MAX_MS, whichever is first. */
+void wq_schedule_held(struct waitq *q,
+                      struct wq_key *k,
+                      int64_t now,
+                      const struct lock_grant *g)
+{
+    uint64_t delay = g->retry_ms;
+
+    if (!g->behind)
+        k->held_until = now + (int64_t)g->retry_ms;
+    if (delay == 0)
+        delay = 1;
+    else if (delay > WQ_RETRY_MAX_MS)
+        delay = WQ_RETRY_MAX_MS;
+    wq_timer_set(q, &k->retry, now + (int64_t)delay, false);
+}
+
+/* The store call owed by a job nobody will be answered for; the mutex is
+ * dropped around it. Then the job is freed. */
+static void do_cleanup(struct waitq *q, struct wq_job *j, enum cleanup c)
+{
+    pthread_mutex_unlock(&q->mu);
+    if (c == CLEAN_RELEASE) {
+        enum backend_result r = backend_release(q->be, &j->req);
+        log_info("released a grant whose client was answered or gone "
+                 "before it arrived (%s)",
+                 backend_result_str(r));
+    } else if (c == CLEAN_CANCEL && j->lw.be_data != NULL) {
+        backend_cancel_wait(q->be, j->req.key, j->req.key_len, &j->lw);
+    }
+    pthread_mutex_lock(&q->mu);
+    wq_free_job(q, j);
+}
+
+/*
+ * Answer the grant (or renewal) g for j, if it is of use. A client counts
+ * the TTL from when it sent the request (since base_us: the request's
+ * arrival, or for a waiter's retry the retry's store call), so a grant
+ * with no more left than the time since then, plus the slack for the
+ * request's and the answer's way (WQ_ANSWER_SLACK_US), has nothing left
+ * by the client's count, and may be gone already. That is a 503; false,
+ * so that the caller releases a grant nobody will hold.
+ */
+static bool do_answer_grant(struct waitq *q,
+                            struct wq_job *j,
+                            const struct lock_grant *g,
+                            int64_t base_us,
+                            struct done_list *done)
+{
+    int64_t now = clock_mono_us();
+    uint64_t left = backend_grant_left_ms(g, now);
+    int64_t slack = (int64_t)g->ttl_ms * 100; /* a tenth, in us */
+
+    if (slack > WQ_ANSWER_SLACK_US)
+        slack = WQ_ANSWER_SLACK_US;
+    if (left == 0 || (int64_t)left * 1000 <= now - base_us + slack) {
+        log_warn("waitq: the store answered too late (%lld ms after the "
+                 "call, %llu ms of the lock left): answering 503",
+                 (long long)((now - base_us) / 1000), (unsigned long long)left);
+        wq_answer(q, j, BACKEND_UNAVAILABLE, NULL, NULL, done);
+        return false;
+    }
+    wq_answer(q, j, BACKEND_OK, g, NULL, done);
+    return true;
+}
+
+enum backend_result wq_call_store(struct backend *be,
+                                  enum wq_op op,
+                                  struct lock_req *req,
+                                  struct lock_grant *g,
+                                  struct lock_info *info,
+                                  int64_t *count)
+{
+    memset(g, 0, sizeof(*g));
+    switch (op) {
+    case WQ_ACQUIRE:
+        return backend_acquire(be, req, g);
+    case WQ_RENEW:
+        return backend_renew(be, req, g);
+    case WQ_RELEASE:
+        return backend_release(be, req);
+    case WQ_INSPECT:
+        return backend_inspect(be, req->key, req->key_len, info);
+    case WQ_PING:
+        return backend_ping(be);
+    default:
+        *count = backend_held_count(be);
+        return BACKEND_OK;
+    }
+}
+
+/*
+ * After the first acquire for j (not in a FIFO yet) answered r: answer and
+ * dispose of j, or park it for a retry.
+ */
+static void do_after_first(struct waitq *q,
+                           struct wq_job *j,
+                           enum backend_result r,
+                           const struct lock_grant *g,
+                           uint64_t epoch,
+                           struct done_list *done)
+{
+    int64_t now = clock_mono_ms();
+    struct wq_key *k;
+
+    if (r == BACKEND_OK) {
+        if (j->w == NULL) {
+            do_cleanup(q, j, CLEAN_RELEASE);
+            return;
+        }
+        if (do_answer_grant(q, j, g, j->start_us, done))
+            wq_free_job(q, j);
+        else
+            do_cleanup(q, j, CLEAN_RELEASE);
+        return;
+    }
+    if (r == BACKEND_HELD) {
+        j->tried = true;
+        j->last_unavailable = false;
+        if (!g->behind)
+            j->held_until = now + (int64_t)g->retry_ms;
+    } else {
+        j->last_unavailable = true;
+    }
+    if (j->w == NULL || j->wait_ms <= 0 || j->wait_over || q->stopping ||
+        (r != BACKEND_HELD && r != BACKEND_UNAVAILABLE)) {
+        if (j->w != NULL && r == BACKEND_HELD) {
+            struct lock_grant h = *g;
+            wq_answer(q, j, r, &h, NULL, done);
+        } else if (j->w != NULL && r != BACKEND_UNAVAILABLE) {
+            wq_answer(q, j, r, NULL, NULL, done);
+        } else {
+            wq_answer_unserved(q, j, done);
+        }
+        wq_dispose(q, j);
+        return;
+    }
+    k = wq_key_get(q, j->req.key, j->req.key_len);
+    if (k == NULL) {
+        wq_answer(q, j, BACKEND_NO_MEMORY, NULL, NULL, done);
+        wq_dispose(q, j);
+        return;
+    }
+    wq_park(q, j, k);
+    if (r != BACKEND_HELD)
+        wq_timer_set(q, &k->retry, now + WQ_UNAVAILABLE_MS, false);
+    else if (atomic_load(&q->epoch) != epoch)
+        wq_timer_set(q, &k->retry, now, false); /* a notify came meanwhile */
+    else if (k->head == j)
+        wq_schedule_held(q, k, now, g);
+}
+
+/* A worker's first try of a job, or one direct call. Mutex held. */
+static void
+do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done)
+{
+    struct lock_grant g;
+    struct lock_info info;
+    int64_t count = -1;
+    enum backend_result r;
+    uint64_t epoch;
+
+    if (j->cleanup != CLEAN_NONE) {
+        do_cleanup(q, j, j->cleanup);
+        return;
+    }
+    if (j->w == NULL) { /* answered before its turn: never sent */
+        wq_free_job(q, j);
+        return;
+    }
+    if (j->op == WQ_ACQUIRE && j->wait_ms > 0) {
+        int64_t left = j->wait_until - clock_mono_ms();
+        j->lw.deadline_ms = clock_wall_ms() + (left > 0 ? left : 0);
+        j->req.waiter = &j->lw;
+    }
+    j->running = true;
+    epoch = atomic_load(&q->epoch);
+    pthread_mutex_unlock(&q->mu);
+    r = wq_call_store(q->be, j->op, &j->req, &g, &info, &count);
+    pthread_mutex_lock(&q->mu);
+    j->running = false;
+    if (j->op == WQ_ACQUIRE) {
+        do_after_first(q, j, r, &g, epoch, done);
+        return;
+    }
+    if (j->op == WQ_COUNT && j->w != NULL)
+        j->w->count = count;
+    if (r == BACKEND_OK && j->op == WQ_RENEW)
+        do_answer_grant(q, j, &g, j->start_us, done);
+    else
+        wq_answer(q, j, r, &g, &info, done);
+    wq_free_job(q, j);
+}
+
+/* k's waiter j was granted g at now: out of the FIFO, answered (or the
+ * grant released if nobody will have it), and the next waiter's retry set
+ * for when the new holder's TTL is due. */
+static void do_key_granted(struct waitq *q,
+                           struct wq_key *k,
+                           struct wq_job *j,
+                           const struct lock_grant *g,
+                           int64_t now,
+                           struct done_list *done)
+{
+    wq_unpark(q, j, false); /* the next waiter's turn comes below */
+    if (j->w == NULL) {
+        do_cleanup(q, j, CLEAN_RELEASE);
+    } else if (do_answer_grant(q, j, g,
+                               g->valid_until_us - (int64_t)g->ttl_ms * 1000,
+                               done)) {
+        wq_free_job(q, j);
+    } else {
+        do_cleanup(q, j, CLEAN_RELEASE);
+    }
+    if (k->head != NULL) {
+        /* the new holder may never release: the next waiter
+         * tries again when its TTL is due */
+        k->held_until = now + (int64_t)g->ttl_ms;
+        wq_timer_set(q, &k->retry,
+                     now + (int64_t)(g->ttl_ms < WQ_RETRY_MAX_MS
+                                         ? g->ttl_ms
+                                         : WQ_RETRY_MAX_MS),
+                     false);
+    }
+}
+
+/*
+ * Retry key k's waiters in order: the first is tried; on a queueing store
+ * a waiter that is merely behind another in the store's queue (possible
+ * when two requests registered in one order and parked in the other)
+ * passes the turn to the next. Mutex held; dropped around each call.
+ */
+void wq_run_key(struct waitq *q, struct wq_key *k, struct done_list *done)
+{
+    struct wq_job *j = k->head;
+
+    k->running = true;
+    k->again = false;
+    while (j != NULL) {
+        struct lock_grant g;
+        struct lock_info info;
+        int64_t count;
+        enum backend_result r;
+        int64_t now;
+
+        j->req.waiter = &j->lw;
+        if (j->lw.id == 0)
+            j->lw.id = ++q->next_id;
+        if (j->lw.deadline_ms == 0)
+            j->lw.deadline_ms =
+                clock_wall_ms() + (j->wait_until - clock_mono_ms());
+        j->running = true;
+        pthread_mutex_unlock(&q->mu);
+        r = wq_call_store(q->be, WQ_ACQUIRE, &j->req, &g, &info, &count);
+        pthread_mutex_lock(&q->mu);
+        j->running = false;
+        now = clock_mono_ms();
+        if (r == BACKEND_OK) {
+            do_key_granted(q, k, j, &g, now, done);
+            break;
+        }
+        if (r == BACKEND_HELD) {
+            struct wq_job *next = j->next;
+            j->tried = true;
+            j->last_unavailable = false;
+            if (!g.behind)
+                j->held_until = now + (int64_t)g.retry_ms;
+            wq_schedule_held(q, k, now, &g);
+            if (j->w == NULL || j->wait_over) {
+                wq_answer_unserved(q, j, done);
+                wq_dispose(q, j);
+            }
+            if (g.behind && next != NULL && next->parked) {
+                j = next;
+                continue;
+            }
+            break;
+        }
+        /* unavailable or out of memory: keep the place, retry soon; the
+         * deadline answers 503 if it never comes back */
+        j->last_unavailable = true;
+        wq_timer_set(q, &k->retry, now + WQ_UNAVAILABLE_MS, false);
+        if (j->w == NULL || j->wait_over) {
+            wq_answer_unserved(q, j, done);
+            wq_dispose(q, j);
+        }
+        break;
+    }
+    k->running = false;
+    if (k->again && k->head != NULL)
+        wq_timer_set(q, &k->retry, clock_mono_ms(), false);
+    wq_key_free_if_idle(q, k);
+}
+
+void *wq_worker_main(void *arg)
+{
+    struct waitq *q = arg;
+    struct done_list done = { 0 };
+
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        struct wq_task *t = wq_run_pop(q);
+        if (t == NULL) {
+            if (q->workers_stop)
+                break;
+            pthread_cond_wait(&q->work, &q->mu);
+            continue;
+        }
+        if (t->is_key) {
+            struct wq_key *k = CONTAINER_OF(t, struct wq_key, task);
+            k->queued = false;
+            if (q->workers_stop && clock_mono_ms() > q->stop_by)
+                wq_key_free_if_idle(q, k);
+            else
+                wq_run_key(q, k, &done);
+        } else {
+            struct wq_job *j = CONTAINER_OF(t, struct wq_job, task);
+            j->queued = false;
+            if (q->workers_stop && clock_mono_ms() > q->stop_by && j->w == NULL)
+                wq_free_job(q, j); /* out of time: the store's TTLs end it */
+            else
+                do_run_job(q, j, &done);
+        }
+        if (done.head != NULL) {
+            pthread_mutex_unlock(&q->mu);
+            wq_done_wake(&done);
+            pthread_mutex_lock(&q->mu);
+        }
+    }
+    pthread_mutex_unlock(&q->mu);
+    return NULL;
+}

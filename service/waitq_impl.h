@@ -1,0 +1,174 @@
+/*
+ * service/waitq_impl.h - what the files of the wait queue share, private to
+ * them: the job, key and queue structs, the timer kinds, and the functions
+ * one file calls in another. Split from waitq.c so that each file reads in
+ * one sitting: waitq.c (jobs, keys, parking, answers; the public calls),
+ * waitq_timers.c (the timer heap and the timer thread) and waitq_calls.c
+ * (the workers: store calls and what their answers mean for a job).
+ *
+ * Every wq_*() below runs with q->mu held, like the do_*() helpers in each
+ * file, except wq_done_wake() (after the mutex is dropped), wq_kick() (any
+ * time), wq_call_store() (never under it) and the thread mains.
+ */
+#ifndef SERVICE_WAITQ_IMPL_H
+#define SERVICE_WAITQ_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/keytab.h"
+#include "service/waitq.h"
+
+#define WQ_RETRY_MAX_MS                                            \
+    2000                      /* retry at least this often: a lost \
+                                 notification costs at most this */
+#define WQ_UNAVAILABLE_MS 200 /* retry pace while the backend is down */
+#define WQ_EVENTS         64
+#define WQ_IDLE_MS        1000 /* the timer thread looks at least this often */
+#define WQ_WORKERS_MAX    1024
+/* What a grant must have left beyond the time since its request arrived:
+ * the answer's way out through the HTTP stack and the network, and the
+ * request's way in before lockd saw it. A tenth of the TTL, at most this. */
+#define WQ_ANSWER_SLACK_US 20000
+
+enum timer_kind {
+    TIMER_WAIT_END, /* a job's wait runs out */
+    TIMER_BOUND,    /* a job must be answered now */
+    TIMER_RETRY,    /* a key's waiters are tried again */
+};
+
+enum cleanup {
+    CLEAN_NONE = 0,
+    CLEAN_CANCEL,  /* give up the job's place in the store's queue */
+    CLEAN_RELEASE, /* release a grant nobody received */
+};
+
+#define CONTAINER_OF(p, type, member) \
+    ((type *)(void *)((char *)(p)-offsetof(type, member)))
+
+struct wq_task { /* an entry of the run queue: a job or a key */
+    struct wq_task *next;
+    bool is_key;
+};
+
+struct wq_key {
+    struct keytab_entry ke; /* ke.key points at key[] */
+    struct wq_timer retry;
+    struct wq_task task;
+    bool queued;  /* task is in the run queue */
+    bool running; /* a worker is trying its waiters */
+    bool again;   /* a retry was due while running: once more at once */
+    struct wq_job *head, *tail;
+    int64_t held_until; /* monotonic ms when the holder's TTL ends, as
+                           last seen; for retry_after_ms */
+    char key[];
+};
+
+struct wq_job {
+    struct wq_waiter *w; /* NULL once answered */
+    enum wq_op op;
+    struct lock_req req; /* strings in text[] */
+    struct lock_waiter lw;
+    int64_t wait_ms;
+    int64_t wait_until; /* monotonic ms when a waiting acquire's wait
+                           runs out */
+    int64_t held_until; /* monotonic ms, last HELD seen; 0: none */
+    int64_t start_us;   /* monotonic us when the request arrived */
+    struct wq_key *key; /* while parked */
+    struct wq_job *prev, *next;
+    struct wq_task task;
+    struct wq_timer wait_end, bound;
+    int fd;         /* the client's socket, -1 when not watched */
+    bool watched;   /* was ever in the epoll set: freed by the timer
+                       thread, which may hold it from an epoll_wait() */
+    bool queued;    /* task is in the run queue */
+    bool running;   /* a worker is calling the store for it */
+    bool parked;    /* in key's FIFO */
+    bool counted;   /* in q->count and the waiters gauge */
+    bool wait_over; /* its wait ran out: no more parking */
+    bool tried;     /* the store answered HELD at least once */
+    bool last_unavailable;
+    enum cleanup cleanup;
+    char text[];
+};
+
+struct waitq {
+    struct backend *be;
+    pthread_t thread;
+    pthread_t *workers;
+    unsigned nworkers;
+    int epfd;
+    int evfd;
+    _Atomic uint64_t epoch; /* bumped by every notify */
+    _Atomic int64_t count;
+    pthread_mutex_t mu;     /* guards everything below */
+    pthread_cond_t drained; /* signalled when shutdown has answered all */
+    pthread_cond_t work;    /* the run queue has tasks, or workers stop */
+    struct keytab keys;
+    struct wq_timer **heap;
+    size_t nheap, capheap;
+    struct wq_task *run_head, *run_tail;
+    struct wq_task *graveyard; /* jobs to free before the next epoll_wait */
+    _Atomic bool stopping;     /* shutdown asked: answer everyone; set under
+                                  mu, read without it by waitq_start() */
+    bool drained_all;
+    bool workers_stop;   /* waitq_stop(): workers finish and leave */
+    int64_t stop_by;     /* monotonic ms: owed calls after this are dropped */
+    bool exiting;        /* waitq_free(): the thread ends */
+    int64_t sleep_until; /* monotonic ms the timer thread sleeps until;
+                            INT64_MIN while it is awake (it looks at the
+                            heap before it sleeps again) */
+    uint64_t next_id;
+};
+
+/* Waiters whose answer is ready, woken once the mutex is dropped. */
+struct done_list {
+    struct wq_waiter *head;
+};
+
+/* waitq.c: the run queue, keys, jobs, parking and answers */
+void wq_run_push(struct waitq *q, struct wq_task *t);
+struct wq_task *wq_run_pop(struct waitq *q);
+struct wq_key *wq_key_get(struct waitq *q, const char *key, size_t len);
+void wq_key_free_if_idle(struct waitq *q, struct wq_key *k);
+void wq_free_job(struct waitq *q, struct wq_job *j);
+void wq_done_wake(struct done_list *d);
+void wq_answer(struct waitq *q,
+               struct wq_job *j,
+               enum backend_result r,
+               const struct lock_grant *g,
+               const struct lock_info *info,
+               struct done_list *done);
+void wq_answer_unserved(struct waitq *q,
+                        struct wq_job *j,
+                        struct done_list *done);
+void wq_unpark(struct waitq *q, struct wq_job *j, bool next_turn);
+void wq_dispose(struct waitq *q, struct wq_job *j);
+void wq_park(struct waitq *q, struct wq_job *j, struct wq_key *k);
+
+/* waitq_timers.c: the timer heap and the timer thread */
+void wq_timer_remove(struct waitq *q, struct wq_timer *t);
+int wq_timer_set(struct waitq *q, struct wq_timer *t, int64_t at, bool force);
+void wq_kick(struct waitq *q);
+void wq_free_graveyard(struct waitq *q);
+void wq_answer_all(struct waitq *q, struct done_list *done);
+void *wq_timer_main(void *arg);
+
+/* waitq_calls.c: the store calls and the workers that make them */
+enum backend_result wq_call_store(struct backend *be,
+                                  enum wq_op op,
+                                  struct lock_req *req,
+                                  struct lock_grant *g,
+                                  struct lock_info *info,
+                                  int64_t *count);
+void wq_schedule_held(struct waitq *q,
+                      struct wq_key *k,
+                      int64_t now,
+                      const struct lock_grant *g);
+void wq_run_key(struct waitq *q, struct wq_key *k, struct done_list *done);
+void *wq_worker_main(void *arg);
+
+#endif /* SERVICE_WAITQ_IMPL_H */
