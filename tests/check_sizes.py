@@ -19,7 +19,7 @@ PARTS = ("lib", "backends", "api", "service")
 MAX_FILE, MAX_FUNC = 800, 80
 # a function definition: a line at column 0 that is not a comment, macro or
 # declaration and is followed (maybe over several lines) by "{" at column 0
-NAME = re.compile(r"^(?![ \t#/*}])(?!typedef|struct [a-z_]+ \{|enum|static const|const).*?\b([a-z_][a-z0-9_]*)\s*\(")
+NAME = re.compile(r"^(?![ \t#/*}])(?!typedef)[^=;]*?\b([a-z_][a-z0-9_]*)\s*\(")
 
 
 def functions(lines):
