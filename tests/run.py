@@ -7,12 +7,18 @@ per test and ends with "N passed, N failed", after a line "N skipped".
   python3 tests/run.py [--backend NAME]... [-k SUBSTRING] [--no-unit] [--quick]
                        [--strict-skips] [--allow-skip SUBSTRING]...
 
+First the tree's rules (tests/check_arrows.py: includes run lib <-
+backends <- api <- service; tests/check_sizes.py: no file over 800 lines,
+no function over 80), each counted as one test, then the unit programs.
+
 Nothing passes by not running:
 
 - A unit program (build/tests/unit/test_*) that cannot run here exits 77
   (CHECK_SKIP_EXIT in tests/unit/check.h) after a line "skip: <reason>":
   it prints "skip unit: <name>: <reason>" and counts as skipped. One that
-  exits 0 having run no case ("0 passed, 0 failed") is a failure.
+  exits 0 having run no case ("0 passed, 0 failed") is a failure. A line
+  "skip store: <store>: <reason>" (test_contract: a server that cannot
+  start) counts as one skip of that store.
 - The backends come from the binary ($LOCKD_BIN --backends, one scheme a
   line; from the "backends built in:" line of --help if that fails). A
   backend the suite knows but the binary lacks prints "skip <backend>:
@@ -111,6 +117,22 @@ def skip_reason(out):
     return (m[-1] if m else "") or "no reason given"
 
 
+def run_checks(tally):
+    """The tree's own rules, read from the sources: the include arrows
+    (tests/check_arrows.py) and the size rule (tests/check_sizes.py)."""
+    for script in ("check_arrows.py", "check_sizes.py"):
+        p = subprocess.run([sys.executable, os.path.join(HERE, script)], capture_output=True,
+                           text=True, timeout=120)
+        out = (p.stdout + p.stderr).rstrip()
+        if p.returncode == 0:
+            tally.ok()
+            print(out)
+        else:
+            tally.fail("check: " + script)
+            print(out)
+        sys.stdout.flush()
+
+
 def run_units(build, tally):
     exes = [exe for exe in sorted(glob.glob(os.path.join(build, "tests", "unit", "test_*")))
             if not exe.endswith((".o", ".d")) and os.access(exe, os.X_OK)]
@@ -148,6 +170,9 @@ def run_units(build, tally):
         if why is None:
             tally.ok(np)
             print("ok   unit: %s (%d passed, %d failed, %.1fs)" % (name, np, nf, took))
+            # a program that ran, but not on every store it tests
+            for store, reason in re.findall(r"^skip store: *([^:]+): *(.*?)\s*$", out, re.M):
+                tally.skip("unit: %s: %s" % (name, store), reason)
         else:
             tally.ok(np)
             tally.fail("unit: %s (%s)" % (name, why), max(nf, 1))
@@ -307,6 +332,7 @@ def main():
     tally = Tally()
     build = os.environ.get("LOCKD_BUILD", os.path.join(ROOT, "build"))
     if not opts.no_unit and not opts.filter:
+        run_checks(tally)
         run_units(build, tally)
 
     for path in sorted(glob.glob(os.path.join(HERE, "e2e", "test_*.py"))):

@@ -11,7 +11,8 @@
  * on memory://, which are two stores) prints "skip: <backend>: <case>:
  * <why>" and is counted as skipped. A store whose server cannot run here
  * prints "skip: <backend>: <reason>" and its cases are skipped; memory://
- * always runs. Ends with
+ * always runs; such a store prints "skip store: <backend>: <reason>",
+ * which tests/run.py counts as a skip. Ends with
  * "N skipped" and "N passed, N failed"; exits 1 if anything failed, else
  * SKIP_EXIT (77) if nothing ran, else 0.
  *
@@ -36,9 +37,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
 #include "tests/unit/check.h"
 #include "tests/unit/server.h"
-#include "lib/clock.h"
 
 #define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -892,7 +893,7 @@ int main(int argc, char **argv)
         if (want == 0)
             continue;
         if (t->start(t, &why) != 0) {
-            printf("skip: %s: %s\n", t->name, why);
+            printf("skip store: %s: %s\n", t->name, why);
             skipped += (int)want;
             testsrv_cleanup(&t->srv, SIGKILL);
             continue;
