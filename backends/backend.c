@@ -60,9 +60,8 @@ static void make_scheme_list(void)
     size_t n = 0;
 
     for (size_t i = 0; backend_table[i] != NULL; i++)
-        n += (size_t)snprintf(scheme_list + n, sizeof(scheme_list) - n,
-                              "%s%s", i > 0 ? ", " : "",
-                              backend_table[i]->scheme);
+        n += (size_t)snprintf(scheme_list + n, sizeof(scheme_list) - n, "%s%s",
+                              i > 0 ? ", " : "", backend_table[i]->scheme);
 }
 
 const char *backend_schemes(void)
@@ -180,8 +179,7 @@ enum backend_result backend_acquire(struct backend *be,
     r = be->ops->acquire(be, req, out);
     if (r == BACKEND_OK) /* counted from the send: never more than is left */
         out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
-    metrics_backend_op(BACKEND_OP_ACQUIRE, result_ok(r),
-                       clock_mono_us() - t0);
+    metrics_backend_op(BACKEND_OP_ACQUIRE, result_ok(r), clock_mono_us() - t0);
     if (r == BACKEND_OK)
         metrics_lock_granted();
     return r;
@@ -216,8 +214,7 @@ enum backend_result backend_release(struct backend *be,
         return BACKEND_INVALID;
     r = be->ops->release(be, req);
 
-    metrics_backend_op(BACKEND_OP_RELEASE, result_ok(r),
-                       clock_mono_us() - t0);
+    metrics_backend_op(BACKEND_OP_RELEASE, result_ok(r), clock_mono_us() - t0);
     if (r == BACKEND_OK)
         metrics_lock_released();
     return r;
@@ -235,8 +232,7 @@ enum backend_result backend_inspect(struct backend *be,
     if (!backend_key_ok(key, key_len))
         return BACKEND_INVALID;
     r = be->ops->inspect(be, key, key_len, out);
-    metrics_backend_op(BACKEND_OP_INSPECT, result_ok(r),
-                       clock_mono_us() - t0);
+    metrics_backend_op(BACKEND_OP_INSPECT, result_ok(r), clock_mono_us() - t0);
     return r;
 }
 

@@ -25,9 +25,9 @@
 
 #include <mysql.h>
 
-#include "backends/threadconn.h"
 #include "backends/backend.h"
 #include "backends/mysql/sql.h"
+#include "backends/threadconn.h"
 
 #define MYSQL_BE_DEFAULT_PORT       3306
 #define MYSQL_BE_DEFAULT_TABLE      "lockd_locks"
@@ -79,8 +79,8 @@ struct mysql_be {
     char *schema[MYSQL_SQL_SCHEMA_N];
     char *probe[MYSQL_SQL_PROBE_N];
     char *seed[MYSQL_SQL_SEED_N];
-    atomic_bool schema_ok; /* the tables exist (as far as we know) */
-    atomic_bool down;      /* the last connect failed: log changes once */
+    atomic_bool schema_ok;       /* the tables exist (as far as we know) */
+    atomic_bool down;            /* the last connect failed: log changes once */
     struct threadconn_set conns; /* every thread's struct mysql_conn; a
                                     thread reaching the database ends every
                                     thread's back-off */

@@ -18,8 +18,8 @@
 #ifndef BACKENDS_REDIS_REDIS_INT_H
 #define BACKENDS_REDIS_REDIS_INT_H
 
-#include "backends/threadconn.h"
 #include "backends/backend.h"
+#include "backends/threadconn.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -178,12 +178,12 @@ struct redis_be {
     int64_t cmd_ms;     /* command timeout (= base.call_timeout_ms) */
 
     struct threadconn_set conns; /* every thread's struct redis_conn */
-    pthread_mutex_t lock;      /* guards trash and the sub_* fields */
-    struct redis_trash *trash; /* owned; retried by the subscriber */
-    size_t ntrash;             /* at most REDIS_BE_TRASH_MAX */
-    pthread_cond_t sub_cond;   /* monotonic; signalled on sub_tried and
-                                  stopping */
-    bool sub_tried;            /* the subscriber made its first attempt */
+    pthread_mutex_t lock;        /* guards trash and the sub_* fields */
+    struct redis_trash *trash;   /* owned; retried by the subscriber */
+    size_t ntrash;               /* at most REDIS_BE_TRASH_MAX */
+    pthread_cond_t sub_cond;     /* monotonic; signalled on sub_tried and
+                                    stopping */
+    bool sub_tried;              /* the subscriber made its first attempt */
     pthread_t sub_thread;
     bool sub_started;
     atomic_bool stopping;

@@ -18,9 +18,9 @@
 
 #include "api/handlers.h"
 #include "api/router.h"
-#include "lib/text.h"
 #include "backends/backend.h"
 #include "lib/log.h"
+#include "lib/text.h"
 #include "tests/unit/check.h"
 
 #define MAX_TTL  86400000u

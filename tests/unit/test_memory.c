@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/clock.h"
 #include "lib/log.h"
 #include "tests/unit/check.h"
-#include "lib/clock.h"
 
 extern const struct backend_ops memory_backend;
 
@@ -66,7 +66,8 @@ static struct backend *open_mem(void)
     struct backend_hooks hooks = { .notify = record_notify, .arg = NULL };
     struct backend *be = NULL;
 
-    CHECK_EQ_INT(memory_backend.open("memory://", &hooks, &be, NULL, 0), BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.open("memory://", &hooks, &be, NULL, 0),
+                 BACKEND_OK);
     CHECK(be != NULL);
     notes_clear();
     return be;
@@ -138,7 +139,8 @@ static void test_mem_open_rejects_options(void)
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         be = (struct backend *)1;
-        CHECK_EQ_INT(memory_backend.open(bad[i], NULL, &be, NULL, 0), BACKEND_INVALID);
+        CHECK_EQ_INT(memory_backend.open(bad[i], NULL, &be, NULL, 0),
+                     BACKEND_INVALID);
         CHECK(be == NULL);
     }
     CHECK_STR_EQ(memory_backend.scheme, "memory");
@@ -652,7 +654,8 @@ static void test_mem_every_expiry_with_waiters_is_notified(void)
     CHECK(w != NULL);
     if (w == NULL)
         return;
-    CHECK_EQ_INT(memory_backend.open("memory://", &hooks, &be, NULL, 0), BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.open("memory://", &hooks, &be, NULL, 0),
+                 BACKEND_OK);
     for (int i = 0; i < MANY; i++) {
         snprintf(key, sizeof(key), "many-%d", i);
         w[i].id = (uint64_t)i + 1;

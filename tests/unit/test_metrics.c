@@ -5,9 +5,9 @@
  * bucket. The metrics are process-wide, so each case reads values before
  * and after.
  */
-#include "lib/metrics.h"
 #include "api/codec.h"
 #include "backends/backend.h"
+#include "lib/metrics.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -19,8 +19,8 @@
 #include "tests/unit/check.h"
 extern const struct backend_ops mysql_backend;
 #define TEST_BE_OPS mysql_backend
-#include "tests/unit/server.h"
 #include "lib/clock.h"
+#include "tests/unit/server.h"
 
 #define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -107,7 +107,8 @@ static void test_open_rejects_bad_urls(void)
 
     for (int i = 0; bad[i] != NULL; i++) {
         be = (struct backend *)1;
-        CHECK_MSG(mysql_backend.open(bad[i], NULL, &be, NULL, 0) == BACKEND_INVALID,
+        CHECK_MSG(mysql_backend.open(bad[i], NULL, &be, NULL, 0) ==
+                      BACKEND_INVALID,
                   "accepted %s", bad[i]);
         CHECK(be == NULL);
     }
@@ -283,7 +284,7 @@ static void test_distinct_keys_are_distinct_locks(void)
         CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
         for (size_t j = i + 1; j < n; j++)
             CHECK_MSG(mysql_backend.inspect(be_main, keys[j], strlen(keys[j]),
-                                           &info) == BACKEND_OK,
+                                            &info) == BACKEND_OK,
                       "releasing key %zu freed key %zu", i, j);
     }
     CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"

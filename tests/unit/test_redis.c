@@ -19,8 +19,8 @@
 #include "tests/unit/check.h"
 extern const struct backend_ops redis_backend;
 #define TEST_BE_OPS redis_backend
-#include "tests/unit/server.h"
 #include "lib/clock.h"
+#include "tests/unit/server.h"
 
 #define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -78,7 +78,8 @@ static void test_open_rejects_bad_urls(void)
 
     for (int i = 0; bad[i] != NULL; i++) {
         be = (struct backend *)1;
-        CHECK_EQ_INT(redis_backend.open(bad[i], NULL, &be, NULL, 0), BACKEND_INVALID);
+        CHECK_EQ_INT(redis_backend.open(bad[i], NULL, &be, NULL, 0),
+                     BACKEND_INVALID);
         CHECK(be == NULL);
     }
 }
@@ -410,8 +411,7 @@ static void test_cancel_wait_passes_the_turn_and_notifies(void)
 
 static void test_dead_waiters_are_dropped_after_their_deadline(void)
 {
-    struct lock_waiter w1 = { .id = 301,
-                              .deadline_ms = clock_wall_ms() + 100 };
+    struct lock_waiter w1 = { .id = 301, .deadline_ms = clock_wall_ms() + 100 };
     struct lock_grant g;
 
     CHECK_EQ_INT(acq(be_main, "d1", TOK_A, 5000, &g), BACKEND_OK);

@@ -20,8 +20,8 @@
 #include "tests/unit/check.h"
 extern const struct backend_ops zookeeper_backend;
 #define TEST_BE_OPS zookeeper_backend
-#include "tests/unit/server.h"
 #include "lib/clock.h"
+#include "tests/unit/server.h"
 
 #define TOK_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define TOK_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -155,7 +155,8 @@ static void test_open_rejects_bad_urls(void)
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct backend *be = (struct backend *)1;
-        enum backend_result r = zookeeper_backend.open(bad[i], NULL, &be, NULL, 0);
+        enum backend_result r =
+            zookeeper_backend.open(bad[i], NULL, &be, NULL, 0);
         CHECK_MSG(r == BACKEND_INVALID, "%s: %d", bad[i], (int)r);
         CHECK(be == NULL);
     }
@@ -182,7 +183,8 @@ static void test_down_store_answers_unavailable_at_once(void)
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq_wait(be, "k", TOK_A, 1000, NULL, &g), BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_UNAVAILABLE);
-    CHECK_EQ_INT(zookeeper_backend.inspect(be, "k", 1, &info), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be, "k", 1, &info),
+                 BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(zookeeper_backend.ping(be), BACKEND_UNAVAILABLE);
     CHECK_MSG(check_mono_ms() - t0 < 100, "answers took %lld ms",
               (long long)(check_mono_ms() - t0));
@@ -210,7 +212,8 @@ static void test_acquire_inspect_renew_release(void)
     CHECK_EQ_INT(acq_wait(be_main, "a/../b", TOK_B, 5000, NULL, &h),
                  BACKEND_HELD);
     CHECK(h.retry_ms > 4000 && h.retry_ms <= 5000);
-    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "a/../b", 6, &info), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "a/../b", 6, &info),
+                 BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
     CHECK(!info.has_owner);
     CHECK_EQ_INT(ren(be_main, "a/../b", TOK_B, 0, &r), BACKEND_MISMATCH);
@@ -269,7 +272,8 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
 
     /* no hooks there: every notification seen comes from be_main's watches
      * or its own calls */
-    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0),
+                 BACKEND_OK);
     CHECK(other != NULL);
     if (other == NULL)
         return;
@@ -281,7 +285,8 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
     CHECK_EQ_INT(acq_wait(be_main, "q", TOK_C, 1000, &w3, &g), BACKEND_HELD);
     /* a try-once acquire does not jump them */
     CHECK_EQ_INT(acq_wait(other, "q", TOK_C, 1000, NULL, &g), BACKEND_HELD);
-    CHECK_EQ_INT(zookeeper_backend.cancel_wait(be_main, "q", 1, &w1), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.cancel_wait(be_main, "q", 1, &w1),
+                 BACKEND_OK);
     CHECK(w1.be_data == NULL);
     notes_reset();
     CHECK_EQ_INT(rel(be_main, "q", TOK_A), BACKEND_OK);
@@ -318,7 +323,8 @@ static void test_expired_holder_is_free(void)
     CHECK_EQ_INT(rel(be_main, "e", TOK_B), BACKEND_OK);
     CHECK_EQ_INT(acq_wait(be_main, "e", TOK_A, 200, NULL, &g), BACKEND_OK);
     check_sleep_ms(250);
-    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "e", 1, &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "e", 1, &info),
+                 BACKEND_NOT_FOUND);
     CHECK_EQ_INT(ren(be_main, "e", TOK_A, 0, &g), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(rel(be_main, "e", TOK_A), BACKEND_NOT_FOUND);
 }
@@ -346,14 +352,16 @@ static void test_stale_release_never_frees_a_later_grant(void)
     struct lock_info info;
     struct backend *other = NULL;
 
-    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0),
+                 BACKEND_OK);
     if (other == NULL)
         return;
     CHECK_EQ_INT(acq_wait(be_main, "aba", TOK_A, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(other, "aba", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(acq_wait(other, "aba", TOK_B, 5000, NULL, &h), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "aba", TOK_A), BACKEND_MISMATCH);
-    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "aba", 3, &info), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "aba", 3, &info),
+                 BACKEND_OK);
     CHECK_EQ_U64(info.fence, h.fence);
     /* a renew through the other instance: the first one's release of the
      * same grant still works */
@@ -411,7 +419,8 @@ static void test_grant_past_its_deadline_is_void(void)
         raw_node(zh, "/lockd/locks/kdg/h", "lockd1 60000 " TOK_A " 1\nlate"),
         ZOK);
     CHECK_EQ_INT(raw_node(zh, "/lockd/locks/kdg/t" TOK_A, NULL), ZOK);
-    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "v", 1, &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "v", 1, &info),
+                 BACKEND_NOT_FOUND);
     CHECK_EQ_INT(acq_wait(be_main, "v", TOK_B, 1000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "v", 1, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
