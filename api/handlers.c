@@ -8,11 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
+#include "lib/random.h"
 
 #define MSG_MAX 512
 
@@ -36,43 +36,10 @@ void api_response_cleanup(struct api_response *resp)
     resp->len = 0;
 }
 
-/* Bytes from getrandom(), fetched 4 KiB at a time per thread: one system
- * call per 256 tokens. Each byte is handed out once and then wiped. */
-static _Thread_local unsigned char rnd_buf[4096];
-static _Thread_local size_t rnd_left;
-
-static int random_bytes(unsigned char *out, size_t n)
-{
-    if (rnd_left < n) {
-        size_t got = 0;
-        while (got < sizeof(rnd_buf)) {
-            ssize_t r = getrandom(rnd_buf + got, sizeof(rnd_buf) - got, 0);
-            if (r <= 0)
-                return -1;
-            got += (size_t)r;
-        }
-        rnd_left = sizeof(rnd_buf);
-    }
-    rnd_left -= n;
-    memcpy(out, rnd_buf + rnd_left, n);
-    memset(rnd_buf + rnd_left, 0, n);
-    return 0;
-}
-
 /* 128 bits from the kernel's CSPRNG as 32 lowercase hex characters. */
 static int make_token(char out[API_TOKEN_LEN + 1])
 {
-    static const char hex[] = "0123456789abcdef";
-    unsigned char raw[API_TOKEN_LEN / 2];
-
-    if (random_bytes(raw, sizeof(raw)) != 0)
-        return -1;
-    for (size_t i = 0; i < sizeof(raw); i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 0xf];
-    }
-    out[API_TOKEN_LEN] = '\0';
-    return 0;
+    return random_hex(out, API_TOKEN_LEN / 2);
 }
 
 /* Set resp for a backend result that is not OK. */

@@ -7,7 +7,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
+
+#include "lib/random.h"
 
 static uint64_t seed0, seed1; /* set once by pthread_once */
 static pthread_once_t seed_once = PTHREAD_ONCE_INIT;
@@ -18,7 +19,7 @@ static void seed_init(void)
 
     /* A failure leaves the fixed seed: hashing still works, only less
      * resistant to chosen keys. */
-    if (getrandom(s, sizeof(s), 0) != (ssize_t)sizeof(s)) {
+    if (random_bytes(s, sizeof(s)) != 0) {
         s[0] ^= (uint64_t)(uintptr_t)&s;
     }
     seed0 = s[0];

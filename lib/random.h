@@ -7,7 +7,8 @@
 
 #include <stddef.h>
 
-/* Fill out[0..n) from getrandom(): 0, or -1 when it fails. */
+/* Fill out[0..n) with bytes from getrandom() (buffered per thread, each
+ * byte handed out once): 0, or -1 when it fails. */
 int random_bytes(void *out, size_t n);
 
 /* n random bytes as 2n lowercase hex digits and a NUL in out (which holds
