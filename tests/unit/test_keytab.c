@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_keytab.c - the intrusive hash table (backends/keytab.c):
+ * tests/unit/test_keytab.c - the intrusive hash table (lib/keytab.c):
  * insert, find, remove, growth, foreach with removal, many keys, and keys
  * that are arbitrary bytes.
  */

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_metrics.c - service/metrics.c: the exposition has every
+ * tests/unit/test_metrics.c - lib/metrics.c: the exposition has every
  * family of the brief with HELP and TYPE, counters move by what was
  * recorded, histogram buckets are cumulative and _count equals the +Inf
  * bucket. The metrics are process-wide, so each case reads values before

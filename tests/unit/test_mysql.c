@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_mysql.c - the MySQL adapter (backends/mysql.c) through its
+ * tests/unit/test_mysql.c - the MySQL adapter (backends/mysql/) through its
  * ops table, against a real MariaDB this program sets up (mariadb-install-db)
  * and starts (mariadbd) on a free loopback port in a temp dir. Prints
  * "skip: <reason>" and exits SKIP_EXIT (77) when MariaDB cannot run here.

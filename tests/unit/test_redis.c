@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_redis.c - the Redis adapter (backends/redis.c) through its
+ * tests/unit/test_redis.c - the Redis adapter (backends/redis/) through its
  * ops table, against a real redis-server this program starts on a free
  * loopback port in a temp dir (appendonly, so a restart keeps the data).
  * Prints "skip: <reason>" and exits SKIP_EXIT (77) when redis-server

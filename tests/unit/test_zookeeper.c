@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_zookeeper.c - the ZooKeeper adapter (backends/zookeeper.c)
+ * tests/unit/test_zookeeper.c - the ZooKeeper adapter (backends/zookeeper/)
  * through its ops table: URL checks without a server, then the recipe
  * against a real standalone ZooKeeper (Debian's zookeeper package) that
  * this program starts on a free loopback port in a temp dir. When Java or
