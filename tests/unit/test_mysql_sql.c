@@ -68,7 +68,8 @@ static const char *const sql_keywords[] = {
 };
 
 /* "ok what" or "FAIL what", the latter counted as a failed check. */
-static void verdict(bool ok, const char *fmt, ...)
+static void __attribute__((format(printf, 2, 3)))
+verdict(bool ok, const char *fmt, ...)
 {
     va_list ap;
 
