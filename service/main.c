@@ -123,21 +123,24 @@ static int check_health(const struct config *c)
     return ok ? 0 : 1;
 }
 
-/* Logging, then the process-wide settings every thread inherits: signals
- * (SIGPIPE ignored, since hiredis writes with plain write(); SIGTERM and
- * SIGINT blocked, so only sigwait() in main() receives them), the
+/* The process-wide settings every thread inherits: signals (SIGPIPE
+ * ignored, since hiredis writes with plain write(); SIGTERM and SIGINT
+ * blocked, so only sigwait() in main() receives them), then logging, the
  * open-file limit and jansson's hash seed. */
 static void setup_process(struct config *cfg, sigset_t *sigs)
 {
-    log_setup(cfg->log_level, cfg->log_format);
-    if (log_start() != 0)
-        log_warn("cannot start the log flusher: access lines are written "
-                 "one by one");
+    /* before any thread starts (the log flusher is the first): a thread
+     * that did not block SIGTERM could take it, and its default action
+     * kills the process (exit -15) instead of draining */
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(sigs);
     sigaddset(sigs, SIGTERM);
     sigaddset(sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    log_setup(cfg->log_level, cfg->log_format);
+    if (log_start() != 0)
+        log_warn("cannot start the log flusher: access lines are written "
+                 "one by one");
     raise_nofile(cfg);
     json_object_seed(0); /* before any thread uses jansson */
     codec_json_setup(NULL, NULL);
