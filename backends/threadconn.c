@@ -126,12 +126,16 @@ bool threadconn_may_try(struct threadconn_set *set,
                conn->failed_at_ms;
 }
 
+int64_t threadconn_backoff_next(const struct threadconn_set *set, int64_t cur)
+{
+    int64_t b = cur == 0 ? set->backoff_min_ms : cur * 2;
+
+    return b > set->backoff_max_ms ? set->backoff_max_ms : b;
+}
+
 void threadconn_failed(struct threadconn_set *set, struct threadconn *conn)
 {
-    int64_t b =
-        conn->backoff_ms == 0 ? set->backoff_min_ms : conn->backoff_ms * 2;
-
-    conn->backoff_ms = b > set->backoff_max_ms ? set->backoff_max_ms : b;
+    conn->backoff_ms = threadconn_backoff_next(set, conn->backoff_ms);
     conn->failed_at_ms = clock_mono_ms();
     conn->retry_at_ms = conn->failed_at_ms + conn->backoff_ms;
 }

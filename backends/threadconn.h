@@ -60,6 +60,9 @@ struct threadconn *threadconn_get(struct threadconn_set *set);
  * thread has reached the store since its last failure. */
 bool threadconn_may_try(struct threadconn_set *set,
                         const struct threadconn *conn);
+/* The back-off after one of cur ms: twice as long, within min..max (the
+ * first is min). For loops that keep their own, e.g. a subscriber. */
+int64_t threadconn_backoff_next(const struct threadconn_set *set, int64_t cur);
 /* A connect failed: back off, twice as long as last time (min..max). */
 void threadconn_failed(struct threadconn_set *set, struct threadconn *conn);
 /* The store answered this thread: its back-off ends, and every other

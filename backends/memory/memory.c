@@ -133,10 +133,9 @@ static enum backend_result do_grant(struct mem_be *m,
                                     struct lock_grant *out)
 {
     char *owner = NULL;
-    size_t tlen = strlen(req->token);
+    size_t tlen = strlen(req->token); /* <= LOCK_TOKEN_MAX: the wrapper
+                                          checked it */
 
-    if (tlen > LOCK_TOKEN_MAX)
-        return BACKEND_INVALID;
     if (req->owner != NULL) {
         owner = strdup(req->owner);
         if (owner == NULL)

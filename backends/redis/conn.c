@@ -53,13 +53,6 @@ void redis_mark(struct redis_be *be, int up, const char *detail)
         log_warn("redis: %s:%d unavailable: %s", be->host, be->port, detail);
 }
 
-int64_t redis_backoff_next(int64_t cur)
-{
-    int64_t next = cur == 0 ? REDIS_BE_BACKOFF_MIN_MS : cur * 2;
-
-    return next > REDIS_BE_BACKOFF_MAX_MS ? REDIS_BE_BACKOFF_MAX_MS : next;
-}
-
 /* ---- dialling ---- */
 
 static struct timeval redis_tv(int64_t ms)

@@ -206,8 +206,6 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen);
 void redis_warn(struct redis_be *be, const char *what, const char *detail);
 /* Note that Redis answered (up = 1) or not (0, and why). */
 void redis_mark(struct redis_be *be, int up, const char *detail);
-/* The back-off after cur ms of it (0 = none yet): doubled, bounded. */
-int64_t redis_backoff_next(int64_t cur);
 /* Connect and AUTH: a context with command timeouts, or NULL and why. */
 redisContext *redis_dial(struct redis_be *be, char *err, size_t errlen);
 /* Redis's unix ms minus our monotonic ms into *offset: 0, or -1. */

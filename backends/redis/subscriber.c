@@ -164,7 +164,7 @@ static void *redis_sub_main(void *arg)
             redis_sub_tried(be);
             log_debug("redis: subscriber: %s", err);
         }
-        backoff = redis_backoff_next(backoff);
+        backoff = threadconn_backoff_next(&be->conns, backoff);
         redis_sub_sleep(be, backoff);
         /* commands may work while SUBSCRIBE does not */
         if (!atomic_load(&be->stopping))
