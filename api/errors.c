@@ -49,6 +49,8 @@ const char *api_error_message(enum api_error e)
         return "the lock is held by someone else";
     case API_TOKEN_MISMATCH:
         return "the lock is held under another token";
+    case API_LIMIT_MISMATCH:
+        return "the key is held shared under another limit";
     case API_BODY_TOO_LARGE:
         return "the request body is too large";
     case API_HEADERS_TOO_LARGE:
@@ -84,6 +86,11 @@ enum api_error api_error_from(enum backend_result r)
         return API_INTERNAL;
     case BACKEND_INVALID:
         return API_INTERNAL;
+    case BACKEND_LIMIT_MISMATCH:
+        return API_LIMIT_MISMATCH;
+    case BACKEND_HOLDS_MAX:
+    case BACKEND_IDEM_CONFLICT:
+        return API_INVALID_PARAMETER;
     }
     return API_INTERNAL;
 }

@@ -22,6 +22,7 @@
     X(API_METHOD_NOT_ALLOWED, 405, "method_not_allowed")   \
     X(API_LOCK_HELD, 409, "lock_held")                     \
     X(API_TOKEN_MISMATCH, 409, "token_mismatch")           \
+    X(API_LIMIT_MISMATCH, 409, "limit_mismatch")           \
     X(API_BODY_TOO_LARGE, 413, "body_too_large")           \
     X(API_HEADERS_TOO_LARGE, 431, "headers_too_large")     \
     X(API_INTERNAL, 500, "internal_error")                 \

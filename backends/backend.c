@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib/clock.h"
@@ -49,6 +50,12 @@ const char *backend_result_str(enum backend_result r)
         return "out of memory";
     case BACKEND_INVALID:
         return "invalid argument";
+    case BACKEND_LIMIT_MISMATCH:
+        return "limit mismatch";
+    case BACKEND_HOLDS_MAX:
+        return "too many holds";
+    case BACKEND_IDEM_CONFLICT:
+        return "idempotency key conflict";
     }
     return "unknown";
 }
@@ -151,9 +158,26 @@ bool backend_key_ok(const char *key, size_t key_len)
            !text_has_control(key, key_len);
 }
 
+void lock_info_clear(struct lock_info *info)
+{
+    free(info->holders);
+    memset(info, 0, sizeof(*info));
+}
+
+bool backend_idem_key_ok(const char *k)
+{
+    size_t n = 0;
+
+    for (; k[n] != '\0'; n++)
+        if (k[n] < 0x20 || k[n] > 0x7e || n >= LOCK_IDEM_MAX)
+            return false;
+    return n >= 1;
+}
+
 /* The request as the contract promises it to adapters: a valid key, a
  * token (for acquire one lockd made: 1..LOCK_TOKEN_MAX bytes), an owner
- * of at most LOCK_OWNER_MAX bytes, a TTL within range for acquire. */
+ * of at most LOCK_OWNER_MAX bytes; for acquire a TTL within range, a mode,
+ * a limit only when shared, an Idempotency-Key of printable ASCII. */
 static bool req_ok(const struct lock_req *req, bool acquire)
 {
     if (!backend_key_ok(req->key, req->key_len) || req->token == NULL)
@@ -163,6 +187,13 @@ static bool req_ok(const struct lock_req *req, bool acquire)
     if (!acquire)
         return true;
     size_t tlen = strlen(req->token);
+    if (req->mode != LOCK_EXCLUSIVE && req->mode != LOCK_SHARED)
+        return false;
+    if (req->limit > LOCK_LIMIT_MAX ||
+        (req->limit > 0 && req->mode != LOCK_SHARED))
+        return false;
+    if (req->idem_key != NULL && !backend_idem_key_ok(req->idem_key))
+        return false;
     return tlen >= 1 && tlen <= LOCK_TOKEN_MAX && req->ttl_ms >= 1;
 }
 
@@ -180,8 +211,10 @@ enum backend_result backend_acquire(struct backend *be,
     if (r == BACKEND_OK) /* counted from the send: never more than is left */
         out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
     metrics_backend_op(BACKEND_OP_ACQUIRE, result_ok(r), clock_mono_us() - t0);
-    if (r == BACKEND_OK)
-        metrics_lock_granted();
+    if (r == BACKEND_OK && out->replay)
+        metrics_lock_replayed();
+    else if (r == BACKEND_OK)
+        metrics_lock_granted(out->mode == LOCK_SHARED);
     return r;
 }
 
@@ -199,20 +232,24 @@ enum backend_result backend_renew(struct backend *be,
     if (r == BACKEND_OK)
         out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
     metrics_backend_op(BACKEND_OP_RENEW, result_ok(r), clock_mono_us() - t0);
-    if (r == BACKEND_OK)
+    if (r == BACKEND_OK && req->reenter)
+        metrics_lock_reentered();
+    else if (r == BACKEND_OK)
         metrics_lock_renewed();
     return r;
 }
 
 enum backend_result backend_release(struct backend *be,
-                                    const struct lock_req *req)
+                                    const struct lock_req *req,
+                                    struct lock_grant *out)
 {
     int64_t t0 = clock_mono_us();
     enum backend_result r;
 
+    memset(out, 0, sizeof(*out));
     if (!req_ok(req, false))
         return BACKEND_INVALID;
-    r = be->ops->release(be, req);
+    r = be->ops->release(be, req, out);
 
     metrics_backend_op(BACKEND_OP_RELEASE, result_ok(r), clock_mono_us() - t0);
     if (r == BACKEND_OK)
@@ -232,6 +269,8 @@ enum backend_result backend_inspect(struct backend *be,
     if (!backend_key_ok(key, key_len))
         return BACKEND_INVALID;
     r = be->ops->inspect(be, key, key_len, out);
+    if (r != BACKEND_OK)
+        lock_info_clear(out);
     metrics_backend_op(BACKEND_OP_INSPECT, result_ok(r), clock_mono_us() - t0);
     return r;
 }

@@ -8,7 +8,9 @@
  *
  * The rules every adapter keeps (tests/unit/test_contract.c checks them on
  * every adapter through this table):
- *  - Safety: at any moment at most one token holds a key; a grant, renew
+ *  - Safety: at any moment a key is free, held by one token in exclusive
+ *    mode, or held in shared mode by at most its limit of tokens (never
+ *    beside an exclusive holder); a grant, renew
  *    or release is one atomic step in the store (a Lua script, a ZooKeeper
  *    multi, one transaction, a shard lock), never compare-then-act; expiry
  *    is judged by the store's clock; the fence of every grant of a key is
@@ -43,10 +45,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LOCK_KEY_MAX   512 /* bytes, after percent-decoding */
-#define LOCK_OWNER_MAX 128 /* bytes */
-#define LOCK_TOKEN_MAX 64  /* bytes of a token lockd itself makes */
-#define LOCK_FENCE_MAX ((UINT64_C(1) << 53) - 1)
+#define LOCK_KEY_MAX       512 /* bytes, after percent-decoding */
+#define LOCK_OWNER_MAX     128 /* bytes */
+#define LOCK_TOKEN_MAX     64  /* bytes of a token lockd itself makes */
+#define LOCK_FENCE_MAX     ((UINT64_C(1) << 53) - 1)
+#define LOCK_IDEM_MAX      128     /* bytes of an Idempotency-Key */
+#define LOCK_LIMIT_MAX     10000   /* the greatest limit of a shared key */
+#define LOCK_HOLDS_MAX     1000000 /* the greatest hold count of one token */
+#define LOCK_HOLDERS_SHOWN 100     /* holders inspect() lists, by fence */
+
+/*
+ * The two modes of a hold. A key is free, held EXCLUSIVE by one token, or
+ * held SHARED by 1..limit tokens (no limit: 0). Each holder has its own
+ * token, fence, TTL, owner, hold count (re-entries) and Idempotency-Key.
+ * The limit belongs to the key while anyone holds it.
+ */
+enum lock_mode {
+    LOCK_EXCLUSIVE = 0,
+    LOCK_SHARED = 1,
+};
 
 /*
  * Capabilities, each read by lockd:
@@ -60,16 +77,22 @@
 
 enum backend_result {
     BACKEND_OK = 0,
-    BACKEND_HELD,        /* another token holds the key, or (QUEUE) an
-                            earlier waiter goes first */
-    BACKEND_NOT_FOUND,   /* free: never held, released or expired */
-    BACKEND_MISMATCH,    /* held, under another token */
-    BACKEND_UNAVAILABLE, /* the store could not be asked or did not answer
-                            in time: never a grant */
-    BACKEND_NO_MEMORY,   /* out of memory in lockd: nothing changed */
-    BACKEND_INVALID,     /* open(): the URL is malformed or unsupported;
-                            any call: an argument breaks this contract
-                            (the wrappers answer it before the adapter) */
+    BACKEND_HELD,           /* another token holds the key, or (QUEUE) an
+                               earlier waiter goes first */
+    BACKEND_NOT_FOUND,      /* free: never held, released or expired */
+    BACKEND_MISMATCH,       /* held, under another token */
+    BACKEND_UNAVAILABLE,    /* the store could not be asked or did not answer
+                               in time: never a grant */
+    BACKEND_NO_MEMORY,      /* out of memory in lockd: nothing changed */
+    BACKEND_INVALID,        /* open(): the URL is malformed or unsupported;
+                               any call: an argument breaks this contract
+                               (the wrappers answer it before the adapter) */
+    BACKEND_LIMIT_MISMATCH, /* shared acquire: the key is held shared
+                               under another limit (nothing changed) */
+    BACKEND_HOLDS_MAX,      /* re-entry: the token already has
+                               LOCK_HOLDS_MAX holds (nothing changed) */
+    BACKEND_IDEM_CONFLICT,  /* acquire: the Idempotency-Key names a live
+                               grant of another mode or limit */
 };
 
 /*
@@ -99,6 +122,14 @@ struct lock_req {
                                    last TTL */
     struct lock_waiter *waiter; /* acquire only; NULL = try once and take no
                                    place in any queue */
+    enum lock_mode mode;        /* acquire: the mode asked for */
+    uint32_t limit;             /* acquire, SHARED only: 1..LOCK_LIMIT_MAX
+                                   holders at most; 0 = no limit */
+    const char *idem_key;       /* acquire: the Idempotency-Key, 1..
+                                   LOCK_IDEM_MAX printable ASCII; NULL =
+                                   none */
+    bool reenter;               /* renew: re-entry, one more hold as well */
+    bool all;                   /* release: give back every hold at once */
 };
 
 struct lock_grant {
@@ -114,15 +145,51 @@ struct lock_grant {
                                not by adapters: monotonic us when the call
                                was sent + ttl_ms, the latest instant the
                                grant can still be valid */
+    enum lock_mode mode;    /* OK (acquire, renew): the holder's mode */
+    uint32_t limit;         /* OK, SHARED: the key's limit; 0 = none */
+    uint32_t holds;         /* OK: the token's holds now (acquire: 1, or the
+                               replayed grant's; release: what is left, 0
+                               when the token no longer holds the key) */
+    bool replay;            /* acquire OK: req->idem_key named a live grant,
+                               which is answered again: token is its token,
+                               ttl_ms what is left of it; nothing changed */
+    char token[LOCK_TOKEN_MAX + 1]; /* replay only */
 };
 
+/* One holder of a key, as inspect() shows it (never its token). */
+struct lock_holder {
+    uint64_t fence;
+    uint64_t ttl_ms;       /* remaining, >= 1 */
+    int64_t expires_at_ms; /* unix ms */
+    uint32_t holds;
+    bool has_owner;
+    char owner[LOCK_OWNER_MAX + 1];
+};
+
+/*
+ * A held key. The top-level fields sum up the holders: fence is the
+ * greatest fence held, ttl_ms and expires_at_ms those of the holder that
+ * expires last; owner and holds are the exclusive holder's (unset for a
+ * shared key). holders is malloc'ed by the adapter (lock_info_clear()
+ * frees it): the first min(holder_count, LOCK_HOLDERS_SHOWN) holders by
+ * ascending fence.
+ */
 struct lock_info {
     uint64_t fence;
     uint64_t ttl_ms;       /* remaining, >= 1 while held */
     int64_t expires_at_ms; /* unix ms */
     bool has_owner;
     char owner[LOCK_OWNER_MAX + 1];
+    enum lock_mode mode;
+    uint32_t limit; /* SHARED: the key's limit; 0 = none */
+    uint32_t holds; /* EXCLUSIVE: the holder's hold count */
+    uint32_t holder_count;
+    uint32_t nholders;
+    struct lock_holder *holders;
 };
+
+/* Free info->holders and zero info. Accepts a zeroed info. */
+void lock_info_clear(struct lock_info *info);
 
 /*
  * Called by a backend, from any of its threads and without any of its
@@ -169,36 +236,60 @@ struct backend_ops {
                                 size_t errlen);
 
     /*
-     * Grant req->key under req->token if it is free (and, with a waiter on
-     * a QUEUE store, if that waiter is first in the store's queue).
-     * OK: out->fence, ttl_ms (= req->ttl_ms), expires_at_ms set; the waiter
-     * (if any) has left the queue and its be_data is freed.
-     * HELD: out->retry_ms = the holder's remaining TTL (0 if unknown),
-     * out->behind when no one holds the key but an earlier waiter goes
-     * first; with a waiter, its place is kept. UNAVAILABLE, NO_MEMORY.
+     * Grant req->key under req->token in req->mode if the key allows it
+     * (and, with a waiter on a QUEUE store, if no waiter ahead of it in
+     * the store's queue goes first).
+     * First, with req->idem_key: if a live holder of the key was granted
+     * with that Idempotency-Key, answer it again (OK, out->replay, its
+     * token, fence, mode, limit, holds and remaining ttl_ms; nothing
+     * changes), or IDEM_CONFLICT if its mode or limit differ from req's.
+     * Then, in one atomic step with the holders' expiry:
+     *  - EXCLUSIVE: granted when the key has no holder;
+     *  - SHARED: LIMIT_MISMATCH if the key is held shared under another
+     *    limit (whatever the waiter); granted when the key has no holder,
+     *    or shared holders fewer than the limit;
+     *  - a try-once acquire (no waiter) on a QUEUE store is HELD (behind)
+     *    while anyone waits; a waiter is granted only if every waiter
+     *    ahead of it is SHARED, it is SHARED too, and the holders plus
+     *    those waiters ahead leave room under the limit; an EXCLUSIVE
+     *    waiter only when first and the key is free.
+     * OK: out->fence, ttl_ms (= req->ttl_ms), expires_at_ms, mode, limit,
+     * holds (1) set; the grant remembers req->owner and req->idem_key; the
+     * waiter (if any) has left the queue and its be_data is freed.
+     * HELD: out->retry_ms = the time until the first holder's TTL passes
+     * (0 if unknown), out->behind when the holders leave room but an
+     * earlier waiter goes first; with a waiter, its place is kept.
+     * UNAVAILABLE, NO_MEMORY.
      */
     enum backend_result (*acquire)(struct backend *be,
                                    const struct lock_req *req,
                                    struct lock_grant *out);
     /*
-     * Move the expiry of req->key, held by req->token, to now + ttl
-     * (req->ttl_ms, or the lock's last TTL when 0). OK: out->fence (the
-     * same), ttl_ms, expires_at_ms. NOT_FOUND (free), MISMATCH (held by
-     * another token), UNAVAILABLE, NO_MEMORY.
+     * Move the expiry of req->key's holder req->token to now + ttl
+     * (req->ttl_ms, or the holder's last TTL when 0); with req->reenter,
+     * also one more hold (HOLDS_MAX, nothing changed, if it has
+     * LOCK_HOLDS_MAX). OK: out->fence (the same), ttl_ms, expires_at_ms,
+     * mode, limit, holds. NOT_FOUND (no holder at all), MISMATCH (held,
+     * but not by this token), UNAVAILABLE, NO_MEMORY.
      */
     enum backend_result (*renew)(struct backend *be,
                                  const struct lock_req *req,
                                  struct lock_grant *out);
     /*
-     * Free req->key if req->token holds it; a waiter on the key, on any
-     * instance, is then notified (see backend_notify_fn). OK, NOT_FOUND,
-     * MISMATCH (nothing changed), UNAVAILABLE, NO_MEMORY.
+     * Give back one hold of req->token on req->key (every hold with
+     * req->all); at the last, the token no longer holds the key and a
+     * waiter on the key, on any instance, is notified (see
+     * backend_notify_fn). OK: out->holds = the holds left (0: gone).
+     * NOT_FOUND (no holder), MISMATCH (not held by this token; nothing
+     * changed), UNAVAILABLE, NO_MEMORY.
      */
     enum backend_result (*release)(struct backend *be,
-                                   const struct lock_req *req);
+                                   const struct lock_req *req,
+                                   struct lock_grant *out);
     /*
-     * Read the lock on key without changing it. OK: out filled (ttl_ms is
-     * what remains, >= 1). NOT_FOUND (free), UNAVAILABLE, NO_MEMORY.
+     * Read the lock on key without changing it. OK: out filled (see struct
+     * lock_info; ttl_ms is what remains, >= 1). NOT_FOUND (free),
+     * UNAVAILABLE, NO_MEMORY.
      */
     enum backend_result (*inspect)(struct backend *be,
                                    const char *key,
@@ -216,8 +307,9 @@ struct backend_ops {
                                        struct lock_waiter *waiter);
     /* Can the store be asked right now? OK or UNAVAILABLE (for /readyz). */
     enum backend_result (*ping)(struct backend *be);
-    /* Locks held right now, or -1 when the store cannot tell cheaply. May
-     * be NULL (-1). Never blocks on the store for long: for /metrics. */
+    /* Holders right now (a key held shared by three tokens counts 3), or
+     * -1 when the store cannot tell cheaply. May be NULL (-1). Never
+     * blocks on the store for long: for /metrics. */
     int64_t (*held_count)(struct backend *be);
     /* Free everything; accepts NULL. No call runs during or after it. */
     void (*close)(struct backend *be);
@@ -247,6 +339,9 @@ const struct backend_ops *backend_adapter(size_t i);
  * 1..LOCK_KEY_MAX bytes of valid UTF-8 without control characters,
  * NUL-terminated. */
 bool backend_key_ok(const char *key, size_t key_len);
+/* True if k is an Idempotency-Key the contract allows: 1..LOCK_IDEM_MAX
+ * printable ASCII characters (0x20..0x7e), NUL-terminated. */
+bool backend_idem_key_ok(const char *k);
 
 /* The operations the wrappers time and count, as metrics label indexes. */
 enum backend_op {
@@ -278,7 +373,8 @@ enum backend_result backend_renew(struct backend *be,
                                   const struct lock_req *req,
                                   struct lock_grant *out);
 enum backend_result backend_release(struct backend *be,
-                                    const struct lock_req *req);
+                                    const struct lock_req *req,
+                                    struct lock_grant *out);
 enum backend_result backend_inspect(struct backend *be,
                                     const char *key,
                                     size_t key_len,

@@ -41,6 +41,7 @@ static _Atomic uint64_t backend_ops[METRICS_LABELS_MAX];
 static _Atomic uint64_t backend_errors[METRICS_LABELS_MAX];
 static struct histogram backend_hist[METRICS_LABELS_MAX];
 static _Atomic uint64_t grants, renewals, releases, expiries, conflicts;
+static _Atomic uint64_t shared_grants, reentries, replays;
 static _Atomic int64_t waiters;
 
 static const char *build_version = "unknown"; /* frozen before the server */
@@ -98,9 +99,21 @@ void metrics_backend_op(unsigned op, int ok, int64_t duration_us)
     hist_add(&backend_hist[op], duration_us);
 }
 
-void metrics_lock_granted(void)
+void metrics_lock_granted(int shared)
 {
     atomic_fetch_add_explicit(&grants, 1, memory_order_relaxed);
+    if (shared)
+        atomic_fetch_add_explicit(&shared_grants, 1, memory_order_relaxed);
+}
+
+void metrics_lock_reentered(void)
+{
+    atomic_fetch_add_explicit(&reentries, 1, memory_order_relaxed);
+}
+
+void metrics_lock_replayed(void)
+{
+    atomic_fetch_add_explicit(&replays, 1, memory_order_relaxed);
 }
 
 void metrics_lock_renewed(void)
@@ -240,7 +253,18 @@ static void put_http(struct buf *b)
  * < 0: not known, no line). */
 static void put_locks(struct buf *b, int64_t held)
 {
-    put_counter(b, "lockd_lock_grants_total", "Locks granted.", load(&grants));
+    put_counter(b, "lockd_lock_grants_total",
+                "Locks granted (both modes; re-entries and replays apart).",
+                load(&grants));
+    put_counter(b, "lockd_lock_shared_grants_total",
+                "Locks granted in shared mode.", load(&shared_grants));
+    put_counter(b, "lockd_lock_reentries_total",
+                "Re-entries: an acquire naming the token that holds the key.",
+                load(&reentries));
+    put_counter(b, "lockd_lock_idempotent_replays_total",
+                "Acquires answered with the live grant of their "
+                "Idempotency-Key.",
+                load(&replays));
     put_counter(b, "lockd_lock_renewals_total", "Locks renewed.",
                 load(&renewals));
     put_counter(b, "lockd_lock_releases_total", "Locks released.",
@@ -256,7 +280,8 @@ static void put_locks(struct buf *b, int64_t held)
             (long long)atomic_load_explicit(&waiters, memory_order_relaxed));
     if (held >= 0)
         bprintf(b,
-                "# HELP lockd_locks_held Locks held now.\n"
+                "# HELP lockd_locks_held Lock holders now (a key held "
+                "shared counts each holder).\n"
                 "# TYPE lockd_locks_held gauge\nlockd_locks_held %lld\n",
                 (long long)held);
 }

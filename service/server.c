@@ -266,6 +266,7 @@ static enum MHD_Result answer_call(struct request *r)
         r->granted = true; /* released in completed() if never delivered */
     handle_call_reply(r->srv->api, &r->call, r->w.result, &r->w.grant,
                       &r->w.info, r->w.count, &resp);
+    lock_info_clear(&r->w.info);
     resp.route = r->route;
     return queue(r, &resp);
 }
@@ -468,6 +469,7 @@ static void on_completed(void *cls,
     log_access(r->method, r->path != NULL ? r->path : "-", r->status, dur,
                r->request_id);
     api_call_cleanup(&r->call);
+    lock_info_clear(&r->w.info);
     free(r->body);
     free(r->path);
     free(r->request_id);

@@ -161,13 +161,16 @@ void wq_answer(struct waitq *q,
                struct wq_job *j,
                enum backend_result r,
                const struct lock_grant *g,
-               const struct lock_info *info,
+               struct lock_info *info,
                struct done_list *done)
 {
     struct wq_waiter *w = j->w;
 
-    if (w == NULL)
+    if (w == NULL) {
+        if (info != NULL) /* nobody to hand it to */
+            lock_info_clear(info);
         return;
+    }
     if (j->fd >= 0) {
         epoll_ctl(q->epfd, EPOLL_CTL_DEL, j->fd, NULL);
         j->fd = -1;
@@ -182,8 +185,10 @@ void wq_answer(struct waitq *q,
     w->result = r;
     if (g != NULL)
         w->grant = *g;
-    if (info != NULL)
+    if (info != NULL) { /* moved: w's holder frees it */
         w->info = *info;
+        memset(info, 0, sizeof(*info));
+    }
     j->w = NULL;
     /* the done list is threaded through w->job, which waitq owns */
     w->job = (struct wq_job *)(void *)done->head;
@@ -512,8 +517,10 @@ void waitq_orphan(struct waitq *q,
     w.req.key = key;
     w.req.key_len = key_len;
     w.req.token = token;
+    w.req.all = true; /* a new grant, held once: give it all back */
     if (q->be->call_timeout_ms <= 0) {
-        enum backend_result r = backend_release(q->be, &w.req);
+        struct lock_grant g;
+        enum backend_result r = backend_release(q->be, &w.req, &g);
         log_info("released a grant whose client left before the answer "
                  "(%s)",
                  backend_result_str(r));

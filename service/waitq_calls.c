@@ -40,7 +40,14 @@ static void do_cleanup(struct waitq *q, struct wq_job *j, enum cleanup c)
 {
     pthread_mutex_unlock(&q->mu);
     if (c == CLEAN_RELEASE) {
-        enum backend_result r = backend_release(q->be, &j->req);
+        /* a new grant, held once: give it all back */
+        struct lock_req req = j->req;
+        struct lock_grant g;
+        enum backend_result r;
+
+        req.all = true;
+        req.waiter = NULL;
+        r = backend_release(q->be, &req, &g);
         log_info("released a grant whose client was answered or gone "
                  "before it arrived (%s)",
                  backend_result_str(r));
@@ -97,7 +104,7 @@ enum backend_result wq_call_store(struct backend *be,
     case WQ_RENEW:
         return backend_renew(be, req, g);
     case WQ_RELEASE:
-        return backend_release(be, req);
+        return backend_release(be, req, g);
     case WQ_INSPECT:
         return backend_inspect(be, req->key, req->key_len, info);
     case WQ_PING:
@@ -174,7 +181,7 @@ static void
 do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done)
 {
     struct lock_grant g;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     int64_t count = -1;
     enum backend_result r;
     uint64_t epoch;

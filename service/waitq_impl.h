@@ -140,7 +140,7 @@ void wq_answer(struct waitq *q,
                struct wq_job *j,
                enum backend_result r,
                const struct lock_grant *g,
-               const struct lock_info *info,
+               struct lock_info *info,
                struct done_list *done);
 void wq_answer_unserved(struct waitq *q,
                         struct wq_job *j,

@@ -277,7 +277,8 @@ static enum backend_result mem_be_renew(struct backend *be,
 }
 
 static enum backend_result mem_be_release(struct backend *be,
-                                          const struct lock_req *req)
+                                          const struct lock_req *req,
+                                          struct lock_grant *out)
 {
     struct mem_be *m = (struct mem_be *)be;
     uint64_t hash = keytab_hash(req->key, req->key_len);
@@ -285,6 +286,7 @@ static enum backend_result mem_be_release(struct backend *be,
     struct mem_entry *e;
     bool wake = false;
     enum backend_result r;
+    (void)out; /* holds left: 0, set by the wrapper */
 
     pthread_mutex_lock(&s->mu);
     r = do_find_held(m, s, req->key, req->key_len, hash, req->token,

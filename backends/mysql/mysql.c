@@ -454,12 +454,14 @@ static enum backend_result mysql_be_renew(struct backend *base,
 }
 
 static enum backend_result mysql_be_release(struct backend *base,
-                                            const struct lock_req *req)
+                                            const struct lock_req *req,
+                                            struct lock_grant *out)
 {
     struct mysql_be *be = (struct mysql_be *)base;
     /* mysql_run_op() only takes a void *: the request is not changed */
     enum backend_result r =
         mysql_run_op(be, mysql_release_attempt, (void *)(uintptr_t)req);
+    (void)out; /* holds left: 0, set by the wrapper */
 
     if (r == BACKEND_OK && be->hooks.notify != NULL)
         be->hooks.notify(be->hooks.arg, req->key, req->key_len);

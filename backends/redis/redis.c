@@ -254,12 +254,14 @@ static enum backend_result redis_renew(struct backend *b,
 }
 
 static enum backend_result redis_release(struct backend *b,
-                                         const struct lock_req *req)
+                                         const struct lock_req *req,
+                                         struct lock_grant *out)
 {
     struct redis_be *be = (struct redis_be *)b;
     struct redis_args a;
     redisReply *r;
     enum backend_result res = BACKEND_UNAVAILABLE;
+    (void)out; /* holds left: 0, set by the wrapper */
 
     redis_arg_key(be, &a, REDIS_BE_REL_LOCK, "lock:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "queue:", req->key, req->key_len);

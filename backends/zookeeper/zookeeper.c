@@ -227,7 +227,8 @@ static int zk_release_known(struct zk_be *be,
 }
 
 static enum backend_result zk_be_release(struct backend *b,
-                                         const struct lock_req *req)
+                                         const struct lock_req *req,
+                                         struct lock_grant *out)
 {
     struct zk_be *be = (struct zk_be *)b;
     struct zk_paths p;
@@ -237,6 +238,7 @@ static enum backend_result zk_be_release(struct backend *b,
     enum backend_result r = BACKEND_UNAVAILABLE;
     int64_t dl;
     int known;
+    (void)out; /* holds left: 0, set by the wrapper */
 
     if (zk_paths_key(be, req->key, req->key_len, req->token, &p) != 0)
         return BACKEND_NOT_FOUND;

@@ -595,8 +595,9 @@ static enum backend_result __attribute__((unused))
 rel(struct backend *be, const char *key, const char *tok)
 {
     struct lock_req req = { .key = key, .key_len = strlen(key), .token = tok };
+    struct lock_grant g = { 0 };
 
-    return TEST_BE_OPS.release(be, &req);
+    return TEST_BE_OPS.release(be, &req, &g);
 }
 
 #endif /* TEST_BE_OPS */

@@ -861,7 +861,7 @@ static void run_call(const struct api_call *c, struct api_response *resp)
         br = backend_renew(rcfg.backend, &req, &g);
         break;
     case API_VERB_RELEASE:
-        br = backend_release(rcfg.backend, &req);
+        br = backend_release(rcfg.backend, &req, &g);
         break;
     case API_VERB_INSPECT:
         br = backend_inspect(rcfg.backend, c->key, c->key_len, &info);

@@ -163,8 +163,9 @@ static enum backend_result
 rel_on(struct backend *be, const char *key, size_t key_len, const char *tok)
 {
     struct lock_req req = { .key = key, .key_len = key_len, .token = tok };
+    struct lock_grant g;
 
-    return backend_release(be, &req);
+    return backend_release(be, &req, &g);
 }
 
 static enum backend_result rel(const char *key, const char *tok)

@@ -112,8 +112,9 @@ rel(struct backend *be, const char *key, const char *token)
     struct lock_req req = { .key = key,
                             .key_len = strlen(key),
                             .token = token };
+    struct lock_grant g = { 0 };
 
-    return memory_backend.release(be, &req);
+    return memory_backend.release(be, &req, &g);
 }
 
 static enum backend_result

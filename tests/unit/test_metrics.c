@@ -173,26 +173,38 @@ static void test_metrics_exposition_is_well_formed(void)
 static void test_metrics_counters_move(void)
 {
     static const char *const series[] = {
-        "lockd_lock_grants_total",    "lockd_lock_renewals_total",
-        "lockd_lock_releases_total",  "lockd_lock_expiries_total",
-        "lockd_lock_conflicts_total", "lockd_waiters",
+        "lockd_lock_grants_total",
+        "lockd_lock_renewals_total",
+        "lockd_lock_releases_total",
+        "lockd_lock_expiries_total",
+        "lockd_lock_conflicts_total",
+        "lockd_waiters",
+        "lockd_lock_shared_grants_total",
+        "lockd_lock_reentries_total",
+        "lockd_lock_idempotent_replays_total",
     };
-    double before[6], after[6];
+    double before[9], after[9];
 
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 9; i++)
         before[i] = sample_of(0, series[i]);
-    metrics_lock_granted();
-    metrics_lock_granted();
-    metrics_lock_granted();
+    metrics_lock_granted(0);
+    metrics_lock_granted(0);
+    metrics_lock_granted(1);
     metrics_lock_renewed();
     metrics_lock_released();
     metrics_lock_released();
     metrics_lock_expired(5);
     metrics_lock_conflict();
+    metrics_lock_reentered();
+    metrics_lock_replayed();
+    metrics_lock_replayed();
     metrics_waiters_add(4);
     metrics_waiters_add(-1);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 9; i++)
         after[i] = sample_of(0, series[i]);
+    CHECK_EQ_INT(after[6] - before[6], 1);
+    CHECK_EQ_INT(after[7] - before[7], 1);
+    CHECK_EQ_INT(after[8] - before[8], 2);
     CHECK_EQ_INT(after[0] - before[0], 3);
     CHECK_EQ_INT(after[1] - before[1], 1);
     CHECK_EQ_INT(after[2] - before[2], 2);

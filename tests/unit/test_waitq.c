@@ -175,8 +175,9 @@ release(struct env *e, const char *key, const char *token)
     struct lock_req req = { .key = key,
                             .key_len = strlen(key),
                             .token = token };
+    struct lock_grant g;
 
-    return backend_release(e->be, &req);
+    return backend_release(e->be, &req, &g);
 }
 
 /* Waits for c's grant after an event at t0; checks it came promptly. */
