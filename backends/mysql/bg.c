@@ -2,12 +2,15 @@
  * backends/mysql/bg.c - the MySQL adapter's background thread, one per
  * open store. Every MYSQL_BE_WATCH_EVERY_MS it reads the event table and
  * notifies this instance's waiters of every key released through any
- * instance; every MYSQL_BE_REAP_EVERY_MS it deletes expired lock rows, old
- * events and old fence rows, in small batches so that no statement holds
- * locks for long. Its state (watch_last, trim_id, fence_floor) is its own;
- * it shares only the connection code (conn.c) with the operations.
+ * instance; every MYSQL_BE_REAP_EVERY_MS it deletes expired holder rows
+ * (one key per transaction, its key row locked first as every operation
+ * does), expired key rows, old events and old fence rows, in small batches
+ * so that no statement holds locks for long. Its state (watch_last, trim_id,
+ * fence_floor) is its own; it shares only the connection code (conn.c) with the
+ * operations.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <errmsg.h>
@@ -16,9 +19,9 @@
 #include "lib/clock.h"
 #include "lib/metrics.h"
 
-/* Deletes up to MYSQL_BE_REAP_BATCH expired rows; *res is OK and *arg the
- * number deleted. Fences stay safe: they come from the fence table, not
- * the rows. */
+/* Deletes up to MYSQL_BE_REAP_BATCH expired key rows (no live holder, by
+ * the key row's invariant); *res is OK and *arg the number deleted. Fences
+ * stay safe: they come from the fence table, not the rows. */
 static enum mysql_attempt
 mysql_bg_reap_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
@@ -39,6 +42,118 @@ mysql_bg_reap_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     *deleted = info.affected;
     *res = BACKEND_OK;
     return MYSQL_ATTEMPT_DONE;
+}
+
+/* Keys with expired holder rows, found by REAP_FIND, for one round. */
+struct mysql_bg_keys {
+    char key[LOCK_KEY_MAX];
+    unsigned long klen;
+    my_bool nulls[1], trunc;
+    size_t n;
+    char (*keys)[LOCK_KEY_MAX]; /* owned: MYSQL_BE_REAP_BATCH of them */
+    unsigned long *lens;        /* owned */
+};
+
+static void mysql_bg_key_row(void *arg)
+{
+    struct mysql_bg_keys *k = arg;
+
+    if (k->nulls[0] || k->klen < 1 || k->klen > LOCK_KEY_MAX ||
+        k->n >= MYSQL_BE_REAP_BATCH)
+        return;
+    for (size_t i = 0; i < k->n; i++) /* one key, several holders */
+        if (k->lens[i] == k->klen && memcmp(k->keys[i], k->key, k->klen) == 0)
+            return;
+    memcpy(k->keys[k->n], k->key, k->klen);
+    k->lens[k->n++] = k->klen;
+}
+
+static enum mysql_attempt
+mysql_bg_find_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
+{
+    struct mysql_bg_keys *k = arg;
+    uint64_t batch = MYSQL_BE_REAP_BATCH;
+    MYSQL_BIND p[1], r[1];
+    unsigned err;
+
+    k->n = 0;
+    mysql_bind_u64(&p[0], &batch);
+    mysql_bind_out_bytes(&r[0], k->key, sizeof(k->key), &k->klen, &k->nulls[0],
+                         &k->trunc);
+    err = mysql_conn_rows(c, MYSQL_ST_REAP_FIND, p, r, mysql_bg_key_row, k);
+    if (err != 0)
+        return mysql_conn_failed(c, err);
+    mysql_conn_rollback(c);
+    *res = BACKEND_OK;
+    return MYSQL_ATTEMPT_DONE;
+}
+
+/* One key's expired holders (and its row, if none is left live), the key
+ * row locked first as every operation does; deleted: holder rows gone. */
+struct mysql_bg_one {
+    const char *key;
+    unsigned long klen;
+    uint64_t deleted;
+};
+
+static enum mysql_attempt mysql_bg_reap_key_attempt(struct mysql_conn *c,
+                                                    void *arg,
+                                                    enum backend_result *res)
+{
+    struct mysql_bg_one *o = arg;
+    MYSQL_BIND p[1], r[1];
+    int64_t one = 0;
+    my_bool is_null = 0;
+    unsigned long klen;
+    struct mysql_run_info info;
+    unsigned err;
+    enum mysql_attempt done;
+
+    mysql_bind_bytes(&p[0], o->key, o->klen, &klen);
+    mysql_bind_i64(&r[0], &one, &is_null);
+    err = mysql_conn_run(c, MYSQL_ST_KEY_LOCK, p, r, &info);
+    if (err == 0)
+        err = mysql_conn_run(c, MYSQL_ST_REAP_KEY, p, NULL, &info);
+    if (err != 0)
+        return mysql_conn_failed(c, err);
+    o->deleted = info.affected;
+    err = mysql_conn_run(c, MYSQL_ST_KEY_DROP, p, NULL, &info);
+    if (err != 0)
+        return mysql_conn_failed(c, err);
+    done = mysql_conn_commit(c);
+    if (done != MYSQL_ATTEMPT_DONE)
+        return done;
+    *res = BACKEND_OK;
+    return MYSQL_ATTEMPT_DONE;
+}
+
+/* Expired holder rows: up to MYSQL_BE_REAP_BATCH keys' worth, each key in
+ * its own transaction. *found: the keys found (a full batch: more). */
+static int mysql_bg_reap_holders(struct mysql_be *be, uint64_t *found)
+{
+    struct mysql_bg_keys k = { 0 };
+    int rc = -1;
+
+    *found = 0;
+    k.keys = malloc(sizeof(*k.keys) * MYSQL_BE_REAP_BATCH);
+    k.lens = malloc(sizeof(*k.lens) * MYSQL_BE_REAP_BATCH);
+    if (k.keys == NULL || k.lens == NULL)
+        goto out;
+    if (mysql_run_op(be, mysql_bg_find_attempt, &k) != BACKEND_OK)
+        goto out;
+    for (size_t i = 0; i < k.n; i++) {
+        struct mysql_bg_one o = { k.keys[i], k.lens[i], 0 };
+        if (mysql_run_op(be, mysql_bg_reap_key_attempt, &o) != BACKEND_OK)
+            goto out;
+        if (o.deleted > 0)
+            metrics_lock_expired(o.deleted);
+    }
+    *found = k.n;
+    rc = 0;
+out:
+    free(k.keys);
+    free(k.lens);
+    return rc;
 }
 
 /* The first poll only learns where the events stand. */
@@ -205,11 +320,15 @@ static void mysql_bg_reap(struct mysql_be *be)
     uint64_t deleted;
 
     do {
+        if (mysql_bg_reap_holders(be, &deleted) != 0)
+            return;
+    } while (deleted == MYSQL_BE_REAP_BATCH &&
+             clock_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
+    do { /* key rows whose holders all expired (or locks of an older
+            lockd): counted as their holders were */
         deleted = 0;
         if (mysql_run_op(be, mysql_bg_reap_attempt, &deleted) != BACKEND_OK)
             return;
-        if (deleted > 0)
-            metrics_lock_expired(deleted);
     } while (deleted == MYSQL_BE_REAP_BATCH &&
              clock_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
     (void)mysql_run_op(be, mysql_bg_trim_attempt, &deleted);

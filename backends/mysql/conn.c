@@ -157,6 +157,32 @@ static int mysql_schema_probe(struct mysql_conn *c, const char *why)
     return 0;
 }
 
+/* The key table of a lockd before lock kinds gets its mode and lim
+ * columns (existing rows: exclusive); 0 when it has them. */
+static int mysql_schema_upgrade(struct mysql_conn *c)
+{
+    struct mysql_be *be = c->be;
+    unsigned err;
+
+    if (mysql_conn_probe(c, be->kinds_probe) >= 0) {
+        mysql_rollback(c->db);
+        return 0;
+    }
+    mysql_rollback(c->db);
+    (void)mysql_conn_query(c, "SET SESSION lock_wait_timeout = 2");
+    err = mysql_conn_query(c, be->kinds_upgrade);
+    if (err != 0 && err != ER_DUP_FIELDNAME) {
+        if (!atomic_load(&be->down))
+            log_warn("mysql: cannot add the columns mode and lim to %s: "
+                     "%s (%u)",
+                     be->table, mysql_error(c->db), err);
+        mysql_rollback(c->db);
+        return -1;
+    }
+    log_info("mysql: table %s upgraded for lock kinds", be->table);
+    return 0;
+}
+
 /* Create the tables if missing; else make sure they can be used. 0 when
  * they can; -1 (logged once per outage) when not. */
 static int mysql_schema_ensure(struct mysql_conn *c)
@@ -175,6 +201,8 @@ static int mysql_schema_ensure(struct mysql_conn *c)
     }
     /* no CREATE privilege, say */
     if (i < MYSQL_SQL_SCHEMA_N && mysql_schema_probe(c, why) != 0)
+        return -1;
+    if (mysql_schema_upgrade(c) != 0)
         return -1;
     for (i = 0; i < MYSQL_SQL_SEED_N; i++) {
         if (mysql_conn_query(c, be->seed[i]) != 0) {
@@ -347,6 +375,34 @@ unsigned mysql_conn_run(struct mysql_conn *c,
 fail:
     err = mysql_stmt_errno(st);
     return err != 0 ? err : CR_UNKNOWN_ERROR;
+}
+
+unsigned mysql_conn_rows(struct mysql_conn *c,
+                         enum mysql_stmt_id id,
+                         MYSQL_BIND *params,
+                         MYSQL_BIND *results,
+                         void (*row)(void *arg),
+                         void *arg)
+{
+    unsigned err = 0;
+    MYSQL_STMT *st = mysql_conn_stmt(c, id, &err);
+    int rc;
+
+    if (st == NULL)
+        return err;
+    if ((params != NULL && mysql_stmt_bind_param(st, params) != 0) ||
+        mysql_stmt_execute(st) != 0 ||
+        mysql_stmt_bind_result(st, results) != 0 ||
+        mysql_stmt_store_result(st) != 0) {
+        err = mysql_stmt_errno(st);
+        mysql_stmt_free_result(st);
+        return err != 0 ? err : CR_UNKNOWN_ERROR;
+    }
+    while ((rc = mysql_stmt_fetch(st)) == 0 || rc == MYSQL_DATA_TRUNCATED)
+        row(arg);
+    err = rc == 1 ? mysql_stmt_errno(st) : 0;
+    mysql_stmt_free_result(st);
+    return rc == 1 && err == 0 ? CR_UNKNOWN_ERROR : err;
 }
 
 void mysql_conn_rollback(struct mysql_conn *c)

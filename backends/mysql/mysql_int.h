@@ -4,7 +4,9 @@
  * open store (struct mysql_be) and of one thread's connection (struct
  * mysql_conn), and the functions each file offers the others:
  *
- *   mysql.c  the ops table: open/close and the operations
+ *   mysql.c  the ops table: open/close, ping, held_count
+ *   acquire.c  acquire(), both modes, and Idempotency-Key replays
+ *   holder.c   renew(), release() and inspect(): one holder's rows
  *   conn.c   per-thread connections, prepared statements, transactions,
  *            retries and back-off (mysql_run_op)
  *   bg.c     the background thread: release events, reaping
@@ -31,7 +33,7 @@
 
 #define MYSQL_BE_DEFAULT_PORT       3306
 #define MYSQL_BE_DEFAULT_TABLE      "lockd_locks"
-#define MYSQL_BE_TABLE_MAX          48 /* room for "_events" in 64 */
+#define MYSQL_BE_TABLE_MAX          48 /* room for "_holders" in 64 */
 #define MYSQL_BE_CONNECT_TIMEOUT_MS 1000
 #define MYSQL_BE_RW_TIMEOUT_MS      2000
 #define MYSQL_BE_TIMEOUT_MAX_MS     3600000
@@ -79,6 +81,8 @@ struct mysql_be {
     char *schema[MYSQL_SQL_SCHEMA_N];
     char *probe[MYSQL_SQL_PROBE_N];
     char *seed[MYSQL_SQL_SEED_N];
+    char *kinds_probe;           /* owned: mysql_sql_kinds_probe expanded */
+    char *kinds_upgrade;         /* owned: mysql_sql_kinds_upgrade expanded */
     atomic_bool schema_ok;       /* the tables exist (as far as we know) */
     atomic_bool down;            /* the last connect failed: log changes once */
     struct threadconn_set conns; /* every thread's struct mysql_conn; a
@@ -176,6 +180,49 @@ enum mysql_attempt mysql_conn_commit(struct mysql_conn *c);
 /* Runs fn on this thread's connection, with retries (see conn.c). */
 enum backend_result
 mysql_run_op(struct mysql_be *be, mysql_attempt_fn fn, void *arg);
+
+/* Execute statement id with params and fetch every row into results,
+ * calling row(arg) after each; 0, or the error number. */
+unsigned mysql_conn_rows(struct mysql_conn *c,
+                         enum mysql_stmt_id id,
+                         MYSQL_BIND *params,
+                         MYSQL_BIND *results,
+                         void (*row)(void *arg),
+                         void *arg);
+
+/* ---- mysql.c, acquire.c, holder.c: the operations ---- */
+
+/* The ops' arguments through mysql_run_op(). */
+struct mysql_grant_arg {
+    const struct lock_req *req;
+    struct lock_grant *out;
+};
+
+struct mysql_inspect_arg {
+    const char *key;
+    size_t key_len;
+    struct lock_info *out;
+};
+
+enum mysql_attempt mysql_acquire_attempt(struct mysql_conn *c,
+                                         void *arg,
+                                         enum backend_result *res);
+enum mysql_attempt
+mysql_renew_attempt(struct mysql_conn *c, void *arg, enum backend_result *res);
+struct mysql_release_arg {
+    const struct lock_req *req;
+    struct lock_grant *out; /* OK: holds left */
+    bool left;              /* OK: a holder left, the key may take a waiter */
+};
+
+enum mysql_attempt mysql_release_attempt(struct mysql_conn *c,
+                                         void *arg,
+                                         enum backend_result *res);
+enum mysql_attempt mysql_inspect_attempt(struct mysql_conn *c,
+                                         void *arg,
+                                         enum backend_result *res);
+/* Append an event for key (a holder left) inside the open transaction. */
+enum mysql_attempt mysql_event_add(struct mysql_conn *c, MYSQL_BIND *key);
 
 /* ---- bg.c ---- */
 

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
+
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The database's clock in unix ms; the session's time zone is UTC. */
@@ -23,50 +25,146 @@
  * the old counter. */
 #define SEQ_RETIRED "9007199254740991" /* LOCK_FENCE_MAX */
 
+/* The greatest hold count (LOCK_HOLDS_MAX, backends/backend.h). */
+#define HOLDS_MAX "1000000"
+
 /* clang-format off */
 #define STMT(id, sql) [MYSQL_ST_##id] = { .name = #id, .text = sql }
 /* clang-format on */
 
+/*
+ * Two tables hold the locks. A key's row in @T (primary key lock_key)
+ * carries its mode, its limit and the expiry of the holder that expires
+ * last; it exists while the key has a holder (or an expired one not yet
+ * reaped) and is locked first by every transaction that changes the key's
+ * holders, so they never deadlock on each other or take gap locks. Each
+ * holder is a row of @H, primary key (lock_key, token). expires_at of the
+ * key's row is never below any of its holders' (it is copied from the
+ * holder in exclusive mode, the MAX() of them in shared mode), so "the key
+ * row has expired" means "no live holder".
+ */
 const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
     /* Held (not expired): nothing changes, and LAST_INSERT_ID() reports
-       the holder's remaining TTL (>= 1). Missing or expired: the grant,
-       with fence 0 until ACQ_FENCE. Columns are assigned left to right,
+       the remaining TTL times 2 plus the mode (>= 2). Missing or expired:
+       the exclusive grant of the key. Columns are assigned left to right,
        so expires_at goes last. */
     STMT(ACQ_UPSERT,
-         "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms, expires_at)"
-         " VALUES (?, ?, ?, 0, ?, " NOW_MS " + ?) ON DUPLICATE KEY UPDATE"
-         " token = IF(expires_at > " NOW_MS ", token, VALUES(token)),"
-         " owner = IF(expires_at > " NOW_MS ", owner, VALUES(owner)),"
-         " fence = IF(expires_at > " NOW_MS ", fence, 0),"
+         "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms, expires_at,"
+         " mode, lim) VALUES (?, '', NULL, 0, ?, " NOW_MS " + ?, 0, 0)"
+         " ON DUPLICATE KEY UPDATE"
+         " token = IF(expires_at > " NOW_MS ", token, ''),"
+         " owner = IF(expires_at > " NOW_MS ", owner, NULL),"
          " ttl_ms = IF(expires_at > " NOW_MS ", ttl_ms, VALUES(ttl_ms)),"
+         " mode = IF(expires_at > " NOW_MS ", mode, 0),"
+         " lim = IF(expires_at > " NOW_MS ", lim, 0),"
          " expires_at = IF(expires_at > " NOW_MS ","
-         " IF(LAST_INSERT_ID(expires_at - " NOW_MS ") > 0, expires_at,"
-         " expires_at), VALUES(expires_at))"),
+         " IF(LAST_INSERT_ID((expires_at - " NOW_MS ") * 2 + mode) > 0,"
+         " expires_at, expires_at), VALUES(expires_at))"),
     STMT(FENCE_NEW, "INSERT INTO @F () VALUES ()"),
-    STMT(ACQ_FENCE,
-         "UPDATE @T SET fence = ?,"
-         " expires_at = LAST_INSERT_ID(expires_at)"
-         " WHERE lock_key = ?"),
-    /* expires_at first: it must see the old ttl_ms when the new one is NULL
-       (MySQL assigns left to right) */
+    /* the same expiry as the key's row (one clock reading); a row of an
+       expired holder under the same token (never, tokens are random) is
+       overwritten */
+    STMT(ACQ_HOLDER,
+         "INSERT INTO @H (lock_key, token, owner, fence, ttl_ms, expires_at,"
+         " holds, idem) SELECT lock_key, ?, ?, ?, ?,"
+         " LAST_INSERT_ID(expires_at), 1, ? FROM @T WHERE lock_key = ?"
+         " ON DUPLICATE KEY UPDATE owner = VALUES(owner),"
+         " fence = VALUES(fence), ttl_ms = VALUES(ttl_ms),"
+         " expires_at = VALUES(expires_at), holds = 1, idem = VALUES(idem)"),
+    /* a row lock on the primary key only (no gap lock): made, free, if
+       absent */
+    STMT(ACQ_LOCK,
+         "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms, expires_at,"
+         " mode, lim) VALUES (?, '', NULL, 0, 0, 0, 1, 0)"
+         " ON DUPLICATE KEY UPDATE lock_key = lock_key"),
+    /* mode, limit, key row live, live holders, the first one's TTL left,
+       expired holders */
+    STMT(ACQ_READ,
+         "SELECT k.mode, k.lim, k.expires_at > " NOW_MS ","
+         " COALESCE(SUM(h.expires_at > " NOW_MS "), 0),"
+         " MIN(IF(h.expires_at > " NOW_MS ", h.expires_at, NULL)) - " NOW_MS ","
+         " COALESCE(SUM(h.expires_at <= " NOW_MS "), 0),"
+         " k.expires_at - " NOW_MS
+         " FROM @T AS k LEFT JOIN @H AS h ON h.lock_key = k.lock_key"
+         " WHERE k.lock_key = ? GROUP BY k.lock_key"),
+    STMT(IDEM,
+         "SELECT h.token, h.fence, h.expires_at, h.expires_at - " NOW_MS ","
+         " h.holds, k.mode, k.lim"
+         " FROM @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key"
+         " WHERE k.lock_key = ? AND h.idem = ? AND h.expires_at > " NOW_MS),
+    STMT(SH_HOLDER,
+         "INSERT INTO @H (lock_key, token, owner, fence, ttl_ms, expires_at,"
+         " holds, idem) VALUES (?, ?, ?, ?, ?,"
+         " LAST_INSERT_ID(" NOW_MS " + ?), 1, ?)"
+         " ON DUPLICATE KEY UPDATE owner = VALUES(owner),"
+         " fence = VALUES(fence), ttl_ms = VALUES(ttl_ms),"
+         " expires_at = VALUES(expires_at), holds = 1, idem = VALUES(idem)"),
+    STMT(SH_KEY,
+         "UPDATE @T SET mode = 1, lim = ?, token = '', owner = NULL,"
+         " expires_at = COALESCE((SELECT MAX(expires_at) FROM @H"
+         " WHERE lock_key = ?), 0) WHERE lock_key = ?"),
+    STMT(REAP_KEY,
+         "DELETE FROM @H WHERE lock_key = ? AND expires_at <= " NOW_MS),
+    STMT(KEY_FIX,
+         "UPDATE @T SET expires_at = COALESCE((SELECT MAX(expires_at)"
+         " FROM @H WHERE lock_key = ?), 0) WHERE lock_key = ?"),
+    STMT(KEY_DROP,
+         "DELETE FROM @T WHERE lock_key = ? AND expires_at <= " NOW_MS),
+    /* Both rows, the key's first (STRAIGHT_JOIN). One NOW(3) per
+       statement: in exclusive mode both get the same expiry; in shared
+       mode the key keeps the greatest (KEY_FIX follows). Assignments of a
+       multiple-table UPDATE run in no set order, so none reads a column
+       another one sets (COALESCE(?, ttl_ms) is the same before and
+       after). */
     STMT(RENEW,
-         "UPDATE @T SET expires_at = " NOW_MS " + COALESCE(?, ttl_ms),"
-         " ttl_ms = COALESCE(?, ttl_ms)"
-         " WHERE lock_key = ? AND token = ? AND expires_at > " NOW_MS),
+         "UPDATE @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key"
+         " SET h.holds = h.holds + ?,"
+         " h.expires_at = " NOW_MS " + COALESCE(?, h.ttl_ms),"
+         " k.expires_at = IF(k.mode = 0, " NOW_MS " + COALESCE(?, h.ttl_ms),"
+         " GREATEST(k.expires_at, " NOW_MS " + COALESCE(?, h.ttl_ms))),"
+         " h.ttl_ms = COALESCE(?, h.ttl_ms)"
+         " WHERE k.lock_key = ? AND h.token = ? AND h.expires_at > " NOW_MS
+         " AND h.holds + ? <= " HOLDS_MAX),
     STMT(RENEW_READ,
-         "SELECT fence, ttl_ms, expires_at FROM @T"
-         " WHERE lock_key = ?"),
-    STMT(RELEASE,
-         "DELETE FROM @T WHERE lock_key = ? AND token = ?"
-         " AND expires_at > " NOW_MS),
-    STMT(HELD, "SELECT 1 FROM @T WHERE lock_key = ? AND expires_at > " NOW_MS),
+         "SELECT h.fence, h.ttl_ms, h.expires_at, h.holds, k.mode, k.lim"
+         " FROM @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key"
+         " WHERE k.lock_key = ? AND h.token = ?"),
+    /* key row live; this token's holds (NULL: not a live holder) */
+    STMT(SETTLE,
+         "SELECT k.expires_at > " NOW_MS ", h.holds FROM @T AS k"
+         " LEFT JOIN @H AS h ON h.lock_key = k.lock_key AND h.token = ?"
+         " AND h.expires_at > " NOW_MS " WHERE k.lock_key = ?"),
+    /* the common release: the only holder's last hold, key row and holder
+       row deleted together, key row first */
+    STMT(REL_X,
+         "DELETE k, h FROM @T AS k STRAIGHT_JOIN @H AS h"
+         " ON h.lock_key = k.lock_key WHERE k.lock_key = ? AND h.token = ?"
+         " AND h.expires_at > " NOW_MS " AND k.mode = 0"
+         " AND (h.holds = 1 OR ? <> 0)"),
+    STMT(REL_LOCK,
+         "SELECT k.expires_at > " NOW_MS ", h.holds FROM @T AS k"
+         " LEFT JOIN @H AS h ON h.lock_key = k.lock_key AND h.token = ?"
+         " AND h.expires_at > " NOW_MS " WHERE k.lock_key = ? FOR UPDATE"),
+    STMT(REL_DEC,
+         "UPDATE @H SET holds = holds - 1 WHERE lock_key = ? AND token = ?"),
+    STMT(REL_DEL, "DELETE FROM @H WHERE lock_key = ? AND token = ?"),
+    /* the live holders by fence, each with the count, the greatest fence
+       and the last expiry of them all */
     STMT(INSPECT,
-         "SELECT fence, expires_at, expires_at - " NOW_MS ", owner"
-         " FROM @T WHERE lock_key = ? AND expires_at > " NOW_MS),
+         "SELECT h.fence, h.expires_at, h.expires_at - " NOW_MS ", h.owner,"
+         " h.holds, k.mode, k.lim, COUNT(*) OVER (), MAX(h.fence) OVER (),"
+         " MAX(h.expires_at) OVER (), MAX(h.expires_at - " NOW_MS ") OVER ()"
+         " FROM @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key"
+         " WHERE k.lock_key = ? AND h.expires_at > " NOW_MS
+         " ORDER BY h.fence LIMIT ?"),
     STMT(REAP,
          "DELETE FROM @T WHERE expires_at <= " NOW_MS
          " ORDER BY expires_at LIMIT ?"),
-    STMT(COUNT_HELD, "SELECT COUNT(*) FROM @T WHERE expires_at > " NOW_MS),
+    STMT(REAP_FIND,
+         "SELECT lock_key FROM @H WHERE expires_at <= " NOW_MS
+         " ORDER BY expires_at LIMIT ?"),
+    STMT(KEY_LOCK, "SELECT 1 FROM @T WHERE lock_key = ? FOR UPDATE"),
+    STMT(COUNT_HELD, "SELECT COUNT(*) FROM @H WHERE expires_at > " NOW_MS),
     STMT(EVENT_BUMP, "UPDATE @S SET v = LAST_INSERT_ID(v + 1) WHERE id = 2"),
     STMT(EVENT_ADD, "INSERT INTO @E (id, lock_key) VALUES (?, ?)"),
     STMT(EVENTS,
@@ -92,7 +190,23 @@ const struct mysql_sql mysql_sql_schema[] = {
       " fence BIGINT UNSIGNED NOT NULL,"
       " ttl_ms BIGINT UNSIGNED NOT NULL,"
       " expires_at BIGINT NOT NULL,"
+      " mode TINYINT UNSIGNED NOT NULL DEFAULT 0,"
+      " lim INT UNSIGNED NOT NULL DEFAULT 0,"
       " PRIMARY KEY (lock_key),"
+      " KEY expires_at (expires_at)"
+      ") ENGINE = InnoDB",
+      false },
+    { "schema @H",
+      "CREATE TABLE IF NOT EXISTS @H ("
+      " lock_key VARBINARY(512) NOT NULL,"
+      " token VARBINARY(64) NOT NULL,"
+      " owner VARBINARY(128) NULL,"
+      " fence BIGINT UNSIGNED NOT NULL,"
+      " ttl_ms BIGINT UNSIGNED NOT NULL,"
+      " expires_at BIGINT NOT NULL,"
+      " holds INT UNSIGNED NOT NULL,"
+      " idem VARBINARY(128) NULL,"
+      " PRIMARY KEY (lock_key, token),"
       " KEY expires_at (expires_at)"
       ") ENGINE = InnoDB",
       false },
@@ -125,26 +239,60 @@ const struct mysql_sql mysql_sql_schema[] = {
  * not create them are used as they are if these all succeed; the two
  * sequence rows must be there. */
 const struct mysql_sql mysql_sql_probe[] = {
-    { "probe @T", "SELECT 1 FROM @T LIMIT 0", false },
+    { "probe @T", "SELECT mode, lim FROM @T LIMIT 0", false },
+    { "probe @H", "SELECT holds, idem FROM @H LIMIT 0", false },
     { "probe @E", "SELECT 1 FROM @E LIMIT 0", false },
     { "probe @S row 1", "SELECT 1 FROM @S WHERE id = 1", true },
     { "probe @S row 2", "SELECT 1 FROM @S WHERE id = 2", true },
     { "probe @F", "SELECT 1 FROM @F LIMIT 0", false },
 };
 
-/* Run after the tables exist, by anyone who may write them: the fence
- * counter starts above every fence handed out before: those of the old
- * sequence row (until it is retired), and those still in the lock table
- * (a fence table made again). The old row's lock is held throughout, so
- * an older lockd granting meanwhile either committed below the seed or
- * fails on the retired row. */
+const struct mysql_sql mysql_sql_kinds_probe = {
+    "kinds probe", "SELECT mode, lim FROM @T LIMIT 0", false
+};
+
+/* ALTER waits for every open transaction on the table: a short
+ * lock_wait_timeout keeps it from queueing the operations behind it. */
+const struct mysql_sql mysql_sql_kinds_upgrade = {
+    "kinds upgrade",
+    "ALTER TABLE @T"
+    " ADD COLUMN mode TINYINT UNSIGNED NOT NULL DEFAULT 0,"
+    " ADD COLUMN lim INT UNSIGNED NOT NULL DEFAULT 0",
+    false
+};
+
+/* Run after the tables exist, by anyone who may write them.
+ * First the live locks of lockd before lock kinds (the holder was the key
+ * row: its token is not '') become holder rows, under their row locks so
+ * an older lockd still running cannot release or renew one meanwhile; its
+ * token is then cleared, so that it cannot later either. Rows an older
+ * lockd grants after this are still held (the key row's expiry) until they
+ * expire, but show no holder.
+ * Then the fence counter starts above every fence handed out before: those
+ * of the old sequence row (until it is retired), and those still in the
+ * lock tables (a fence table made again). The old row's lock is held
+ * throughout, so an older lockd granting meanwhile either committed below
+ * the seed or fails on the retired row. */
 const struct mysql_sql mysql_sql_seed[] = {
+    { "migrate lock", "SELECT 1 FROM @T WHERE token <> '' FOR UPDATE", false },
+    { "migrate holders",
+      "INSERT IGNORE INTO @H (lock_key, token, owner, fence, ttl_ms,"
+      " expires_at, holds, idem) SELECT lock_key, token, owner, fence,"
+      " ttl_ms, expires_at, 1, NULL FROM @T WHERE token <> ''"
+      " AND expires_at > " NOW_MS,
+      false },
+    { "migrate keys",
+      "UPDATE @T AS t JOIN @H AS h ON h.lock_key = t.lock_key"
+      " AND h.token = t.token SET t.token = '', t.mode = 0, t.lim = 0"
+      " WHERE t.token <> ''",
+      false },
     { "seed lock", "SELECT v FROM @S WHERE id = 1 FOR UPDATE", false },
     { "seed fence",
       "INSERT INTO @F (id) SELECT x.seed FROM (SELECT GREATEST("
       " COALESCE((SELECT IF(v < " SEQ_RETIRED ", v, 0) FROM @S"
       " WHERE id = 1), 0),"
-      " COALESCE((SELECT MAX(fence) FROM @T), 0)) + 1 AS seed) x"
+      " COALESCE((SELECT MAX(fence) FROM @T), 0),"
+      " COALESCE((SELECT MAX(fence) FROM @H), 0)) + 1 AS seed) x"
       " WHERE x.seed > COALESCE((SELECT MAX(id) FROM @F), 0)",
       false },
     { "seed retire", "UPDATE @S SET v = " SEQ_RETIRED " WHERE id = 1", false },
@@ -168,6 +316,7 @@ const struct mysql_sql mysql_sql_session_idle = {
     "session idle timeout", "SET idle_transaction_timeout = 2", false
 };
 
+_Static_assert(LOCK_HOLDS_MAX == 1000000, "HOLDS_MAX");
 _Static_assert(ARRAY_LEN(mysql_sql_schema) == MYSQL_SQL_SCHEMA_N,
                "MYSQL_SQL_SCHEMA_N");
 _Static_assert(ARRAY_LEN(mysql_sql_probe) == MYSQL_SQL_PROBE_N,
@@ -183,7 +332,9 @@ static const char *mysql_sql_suffix(char c)
 {
     switch (c) {
     case 'T':
-        return ""; /* the locks */
+        return ""; /* the keys */
+    case 'H':
+        return "_holders";
     case 'S':
         return "_seq";
     case 'E':

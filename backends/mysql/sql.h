@@ -4,9 +4,9 @@
  * create and deploy/mysql/schema.sql can be read, and checked
  * (tests/unit/test_mysql_sql.c), side by side.
  *
- * Statement text names its tables by placeholders: "@T", "@S", "@E" and
- * "@F" stand for the locks, sequence, event and fence tables; open()
- * expands them once (mysql_sql_expand) for the table= option.
+ * Statement text names its tables by placeholders: "@T", "@H", "@S", "@E"
+ * and "@F" stand for the key, holder, sequence, event and fence tables;
+ * open() expands them once (mysql_sql_expand) for the table= option.
  */
 #ifndef BACKENDS_MYSQL_SQL_H
 #define BACKENDS_MYSQL_SQL_H
@@ -17,16 +17,30 @@
 /* The prepared statements, one per step of an operation; prepared on a
  * connection on first use. */
 enum mysql_stmt_id {
-    MYSQL_ST_ACQ_UPSERT, /* insert the key's row or take over an expired
-                            one; either way the row is locked */
+    MYSQL_ST_ACQ_UPSERT, /* exclusive: insert the key's row or take over a
+                            free one; either way the row is locked */
     MYSQL_ST_FENCE_NEW,  /* next fence: an AUTO_INCREMENT id */
-    MYSQL_ST_ACQ_FENCE,  /* write the fence; read expires_at back */
-    MYSQL_ST_RENEW,
-    MYSQL_ST_RENEW_READ, /* the renewed row, still locked by ST_RENEW */
-    MYSQL_ST_RELEASE,
-    MYSQL_ST_HELD, /* held by anyone? tells MISMATCH from NOT_FOUND */
+    MYSQL_ST_ACQ_HOLDER, /* exclusive: the holder's row, expiry copied
+                            from the key's row and read back */
+    MYSQL_ST_ACQ_LOCK,   /* shared: lock the key's row, made if absent */
+    MYSQL_ST_ACQ_READ,   /* the key's mode, limit and holders, locked */
+    MYSQL_ST_IDEM,       /* the live holder granted under an idem key */
+    MYSQL_ST_SH_HOLDER,  /* shared: the holder's row; expiry read back */
+    MYSQL_ST_SH_KEY,     /* shared: the key's mode, limit and expiry */
+    MYSQL_ST_REAP_KEY,   /* the key's expired holders, key row locked */
+    MYSQL_ST_KEY_FIX,    /* the key's expiry := its last holder's */
+    MYSQL_ST_KEY_DROP,   /* the key's row, once no holder is live */
+    MYSQL_ST_RENEW,      /* holder and key row in one statement */
+    MYSQL_ST_RENEW_READ, /* the renewed holder, still locked */
+    MYSQL_ST_SETTLE,     /* why a renew or release matched nothing */
+    MYSQL_ST_REL_X,      /* exclusive, last hold: both rows at once */
+    MYSQL_ST_REL_LOCK,   /* any release: the rows, locked */
+    MYSQL_ST_REL_DEC,    /* one hold back */
+    MYSQL_ST_REL_DEL,    /* the holder's row */
     MYSQL_ST_INSPECT,
-    MYSQL_ST_REAP,
+    MYSQL_ST_REAP,      /* expired key rows, any key */
+    MYSQL_ST_REAP_FIND, /* keys with expired holder rows */
+    MYSQL_ST_KEY_LOCK,  /* the reaper locks one key's row */
     MYSQL_ST_COUNT_HELD,
     MYSQL_ST_EVENT_BUMP, /* next event id, in commit order (row lock) */
     MYSQL_ST_EVENT_ADD,
@@ -49,20 +63,25 @@ struct mysql_sql {
 extern const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT];
 
 /* Lists run in order as plain queries (no user data in them). */
-#define MYSQL_SQL_SCHEMA_N  6 /* the tables, as deploy/mysql/schema.sql */
-#define MYSQL_SQL_PROBE_N   5 /* tables made by someone else will do */
-#define MYSQL_SQL_SEED_N    4 /* the fence counter's start */
+#define MYSQL_SQL_SCHEMA_N  7 /* the tables, as deploy/mysql/schema.sql */
+#define MYSQL_SQL_PROBE_N   6 /* tables made by someone else will do */
+#define MYSQL_SQL_SEED_N    7 /* old rows' holders; the fence counter */
 #define MYSQL_SQL_SESSION_N 2 /* every new connection */
 extern const struct mysql_sql mysql_sql_schema[];
 extern const struct mysql_sql mysql_sql_probe[];
 extern const struct mysql_sql mysql_sql_seed[];
 extern const struct mysql_sql mysql_sql_session[];
+/* The key table of lockd before lock kinds lacks the mode and lim
+ * columns: the probe fails (ER_BAD_FIELD_ERROR) and the upgrade adds them
+ * (a racing instance may have: ER_DUP_FIELDNAME). */
+extern const struct mysql_sql mysql_sql_kinds_probe;
+extern const struct mysql_sql mysql_sql_kinds_upgrade;
 /* After the session list; MariaDB only, so its failure is ignored. */
 extern const struct mysql_sql mysql_sql_session_idle;
 
-/* tmpl with @T, @S, @E and @F replaced by the back-quoted names table,
- * table_seq, table_events and table_fence. table must be a plain name
- * (letters, digits, '_'). A new string, or NULL when out of memory. */
+/* tmpl with @T, @H, @S, @E and @F replaced by the back-quoted names table,
+ * table_holders, table_seq, table_events and table_fence. table must be a plain
+ * name (letters, digits, '_'). A new string, or NULL when out of memory. */
 char *mysql_sql_expand(const char *tmpl, const char *table);
 
 /* Expand the n texts of list into out[0..n): 0, or -1 when out of memory
