@@ -9,6 +9,7 @@
  * Idempotency-Key is looked up among the key's live holders whenever the
  * key is held (a free key has no holder to replay).
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "backends/mysql/mysql_int.h"
@@ -139,6 +140,16 @@ static enum mysql_attempt mysql_acquire_held(struct mysql_conn *c,
     return MYSQL_ATTEMPT_DONE;
 }
 
+/* An insert of the key row that found no stripe row: the stripes are
+ * missing (tables made by hand without them); made again if we may. */
+static enum mysql_attempt mysql_acquire_no_stripe(struct mysql_conn *c)
+{
+    log_error("mysql: the stripe rows of %s_seq are missing", c->be->table);
+    atomic_store(&c->be->schema_ok, false);
+    mysql_conn_rollback(c);
+    return MYSQL_ATTEMPT_FAILED;
+}
+
 /* A fence from the counter, taken under the key row's lock: after the
  * commit of every earlier grant of the key, so above its fence. */
 static enum mysql_attempt mysql_acquire_fence(struct mysql_conn *c,
@@ -203,7 +214,7 @@ static enum mysql_attempt mysql_acquire_exclusive(struct mysql_conn *c,
                                                   enum backend_result *res)
 {
     const struct lock_req *req = a->req;
-    MYSQL_BIND p[3], q[6];
+    MYSQL_BIND p[4], q[6];
     unsigned long klen, tlen, olen, ilen;
     uint64_t fence = 0, ttl = req->ttl_ms;
     struct mysql_run_info info;
@@ -213,6 +224,7 @@ static enum mysql_attempt mysql_acquire_exclusive(struct mysql_conn *c,
     mysql_bind_bytes(&p[0], req->key, req->key_len, &klen);
     mysql_bind_u64(&p[1], &ttl);
     mysql_bind_u64(&p[2], &ttl);
+    p[3] = p[0]; /* its stripe */
 
     /* 1. lock the key's row (inserting it, or taking over a free one) in
        one statement, judged by the database's clock; a racing acquire of
@@ -223,6 +235,8 @@ static enum mysql_attempt mysql_acquire_exclusive(struct mysql_conn *c,
     if (info.insert_id != 0) /* held: 2 * TTL left + mode */
         return mysql_acquire_held(c, a, &p[0], info.insert_id & 1,
                                   info.insert_id >> 1, res);
+    if (info.affected == 0)
+        return mysql_acquire_no_stripe(c);
 
     /* 2. the fence; 3. the holder row, with the key row's expiry */
     done = mysql_acquire_fence(c, &fence);
@@ -323,7 +337,7 @@ static enum mysql_attempt mysql_acquire_shared(struct mysql_conn *c,
                                                enum backend_result *res)
 {
     const struct lock_req *req = a->req;
-    MYSQL_BIND key;
+    MYSQL_BIND key, ks[2];
     unsigned long klen;
     struct mysql_key_state st;
     struct mysql_run_info info;
@@ -333,10 +347,14 @@ static enum mysql_attempt mysql_acquire_shared(struct mysql_conn *c,
     bool hit, found;
 
     mysql_bind_bytes(&key, req->key, req->key_len, &klen);
-    /* 1. the key row, locked (made if absent: a record lock, no gap) */
-    err = mysql_conn_run(c, MYSQL_ST_ACQ_LOCK, &key, NULL, &info);
+    /* 1. the key row, locked (made if absent), after its stripe's */
+    ks[0] = key;
+    ks[1] = key; /* its stripe */
+    err = mysql_conn_run(c, MYSQL_ST_ACQ_LOCK, ks, NULL, &info);
     if (err != 0)
         return mysql_conn_failed(c, err);
+    if (info.affected == 0)
+        return mysql_acquire_no_stripe(c);
     /* 2. a replay goes first */
     done = mysql_acquire_idem(c, a, &key, &hit, res);
     if (done != MYSQL_ATTEMPT_DONE || hit)

@@ -19,33 +19,10 @@
 #include "lib/clock.h"
 #include "lib/metrics.h"
 
-/* Deletes up to MYSQL_BE_REAP_BATCH expired key rows (no live holder, by
- * the key row's invariant); *res is OK and *arg the number deleted. Fences
- * stay safe: they come from the fence table, not the rows. */
-static enum mysql_attempt
-mysql_bg_reap_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
-{
-    uint64_t *deleted = arg;
-    uint64_t batch = MYSQL_BE_REAP_BATCH;
-    MYSQL_BIND p[1];
-    struct mysql_run_info info;
-    unsigned err;
-    enum mysql_attempt done;
-
-    mysql_bind_u64(&p[0], &batch);
-    err = mysql_conn_run(c, MYSQL_ST_REAP, p, NULL, &info);
-    if (err != 0)
-        return mysql_conn_failed(c, err);
-    done = mysql_conn_commit(c);
-    if (done != MYSQL_ATTEMPT_DONE)
-        return done;
-    *deleted = info.affected;
-    *res = BACKEND_OK;
-    return MYSQL_ATTEMPT_DONE;
-}
-
-/* Keys with expired holder rows, found by REAP_FIND, for one round. */
+/* Keys with expired rows, found by REAP_FIND (holder rows) or REAP (key
+ * rows) without a lock, for one round. */
 struct mysql_bg_keys {
+    enum mysql_stmt_id find;
     char key[LOCK_KEY_MAX];
     unsigned long klen;
     my_bool nulls[1], trunc;
@@ -80,7 +57,7 @@ mysql_bg_find_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     mysql_bind_u64(&p[0], &batch);
     mysql_bind_out_bytes(&r[0], k->key, sizeof(k->key), &k->klen, &k->nulls[0],
                          &k->trunc);
-    err = mysql_conn_rows(c, MYSQL_ST_REAP_FIND, p, r, mysql_bg_key_row, k);
+    err = mysql_conn_rows(c, k->find, p, r, mysql_bg_key_row, k);
     if (err != 0)
         return mysql_conn_failed(c, err);
     mysql_conn_rollback(c);
@@ -127,11 +104,14 @@ static enum mysql_attempt mysql_bg_reap_key_attempt(struct mysql_conn *c,
     return MYSQL_ATTEMPT_DONE;
 }
 
-/* Expired holder rows: up to MYSQL_BE_REAP_BATCH keys' worth, each key in
- * its own transaction. *found: the keys found (a full batch: more). */
-static int mysql_bg_reap_holders(struct mysql_be *be, uint64_t *found)
+/* Expired rows of up to MYSQL_BE_REAP_BATCH keys found by statement
+ * find, each key in its own transaction. *found: the keys found (a full
+ * batch: more). */
+static int mysql_bg_reap_keys(struct mysql_be *be,
+                              enum mysql_stmt_id find,
+                              uint64_t *found)
 {
-    struct mysql_bg_keys k = { 0 };
+    struct mysql_bg_keys k = { .find = find };
     int rc = -1;
 
     *found = 0;
@@ -319,15 +299,14 @@ static void mysql_bg_reap(struct mysql_be *be)
     int64_t t0 = clock_mono_ms();
     uint64_t deleted;
 
-    do {
-        if (mysql_bg_reap_holders(be, &deleted) != 0)
+    do { /* holders expired one by one */
+        if (mysql_bg_reap_keys(be, MYSQL_ST_REAP_FIND, &deleted) != 0)
             return;
     } while (deleted == MYSQL_BE_REAP_BATCH &&
              clock_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);
-    do { /* key rows whose holders all expired (or locks of an older
-            lockd): counted as their holders were */
-        deleted = 0;
-        if (mysql_run_op(be, mysql_bg_reap_attempt, &deleted) != BACKEND_OK)
+    do { /* key rows whose holders are all gone (or locks of an older
+            lockd) */
+        if (mysql_bg_reap_keys(be, MYSQL_ST_REAP, &deleted) != 0)
             return;
     } while (deleted == MYSQL_BE_REAP_BATCH &&
              clock_mono_ms() - t0 < MYSQL_BE_REAP_BUDGET_MS);

@@ -53,8 +53,8 @@ CREATE TABLE IF NOT EXISTS lockd_locks_holders (
     KEY expires_at (expires_at)
 ) ENGINE = InnoDB;
 
--- Two counters. Row 1 is the fence sequence of lockd before 0.2 (kept
--- only to upgrade from it: lockd seeds lockd_locks_fence above it at
+-- Two counters, and the stripes (below). Row 1 is the fence sequence of
+-- lockd before 0.2 (kept only to upgrade from it: lockd seeds lockd_locks_fence above it at
 -- start and then sets it to 2^53 - 1, so an old lockd still running fails
 -- instead of handing out a fence from it). Row 2, the event id: bumped
 -- inside every releasing transaction, so event ids commit in order,
@@ -86,6 +86,28 @@ CREATE TABLE IF NOT EXISTS lockd_locks_fence (
 ) ENGINE = InnoDB;
 
 INSERT IGNORE INTO lockd_locks_seq (id, v) VALUES (1, 0), (2, 0);
+-- Rows 128 to 255: the stripes. An acquire locks its key's stripe row
+-- (128 + CRC32(key) % 128) before it inserts the key's row in
+-- lockd_locks, so two inserts of one key never run at once: InnoDB's
+-- duplicate check on a key row just deleted takes gap locks, which would
+-- deadlock them. These rows are never changed or deleted.
+INSERT IGNORE INTO lockd_locks_seq (id, v) VALUES
+    (128, 0), (129, 0), (130, 0), (131, 0), (132, 0), (133, 0), (134, 0), (135, 0),
+    (136, 0), (137, 0), (138, 0), (139, 0), (140, 0), (141, 0), (142, 0), (143, 0),
+    (144, 0), (145, 0), (146, 0), (147, 0), (148, 0), (149, 0), (150, 0), (151, 0),
+    (152, 0), (153, 0), (154, 0), (155, 0), (156, 0), (157, 0), (158, 0), (159, 0),
+    (160, 0), (161, 0), (162, 0), (163, 0), (164, 0), (165, 0), (166, 0), (167, 0),
+    (168, 0), (169, 0), (170, 0), (171, 0), (172, 0), (173, 0), (174, 0), (175, 0),
+    (176, 0), (177, 0), (178, 0), (179, 0), (180, 0), (181, 0), (182, 0), (183, 0),
+    (184, 0), (185, 0), (186, 0), (187, 0), (188, 0), (189, 0), (190, 0), (191, 0),
+    (192, 0), (193, 0), (194, 0), (195, 0), (196, 0), (197, 0), (198, 0), (199, 0),
+    (200, 0), (201, 0), (202, 0), (203, 0), (204, 0), (205, 0), (206, 0), (207, 0),
+    (208, 0), (209, 0), (210, 0), (211, 0), (212, 0), (213, 0), (214, 0), (215, 0),
+    (216, 0), (217, 0), (218, 0), (219, 0), (220, 0), (221, 0), (222, 0), (223, 0),
+    (224, 0), (225, 0), (226, 0), (227, 0), (228, 0), (229, 0), (230, 0), (231, 0),
+    (232, 0), (233, 0), (234, 0), (235, 0), (236, 0), (237, 0), (238, 0), (239, 0),
+    (240, 0), (241, 0), (242, 0), (243, 0), (244, 0), (245, 0), (246, 0), (247, 0),
+    (248, 0), (249, 0), (250, 0), (251, 0), (252, 0), (253, 0), (254, 0), (255, 0);
 -- lockd seeds lockd_locks_fence (above row 1 and above every fence in
 -- lockd_locks and lockd_locks_holders) itself at every start; that needs
 -- only SELECT, INSERT, UPDATE.

@@ -25,6 +25,42 @@
  * the old counter. */
 #define SEQ_RETIRED "9007199254740991" /* LOCK_FENCE_MAX */
 
+/* A key's stripe: one of rows 128..255 of @S, which are never deleted.
+ * Every statement that may insert a key's row locks its stripe row first
+ * (INSERT ... SELECT ... FOR UPDATE, in the same round trip), so two
+ * inserts of one key never run at once. Without it they would: a key row
+ * just deleted (release, reaper) leaves a delete-marked record, and
+ * InnoDB's duplicate check takes gap locks on it even at READ COMMITTED,
+ * which deadlock two inserts of that key. The parameter is the key. */
+#define STRIPE "128 + CRC32(?) % 128"
+
+/* Rows 128..255 of @S, the stripes. */
+/* clang-format off */
+#define STRIPE_ROWS \
+    "(128, 0), (129, 0), (130, 0), (131, 0), (132, 0), (133, 0), " \
+    "(134, 0), (135, 0), (136, 0), (137, 0), (138, 0), (139, 0), " \
+    "(140, 0), (141, 0), (142, 0), (143, 0), (144, 0), (145, 0), " \
+    "(146, 0), (147, 0), (148, 0), (149, 0), (150, 0), (151, 0), " \
+    "(152, 0), (153, 0), (154, 0), (155, 0), (156, 0), (157, 0), " \
+    "(158, 0), (159, 0), (160, 0), (161, 0), (162, 0), (163, 0), " \
+    "(164, 0), (165, 0), (166, 0), (167, 0), (168, 0), (169, 0), " \
+    "(170, 0), (171, 0), (172, 0), (173, 0), (174, 0), (175, 0), " \
+    "(176, 0), (177, 0), (178, 0), (179, 0), (180, 0), (181, 0), " \
+    "(182, 0), (183, 0), (184, 0), (185, 0), (186, 0), (187, 0), " \
+    "(188, 0), (189, 0), (190, 0), (191, 0), (192, 0), (193, 0), " \
+    "(194, 0), (195, 0), (196, 0), (197, 0), (198, 0), (199, 0), " \
+    "(200, 0), (201, 0), (202, 0), (203, 0), (204, 0), (205, 0), " \
+    "(206, 0), (207, 0), (208, 0), (209, 0), (210, 0), (211, 0), " \
+    "(212, 0), (213, 0), (214, 0), (215, 0), (216, 0), (217, 0), " \
+    "(218, 0), (219, 0), (220, 0), (221, 0), (222, 0), (223, 0), " \
+    "(224, 0), (225, 0), (226, 0), (227, 0), (228, 0), (229, 0), " \
+    "(230, 0), (231, 0), (232, 0), (233, 0), (234, 0), (235, 0), " \
+    "(236, 0), (237, 0), (238, 0), (239, 0), (240, 0), (241, 0), " \
+    "(242, 0), (243, 0), (244, 0), (245, 0), (246, 0), (247, 0), " \
+    "(248, 0), (249, 0), (250, 0), (251, 0), (252, 0), (253, 0), " \
+    "(254, 0), (255, 0)"
+/* clang-format on */
+
 /* The greatest hold count (LOCK_HOLDS_MAX, backends/backend.h). */
 #define HOLDS_MAX "1000000"
 
@@ -44,14 +80,15 @@
  * row has expired" means "no live holder".
  */
 const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
-    /* Held (not expired): nothing changes, and LAST_INSERT_ID() reports
+    /* The key's stripe row first (see STRIPE), then the key's row.
+       Held (not expired): nothing changes, and LAST_INSERT_ID() reports
        the remaining TTL times 2 plus the mode (>= 2). Missing or expired:
        the exclusive grant of the key. Columns are assigned left to right,
        so expires_at goes last. */
     STMT(ACQ_UPSERT,
          "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms, expires_at,"
-         " mode, lim) VALUES (?, '', NULL, 0, ?, " NOW_MS " + ?, 0, 0)"
-         " ON DUPLICATE KEY UPDATE"
+         " mode, lim) SELECT ?, '', NULL, 0, ?, " NOW_MS " + ?, 0, 0"
+         " FROM @S WHERE id = " STRIPE " FOR UPDATE ON DUPLICATE KEY UPDATE"
          " token = IF(expires_at > " NOW_MS ", token, ''),"
          " owner = IF(expires_at > " NOW_MS ", owner, NULL),"
          " ttl_ms = IF(expires_at > " NOW_MS ", ttl_ms, VALUES(ttl_ms)),"
@@ -71,11 +108,11 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
          " ON DUPLICATE KEY UPDATE owner = VALUES(owner),"
          " fence = VALUES(fence), ttl_ms = VALUES(ttl_ms),"
          " expires_at = VALUES(expires_at), holds = 1, idem = VALUES(idem)"),
-    /* a row lock on the primary key only (no gap lock): made, free, if
-       absent */
+    /* the key row locked, made (free) if absent */
     STMT(ACQ_LOCK,
          "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms, expires_at,"
-         " mode, lim) VALUES (?, '', NULL, 0, 0, 0, 1, 0)"
+         " mode, lim) SELECT ?, '', NULL, 0, 0, 0, 1, 0 FROM @S"
+         " WHERE id = " STRIPE " FOR UPDATE"
          " ON DUPLICATE KEY UPDATE lock_key = lock_key"),
     /* mode, limit, key row live, live holders, the first one's TTL left,
        expired holders */
@@ -103,13 +140,15 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
          "UPDATE @T SET mode = 1, lim = ?, token = '', owner = NULL,"
          " expires_at = COALESCE((SELECT MAX(expires_at) FROM @H"
          " WHERE lock_key = ?), 0) WHERE lock_key = ?"),
+    /* "expires_at + 0": the primary key (this key's rows), never the
+       expires_at index, which would lock other keys' rows (deadlocks) */
     STMT(REAP_KEY,
-         "DELETE FROM @H WHERE lock_key = ? AND expires_at <= " NOW_MS),
+         "DELETE FROM @H WHERE lock_key = ? AND expires_at + 0 <= " NOW_MS),
     STMT(KEY_FIX,
          "UPDATE @T SET expires_at = COALESCE((SELECT MAX(expires_at)"
          " FROM @H WHERE lock_key = ?), 0) WHERE lock_key = ?"),
     STMT(KEY_DROP,
-         "DELETE FROM @T WHERE lock_key = ? AND expires_at <= " NOW_MS),
+         "DELETE FROM @T WHERE lock_key = ? AND expires_at + 0 <= " NOW_MS),
     /* Both rows, the key's first (STRAIGHT_JOIN). One NOW(3) per
        statement: in exclusive mode both get the same expiry; in shared
        mode the key keeps the greatest (KEY_FIX follows). Assignments of a
@@ -157,8 +196,11 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
          " FROM @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key"
          " WHERE k.lock_key = ? AND h.expires_at > " NOW_MS
          " ORDER BY h.fence LIMIT ?"),
+    /* the reaper finds keys by expiry without a lock, then locks each
+       key row by its primary key like every operation (the expires_at
+       index first would be the reverse order) */
     STMT(REAP,
-         "DELETE FROM @T WHERE expires_at <= " NOW_MS
+         "SELECT lock_key FROM @T WHERE expires_at <= " NOW_MS
          " ORDER BY expires_at LIMIT ?"),
     STMT(REAP_FIND,
          "SELECT lock_key FROM @H WHERE expires_at <= " NOW_MS
@@ -230,9 +272,15 @@ const struct mysql_sql mysql_sql_schema[] = {
       " PRIMARY KEY (id)"
       ") ENGINE = InnoDB",
       false },
+    /* each insert commits at once: the duplicate checks share-lock the
+       rows, and the event row (2) must not stay locked behind a stripe
+       that an acquire holds */
     { "schema rows", "INSERT IGNORE INTO @S (id, v) VALUES (1, 0), (2, 0)",
       false },
     { "schema commit", "COMMIT", false },
+    { "schema stripes", "INSERT IGNORE INTO @S (id, v) VALUES " STRIPE_ROWS,
+      false },
+    { "schema stripes commit", "COMMIT", false },
 };
 
 /* Tables made by someone else (deploy/mysql/schema.sql) for a user that may
@@ -244,6 +292,8 @@ const struct mysql_sql mysql_sql_probe[] = {
     { "probe @E", "SELECT 1 FROM @E LIMIT 0", false },
     { "probe @S row 1", "SELECT 1 FROM @S WHERE id = 1", true },
     { "probe @S row 2", "SELECT 1 FROM @S WHERE id = 2", true },
+    { "probe @S stripes",
+      "SELECT 1 FROM @S WHERE id >= 128 HAVING COUNT(*) = 128", true },
     { "probe @F", "SELECT 1 FROM @F LIMIT 0", false },
 };
 
@@ -266,29 +316,35 @@ const struct mysql_sql mysql_sql_kinds_upgrade = {
  * row: its token is not '') become holder rows, under their row locks so
  * an older lockd still running cannot release or renew one meanwhile; its
  * token is then cleared, so that it cannot later either. Rows an older
- * lockd grants after this are still held (the key row's expiry) until they
- * expire, but show no holder.
- * Then the fence counter starts above every fence handed out before: those
+ * lockd still running grants after this (or in the instant before the
+ * clearing) are still held (the key row's expiry) until they expire, but
+ * show no holder: run one version at a time where that matters. Every
+ * step locks key rows before holder rows, as the operations do.
+ * The fence counter starts above every fence handed out before: those
  * of the old sequence row (until it is retired), and those still in the
  * lock tables (a fence table made again). The old row's lock is held
  * throughout, so an older lockd granting meanwhile either committed below
  * the seed or fails on the retired row. */
 const struct mysql_sql mysql_sql_seed[] = {
-    { "migrate lock", "SELECT 1 FROM @T WHERE token <> '' FOR UPDATE", false },
+    /* first: every instance's connections start here, one at a time */
+    { "seed lock", "SELECT v FROM @S WHERE id = 1 FOR UPDATE", false },
+    /* the old rows, locked; an UPDATE reads rows others have locked as
+       last committed instead of waiting for them (not old rows) */
+    { "migrate lock", "UPDATE @T SET token = token WHERE token <> ''", false },
     { "migrate holders",
       "INSERT IGNORE INTO @H (lock_key, token, owner, fence, ttl_ms,"
       " expires_at, holds, idem) SELECT lock_key, token, owner, fence,"
       " ttl_ms, expires_at, 1, NULL FROM @T WHERE token <> ''"
       " AND expires_at > " NOW_MS,
       false },
+    /* key rows only: reading holder rows here would lock them before
+       key rows, the reverse of every operation */
     { "migrate keys",
-      "UPDATE @T AS t JOIN @H AS h ON h.lock_key = t.lock_key"
-      " AND h.token = t.token SET t.token = '', t.mode = 0, t.lim = 0"
-      " WHERE t.token <> ''",
-      false },
-    { "seed lock", "SELECT v FROM @S WHERE id = 1 FOR UPDATE", false },
+      "UPDATE @T SET token = '', mode = 0, lim = 0 WHERE token <> ''", false },
+    /* IGNORE: a grant meanwhile may have taken that id (the counter is
+       then past it anyway) */
     { "seed fence",
-      "INSERT INTO @F (id) SELECT x.seed FROM (SELECT GREATEST("
+      "INSERT IGNORE INTO @F (id) SELECT x.seed FROM (SELECT GREATEST("
       " COALESCE((SELECT IF(v < " SEQ_RETIRED ", v, 0) FROM @S"
       " WHERE id = 1), 0),"
       " COALESCE((SELECT MAX(fence) FROM @T), 0),"

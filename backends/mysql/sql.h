@@ -63,8 +63,8 @@ struct mysql_sql {
 extern const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT];
 
 /* Lists run in order as plain queries (no user data in them). */
-#define MYSQL_SQL_SCHEMA_N  7 /* the tables, as deploy/mysql/schema.sql */
-#define MYSQL_SQL_PROBE_N   6 /* tables made by someone else will do */
+#define MYSQL_SQL_SCHEMA_N  9 /* the tables, as deploy/mysql/schema.sql */
+#define MYSQL_SQL_PROBE_N   7 /* tables made by someone else will do */
 #define MYSQL_SQL_SEED_N    7 /* old rows' holders; the fence counter */
 #define MYSQL_SQL_SESSION_N 2 /* every new connection */
 extern const struct mysql_sql mysql_sql_schema[];

@@ -74,6 +74,76 @@ static enum backend_result acq_owner(struct backend *be,
     return acq_full(be, key, tok, owner, ttl, NULL, g);
 }
 
+/* acquire with a mode, limit and Idempotency-Key (idem may be NULL) */
+static enum backend_result acq_kind(struct backend *be,
+                                    const char *key,
+                                    const char *tok,
+                                    enum lock_mode mode,
+                                    uint32_t limit,
+                                    const char *idem,
+                                    uint64_t ttl,
+                                    struct lock_grant *g)
+{
+    struct lock_req req = { .key = key,
+                            .key_len = strlen(key),
+                            .token = tok,
+                            .ttl_ms = ttl,
+                            .mode = mode,
+                            .limit = limit,
+                            .idem_key = idem };
+
+    memset(g, 0, sizeof(*g));
+    return mysql_backend.acquire(be, &req, g);
+}
+
+static enum backend_result shared(struct backend *be,
+                                  const char *key,
+                                  const char *tok,
+                                  uint32_t limit,
+                                  uint64_t ttl,
+                                  struct lock_grant *g)
+{
+    return acq_kind(be, key, tok, LOCK_SHARED, limit, NULL, ttl, g);
+}
+
+/* re-entry: renew with one more hold */
+static enum backend_result reenter(struct backend *be,
+                                   const char *key,
+                                   const char *tok,
+                                   struct lock_grant *g)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .reenter = true
+    };
+
+    memset(g, 0, sizeof(*g));
+    return mysql_backend.renew(be, &req, g);
+}
+
+/* release one hold (all: every hold); *left: the holds left */
+static enum backend_result rel_holds(struct backend *be,
+                                     const char *key,
+                                     const char *tok,
+                                     bool all,
+                                     uint32_t *left)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .all = all
+    };
+    struct lock_grant g = { 0 };
+    enum backend_result r = mysql_backend.release(be, &req, &g);
+
+    *left = g.holds;
+    return r;
+}
+
+static enum backend_result
+insp(struct backend *be, const char *key, struct lock_info *info)
+{
+    memset(info, 0, sizeof(*info));
+    return mysql_backend.inspect(be, key, strlen(key), info);
+}
+
 static struct backend *be_main;
 
 /* ---- cases ---- */
@@ -435,6 +505,169 @@ static void test_threads_on_two_instances_exclude_each_other(void)
     mysql_backend.close(other);
 }
 
+/* InnoDB's report of the last deadlock, to tell which statements met. */
+static void print_last_deadlock(void)
+{
+    MYSQL *db = testsrv_mariadb_root(&srv);
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row = NULL;
+    const char *p = NULL, *e = NULL;
+
+    if (db != NULL && mysql_query(db, "SHOW ENGINE INNODB STATUS") == 0)
+        res = mysql_store_result(db);
+    if (res != NULL)
+        row = mysql_fetch_row(res);
+    if (row != NULL && row[2] != NULL)
+        p = strstr(row[2], "LATEST DETECTED DEADLOCK");
+    if (p != NULL)
+        e = strstr(p, "WE ROLL BACK");
+    if (p != NULL)
+        printf("%.*s\n", e != NULL ? (int)(e - p) : 4000, p);
+    if (res != NULL)
+        mysql_free_result(res);
+    if (db != NULL)
+        mysql_close(db);
+}
+
+/* ---- many threads, both modes, a few keys ---- */
+
+#define MIX_KEYS    3
+#define MIX_THREADS 12
+#define MIX_LIMIT   3
+
+struct mix {
+    pthread_mutex_t mu;
+    int excl[MIX_KEYS], sh[MIX_KEYS]; /* holders now, by our own count */
+    int violations, errors, grants_x, grants_s, held;
+};
+
+struct mix_arg {
+    struct mix *m;
+    struct backend *be;
+    int id;
+};
+
+static void mix_enter(struct mix *m, int k, bool excl)
+{
+    pthread_mutex_lock(&m->mu);
+    if (excl) {
+        if (m->excl[k] != 0 || m->sh[k] != 0)
+            m->violations++;
+        m->excl[k]++;
+        m->grants_x++;
+    } else {
+        if (m->excl[k] != 0 || m->sh[k] >= MIX_LIMIT)
+            m->violations++;
+        m->sh[k]++;
+        m->grants_s++;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void mix_leave(struct mix *m, int k, bool excl)
+{
+    pthread_mutex_lock(&m->mu);
+    if (excl)
+        m->excl[k]--;
+    else
+        m->sh[k]--;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void *mix_thread(void *arg)
+{
+    struct mix_arg *a = arg;
+    struct mix *m = a->m;
+    char tok[40], key[16];
+    struct lock_grant g;
+    unsigned seed = (unsigned)a->id * 7919u + 1;
+    int64_t end = check_mono_ms() + 2000;
+
+    snprintf(tok, sizeof(tok), "%032x", (unsigned)a->id + 0x100);
+    while (check_mono_ms() < end) {
+        int k = (int)(rand_r(&seed) % MIX_KEYS);
+        bool excl = rand_r(&seed) % 3 == 0;
+        enum backend_result r;
+
+        snprintf(key, sizeof(key), "mix-%d", k);
+        r = excl ? acq(a->be, key, tok, 10000, &g)
+                 : shared(a->be, key, tok, MIX_LIMIT, 10000, &g);
+        if (r == BACKEND_HELD) {
+            pthread_mutex_lock(&m->mu);
+            m->held++;
+            pthread_mutex_unlock(&m->mu);
+            continue;
+        }
+        if (r != BACKEND_OK) {
+            pthread_mutex_lock(&m->mu);
+            m->errors++;
+            pthread_mutex_unlock(&m->mu);
+            continue;
+        }
+        mix_enter(m, k, excl);
+        if (rand_r(&seed) % 2 == 0) /* a renew, sometimes a re-entry */
+            (void)(rand_r(&seed) % 2 ? reenter(a->be, key, tok, &g)
+                                     : ren(a->be, key, tok, 0, &g));
+        mix_leave(m, k, excl); /* before the release: never counted late */
+        {
+            uint32_t left;
+            if (rel_holds(a->be, key, tok, true, &left) != BACKEND_OK) {
+                pthread_mutex_lock(&m->mu);
+                m->errors++;
+                pthread_mutex_unlock(&m->mu);
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Exclusive and shared acquirers, renewers and releasers on the same and
+ * on different keys, through two instances: never more holders than the
+ * mode allows, no error (a deadlock would surface as UNAVAILABLE after
+ * its retries), and no deadlock at all in InnoDB's own count. */
+static void test_kinds_mixed_threads_exclude_without_deadlocks(void)
+{
+    struct backend *other = open_be(url);
+    struct mix m = { .mu = PTHREAD_MUTEX_INITIALIZER };
+    struct mix_arg args[MIX_THREADS];
+    pthread_t t[MIX_THREADS];
+    int started = 0;
+    long long dl0, dl1;
+
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    dl0 = root_sql("SELECT VARIABLE_VALUE FROM information_schema"
+                   ".GLOBAL_STATUS WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'");
+    for (int i = 0; i < MIX_THREADS; i++) {
+        args[i] = (struct mix_arg){ &m, i % 2 == 0 ? be_main : other, i };
+        if (pthread_create(&t[i], NULL, mix_thread, &args[i]) != 0)
+            break;
+        started++;
+    }
+    CHECK_EQ_INT(started, MIX_THREADS);
+    for (int i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
+    dl1 = root_sql("SELECT VARIABLE_VALUE FROM information_schema"
+                   ".GLOBAL_STATUS WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'");
+    printf("  %d exclusive and %d shared grants, %d held, in 2 s on %d "
+           "threads; %lld deadlocks\n",
+           m.grants_x, m.grants_s, m.held, MIX_THREADS, dl1 - dl0);
+    if (dl1 != dl0)
+        print_last_deadlock();
+    CHECK_EQ_INT(m.violations, 0);
+    CHECK_EQ_INT(m.errors, 0);
+    CHECK(m.grants_x > 10 && m.grants_s > 10);
+    CHECK(dl0 >= 0 && dl1 == dl0);
+    for (int k = 0; k < MIX_KEYS; k++) {
+        char key[16];
+        struct lock_info info;
+        snprintf(key, sizeof(key), "mix-%d", k);
+        CHECK_EQ_INT(insp(be_main, key, &info), BACKEND_NOT_FOUND);
+    }
+    mysql_backend.close(other);
+}
+
 static void test_fences_outlive_the_backend(void)
 {
     struct backend *be = open_be(url);
@@ -519,6 +752,22 @@ static void test_old_schema_upgrade_gives_larger_fences(void)
     CHECK_EQ_INT(root_sql("SELECT v = 9007199254740991 FROM"
                           " lockd.up_locks_seq WHERE id = 1"),
                  1);
+    /* the old lock is a holder now: inspected, renewed by its token */
+    {
+        struct lock_info info;
+        CHECK_EQ_INT(insp(be, "held", &info), BACKEND_OK);
+        CHECK_EQ_INT(info.fence, 7300);
+        CHECK_EQ_INT(info.holder_count, 1);
+        CHECK_EQ_INT(info.mode, LOCK_EXCLUSIVE);
+        lock_info_clear(&info);
+        CHECK_EQ_INT(ren(be, "held", "x", 0, &h), BACKEND_OK);
+        CHECK_EQ_INT(h.fence, 7300);
+        CHECK_EQ_INT(shared(be, "held", TOK_B, 0, 5000, &h), BACKEND_HELD);
+        /* an older lockd can no longer match it by token */
+        CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.up_locks"
+                              " WHERE token <> ''"),
+                     0);
+    }
     /* a restarted lockd keeps counting from the fence table */
     mysql_backend.close(be);
     be = open_be(u);
@@ -530,6 +779,65 @@ static void test_old_schema_upgrade_gives_larger_fences(void)
     CHECK_EQ_INT(acq(be, "new", TOK_B, 5000, &h), BACKEND_OK);
     CHECK(h.fence > g.fence);
     CHECK_EQ_INT(rel(be, "new", TOK_B), BACKEND_OK);
+    mysql_backend.close(be);
+}
+
+/* Tables of the version before lock kinds (a fence table, no holder
+ * table, no mode or lim): the key table gets its columns, each live lock
+ * becomes its own holder under its token and fence, and new fences stay
+ * above every earlier one. */
+static void test_pre_kinds_schema_upgrade_keeps_locks(void)
+{
+    struct lock_grant g, h;
+    struct lock_info info;
+    char u[400];
+    struct backend *be;
+
+    CHECK(root_sql("CREATE TABLE lockd.pk_locks (lock_key VARBINARY(512)"
+                   " NOT NULL, token VARBINARY(64) NOT NULL, owner"
+                   " VARBINARY(128) NULL, fence BIGINT UNSIGNED NOT NULL,"
+                   " ttl_ms BIGINT UNSIGNED NOT NULL, expires_at BIGINT NOT"
+                   " NULL, PRIMARY KEY (lock_key), KEY expires_at"
+                   " (expires_at)) ENGINE = InnoDB") == 0);
+    CHECK(root_sql("CREATE TABLE lockd.pk_locks_seq (id TINYINT UNSIGNED NOT"
+                   " NULL, v BIGINT UNSIGNED NOT NULL, PRIMARY KEY (id))"
+                   " ENGINE = InnoDB") == 0);
+    CHECK(root_sql("CREATE TABLE lockd.pk_locks_events (id BIGINT UNSIGNED"
+                   " NOT NULL, lock_key VARBINARY(512) NOT NULL, PRIMARY KEY"
+                   " (id)) ENGINE = InnoDB") == 0);
+    CHECK(root_sql("CREATE TABLE lockd.pk_locks_fence (id BIGINT UNSIGNED NOT"
+                   " NULL AUTO_INCREMENT, PRIMARY KEY (id)) ENGINE = InnoDB") ==
+          0);
+    CHECK(root_sql("INSERT INTO lockd.pk_locks_seq VALUES"
+                   " (1, 9007199254740991), (2, 3)") == 0);
+    CHECK(root_sql("INSERT INTO lockd.pk_locks_fence VALUES (5000)") == 0);
+    CHECK(root_sql("INSERT INTO lockd.pk_locks VALUES ('old', 'y', 'pod',"
+                   " 4999, 60000, 9999999999999), ('gone', 'z', NULL, 4000,"
+                   " 100, 1)") == 0);
+    snprintf(u, sizeof(u), "%s?table=pk_locks", url);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(insp(be, "old", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.fence, 4999);
+    CHECK(info.has_owner && strcmp(info.owner, "pod") == 0);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM information_schema.COLUMNS"
+                          " WHERE TABLE_SCHEMA = 'lockd' AND TABLE_NAME ="
+                          " 'pk_locks' AND COLUMN_NAME IN ('mode', 'lim')"),
+                 2);
+    CHECK_EQ_INT(acq(be, "old", TOK_A, 5000, &h), BACKEND_HELD);
+    CHECK_EQ_INT(acq(be, "gone", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK(g.fence > 5000);
+    CHECK_EQ_INT(rel(be, "old", "y"), BACKEND_OK);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.pk_locks"
+                          " WHERE lock_key = 'old'"),
+                 0);
+    CHECK_EQ_INT(shared(be, "old", TOK_B, 0, 5000, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(rel(be, "old", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(rel(be, "gone", TOK_A), BACKEND_OK);
     mysql_backend.close(be);
 }
 
@@ -553,6 +861,14 @@ static void test_reaper_removes_expired_rows(void)
                         " WHERE lock_key LIKE 'reap-%'");
         if (rows == 0)
             break;
+    }
+    CHECK_EQ_INT(rows, 0);
+    for (int i = 0; i < 40; i++) {
+        rows = root_sql("SELECT COUNT(*) FROM lockd.lockd_locks_holders"
+                        " WHERE lock_key LIKE 'reap-%'");
+        if (rows == 0)
+            break;
+        check_sleep_ms(100);
     }
     CHECK_EQ_INT(rows, 0);
     CHECK_EQ_INT(mysql_backend.held_count(be_main), 0);
@@ -630,6 +946,372 @@ static void test_restart_keeps_holders_and_fences(void)
     CHECK_EQ_INT(rel(be_main, "restart", TOK_B), BACKEND_OK);
 }
 
+/* ---- lock kinds ---- */
+
+#define TOK_C "cccccccccccccccccccccccccccccccc"
+#define TOK_D "dddddddddddddddddddddddddddddddd"
+
+static void test_kinds_shared_up_to_the_limit_then_held(void)
+{
+    struct lock_grant a, b, c, d;
+    int64_t before = mysql_backend.held_count(be_main);
+
+    CHECK_EQ_INT(shared(be_main, "sem", TOK_A, 3, 2000, &a), BACKEND_OK);
+    CHECK_EQ_INT(a.mode, LOCK_SHARED);
+    CHECK_EQ_INT(a.limit, 3);
+    CHECK_EQ_INT(a.holds, 1);
+    CHECK_EQ_INT(a.ttl_ms, 2000);
+    CHECK_EQ_INT(shared(be_main, "sem", TOK_B, 3, 8000, &b), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "sem", TOK_C, 3, 8000, &c), BACKEND_OK);
+    CHECK(a.fence < b.fence && b.fence < c.fence);
+    CHECK_EQ_INT(mysql_backend.held_count(be_main), before + 3);
+    /* full: held, the hint is the first holder's TTL (A's), not the last */
+    CHECK_EQ_INT(shared(be_main, "sem", TOK_D, 3, 8000, &d), BACKEND_HELD);
+    CHECK(d.retry_ms > 1000 && d.retry_ms <= 2000);
+    CHECK_EQ_INT(acq(be_main, "sem", TOK_D, 8000, &d), BACKEND_HELD);
+    CHECK(d.retry_ms > 1000 && d.retry_ms <= 2000);
+    /* one leaves: one more fits, with a larger fence */
+    CHECK_EQ_INT(rel(be_main, "sem", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "sem", TOK_D, 3, 8000, &d), BACKEND_OK);
+    CHECK(d.fence > c.fence);
+    CHECK_EQ_INT(mysql_backend.held_count(be_main), before + 3);
+    CHECK_EQ_INT(rel(be_main, "sem", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "sem", TOK_C), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "sem", TOK_D), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "sem", TOK_D), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(mysql_backend.held_count(be_main), before);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
+                          " WHERE lock_key = 'sem'"),
+                 0);
+}
+
+static void test_kinds_exclusive_and_shared_exclude(void)
+{
+    struct lock_grant x, r1, r2, h;
+
+    CHECK_EQ_INT(acq(be_main, "rw", TOK_A, 5000, &x), BACKEND_OK);
+    CHECK_EQ_INT(x.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(x.holds, 1);
+    CHECK_EQ_INT(shared(be_main, "rw", TOK_B, 0, 5000, &h), BACKEND_HELD);
+    CHECK(h.retry_ms > 3000 && h.retry_ms <= 5000);
+    CHECK_EQ_INT(rel(be_main, "rw", TOK_A), BACKEND_OK);
+    /* readers: no limit */
+    CHECK_EQ_INT(shared(be_main, "rw", TOK_B, 0, 5000, &r1), BACKEND_OK);
+    CHECK_EQ_INT(r1.limit, 0);
+    CHECK_EQ_INT(shared(be_main, "rw", TOK_C, 0, 3000, &r2), BACKEND_OK);
+    CHECK(r1.fence > x.fence && r2.fence > r1.fence);
+    /* the writer waits for both; its hint is the first reader's TTL */
+    CHECK_EQ_INT(acq(be_main, "rw", TOK_A, 5000, &h), BACKEND_HELD);
+    CHECK(h.retry_ms > 1000 && h.retry_ms <= 3000);
+    CHECK_EQ_INT(rel(be_main, "rw", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "rw", TOK_A, 5000, &h), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "rw", TOK_C), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "rw", TOK_A, 5000, &x), BACKEND_OK);
+    CHECK(x.fence > r2.fence);
+    CHECK_EQ_INT(rel(be_main, "rw", TOK_A), BACKEND_OK);
+}
+
+static void test_kinds_limit_mismatch_changes_nothing(void)
+{
+    struct lock_grant g, h;
+    struct lock_info info;
+
+    CHECK_EQ_INT(shared(be_main, "lim", TOK_A, 2, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "lim", TOK_B, 3, 5000, &h),
+                 BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(shared(be_main, "lim", TOK_B, 0, 5000, &h),
+                 BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(insp(be_main, "lim", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 1);
+    CHECK_EQ_INT(info.limit, 2);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(shared(be_main, "lim", TOK_B, 2, 5000, &h), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "lim", TOK_C, 2, 5000, &h), BACKEND_HELD);
+    /* at the limit, a mismatch is still a mismatch, not held */
+    CHECK_EQ_INT(shared(be_main, "lim", TOK_C, 5, 5000, &h),
+                 BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "lim", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "lim", TOK_B), BACKEND_OK);
+    /* free again: the limit goes with the last holder */
+    CHECK_EQ_INT(shared(be_main, "lim", TOK_C, 5, 5000, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.limit, 5);
+    CHECK_EQ_INT(rel(be_main, "lim", TOK_C), BACKEND_OK);
+}
+
+static void test_kinds_reentry_counts_holds(void)
+{
+    struct lock_grant g, r, h;
+    uint32_t left = 99;
+
+    CHECK_EQ_INT(acq(be_main, "re", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "re", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 2);
+    CHECK_EQ_INT(r.fence, g.fence);
+    CHECK_EQ_INT(r.ttl_ms, 5000);
+    CHECK_EQ_INT(r.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(reenter(be_main, "re", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 3);
+    CHECK_EQ_INT(ren(be_main, "re", TOK_A, 7000, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 3); /* a renew keeps the count */
+    CHECK_EQ_INT(r.ttl_ms, 7000);
+    CHECK_EQ_INT(reenter(be_main, "re", TOK_B, &h), BACKEND_MISMATCH);
+    CHECK_EQ_INT(reenter(be_main, "re-free", TOK_B, &h), BACKEND_NOT_FOUND);
+    /* one hold back at a time; no notice until the last */
+    notes_reset();
+    CHECK_EQ_INT(rel_holds(be_main, "re", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 2);
+    CHECK_EQ_INT(acq(be_main, "re", TOK_B, 5000, &h), BACKEND_HELD);
+    CHECK_EQ_INT(rel_holds(be_main, "re", TOK_B, false, &left),
+                 BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel_holds(be_main, "re", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 1);
+    CHECK(!notes_heard("re", 0));
+    CHECK_EQ_INT(rel_holds(be_main, "re", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK(notes_heard("re", 0));
+    CHECK_EQ_INT(rel_holds(be_main, "re", TOK_A, false, &left),
+                 BACKEND_NOT_FOUND);
+    /* all at once */
+    CHECK_EQ_INT(acq(be_main, "re", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "re", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "re", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "re", TOK_A, true, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(acq(be_main, "re", TOK_B, 5000, &h), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "re", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
+                          " WHERE lock_key = 're'"),
+                 0);
+}
+
+static void test_kinds_reentry_of_a_shared_holder(void)
+{
+    struct lock_grant a, b, r;
+    uint32_t left = 99;
+
+    CHECK_EQ_INT(shared(be_main, "re-sh", TOK_A, 2, 5000, &a), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "re-sh", TOK_B, 2, 5000, &b), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "re-sh", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 2);
+    CHECK_EQ_INT(r.mode, LOCK_SHARED);
+    CHECK_EQ_INT(r.limit, 2);
+    CHECK_EQ_INT(r.fence, a.fence);
+    CHECK_EQ_INT(rel_holds(be_main, "re-sh", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 1);
+    CHECK_EQ_INT(shared(be_main, "re-sh", TOK_C, 2, 5000, &r), BACKEND_HELD);
+    CHECK_EQ_INT(rel_holds(be_main, "re-sh", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(shared(be_main, "re-sh", TOK_C, 2, 5000, &r), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "re-sh", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "re-sh", TOK_C), BACKEND_OK);
+}
+
+/* The cap, reached by setting the count in the store. */
+static void test_kinds_reentry_cap(void)
+{
+    struct lock_grant g, r;
+    struct lock_info info;
+
+    CHECK_EQ_INT(acq(be_main, "cap", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK(root_sql("UPDATE lockd.lockd_locks_holders SET holds = 999999"
+                   " WHERE lock_key = 'cap'") == 0);
+    CHECK_EQ_INT(reenter(be_main, "cap", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, LOCK_HOLDS_MAX);
+    CHECK_EQ_INT(reenter(be_main, "cap", TOK_A, &r), BACKEND_HOLDS_MAX);
+    CHECK_EQ_INT(insp(be_main, "cap", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holds, LOCK_HOLDS_MAX);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(ren(be_main, "cap", TOK_A, 0, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, LOCK_HOLDS_MAX);
+    CHECK_EQ_INT(rel(be_main, "cap", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(insp(be_main, "cap", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holds, LOCK_HOLDS_MAX - 1);
+    lock_info_clear(&info);
+    {
+        uint32_t left;
+        CHECK_EQ_INT(rel_holds(be_main, "cap", TOK_A, true, &left), BACKEND_OK);
+        CHECK_EQ_INT(left, 0);
+    }
+}
+
+static void test_kinds_idempotent_replay_and_conflict(void)
+{
+    struct lock_grant g, r;
+
+    CHECK_EQ_INT(
+        acq_kind(be_main, "idem", TOK_A, LOCK_EXCLUSIVE, 0, "k-1", 5000, &g),
+        BACKEND_OK);
+    CHECK(!g.replay);
+    /* the retry of the same acquire: the same grant, nothing renewed */
+    check_sleep_ms(50);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "idem", TOK_B, LOCK_EXCLUSIVE, 0, "k-1", 9000, &r),
+        BACKEND_OK);
+    CHECK(r.replay);
+    CHECK_STR_EQ(r.token, TOK_A);
+    CHECK_EQ_INT(r.fence, g.fence);
+    CHECK_EQ_INT(r.expires_at_ms, g.expires_at_ms);
+    CHECK(r.ttl_ms >= 1 && r.ttl_ms < 5000);
+    CHECK_EQ_INT(r.holds, 1);
+    CHECK_EQ_INT(r.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(ren(be_main, "idem", TOK_B, 0, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "idem", TOK_B, LOCK_SHARED, 0, "k-1", 5000, &r),
+        BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "idem", TOK_B, LOCK_EXCLUSIVE, 0, "k-2", 5000, &r),
+        BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "idem", TOK_A), BACKEND_OK);
+    /* released: the key names no grant any more */
+    CHECK_EQ_INT(
+        acq_kind(be_main, "idem", TOK_B, LOCK_EXCLUSIVE, 0, "k-1", 5000, &r),
+        BACKEND_OK);
+    CHECK(!r.replay && r.fence > g.fence);
+    CHECK_EQ_INT(rel(be_main, "idem", TOK_B), BACKEND_OK);
+
+    /* shared: replayed before the limit is judged */
+    CHECK_EQ_INT(
+        acq_kind(be_main, "idem-sh", TOK_A, LOCK_SHARED, 1, "s-1", 5000, &g),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "idem-sh", TOK_B, LOCK_SHARED, 1, "s-1", 5000, &r),
+        BACKEND_OK);
+    CHECK(r.replay);
+    CHECK_STR_EQ(r.token, TOK_A);
+    CHECK_EQ_INT(r.limit, 1);
+    CHECK_EQ_INT(r.mode, LOCK_SHARED);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "idem-sh", TOK_B, LOCK_SHARED, 2, "s-1", 5000, &r),
+        BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "idem-sh", TOK_B, LOCK_EXCLUSIVE, 0, "s-1", 5000, &r),
+        BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(rel(be_main, "idem-sh", TOK_A), BACKEND_OK);
+}
+
+static void test_kinds_inspect_fields_and_order(void)
+{
+    struct lock_grant a, b, c, x, r;
+    struct lock_info info;
+    char tok[40], key[] = "insp-many";
+
+    CHECK_EQ_INT(acq_owner(be_main, "insp-x", TOK_A, "me", 5000, &x),
+                 BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "insp-x", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(insp(be_main, "insp-x", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(info.holds, 2);
+    CHECK(info.has_owner && strcmp(info.owner, "me") == 0);
+    CHECK_EQ_INT(info.holder_count, 1);
+    CHECK_EQ_INT(info.nholders, 1);
+    CHECK(info.holders != NULL && info.holders[0].fence == x.fence &&
+          info.holders[0].holds == 2);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(rel_holds(be_main, "insp-x", TOK_A, true, &a.holds),
+                 BACKEND_OK);
+
+    CHECK_EQ_INT(
+        acq_kind(be_main, "insp-sh", TOK_A, LOCK_SHARED, 5, NULL, 3000, &a),
+        BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "insp-sh", TOK_B, 5, 9000, &b), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "insp-sh", TOK_C, 5, 6000, &c), BACKEND_OK);
+    CHECK_EQ_INT(ren(be_main, "insp-sh", TOK_A, 4000, &r), BACKEND_OK);
+    CHECK_EQ_INT(insp(be_main, "insp-sh", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_SHARED);
+    CHECK_EQ_INT(info.limit, 5);
+    CHECK_EQ_INT(info.holder_count, 3);
+    CHECK_EQ_INT(info.nholders, 3);
+    CHECK_EQ_INT(info.fence, c.fence);                 /* the greatest */
+    CHECK_EQ_INT(info.expires_at_ms, b.expires_at_ms); /* the last */
+    CHECK(info.ttl_ms > 7000 && info.ttl_ms <= 9000);
+    CHECK(!info.has_owner);
+    CHECK(info.holders != NULL && info.holders[0].fence == a.fence &&
+          info.holders[1].fence == b.fence && info.holders[2].fence == c.fence);
+    CHECK(info.holders != NULL && info.holders[0].ttl_ms > 3000 &&
+          info.holders[0].ttl_ms <= 4000 && info.holders[0].holds == 1);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(rel(be_main, "insp-sh", TOK_B), BACKEND_OK);
+    /* the last expiry is now C's: the key's row followed */
+    CHECK_EQ_INT(insp(be_main, "insp-sh", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.expires_at_ms, c.expires_at_ms);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(root_sql("SELECT expires_at FROM lockd.lockd_locks"
+                          " WHERE lock_key = 'insp-sh'"),
+                 c.expires_at_ms);
+    CHECK_EQ_INT(rel(be_main, "insp-sh", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "insp-sh", TOK_C), BACKEND_OK);
+
+    /* more holders than are shown */
+    for (int i = 0; i < 120; i++) {
+        snprintf(tok, sizeof(tok), "%032x", (unsigned)i + 1);
+        CHECK_EQ_INT(shared(be_main, key, tok, 0, 10000, &r), BACKEND_OK);
+        if (i == 0)
+            a = r;
+    }
+    CHECK_EQ_INT(insp(be_main, key, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 120);
+    CHECK_EQ_INT(info.nholders, LOCK_HOLDERS_SHOWN);
+    CHECK_EQ_INT(info.fence, r.fence);
+    CHECK(info.holders != NULL && info.holders[0].fence == a.fence);
+    for (uint32_t i = 1; info.holders != NULL && i < info.nholders; i++)
+        CHECK(info.holders[i].fence > info.holders[i - 1].fence);
+    lock_info_clear(&info);
+    for (int i = 0; i < 120; i++) {
+        snprintf(tok, sizeof(tok), "%032x", (unsigned)i + 1);
+        CHECK_EQ_INT(rel(be_main, key, tok), BACKEND_OK);
+    }
+    CHECK_EQ_INT(insp(be_main, key, &info), BACKEND_NOT_FOUND);
+    CHECK(info.holders == NULL);
+}
+
+static void test_kinds_holders_expire_one_by_one(void)
+{
+    struct lock_grant a, b, c, r;
+    struct lock_info info;
+
+    CHECK_EQ_INT(shared(be_main, "one-by-one", TOK_A, 2, 300, &a), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "one-by-one", TOK_B, 2, 5000, &b), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "one-by-one", TOK_C, 2, 5000, &c),
+                 BACKEND_HELD);
+    CHECK(c.retry_ms >= 1 && c.retry_ms <= 300);
+    check_sleep_ms(c.retry_ms + 50);
+    /* A's TTL passed, B's did not */
+    CHECK_EQ_INT(shared(be_main, "one-by-one", TOK_C, 2, 5000, &c), BACKEND_OK);
+    CHECK_EQ_INT(ren(be_main, "one-by-one", TOK_A, 0, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(ren(be_main, "one-by-one", TOK_B, 0, &r), BACKEND_OK);
+    CHECK_EQ_INT(insp(be_main, "one-by-one", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 2);
+    CHECK(info.holders != NULL && info.holders[0].fence == b.fence);
+    lock_info_clear(&info);
+    /* the expired holder's row went with the grant that replaced it */
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks_holders"
+                          " WHERE lock_key = 'one-by-one'"),
+                 2);
+    CHECK_EQ_INT(rel(be_main, "one-by-one", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "one-by-one", TOK_C), BACKEND_OK);
+    /* the exclusive path after shared holders all expired */
+    CHECK_EQ_INT(shared(be_main, "one-by-one", TOK_A, 0, 200, &a), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "one-by-one", TOK_B, 5000, &r), BACKEND_HELD);
+    check_sleep_ms(r.retry_ms + 50);
+    CHECK_EQ_INT(acq(be_main, "one-by-one", TOK_B, 5000, &r), BACKEND_OK);
+    CHECK(r.fence > a.fence);
+    CHECK_EQ_INT(rel(be_main, "one-by-one", TOK_B), BACKEND_OK);
+}
+
+static void test_kinds_release_of_a_shared_holder_notifies(void)
+{
+    struct lock_grant g;
+
+    CHECK_EQ_INT(shared(be_main, "sh-note", TOK_A, 2, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "sh-note", TOK_B, 2, 5000, &g), BACKEND_OK);
+    notes_reset();
+    CHECK_EQ_INT(rel(be_main, "sh-note", TOK_C), BACKEND_MISMATCH);
+    CHECK(!notes_heard("sh-note", 0));
+    CHECK_EQ_INT(rel(be_main, "sh-note", TOK_A), BACKEND_OK);
+    CHECK(notes_heard("sh-note", 0));
+    CHECK_EQ_INT(rel(be_main, "sh-note", TOK_B), BACKEND_OK);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_open_succeeds_while_mysql_is_down),
@@ -643,9 +1325,21 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_release_on_another_instance_notifies),
     CHECK_CASE(test_instances_share_locks_and_fences),
     CHECK_CASE(test_threads_on_two_instances_exclude_each_other),
+    CHECK_CASE(test_kinds_shared_up_to_the_limit_then_held),
+    CHECK_CASE(test_kinds_exclusive_and_shared_exclude),
+    CHECK_CASE(test_kinds_limit_mismatch_changes_nothing),
+    CHECK_CASE(test_kinds_reentry_counts_holds),
+    CHECK_CASE(test_kinds_reentry_of_a_shared_holder),
+    CHECK_CASE(test_kinds_reentry_cap),
+    CHECK_CASE(test_kinds_idempotent_replay_and_conflict),
+    CHECK_CASE(test_kinds_inspect_fields_and_order),
+    CHECK_CASE(test_kinds_holders_expire_one_by_one),
+    CHECK_CASE(test_kinds_release_of_a_shared_holder_notifies),
+    CHECK_CASE(test_kinds_mixed_threads_exclude_without_deadlocks),
     CHECK_CASE(test_fences_outlive_the_backend),
     CHECK_CASE(test_dropped_tables_are_made_again),
     CHECK_CASE(test_old_schema_upgrade_gives_larger_fences),
+    CHECK_CASE(test_pre_kinds_schema_upgrade_keeps_locks),
     CHECK_CASE(test_reaper_removes_expired_rows),
     CHECK_CASE(test_stopped_mysql_answers_unavailable_in_time),
     CHECK_CASE(test_restart_keeps_holders_and_fences),
