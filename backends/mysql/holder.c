@@ -266,6 +266,7 @@ struct mysql_inspect_rows {
     unsigned long olen;
     my_bool nulls[11], trunc;
     struct lock_info *out;
+    struct lock_holder *holders; /* owned until handed to out */
     uint32_t n;
     bool no_memory;
 };
@@ -280,8 +281,8 @@ static void mysql_inspect_row(void *arg)
         size_t cap = ir->count > 0 && ir->count < LOCK_HOLDERS_SHOWN
                          ? (size_t)ir->count
                          : LOCK_HOLDERS_SHOWN;
-        out->holders = calloc(cap, sizeof(*out->holders));
-        if (out->holders == NULL)
+        ir->holders = calloc(cap, sizeof(*ir->holders));
+        if (ir->holders == NULL)
             ir->no_memory = true;
         out->mode = ir->mode == LOCK_SHARED ? LOCK_SHARED : LOCK_EXCLUSIVE;
         out->limit = out->mode == LOCK_SHARED ? (uint32_t)ir->lim : 0;
@@ -293,7 +294,7 @@ static void mysql_inspect_row(void *arg)
     if (ir->no_memory || ir->n >= LOCK_HOLDERS_SHOWN ||
         ir->n >= out->holder_count)
         return;
-    h = &out->holders[ir->n++];
+    h = &ir->holders[ir->n++];
     h->fence = ir->fence;
     h->ttl_ms = ir->left >= 1 ? (uint64_t)ir->left : 1;
     h->expires_at_ms = ir->expires;
@@ -332,15 +333,16 @@ mysql_inspect_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     mysql_bind_i64(&r[10], &ir.max_left, &ir.nulls[10]);
     err = mysql_conn_rows(c, MYSQL_ST_INSPECT, p, r, mysql_inspect_row, &ir);
     if (err != 0) {
-        lock_info_clear(a->out);
+        free(ir.holders);
         return mysql_conn_failed(c, err);
     }
     mysql_conn_rollback(c);
     if (ir.no_memory || ir.n == 0) {
-        lock_info_clear(a->out);
+        free(ir.holders);
         *res = ir.no_memory ? BACKEND_NO_MEMORY : BACKEND_NOT_FOUND;
         return MYSQL_ATTEMPT_DONE;
     }
+    a->out->holders = ir.holders;
     a->out->nholders = ir.n;
     if (a->out->mode == LOCK_EXCLUSIVE) {
         const struct lock_holder *h = &a->out->holders[0];

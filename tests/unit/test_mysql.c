@@ -290,6 +290,7 @@ static void test_inspect_shows_owner_never_token(void)
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 5000);
     CHECK_EQ_INT(info.expires_at_ms, g.expires_at_ms);
     CHECK(info.has_owner && strcmp(info.owner, "pod-a/worker-3") == 0);
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be_main, "insp", TOK_A), BACKEND_OK);
 
     /* no owner; then an owner of the full 128 bytes */
@@ -297,6 +298,7 @@ static void test_inspect_shows_owner_never_token(void)
     memset(&info, 0, sizeof(info));
     CHECK_EQ_INT(mysql_backend.inspect(be_main, "insp", 4, &info), BACKEND_OK);
     CHECK(!info.has_owner);
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be_main, "insp", TOK_A), BACKEND_OK);
     memset(owner, 'o', LOCK_OWNER_MAX);
     owner[LOCK_OWNER_MAX] = '\0';
@@ -304,6 +306,7 @@ static void test_inspect_shows_owner_never_token(void)
                  BACKEND_OK);
     CHECK_EQ_INT(mysql_backend.inspect(be_main, "insp", 4, &info), BACKEND_OK);
     CHECK(info.has_owner && strcmp(info.owner, owner) == 0);
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be_main, "insp", TOK_A), BACKEND_OK);
 }
 
@@ -345,17 +348,17 @@ static void test_distinct_keys_are_distinct_locks(void)
         CHECK_EQ_INT(acq(be_main, keys[i], TOK_A, 10000, &g), BACKEND_OK);
     for (size_t i = 0; i < n; i++) {
         CHECK_EQ_INT(acq(be_main, keys[i], TOK_B, 10000, &g), BACKEND_HELD);
-        CHECK_EQ_INT(
-            mysql_backend.inspect(be_main, keys[i], strlen(keys[i]), &info),
-            BACKEND_OK);
+        CHECK_EQ_INT(insp(be_main, keys[i], &info), BACKEND_OK);
+        lock_info_clear(&info);
     }
     /* one release frees exactly its own key */
     for (size_t i = 0; i < n; i++) {
         CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
-        for (size_t j = i + 1; j < n; j++)
-            CHECK_MSG(mysql_backend.inspect(be_main, keys[j], strlen(keys[j]),
-                                            &info) == BACKEND_OK,
+        for (size_t j = i + 1; j < n; j++) {
+            CHECK_MSG(insp(be_main, keys[j], &info) == BACKEND_OK,
                       "releasing key %zu freed key %zu", i, j);
+            lock_info_clear(&info);
+        }
     }
     CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
                           " WHERE lock_key LIKE 'k%' OR lock_key LIKE 'x%'"),
@@ -901,8 +904,8 @@ static void test_stopped_mysql_answers_unavailable_in_time(void)
     printf("  acquire on a stopped server: %lld ms\n", (long long)took);
     CHECK(took >= 500 && took < 3500);
     t0 = check_mono_ms();
-    CHECK_EQ_INT(mysql_backend.inspect(be, "stopped", 7, &info),
-                 BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(insp(be, "stopped", &info), BACKEND_UNAVAILABLE);
+    CHECK(info.holders == NULL);
     CHECK(check_mono_ms() - t0 < 3500);
     testsrv_signal(&srv, SIGCONT);
     /* the lock survived; the grant that timed out was never made */
