@@ -317,10 +317,14 @@ def check_document(spec, table):
 
     # the validator used below is not vacuous
     grant = spec.resolve({"$ref": "#/components/schemas/Grant"})
-    good = {"key": "k", "token": "0" * 32, "fence": 1, "ttl_ms": 1, "expires_at": "2026-11-21T12:00:30.123Z"}
+    good = {"key": "k", "token": "0" * 32, "fence": 1, "ttl_ms": 1, "expires_at": "2026-11-21T12:00:30.123Z",
+            "mode": "exclusive", "holds": 1}
     eq(spec.validate(good, grant), [], "validator on a good grant")
+    eq(spec.validate({**good, "mode": "shared", "limit": 3}, grant), [], "validator on a good shared grant")
     for bad in ({**good, "token": "X" * 32}, {**good, "fence": "1"}, {**good, "extra": 1},
-                {k: v for k, v in good.items() if k != "fence"}, {**good, "expires_at": "2026-11-21"}):
+                {k: v for k, v in good.items() if k != "fence"}, {**good, "expires_at": "2026-11-21"},
+                {**good, "mode": "read"}, {**good, "holds": 0}, {**good, "limit": 10001},
+                {k: v for k, v in good.items() if k != "holds"}):
         check(spec.validate(bad, grant), "validator accepted %r" % bad)
     check(spec.validate("2026-13-21T12:00:30.123Z", {"type": "string", "format": "date-time"}),
           "validator accepted month 13")
