@@ -38,6 +38,7 @@ struct fake_req {
     char qtext[2048]; /* the query, split in place */
     struct api_param q[16];
     const char *tokens[4];
+    const char *idem[4];
 };
 
 /* Split query ("a=1&b&c=x+y") like the server: '&' separates, no '=' means
@@ -95,6 +96,17 @@ static void fake_init(struct fake_req *f,
         f->rq.nlock_tokens = i + 1;
     }
     f->rq.lock_tokens = f->tokens;
+    f->rq.idem_keys = f->idem;
+}
+
+/* Idempotency-Key headers (NULL-terminated) on a fake_init()ed request. */
+static void fake_idem(struct fake_req *f, const char *const *keys)
+{
+    f->rq.nidem_keys = 0;
+    for (size_t i = 0; keys != NULL && keys[i] != NULL && i < 4; i++) {
+        f->idem[i] = keys[i];
+        f->rq.nidem_keys = i + 1;
+    }
 }
 
 static char last_msg[512];
@@ -848,14 +860,12 @@ static void run_call(const struct api_call *c, struct api_response *resp)
     enum backend_result br;
 
     api_response_cleanup(resp);
-    req.key = c->key;
-    req.key_len = c->key_len;
-    req.token = api_call_token(c);
-    req.owner = c->owner;
-    req.ttl_ms = c->ttl_ms;
+    api_call_req(c, &req);
     switch (c->verb) {
     case API_VERB_ACQUIRE:
-        br = backend_acquire(rcfg.backend, &req, &g);
+        /* a re-entry is the store's renew, as the server runs it */
+        br = c->reenter ? backend_renew(rcfg.backend, &req, &g)
+                        : backend_acquire(rcfg.backend, &req, &g);
         break;
     case API_VERB_RENEW:
         br = backend_renew(rcfg.backend, &req, &g);
@@ -1134,7 +1144,11 @@ static void test_router_rejects_bad_acquires_without_state_change(void)
     request(&r, "POST", "/locks/k?wait_ms=300001", NULL, NULL, NULL);
     CHECK_STR_EQ(err_code(&r), "invalid_parameter");
     reply_cleanup(&r);
+    /* a token on acquire is a re-entry, which never creates a lock */
     request(&r, "POST", "/locks/k", NULL, "tok", NULL);
+    CHECK_STR_EQ(err_code(&r), "lock_not_found");
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks/k?mode=shared&limit=0", NULL, NULL, NULL);
     CHECK_STR_EQ(err_code(&r), "invalid_parameter");
     reply_cleanup(&r);
     request(&r, "GET", "/locks/k?x=1", NULL, NULL, NULL);
@@ -1368,10 +1382,10 @@ static void test_acquire_reply_rounds_retry_after_up(void)
  * AUTH, and a lock call is run as the server runs it:
  *
  * - @KEY@ is "k"; "setup held" first grants k and @TOKEN@ is its token.
- * - Lock-Token and Authorization headers are passed on (Authorization is
- *   "Bearer AUTH" unless the case gives one); Content-Type is dropped, as
- *   lockd reads JSON whatever the type. Any other header fails the case:
- *   the router never sees it, so the case must say "only http".
+ * - Lock-Token, Idempotency-Key and Authorization headers are passed on
+ *   (Authorization is "Bearer AUTH" unless the case gives one); Content-Type is
+ * dropped, as lockd reads JSON whatever the type. Any other header fails the
+ * case: the router never sees it, so the case must say "only http".
  * - expect: status, code, json.FIELD, header.Allow, header.Retry-After,
  *   setup, after, keep_newline, only; an unknown line fails the case.
  */
@@ -1605,9 +1619,9 @@ static int run_data_case(const char *dir, const char *name, bool *ran)
 {
     char path[2048], line[4096], method[32], target[4096], token[64] = "";
     char *raw, *exp, *req = NULL, *p, *body = NULL;
-    const char *tokens[4] = { 0 };
+    const char *tokens[4] = { 0 }, *idem[4] = { 0 };
     const char *auth = NULL, *only, *after;
-    size_t rawlen, elen, rlen = 0, ntok = 0;
+    size_t rawlen, elen, rlen = 0, ntok = 0, nidem = 0;
     long long fence = -1;
     bool setup;
     struct expect e;
@@ -1668,6 +1682,7 @@ static int run_data_case(const char *dir, const char *name, bool *ran)
     }
     while (*p != '\0') {
         size_t n = strcspn(p, "\n");
+        bool last = p[n] == '\0'; /* the last line may lack its \n */
         if (n == 0) {
             body = p + 1;
             break;
@@ -1678,6 +1693,11 @@ static int run_data_case(const char *dir, const char *name, bool *ran)
             while (*v == ' ')
                 v++;
             tokens[ntok++] = v;
+        } else if (strncasecmp(p, "Idempotency-Key:", 16) == 0 && nidem < 3) {
+            char *v = p + 16;
+            while (*v == ' ')
+                v++;
+            idem[nidem++] = v;
         } else if (strncasecmp(p, "Authorization:", 14) == 0) {
             auth = p + 14;
             while (*auth == ' ')
@@ -1688,12 +1708,13 @@ static int run_data_case(const char *dir, const char *name, bool *ran)
                       "the case only http",
                       name, p);
         }
-        p += n + 1;
+        p += last ? n : n + 1;
     }
     if (auth == NULL)
         auth = "Bearer " AUTH;
     memset(&r, 0, sizeof(r));
     fake_init(&f, method, target, NULL, tokens);
+    fake_idem(&f, idem);
     if (body != NULL) {
         f.rq.body = body;
         f.rq.body_len = rlen - (size_t)(body - req);
