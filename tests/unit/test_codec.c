@@ -2616,7 +2616,9 @@ static void torture_parse_once(long n,
 
     fake_init(&f, "PUT", "/locks/k?ttl_ms=100", body, NULL);
     torture_begin(n, rest);
-    err = codec_parse_params(&f.rq, ALLOW_RENEW | API_P_OWNER | API_P_WAIT_MS,
+    err = codec_parse_params(&f.rq,
+                             ALLOW_RENEW | API_P_OWNER | API_P_WAIT_MS |
+                                 API_P_MODE | API_P_LIMIT,
                              MAX_TTL, MAX_WAIT, &p, msg, sizeof(msg));
     torture_end();
     if (err == API_OK) {
@@ -2661,6 +2663,8 @@ static void torture_parse_all(void)
           API_OK },
         { "{\"token\":\"abc\",\"token\":\"abd\"}", API_INVALID_PARAMETER },
         { "[1,2,{\"a\":[3]}]", API_INVALID_JSON },
+        { "{\"token\":\"abc\",\"wait_ms\":7,\"mode\":\"shrd\"}",
+          API_INVALID_PARAMETER },
         { "{\"ttl_ms\":1,\"a\":{\"b\":[1,2,3]}}", API_INVALID_PARAMETER },
     };
 
@@ -2758,6 +2762,37 @@ static void torture_replies(bool rest, long *n500)
     CHECK(n > 1 && n < 10000);
 }
 
+/* codec_inspect of a shared key with holders: 500 or the whole body. */
+static void torture_inspect(bool rest, long *n500)
+{
+    struct lock_info info;
+    long n;
+
+    make_info(&info, LOCK_SHARED, 5, 7);
+    info.limit = 9;
+    for (n = 1; n < 10000; n++) {
+        struct api_response resp = { 0 };
+        torture_begin(n, rest);
+        codec_inspect(&resp, "orders/42", 9, &info);
+        torture_end();
+        *n500 += resp.status == 500;
+        check_torture_body(&resp, 200, NULL, false, n);
+        if (resp.status == 200) {
+            json_t *root = json_loadb(resp.body, resp.len, 0, NULL);
+            CHECK_MSG(json_array_size(json_object_get(root, "holders")) == 5 &&
+                          json_object_size(root) == 9,
+                      "run %ld: a 200 inspect body lost part of it", n);
+            json_decref(root);
+        }
+        torture_free_body(&resp);
+        check_no_leak(n, "codec_inspect");
+        if (failures == 0)
+            break;
+    }
+    CHECK(n > 1 && n < 10000);
+    lock_info_clear(&info);
+}
+
 static void test_torture_codec_reply_and_error_fail_cleanly(void)
 {
     long n500 = 0;
@@ -2765,6 +2800,8 @@ static void test_torture_codec_reply_and_error_fail_cleanly(void)
     torture_install();
     torture_replies(false, &n500);
     torture_replies(true, &n500);
+    torture_inspect(false, &n500);
+    torture_inspect(true, &n500);
     torture_uninstall();
     CHECK(n500 > 0); /* the loop did make replies fail */
 }
