@@ -64,7 +64,11 @@ bool api_call_new_grant(const struct api_call *c,
 
 /* POST, PUT, DELETE, GET or HEAD /locks/{key}: API_OK and *c filled (the
  * caller runs it and answers with handle_call_reply()), or an error
- * already written into resp. key is handed over to c. */
+ * already written into resp. key is handed over to c. An acquire that
+ * names a token is a re-entry (c->reenter); besides the codec's rules it
+ * refuses, as 400 invalid_parameter, a limit without shared mode, an empty
+ * re-entry token, and a re-entry token with wait_ms, mode, limit, owner or
+ * an Idempotency-Key. */
 enum api_error handle_call_parse(const struct api_config *cfg,
                                  const struct api_request *rq,
                                  enum api_verb verb,
