@@ -470,8 +470,15 @@ static void on_completed(void *cls,
     *req_cls = NULL;
     dur = clock_mono_us() - r->start_us;
     if (r->granted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-        /* the client never got its grant: no lock may be held by nobody */
-        waitq_orphan(srv->q, r->call.key, r->call.key_len, r->call.token);
+        if (r->call.idem_key == NULL)
+            /* the client never got its grant: no lock may be held by
+             * nobody */
+            waitq_orphan(srv->q, r->call.key, r->call.key_len, r->call.token);
+        else
+            /* its client said it retries with the Idempotency-Key: the
+             * retry gets this grant (else it ends at its TTL) */
+            log_info("kept a grant whose answer was not delivered for a "
+                     "retry with its Idempotency-Key");
     }
     if (r->status == 0) {
         r->status = 499; /* the client left before an answer */
