@@ -187,6 +187,7 @@ static void test_inspect_shows_owner_never_token(void)
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 5000);
     CHECK(info.has_owner);
     CHECK(strcmp(info.owner, "pod-a/worker 3") == 0);
+    lock_info_clear(&info);
     /* the token itself is nowhere in Redis: only its digest */
     r = raw("HGETALL %s", "lockd:lock:{i1}");
     CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 6);
@@ -198,6 +199,7 @@ static void test_inspect_shows_owner_never_token(void)
     CHECK_EQ_INT(redis_backend.acquire(be_main, &req, &g), BACKEND_OK);
     CHECK_EQ_INT(redis_backend.inspect(be_main, "i1", 2, &info), BACKEND_OK);
     CHECK(!info.has_owner);
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be_main, "i1", TOK_A), BACKEND_OK);
 }
 
@@ -557,7 +559,7 @@ static void test_shared_grants_up_to_limit_then_held(void)
     uint32_t n;
 
     for (int i = 0; i < 3; i++) {
-        CHECK_EQ_INT(shr("s1", toks[i], 3, NULL, &g), BACKEND_OK);
+        CHECK_EQ_INT(shr("sl1", toks[i], 3, NULL, &g), BACKEND_OK);
         CHECK(g.fence > last);
         last = g.fence;
         CHECK_EQ_INT(g.mode, LOCK_SHARED);
@@ -566,16 +568,16 @@ static void test_shared_grants_up_to_limit_then_held(void)
         CHECK_EQ_INT(g.ttl_ms, 5000);
         check_sleep_ms(20); /* A expires first */
     }
-    CHECK_EQ_INT(shr("s1", TOK_D, 3, NULL, &h), BACKEND_HELD);
+    CHECK_EQ_INT(shr("sl1", TOK_D, 3, NULL, &h), BACKEND_HELD);
     CHECK(!h.behind);
     /* the first holder's TTL, not the last's */
     CHECK(h.retry_ms > 4000 && h.retry_ms <= 4970);
-    CHECK_EQ_INT(exc("s1", TOK_E, NULL, &h), BACKEND_HELD);
-    CHECK_EQ_INT(rel_k("s1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(exc("sl1", TOK_E, NULL, &h), BACKEND_HELD);
+    CHECK_EQ_INT(rel_k("sl1", TOK_B, false, &n), BACKEND_OK);
     CHECK_EQ_INT(n, 0);
-    CHECK_EQ_INT(shr("s1", TOK_D, 3, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("sl1", TOK_D, 3, NULL, &g), BACKEND_OK);
     CHECK(g.fence > last);
-    CHECK_EQ_INT(shr("s1", TOK_E, 3, NULL, &h), BACKEND_HELD);
+    CHECK_EQ_INT(shr("sl1", TOK_E, 3, NULL, &h), BACKEND_HELD);
     /* no limit: any number */
     for (int i = 0; i < 50; i++) {
         char tok[48];
@@ -584,13 +586,13 @@ static void test_shared_grants_up_to_limit_then_held(void)
         CHECK_EQ_INT(g.limit, 0);
     }
     CHECK_EQ_INT(raw_int("DEL lockd:lock:{%s}", "s1u"), 1);
-    CHECK_EQ_INT(rel_k("s1", TOK_A, false, &n), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("s1", TOK_C, false, &n), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("s1", TOK_D, false, &n), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("s1", TOK_D, false, &n), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(rel_k("sl1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("sl1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("sl1", TOK_D, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("sl1", TOK_D, false, &n), BACKEND_NOT_FOUND);
     /* the last holder gone: nothing stays but the fence counter */
-    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "s1"), 0);
-    CHECK_EQ_INT(raw_int("EXISTS lockd:exp:{%s}", "s1"), 0);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "sl1"), 0);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:exp:{%s}", "sl1"), 0);
 }
 
 static void test_exclusive_and_shared_exclude_each_other(void)
