@@ -183,6 +183,7 @@ static void test_mem_acquire_grants_then_held(void)
     CHECK(info.ttl_ms >= 4000 && info.ttl_ms <= 5000);
     CHECK_EQ_INT(info.expires_at_ms, g.expires_at_ms);
     CHECK(!info.has_owner);
+    lock_info_clear(&info);
 
     /* other keys are independent, including near-identical ones */
     CHECK_EQ_INT(acq(be, "orders/4", TOK_B, NULL, 1000, NULL, &g2), BACKEND_OK);
@@ -210,6 +211,7 @@ static void test_mem_release_frees_and_token_dies(void)
     CHECK_EQ_INT(rel(be, "k", TOK_A "a"), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be, "k", ""), BACKEND_MISMATCH);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK); /* still held */
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(memory_backend.held_count(be), 0);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_NOT_FOUND);
@@ -240,12 +242,14 @@ static void test_mem_renew_zero_keeps_last_ttl(void)
     CHECK_EQ_U64(r.fence, g.fence);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.ttl_ms > 6000 && info.ttl_ms <= 7000);
+    lock_info_clear(&info);
     CHECK_EQ_INT(renew(be, "k", TOK_A, 0, &r), BACKEND_OK);
     CHECK_EQ_U64(r.ttl_ms, 7000); /* the renewed TTL, not the granted one */
     /* a short renew really shortens */
     CHECK_EQ_INT(renew(be, "k", TOK_A, 100, &r), BACKEND_OK);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 100);
+    lock_info_clear(&info);
     CHECK_EQ_INT(renew(be, "k", TOK_B, 0, &r), BACKEND_MISMATCH);
     CHECK_EQ_INT(renew(be, "free", TOK_A, 0, &r), BACKEND_NOT_FOUND);
     memory_backend.close(be);
@@ -262,6 +266,7 @@ static void test_mem_expiry_is_judged_on_access(void)
     CHECK_EQ_INT(acq(be, "k3", TOK_A, NULL, 50, NULL, &g2), BACKEND_OK);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 50);
+    lock_info_clear(&info);
     check_sleep_ms(80); /* well before the sweeper's 250 ms */
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(renew(be, "k2", TOK_A, 0, &g2), BACKEND_NOT_FOUND);
@@ -273,6 +278,7 @@ static void test_mem_expiry_is_judged_on_access(void)
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_MISMATCH);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(!info.has_owner); /* the old owner went with the old grant */
+    lock_info_clear(&info);
     /* a held lock past its TTL is free for acquire too */
     CHECK_EQ_INT(acq(be, "k4", TOK_A, NULL, 30, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(acq(be, "k4", TOK_B, NULL, 30, NULL, &g2), BACKEND_HELD);
@@ -320,17 +326,20 @@ static void test_mem_owner_is_stored_and_shown(void)
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.has_owner);
     CHECK_STR_EQ(info.owner, "pod-a/worker-3");
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_OK);
     memset(owner, 'o', LOCK_OWNER_MAX);
     owner[LOCK_OWNER_MAX] = '\0';
     CHECK_EQ_INT(acq(be, "k", TOK_B, owner, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK_STR_EQ(info.owner, owner);
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be, "k", TOK_B), BACKEND_OK);
     CHECK_EQ_INT(acq(be, "k", TOK_C, "", 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.has_owner);
     CHECK_STR_EQ(info.owner, "");
+    lock_info_clear(&info);
     memory_backend.close(be);
 }
 
@@ -362,6 +371,7 @@ static void test_mem_keys_are_exact_bytes(void)
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         CHECK_EQ_INT(inspect(be, keys[i], &info), BACKEND_OK);
         CHECK_STR_EQ(info.owner, keys[i]);
+        lock_info_clear(&info);
     }
     memset(big, 'x', LOCK_KEY_MAX);
     big[LOCK_KEY_MAX] = '\0';
