@@ -302,6 +302,14 @@ void wq_run_key(struct waitq *q, struct wq_key *k, struct done_list *done)
             }
             break;
         }
+        if (r == BACKEND_LIMIT_MISMATCH || r == BACKEND_IDEM_CONFLICT) {
+            /* a refusal, not a wait: answered now, the place given up,
+             * and the next waiter tried */
+            wq_answer(q, j, r, NULL, NULL, done);
+            wq_dispose(q, j);
+            k->again = true;
+            break;
+        }
         /* unavailable or out of memory: keep the place, retry soon; the
          * deadline answers 503 if it never comes back */
         j->last_unavailable = true;

@@ -125,6 +125,7 @@ static struct {
     long hold_us;       /* contended: how long a holder keeps the lock */
     int pid;            /* server pid for VmRSS, 0 = none */
     bool no_body;
+    const char *extra; /* lockd: more acquire body fields (-m) */
 } o = {
     .host = "127.0.0.1",
     .port = 8080,
@@ -143,6 +144,7 @@ static struct {
     .hold_us = 0,
     .pid = 0,
     .no_body = false,
+    .extra = NULL,
 };
 
 static struct sockaddr_in srv_addr;
@@ -255,7 +257,7 @@ static void make_key(struct conn *c, long num)
 static void req_lockd_acquire(struct conn *c, long wait_ms)
 {
     char query[48] = "";
-    char body[48] = "";
+    char body[160] = "";
     int n;
 
     if (wait_ms > 0) {
@@ -264,7 +266,9 @@ static void req_lockd_acquire(struct conn *c, long wait_ms)
             exit(1);
     }
     if (!o.no_body) {
-        n = snprintf(body, sizeof body, "{\"ttl_ms\":%ld}", o.ttl_ms);
+        n = snprintf(body, sizeof body, "{\"ttl_ms\":%ld%s%s}", o.ttl_ms,
+                     o.extra != NULL ? "," : "",
+                     o.extra != NULL ? o.extra : "");
         if (n < 0 || (size_t)n >= sizeof body)
             exit(1);
     }
@@ -1128,7 +1132,8 @@ static void usage(void)
             "  [-s pairs|contended|hold|waiters] [-c clients] [-t threads]\n"
             "  [-d seconds] [-W warmup-seconds] [-x key-prefix]\n"
             "  [-u path-prefix] [-T ttl-ms] [-w wait-ms] [-k keys]\n"
-            "  [-n waiters] [-r server-pid] [-h hold-us] [-B (no body)]\n");
+            "  [-n waiters] [-r server-pid] [-h hold-us] [-B (no body)]\n"
+            "  [-m EXTRA (lockd: more acquire body fields, e.g. \"mode\":\"shared\")]\n");
     exit(2);
 }
 
@@ -1136,7 +1141,7 @@ int main(int argc, char **argv)
 {
     int ch;
 
-    while ((ch = getopt(argc, argv, "H:p:P:s:c:t:d:W:x:u:T:w:k:n:r:h:B")) != -1) {
+    while ((ch = getopt(argc, argv, "H:p:P:s:c:t:d:W:x:u:T:w:k:n:r:h:Bm:")) != -1) {
         switch (ch) {
         case 'H':
             o.host = optarg;
@@ -1202,6 +1207,11 @@ int main(int argc, char **argv)
             break;
         case 'B':
             o.no_body = true;
+            break;
+        case 'm':
+            if (strlen(optarg) > 100)
+                usage();
+            o.extra = optarg;
             break;
         default:
             usage();

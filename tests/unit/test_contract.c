@@ -173,10 +173,16 @@ static enum backend_result rel(const char *key, const char *tok)
     return rel_on(cur->be, key, strlen(key), tok);
 }
 
+/* the holders list is freed at once (its count stays in nholders): the
+ * cases that read it use insp_keep() and lock_info_clear() */
 static enum backend_result
 insp_on(struct backend *be, const char *key, size_t len, struct lock_info *i)
 {
-    return backend_inspect(be, key, len, i);
+    enum backend_result r = backend_inspect(be, key, len, i);
+
+    free(i->holders);
+    i->holders = NULL;
+    return r;
 }
 
 static enum backend_result insp(const char *key, struct lock_info *i)
@@ -765,6 +771,9 @@ static void test_two_instances_exclude_each_other(void)
     backend_close(other);
 }
 
+/* the lock kinds: shared mode and limits, re-entry, Idempotency-Key */
+#include "tests/unit/contract_kinds.h"
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_ping_answers_ok),
     CHECK_CASE(test_held_count_is_exact_or_unknown),
@@ -785,6 +794,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_cancel_wait_in_the_middle_keeps_the_order),
     CHECK_CASE(test_threads_never_hold_a_key_at_once),
     CHECK_CASE(test_two_instances_exclude_each_other),
+    CONTRACT_KINDS_CASES
 };
 
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
