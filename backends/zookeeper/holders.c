@@ -154,6 +154,7 @@ enum backend_result zk_be_renew(struct backend *b,
         }
         now = m.h;
         now.ttl_ms = req->ttl_ms != 0 ? req->ttl_ms : m.h.ttl_ms;
+        now.run_ms = now.ttl_ms;
         now.grant_by = 0;
         now.holds += req->reenter ? 1 : 0;
         sent = clock_mono_ms();
@@ -245,6 +246,7 @@ static int zk_release_round(struct zk_be *be,
     struct zk_holder now;
     struct Stat st;
     enum backend_result r = zk_find_mine(be, cn, req, p, dl, &m);
+    int64_t left;
     int rc;
 
     if (r != BACKEND_OK)
@@ -253,11 +255,15 @@ static int zk_release_round(struct zk_be *be,
         now = m.h;
         now.holds--;
         now.grant_by = 0;
+        /* the write moves mtime: run what was left, so the expiry stays
+         * (later by the few ms our clock estimate lags, never earlier) */
+        left = zk_remaining(be, &m.h, &m.st);
+        now.run_ms = left > 0 ? (uint64_t)left : 1;
         rc = zk_write_mine(cn, p, &m, &now, dl, &st);
         if (rc == ZOK) {
             if (!m.member)
                 zk_own_put(be, req->key, req->key_len, now.token, &st,
-                           now.ttl_ms, now.holds, false);
+                           now.run_ms, now.holds, false);
             out->holds = now.holds;
             return BACKEND_OK;
         }
@@ -333,7 +339,7 @@ static void zk_holder_show(const struct zk_holder *h,
 {
     out->fence = (uint64_t)st->czxid;
     out->ttl_ms = left > 0 ? (uint64_t)left : 1;
-    out->expires_at_ms = st->mtime + (int64_t)h->ttl_ms;
+    out->expires_at_ms = st->mtime + (int64_t)h->run_ms;
     out->holds = h->holds;
     out->has_owner = h->has_owner;
     memcpy(out->owner, h->owner, sizeof(out->owner));
@@ -364,7 +370,7 @@ static enum backend_result zk_inspect_group(const struct zk_holder *g,
     out->nholders = (uint32_t)shown;
     out->fence = (uint64_t)ms[live - 1].st.czxid;
     for (size_t i = 0; i < live; i++) {
-        int64_t exp = ms[i].st.mtime + (int64_t)ms[i].h.ttl_ms;
+        int64_t exp = ms[i].st.mtime + (int64_t)ms[i].h.run_ms;
         if (i < shown)
             zk_holder_show(&ms[i].h, &ms[i].st, ms[i].left, &out->holders[i]);
         if (i == 0 || exp > out->expires_at_ms) {
@@ -388,7 +394,7 @@ static enum backend_result zk_inspect_one(const struct zk_holder *h,
     out->nholders = out->holder_count = 1;
     out->fence = (uint64_t)st->czxid;
     out->ttl_ms = (uint64_t)left;
-    out->expires_at_ms = st->mtime + (int64_t)h->ttl_ms;
+    out->expires_at_ms = st->mtime + (int64_t)h->run_ms;
     out->has_owner = h->has_owner;
     memcpy(out->owner, h->owner, sizeof(out->owner));
     out->mode = LOCK_EXCLUSIVE;

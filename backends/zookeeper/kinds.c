@@ -76,7 +76,7 @@ static int zk_acq_replay(struct zk_acq *a,
         (h->mode == LOCK_SHARED && h->limit != req->limit))
         return BACKEND_IDEM_CONFLICT;
     if (n >= sizeof(out->token) ||
-        zk_fill_grant(st, h->ttl_ms, (uint64_t)left, out) != 0)
+        zk_fill_grant(st, h->run_ms, (uint64_t)left, out) != 0)
         return BACKEND_UNAVAILABLE;
     out->replay = true;
     memcpy(out->token, h->token, n + 1);

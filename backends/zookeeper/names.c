@@ -227,22 +227,27 @@ static bool zk_is_hex(char c)
 }
 
 /* A holder's data. v2, written since lock kinds:
- *   "lockd2 <x|s> <ttl_ms> <token> <grant_by> <holds> <limit>\n<idem>"
- *   [ "\n<owner>" ]          (idem: "" for none; owner: the rest)
+ *   "lockd2 <x|s> <ttl_ms> <token> <grant_by> <holds> <limit>[ <run_ms>]"
+ *   "\n<idem>" [ "\n<owner>" ]   (idem: "" for none; owner: the rest;
+ *   run_ms: ttl_ms when absent)
  * A shared key's h (the group): "lockd2 g <limit> <count>". */
 int zk_fmt_holder(char *buf, size_t cap, const struct zk_holder *h, size_t *len)
 {
+    char run[24] = "";
     int n;
 
+    if (h->run_ms != 0 && h->run_ms != h->ttl_ms)
+        snprintf(run, sizeof(run), " %" PRIu64, h->run_ms);
     if (strpbrk(h->token, " \n") != NULL ||
         (h->has_idem && strchr(h->idem, '\n') != NULL))
         return -1;
     n = snprintf(buf, cap,
                  "lockd2 %c %" PRIu64 " %s %" PRId64 " %" PRIu32 " %" PRIu32
-                 "\n%s%s%s",
+                 "%s\n%s%s%s",
                  h->mode == LOCK_SHARED ? 's' : 'x', h->ttl_ms, h->token,
-                 h->grant_by, h->holds, h->limit, h->has_idem ? h->idem : "",
-                 h->has_owner ? "\n" : "", h->has_owner ? h->owner : "");
+                 h->grant_by, h->holds, h->limit, run,
+                 h->has_idem ? h->idem : "", h->has_owner ? "\n" : "",
+                 h->has_owner ? h->owner : "");
     if (n < 0 || (size_t)n >= cap)
         return -1;
     *len = (size_t)n;
@@ -314,7 +319,7 @@ static int zk_parse_v1(const char *p, const char *end, struct zk_holder *h)
     if (zk_num(&p, end, UINT64_MAX, &v) != 0 || v == 0 || p == end ||
         *p++ != ' ' || zk_token(&p, end, h) != 0)
         return -1;
-    h->ttl_ms = v;
+    h->ttl_ms = h->run_ms = v;
     if (p < end && *p == ' ') {
         p++;
         if (zk_num(&p, end, INT64_MAX, &v) != 0 || v == 0)
@@ -326,7 +331,7 @@ static int zk_parse_v1(const char *p, const char *end, struct zk_holder *h)
 
 static int zk_parse_v2(const char *p, const char *end, struct zk_holder *h)
 {
-    uint64_t ttl, by, holds, limit;
+    uint64_t ttl, by, holds, limit, run;
     const char *nl;
     char m = p < end ? *p++ : '\0';
 
@@ -348,9 +353,17 @@ static int zk_parse_v2(const char *p, const char *end, struct zk_holder *h)
         p == end || *p++ != ' ' ||
         zk_num(&p, end, LOCK_HOLDS_MAX, &holds) != 0 || holds == 0 ||
         p == end || *p++ != ' ' ||
-        zk_num(&p, end, LOCK_LIMIT_MAX, &limit) != 0 || p == end ||
-        *p++ != '\n')
+        zk_num(&p, end, LOCK_LIMIT_MAX, &limit) != 0 || p == end)
         return -1;
+    run = ttl;
+    if (*p == ' ') {
+        p++;
+        if (zk_num(&p, end, UINT64_MAX, &run) != 0 || run == 0 || p == end)
+            return -1;
+    }
+    if (*p++ != '\n')
+        return -1;
+    h->run_ms = run;
     h->mode = m == 's' ? LOCK_SHARED : LOCK_EXCLUSIVE;
     h->ttl_ms = ttl;
     h->grant_by = (int64_t)by;

@@ -71,9 +71,9 @@ zk_remaining(struct zk_be *be, const struct zk_holder *h, const struct Stat *st)
 
     if (zk_void(h, st))
         return 0;
-    left = st->mtime + (int64_t)h->ttl_ms - zk_server_now(be);
+    left = st->mtime + (int64_t)h->run_ms - zk_server_now(be);
     /* never more than the TTL, whatever the clock slack adds */
-    return left < (int64_t)h->ttl_ms ? left : (int64_t)h->ttl_ms;
+    return left < (int64_t)h->run_ms ? left : (int64_t)h->run_ms;
 }
 
 /* What is surely left of holder h (stat st), in ms: its expiry less the
@@ -87,7 +87,7 @@ int64_t zk_left_surely(struct zk_be *be,
                        const struct Stat *st,
                        int64_t sent)
 {
-    int64_t ttl = (int64_t)h->ttl_ms, left;
+    int64_t ttl = (int64_t)h->run_ms, left;
 
     if (zk_void(h, st))
         return 0;
@@ -97,7 +97,8 @@ int64_t zk_left_surely(struct zk_be *be,
     return left < ttl ? left : ttl;
 }
 
-/* A grant of h (stat st, TTL ttl_ms) answered with report ms to run; -1
+/* A grant of h (stat st, running ttl_ms from its mtime) answered with
+ * report ms to run; -1
  * if its czxid cannot be a fence. */
 int zk_fill_grant(const struct Stat *st,
                   uint64_t ttl_ms,
@@ -231,7 +232,7 @@ int zk_acq_own(struct zk_acq *a,
         left = zk_left_surely(be, h, st, sent);
     }
     if (left <= 0 ||
-        zk_fill_grant(st, h->ttl_ms, sent > 0 ? h->ttl_ms : (uint64_t)left,
+        zk_fill_grant(st, h->run_ms, sent > 0 ? h->run_ms : (uint64_t)left,
                       out) != 0) {
         rc = member ? zk_member_reap_token(be, a->cn, &a->p, a->dl)
                     : zk_reap_holder(be, a->cn, &a->p, h, st->version, a->dl,
@@ -247,7 +248,7 @@ int zk_acq_own(struct zk_acq *a,
     out->holds = h->holds;
     if (!member)
         zk_own_put(be, a->req->key, a->req->key_len, a->req->token, st,
-                   h->ttl_ms, h->holds, alone);
+                   h->run_ms, h->holds, alone);
     if (a->w != NULL) {
         zk_waiter_free(be, a->w);
         a->req->waiter->be_data = NULL;

@@ -159,7 +159,10 @@ struct zk_kid {
 
 /* What h (or a shared holder s<token>) holds, parsed from its data. */
 struct zk_holder {
-    uint64_t ttl_ms;
+    uint64_t ttl_ms;  /* the TTL it was last granted or renewed with */
+    uint64_t run_ms;  /* it expires at its mtime + run_ms: ttl_ms, but less
+                         after a release of one hold (a write that must not
+                         move the expiry) */
     int64_t grant_by; /* server ms: a grant made later (ctime) is void;
                          0: none (renewed) */
     char token[LOCK_TOKEN_MAX + 1];

@@ -47,7 +47,7 @@ static int zk_acq_setup(struct zk_acq *a, const struct lock_req *req)
         (req->idem_key != NULL && strlen(req->idem_key) > LOCK_IDEM_MAX))
         return -1;
     memcpy(m->token, req->token, tlen + 1);
-    m->ttl_ms = req->ttl_ms;
+    m->ttl_ms = m->run_ms = req->ttl_ms;
     m->grant_by = a->grant_by;
     m->mode = req->mode == LOCK_SHARED ? LOCK_SHARED : LOCK_EXCLUSIVE;
     m->limit = m->mode == LOCK_SHARED ? req->limit : 0;

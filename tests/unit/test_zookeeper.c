@@ -846,6 +846,7 @@ static void test_reentry_counts_holds_up_to_the_cap(void)
     struct lock_grant g, r;
     struct lock_info info = { 0 };
     uint32_t holds = 9;
+    int64_t expires;
     char data[160];
     zhandle_t *zh = raw_open();
 
@@ -860,9 +861,19 @@ static void test_reentry_counts_holds_up_to_the_cap(void)
     CHECK_EQ_INT(r.holds, 2);
     CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "H", 1, &info), BACKEND_OK);
     CHECK_EQ_INT(info.holds, 2);
+    expires = info.expires_at_ms;
     lock_info_clear(&info);
+    check_sleep_ms(200);
     CHECK_EQ_INT(rel_holds(be_main, "H", TOK_A, false, &holds), BACKEND_OK);
     CHECK_EQ_INT(holds, 1);
+    /* one hold back is no renew: the expiry stays */
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "H", 1, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holds, 1);
+    CHECK_MSG(info.expires_at_ms <= expires + 20 &&
+                  info.expires_at_ms >= expires,
+              "expires_at moved by %lld ms",
+              (long long)(info.expires_at_ms - expires));
+    lock_info_clear(&info);
     CHECK_EQ_INT(acq_wait(be_main, "H", TOK_B, 5000, NULL, &r), BACKEND_HELD);
     CHECK_EQ_INT(rel_holds(be_main, "H", TOK_A, false, &holds), BACKEND_OK);
     CHECK_EQ_INT(holds, 0);
