@@ -465,7 +465,5 @@ enum backend_result zk_be_inspect(struct backend *b,
         r = zk_inspect_one(&h, &st, left, out);
     }
     zk_conn_put(be, cn);
-    if (r != BACKEND_OK)
-        lock_info_clear(out);
-    return r;
+    return r; /* holders is allocated last: NULL unless OK */
 }

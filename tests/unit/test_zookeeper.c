@@ -232,7 +232,7 @@ static void test_down_store_answers_unavailable_at_once(void)
 {
     char u[128];
     struct lock_grant g;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     struct backend *be;
     int64_t t0 = check_mono_ms();
 
@@ -263,7 +263,7 @@ static void test_down_store_answers_unavailable_at_once(void)
 static void test_acquire_inspect_renew_release(void)
 {
     struct lock_grant g, h, r;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     int64_t t0 = clock_mono_ms();
 
     CHECK_EQ_INT(zookeeper_backend.ping(be_main), BACKEND_OK);
@@ -282,6 +282,7 @@ static void test_acquire_inspect_renew_release(void)
                  BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
     CHECK(!info.has_owner);
+    lock_info_clear(&info);
     CHECK_EQ_INT(ren(be_main, "a/../b", TOK_B, 0, &r), BACKEND_MISMATCH);
     CHECK_EQ_INT(ren(be_main, "a/../b", TOK_A, 0, &r), BACKEND_OK);
     CHECK_EQ_U64(r.fence, g.fence);
@@ -375,7 +376,7 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
 static void test_expired_holder_is_free(void)
 {
     struct lock_grant g, h;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     struct lock_waiter w = { .id = 9 };
 
     CHECK_EQ_INT(acq_wait(be_main, "e", TOK_A, 300, NULL, &g), BACKEND_OK);
@@ -415,7 +416,7 @@ static void test_release_after_expiry_is_not_found(void)
 static void test_stale_release_never_frees_a_later_grant(void)
 {
     struct lock_grant g, h, r;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     struct backend *other = NULL;
 
     CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0),
@@ -429,6 +430,7 @@ static void test_stale_release_never_frees_a_later_grant(void)
     CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "aba", 3, &info),
                  BACKEND_OK);
     CHECK_EQ_U64(info.fence, h.fence);
+    lock_info_clear(&info);
     /* a renew through the other instance: the first one's release of the
      * same grant still works */
     CHECK_EQ_INT(acq_wait(other, "aba", TOK_A, 5000, NULL, &g), BACKEND_HELD);
@@ -462,6 +464,7 @@ static void test_holder_without_marker_is_never_freed_by_version(void)
     CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "m", 1, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
     CHECK(info.ttl_ms <= 5000); /* the renew wrote nothing */
+    lock_info_clear(&info);
     CHECK_EQ_INT(zoo_exists(zh, "/lockd/locks/kbQ/h", 0, &st), ZOK);
     CHECK_EQ_INT(st.version, 1);
     CHECK_EQ_INT(zoo_delete(zh, "/lockd/locks/kbQ/h", -1), ZOK);
@@ -474,7 +477,7 @@ static void test_holder_without_marker_is_never_freed_by_version(void)
 static void test_grant_past_its_deadline_is_void(void)
 {
     struct lock_grant g;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     zhandle_t *zh = raw_open();
 
     if (zh == NULL)
@@ -490,6 +493,7 @@ static void test_grant_past_its_deadline_is_void(void)
     CHECK_EQ_INT(acq_wait(be_main, "v", TOK_B, 1000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "v", 1, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be_main, "v", TOK_A), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be_main, "v", TOK_B), BACKEND_OK);
     zookeeper_close(zh);
