@@ -1,8 +1,9 @@
 /*
  * api/codec.h - the request and response as api/ sees them (no
  * libmicrohttpd here), and the JSON and parameter codec with docs/API.md's
- * strictness: keys, body fields, query parameters and the Lock-Token
- * header.
+ * strictness: keys, body fields, query parameters and the Lock-Token and
+ * Idempotency-Key headers. The parameters are parsed in
+ * api/codec_params.c, the rest in api/codec.c.
  */
 #ifndef API_CODEC_H
 #define API_CODEC_H
@@ -34,6 +35,8 @@ struct api_request { /* everything borrowed from the server for the call */
     size_t nquery;
     const char *const *lock_tokens; /* every Lock-Token header value */
     size_t nlock_tokens;
+    const char *const *idem_keys; /* every Idempotency-Key header value */
+    size_t nidem_keys;
     const char *authorization; /* NULL when absent */
     bool shutting_down;
 };
@@ -68,16 +71,26 @@ struct api_response {
 /* Parameters of one lock request, each with whether it was given. */
 struct api_params {
     bool has_ttl_ms, has_wait_ms, has_owner, has_token;
+    bool has_mode, has_limit, has_all, has_idem_key;
     uint64_t ttl_ms;
     uint64_t wait_ms;
-    char *owner; /* owned */
-    char *token; /* owned */
+    char *owner;         /* owned */
+    char *token;         /* owned */
+    enum lock_mode mode; /* "exclusive" or "shared" */
+    uint32_t limit;      /* 1..LOCK_LIMIT_MAX */
+    bool all;            /* JSON true/false; "true"/"false" in the query */
+    char *idem_key;      /* owned; the Idempotency-Key header, checked with
+                            backend_idem_key_ok() */
 };
 
-#define API_P_TTL_MS  0x1u
-#define API_P_WAIT_MS 0x2u
-#define API_P_OWNER   0x4u
-#define API_P_TOKEN   0x8u
+#define API_P_TTL_MS   0x01u
+#define API_P_WAIT_MS  0x02u
+#define API_P_OWNER    0x04u
+#define API_P_TOKEN    0x08u
+#define API_P_MODE     0x10u
+#define API_P_LIMIT    0x20u
+#define API_P_ALL      0x40u
+#define API_P_IDEM_KEY 0x80u /* the Idempotency-Key header, not a field */
 
 /* Install jansson's allocator (NULL: malloc and free), wrapped so the codec
  * notices failed allocations. Call once before any thread uses jansson. */
@@ -88,11 +101,13 @@ void codec_json_setup(json_malloc_t alloc_fn, json_free_t free_fn);
 enum api_error codec_decode_key(
     const char *raw, char **out, size_t *len, char *msg, size_t msglen);
 
-/* Collect the parameters in allowed (API_P_*) from the query, the JSON body
- * and (for the token) the Lock-Token header; anything else, anything given
- * twice, a wrong type or an out-of-range value is an error with a message
- * in msg. On error p is cleaned up; on success the caller calls
- * codec_params_cleanup(). max_ttl and max_wait bound the integers. */
+/* Collect the parameters in allowed (API_P_*) from the query, the JSON body,
+ * (for the token) the Lock-Token header and (API_P_IDEM_KEY) the
+ * Idempotency-Key header; anything else, anything given twice, a wrong
+ * type or an out-of-range value is an error with a message in msg. Rules
+ * between parameters (limit needs shared mode, ...) are the handlers'. On error
+ * p is cleaned up; on success the caller calls codec_params_cleanup(). max_ttl
+ * and max_wait bound the integers. */
 enum api_error codec_parse_params(const struct api_request *rq,
                                   unsigned allowed,
                                   uint64_t max_ttl,
@@ -109,16 +124,26 @@ void codec_format_time(int64_t unix_ms, char *buf, size_t buflen);
 void codec_error(struct api_response *resp,
                  enum api_error e,
                  const char *message);
-/* Fill resp with a grant or renewal: {key, token, fence, ttl_ms,
- * expires_at}, built without jansson (the hot path). */
+/* Fill resp with a grant, re-entry or renewal: {key, token, fence,
+ * ttl_ms, expires_at, mode, holds} and limit for a shared grant with one,
+ * from g (fence, expires_at_ms, mode, holds, limit) and ttl_ms (what is
+ * left of it), built without jansson (the hot path). token is borrowed. */
 void codec_grant(struct api_response *resp,
                  unsigned status,
                  const char *key,
                  size_t key_len,
                  const char *token,
-                 uint64_t fence,
-                 uint64_t ttl_ms,
-                 int64_t expires_at_ms);
+                 const struct lock_grant *g,
+                 uint64_t ttl_ms);
+/* Fill resp with 200 and a held key as docs/API.md's inspect shows it:
+ * {key, held, mode, limit (shared, when set), fence, ttl_ms, expires_at,
+ * owner (exclusive, when set), holds (exclusive), holder_count, holders:
+ * [{fence, ttl_ms, expires_at, owner (when set), holds}]}, never a token.
+ * 500 when out of memory. */
+void codec_inspect(struct api_response *resp,
+                   const char *key,
+                   size_t key_len,
+                   const struct lock_info *info);
 /* Fill resp from a pack of (key, JSON value) built with jansson's
  * json_pack format and arguments; 500 when out of memory. */
 void codec_reply(struct api_response *resp,

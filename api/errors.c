@@ -94,3 +94,29 @@ enum api_error api_error_from(enum backend_result r)
     }
     return API_INTERNAL;
 }
+
+_Static_assert(LOCK_HOLDS_MAX == 1000000, "the HOLDS_MAX message names it");
+
+const char *api_result_message(enum backend_result r)
+{
+    switch (r) {
+    case BACKEND_LIMIT_MISMATCH:
+        return "the key is held shared under another limit: a shared "
+               "acquire must name the holders' limit (or none, as they do)";
+    case BACKEND_HOLDS_MAX:
+        return "the token already holds the key 1000000 times: no more "
+               "re-entries";
+    case BACKEND_IDEM_CONFLICT:
+        return "the Idempotency-Key names a live grant of another mode or "
+               "limit";
+    case BACKEND_OK:
+    case BACKEND_HELD:
+    case BACKEND_NOT_FOUND:
+    case BACKEND_MISMATCH:
+    case BACKEND_UNAVAILABLE:
+    case BACKEND_NO_MEMORY:
+    case BACKEND_INVALID:
+        break;
+    }
+    return NULL;
+}

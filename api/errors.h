@@ -44,5 +44,9 @@ const char *api_error_message(enum api_error e);
 /* How a backend result reads in the API for an operation on a lock that
  * must be held (renew, release, inspect). BACKEND_HELD maps to lock_held. */
 enum api_error api_error_from(enum backend_result r);
+/* The human sentence for a backend result whose error says more than its
+ * code's default (limit_mismatch, and the invalid_parameter answers of
+ * HOLDS_MAX and IDEM_CONFLICT); NULL for the default. */
+const char *api_result_message(enum backend_result r);
 
 #endif /* API_ERRORS_H */

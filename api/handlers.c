@@ -16,17 +16,46 @@
 
 #define MSG_MAX 512
 
+#define ALLOW_ACQUIRE                                                        \
+    (API_P_TTL_MS | API_P_WAIT_MS | API_P_OWNER | API_P_MODE | API_P_LIMIT | \
+     API_P_TOKEN | API_P_IDEM_KEY)
+
 void api_call_cleanup(struct api_call *c)
 {
     free(c->key);
     free(c->owner);
     free(c->client_token);
+    free(c->idem_key);
     memset(c, 0, sizeof(*c));
 }
 
 const char *api_call_token(const struct api_call *c)
 {
-    return c->verb == API_VERB_ACQUIRE ? c->token : c->client_token;
+    return c->verb == API_VERB_ACQUIRE && !c->reenter ? c->token
+                                                      : c->client_token;
+}
+
+void api_call_req(const struct api_call *c, struct lock_req *req)
+{
+    memset(req, 0, sizeof(*req));
+    req->key = c->key;
+    req->key_len = c->key_len;
+    req->token = api_call_token(c);
+    req->owner = c->owner;
+    req->ttl_ms = c->ttl_ms;
+    req->mode = c->mode;
+    req->limit = c->limit;
+    req->idem_key = c->idem_key;
+    req->reenter = c->reenter;
+    req->all = c->all;
+}
+
+bool api_call_new_grant(const struct api_call *c,
+                        enum backend_result r,
+                        const struct lock_grant *g)
+{
+    return c->verb == API_VERB_ACQUIRE && !c->reenter && r == BACKEND_OK &&
+           !g->replay;
 }
 
 void api_response_cleanup(struct api_response *resp)
@@ -49,7 +78,7 @@ static void backend_error(struct api_response *resp, enum backend_result r)
 
     if (e == API_BACKEND_UNAVAILABLE)
         resp->retry_after = 1;
-    codec_error(resp, e, NULL);
+    codec_error(resp, e, api_result_message(r));
 }
 
 /* Token from header, query or body: missing_token when none (or ""). */
@@ -75,6 +104,65 @@ static enum api_error parse_token_params(const struct api_config *cfg,
     return API_OK;
 }
 
+/* The rules between an acquire's parameters (docs/API.md, "Lock kinds"):
+ * a re-entry token takes no wait_ms, mode, limit, owner or
+ * Idempotency-Key; a limit needs shared mode. */
+static enum api_error
+check_acquire(const struct api_params *p, char *msg, size_t msglen)
+{
+    const char *extra = p->has_wait_ms ? "wait_ms"
+                        : p->has_mode  ? "mode"
+                        : p->has_limit ? "limit"
+                        : p->has_owner ? "owner"
+                                       : NULL;
+
+    if (p->has_token && p->token[0] == '\0') {
+        snprintf(msg, msglen,
+                 "'token' is empty: a re-entry names the token that holds "
+                 "the lock");
+    } else if (p->has_token && extra != NULL) {
+        snprintf(msg, msglen,
+                 "a re-entry (an acquire with a token) takes no '%s'", extra);
+    } else if (p->has_token && p->has_idem_key) {
+        snprintf(msg, msglen,
+                 "an Idempotency-Key is not allowed with a re-entry token");
+    } else if (p->has_limit && (!p->has_mode || p->mode != LOCK_SHARED)) {
+        snprintf(msg, msglen, "'limit' is only for \"mode\":\"shared\"");
+    } else {
+        return API_OK;
+    }
+    return API_INVALID_PARAMETER;
+}
+
+/* c from an acquire's checked parameters p (whose strings c takes). */
+static enum api_error fill_acquire(const struct api_config *cfg,
+                                   struct api_params *p,
+                                   struct api_call *c,
+                                   struct api_response *resp)
+{
+    if (p->has_token) {
+        c->reenter = true;
+        c->client_token = p->token; /* handed over */
+        p->token = NULL;
+        c->ttl_ms = p->has_ttl_ms ? p->ttl_ms : 0; /* 0: keep the last */
+        return API_OK;
+    }
+    c->ttl_ms = p->has_ttl_ms ? p->ttl_ms : cfg->default_ttl_ms;
+    c->wait_ms = p->has_wait_ms ? p->wait_ms : 0;
+    c->mode = p->has_mode ? p->mode : LOCK_EXCLUSIVE;
+    c->limit = p->has_limit ? p->limit : 0;
+    c->owner = p->owner; /* handed over */
+    p->owner = NULL;
+    c->idem_key = p->idem_key; /* handed over */
+    p->idem_key = NULL;
+    if (make_token(c->token) != 0) {
+        log_error("getrandom failed: no token can be made");
+        codec_error(resp, API_INTERNAL, "cannot make a token");
+        return API_INTERNAL;
+    }
+    return API_OK;
+}
+
 enum api_error handle_call_parse(const struct api_config *cfg,
                                  const struct api_request *rq,
                                  enum api_verb verb,
@@ -84,9 +172,9 @@ enum api_error handle_call_parse(const struct api_config *cfg,
                                  struct api_response *resp)
 {
     static const unsigned allowed[] = {
-        [API_VERB_ACQUIRE] = API_P_TTL_MS | API_P_WAIT_MS | API_P_OWNER,
+        [API_VERB_ACQUIRE] = ALLOW_ACQUIRE,
         [API_VERB_RENEW] = API_P_TOKEN | API_P_TTL_MS,
-        [API_VERB_RELEASE] = API_P_TOKEN,
+        [API_VERB_RELEASE] = API_P_TOKEN | API_P_ALL,
         [API_VERB_INSPECT] = 0,
     };
     struct api_params p;
@@ -106,32 +194,29 @@ enum api_error handle_call_parse(const struct api_config *cfg,
     } else {
         err = codec_parse_params(rq, allowed[verb], cfg->max_ttl_ms,
                                  cfg->max_wait_ms, &p, msg, sizeof(msg));
+        if (err == API_OK && verb == API_VERB_ACQUIRE)
+            err = check_acquire(&p, msg, sizeof(msg));
         if (err != API_OK) {
+            codec_params_cleanup(&p);
             codec_error(resp, err, msg);
             return err;
         }
     }
-    if (verb == API_VERB_ACQUIRE) {
-        c->ttl_ms = p.has_ttl_ms ? p.ttl_ms : cfg->default_ttl_ms;
-        c->wait_ms = p.has_wait_ms ? p.wait_ms : 0;
-        c->owner = p.owner; /* handed over */
-        p.owner = NULL;
-    } else if (verb == API_VERB_RENEW) {
+    if (verb == API_VERB_ACQUIRE)
+        err = fill_acquire(cfg, &p, c, resp);
+    else if (verb == API_VERB_RENEW)
         c->ttl_ms = p.has_ttl_ms ? p.ttl_ms : 0; /* 0: keep the last TTL */
-    }
+    else if (verb == API_VERB_RELEASE)
+        c->all = p.all;
     codec_params_cleanup(&p);
-    if (verb == API_VERB_ACQUIRE && make_token(c->token) != 0) {
-        log_error("getrandom failed: no token can be made");
-        codec_error(resp, API_INTERNAL, "cannot make a token");
-        return API_INTERNAL;
-    }
-    return API_OK;
+    return err;
 }
 
 /* A grant or renewal as it stands now: 503 if nothing of it is left. */
 static void grant_reply(struct api_response *resp,
                         unsigned status,
                         const struct api_call *c,
+                        const char *token,
                         const struct lock_grant *g)
 {
     uint64_t left = backend_grant_left_ms(g, clock_mono_us());
@@ -145,8 +230,7 @@ static void grant_reply(struct api_response *resp,
                     "before the answer could be sent");
         return;
     }
-    codec_grant(resp, status, c->key, c->key_len, api_call_token(c), g->fence,
-                left, g->expires_at_ms);
+    codec_grant(resp, status, c->key, c->key_len, token, g, left);
 }
 
 static void held_reply(const struct api_call *c,
@@ -163,21 +247,6 @@ static void held_reply(const struct api_call *c,
                                : "the lock is held by someone else",
                 "retry_after_ms", (json_int_t)ms);
     resp->retry_after = (unsigned)((ms + 999) / 1000);
-}
-
-static void inspect_reply(const struct api_call *c,
-                          const struct lock_info *info,
-                          struct api_response *resp)
-{
-    char when[40];
-
-    codec_format_time(info->expires_at_ms, when, sizeof(when));
-    /* "s*": the owner is left out when there is none */
-    codec_reply(resp, 200, "{s:s%,s:b,s:I,s:I,s:s,s:s*}", "key", c->key,
-                c->key_len, "held", 1, "fence", (json_int_t)info->fence,
-                "ttl_ms", (json_int_t)(info->ttl_ms > 0 ? info->ttl_ms : 1),
-                "expires_at", when, "owner",
-                info->has_owner ? info->owner : NULL);
 }
 
 static void readyz_reply(const struct api_config *cfg,
@@ -211,17 +280,25 @@ void handle_call_reply(const struct api_config *cfg,
     }
     switch (c->verb) {
     case API_VERB_ACQUIRE:
-        grant_reply(resp, 201, c, g);
+        if (c->reenter)
+            grant_reply(resp, 200, c, c->client_token, g);
+        else if (!g->replay)
+            grant_reply(resp, 201, c, c->token, g);
+        else if (g->token[0] != '\0')
+            grant_reply(resp, 201, c, g->token, g); /* the grant again */
+        else
+            codec_error(resp, API_INTERNAL,
+                        "the store replayed a grant without its token");
         break;
     case API_VERB_RENEW:
-        grant_reply(resp, 200, c, g);
+        grant_reply(resp, 200, c, c->client_token, g);
         break;
     case API_VERB_RELEASE:
-        codec_reply(resp, 200, "{s:s%,s:b}", "key", c->key, c->key_len,
-                    "released", 1);
+        codec_reply(resp, 200, "{s:s%,s:b,s:I}", "key", c->key, c->key_len,
+                    "released", g->holds == 0, "holds", (json_int_t)g->holds);
         break;
     default:
-        inspect_reply(c, info, resp);
+        codec_inspect(resp, c->key, c->key_len, info);
         break;
     }
 }

@@ -32,10 +32,16 @@ struct api_call { /* a parsed request that needs the store, for the
     char *key; /* owned, decoded */
     size_t key_len;
     char token[API_TOKEN_LEN + 1]; /* acquire: fresh, from getrandom */
-    char *client_token;            /* renew, release: owned */
+    char *client_token;            /* renew, release, re-entry: owned */
     char *owner;                   /* owned; NULL when none */
-    uint64_t ttl_ms;               /* renew: 0 = keep the last TTL */
+    uint64_t ttl_ms;               /* renew, re-entry: 0 = keep the last */
     uint64_t wait_ms;
+    enum lock_mode mode; /* acquire */
+    uint32_t limit;      /* acquire, shared: 0 = none */
+    char *idem_key;      /* acquire: owned; NULL when none */
+    bool reenter; /* an acquire that named a token: the store's renew with
+                     one more hold, answered 200 */
+    bool all;     /* release: every hold */
 };
 
 void api_call_cleanup(struct api_call *c); /* accepts zeroed */
@@ -44,9 +50,25 @@ void api_response_cleanup(struct api_response *resp);
 /* The token the store call names: the fresh one or the client's. */
 const char *api_call_token(const struct api_call *c);
 
+/* The store request for c (strings borrowed from c): key, token, owner,
+ * ttl_ms, mode, limit, idem_key, reenter, all. A re-entry is run as a
+ * renew (c->reenter), anything else by c->verb. */
+void api_call_req(const struct api_call *c, struct lock_req *req);
+
+/* True if c's grant, when OK, is one that no one held before the call: a
+ * new acquire grant (not a re-entry, not a replay of an earlier grant).
+ * Only such a grant is released when its client never receives it. */
+bool api_call_new_grant(const struct api_call *c,
+                        enum backend_result r,
+                        const struct lock_grant *g);
+
 /* POST, PUT, DELETE, GET or HEAD /locks/{key}: API_OK and *c filled (the
  * caller runs it and answers with handle_call_reply()), or an error
- * already written into resp. key is handed over to c. */
+ * already written into resp. key is handed over to c. An acquire that
+ * names a token is a re-entry (c->reenter); besides the codec's rules it
+ * refuses, as 400 invalid_parameter, a limit without shared mode, an empty
+ * re-entry token, and a re-entry token with wait_ms, mode, limit, owner or
+ * an Idempotency-Key. */
 enum api_error handle_call_parse(const struct api_config *cfg,
                                  const struct api_request *rq,
                                  enum api_verb verb,
@@ -55,7 +77,8 @@ enum api_error handle_call_parse(const struct api_config *cfg,
                                  struct api_call *c,
                                  struct api_response *resp);
 /* The answer to c once the store answered r: acquire 201 (or 409
- * lock_held with retry_ms on BACKEND_HELD), renew 200, release 200,
+ * lock_held with retry_ms on BACKEND_HELD; a replay 201 with its own
+ * token), re-entry 200, renew 200, release 200 {key, released, holds},
  * inspect 200 from info, readyz from the ping's r, metrics with held (the
  * store's held count, -1 if unknown), else the mapped error. A grant's
  * ttl_ms is what is left of it now (backend_grant_left_ms()); a grant with

@@ -32,6 +32,7 @@
 
 #define MAX_QUERY_PARAMS 32
 #define MAX_LOCK_TOKENS  4
+#define MAX_IDEM_KEYS    4 /* more than one is refused by api/ anyway */
 #define REQUEST_ID_MAX   128
 #define PATH_LOG_MAX     256
 /* libmicrohttpd's memory per connection, at least: what it had before
@@ -182,6 +183,8 @@ struct collect {
     size_t nquery;
     const char *tokens[MAX_LOCK_TOKENS];
     size_t ntokens;
+    const char *idem_keys[MAX_IDEM_KEYS];
+    size_t nidem_keys;
     bool overflow;
 };
 
@@ -211,6 +214,14 @@ static enum MHD_Result collect_header(void *cls,
     struct collect *c = cls;
 
     (void)kind;
+    if (strcasecmp(key, "Idempotency-Key") == 0) {
+        if (c->nidem_keys == MAX_IDEM_KEYS) {
+            c->overflow = true;
+            return MHD_NO;
+        }
+        c->idem_keys[c->nidem_keys++] = value != NULL ? value : "";
+        return MHD_YES;
+    }
     if (strcasecmp(key, "Lock-Token") != 0)
         return MHD_YES;
     if (c->ntokens == MAX_LOCK_TOKENS) {
@@ -233,9 +244,10 @@ static void waiter_wake(struct wq_waiter *w)
 {
     struct request *r = w->arg;
 
-    /* a grant from now on: if libmicrohttpd closes the connection without
-     * calling us again, completion must release it */
-    if (w->result == BACKEND_OK && w->op == WQ_ACQUIRE)
+    /* a new grant from now on: if libmicrohttpd closes the connection
+     * without calling us again, completion must release it (never a
+     * re-entry or a replay: those holds were the client's before) */
+    if (api_call_new_grant(&r->call, w->result, &w->grant))
         r->granted = true;
 
     MHD_resume_connection(r->conn);
@@ -262,7 +274,7 @@ static enum MHD_Result answer_call(struct request *r)
         r->w.count = -1; /* still served while draining */
     else if (r->w.shutting_down)
         return queue_error(r, API_SHUTTING_DOWN, r->route);
-    if (r->call.verb == API_VERB_ACQUIRE && r->w.result == BACKEND_OK)
+    if (api_call_new_grant(&r->call, r->w.result, &r->w.grant))
         r->granted = true; /* released in completed() if never delivered */
     handle_call_reply(r->srv->api, &r->call, r->w.result, &r->w.grant,
                       &r->w.info, r->w.count, &resp);
@@ -281,13 +293,10 @@ static enum MHD_Result run_call(struct request *r)
     struct wq_waiter *w = &r->w;
 
     memset(w, 0, sizeof(*w));
-    w->op = ops[r->call.verb];
-    w->req.key = r->call.key;
-    w->req.key_len = r->call.key_len;
-    w->req.token = api_call_token(&r->call);
-    w->req.owner = r->call.owner;
-    w->req.ttl_ms = r->call.ttl_ms;
-    w->wait_ms = (int64_t)r->call.wait_ms;
+    /* a re-entry is the store's renew with one more hold: it never waits */
+    w->op = r->call.reenter ? WQ_RENEW : ops[r->call.verb];
+    api_call_req(&r->call, &w->req);
+    w->wait_ms = r->call.reenter ? 0 : (int64_t)r->call.wait_ms;
     w->start_us = r->start_us;
     w->fd = w->wait_ms > 0 ? connection_fd(r->conn) : -1;
     w->suspend = waiter_suspend;
@@ -319,6 +328,8 @@ dispatch(struct request *r, const char *url, const char *method)
     rq.nquery = c.nquery;
     rq.lock_tokens = c.tokens;
     rq.nlock_tokens = c.ntokens;
+    rq.idem_keys = c.idem_keys;
+    rq.nidem_keys = c.nidem_keys;
     rq.authorization = MHD_lookup_connection_value(
         r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     rq.shutting_down = atomic_load(&srv->shutting_down);
@@ -459,8 +470,15 @@ static void on_completed(void *cls,
     *req_cls = NULL;
     dur = clock_mono_us() - r->start_us;
     if (r->granted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-        /* the client never got its grant: no lock may be held by nobody */
-        waitq_orphan(srv->q, r->call.key, r->call.key_len, r->call.token);
+        if (r->call.idem_key == NULL)
+            /* the client never got its grant: no lock may be held by
+             * nobody */
+            waitq_orphan(srv->q, r->call.key, r->call.key_len, r->call.token);
+        else
+            /* its client said it retries with the Idempotency-Key: the
+             * retry gets this grant (else it ends at its TTL) */
+            log_info("kept a grant whose answer was not delivered for a "
+                     "retry with its Idempotency-Key");
     }
     if (r->status == 0) {
         r->status = 499; /* the client left before an answer */

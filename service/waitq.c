@@ -102,7 +102,8 @@ static struct wq_job *job_new(const struct wq_waiter *w)
     size_t kl = w->req.key_len;
     size_t tl = w->req.token != NULL ? strlen(w->req.token) : 0;
     size_t ol = w->req.owner != NULL ? strlen(w->req.owner) : 0;
-    struct wq_job *j = calloc(1, sizeof(*j) + kl + tl + ol + 3);
+    size_t il = w->req.idem_key != NULL ? strlen(w->req.idem_key) : 0;
+    struct wq_job *j = calloc(1, sizeof(*j) + kl + tl + ol + il + 4);
     char *p;
 
     if (j == NULL)
@@ -121,8 +122,17 @@ static struct wq_job *job_new(const struct wq_waiter *w)
     if (w->req.owner != NULL) {
         memcpy(p, w->req.owner, ol);
         j->req.owner = p;
+        p += ol + 1;
+    }
+    if (w->req.idem_key != NULL) {
+        memcpy(p, w->req.idem_key, il);
+        j->req.idem_key = p;
     }
     j->req.ttl_ms = w->req.ttl_ms;
+    j->req.mode = w->req.mode;
+    j->req.limit = w->req.limit;
+    j->req.reenter = w->req.reenter;
+    j->req.all = w->req.all;
     j->op = w->op;
     j->wait_ms = w->op == WQ_ACQUIRE ? w->wait_ms : 0;
     j->fd = -1;

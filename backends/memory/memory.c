@@ -1,11 +1,14 @@
 /*
  * backends/memory/memory.c - the embedded lock store: 64 shards, each a mutex
  * and a hash table of entries, so threads working on different keys rarely
- * meet. An entry exists while its key is held or has waiters; its waiters
- * form a FIFO that acquire() honours (BACKEND_CAP_QUEUE). Expiry is judged
- * on every access against the monotonic clock, so a lock is free the
- * instant its TTL passes; a sweeper thread reclaims expired entries with no
- * traffic and tells the wait queue about them.
+ * meet. A key is free, held EXCLUSIVE by one token or SHARED by up to its
+ * limit of tokens, each holder with its own fence, TTL, owner, hold count
+ * and Idempotency-Key (holders.c); every decision is one step under the
+ * shard mutex. An entry's waiters form one FIFO for both modes that
+ * acquire() honours (BACKEND_CAP_QUEUE). Expiry is judged on every access
+ * against the monotonic clock, so a holder is gone the instant its TTL
+ * passes; a sweeper thread (sweep.c) expires holders with no traffic and
+ * tells the wait queue about them.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,97 +20,30 @@
 #include <time.h>
 
 #include "backends/backend.h"
+#include "backends/memory/mem_int.h"
 #include "lib/clock.h"
 #include "lib/keytab.h"
 #include "lib/log.h"
-#include "lib/metrics.h"
-#include "lib/text.h"
 
 extern const struct backend_ops memory_backend;
-
-#define MEM_SHARDS      64
-#define MEM_SWEEP_MS    250 /* how often the sweeper looks for expiries */
-#define MEM_SWEEP_BATCH 64  /* keys notified per shard visit */
-
-struct mem_entry;
-
-struct mem_waiter { /* a place in an entry's FIFO; lock_waiter.be_data */
-    struct mem_waiter *prev, *next;
-    struct mem_entry *entry;
-};
-
-struct mem_entry {
-    struct keytab_entry ke; /* ke.key points at key[] */
-    int64_t expires_mono;   /* ms, CLOCK_MONOTONIC; valid while held */
-    int64_t expires_wall;   /* unix ms, informational */
-    uint64_t fence;
-    uint64_t ttl_ms;
-    char *owner; /* owned; NULL when none */
-    struct mem_waiter *qhead, *qtail;
-    bool held;
-    char token[LOCK_TOKEN_MAX + 1];
-    char key[];
-};
-
-struct mem_shard {
-    pthread_mutex_t mu; /* guards tab and every entry in it */
-    struct keytab tab;
-} __attribute__((aligned(64)));
-
-struct mem_be {
-    struct backend base;
-    struct backend_hooks hooks;
-    _Atomic uint64_t fence; /* last fence granted, any key */
-    _Atomic int64_t held;   /* entries with held == true */
-    pthread_t sweeper;
-    pthread_mutex_t stop_mu; /* guards stopping */
-    pthread_cond_t stop_cv;
-    bool stopping;
-    bool sweeper_started;
-    struct mem_shard shards[MEM_SHARDS];
-};
 
 static struct mem_shard *shard_of(struct mem_be *m, uint64_t hash)
 {
     return &m->shards[(hash >> 58) % MEM_SHARDS];
 }
 
-static void notify(struct mem_be *m, const char *key, size_t len)
+void mem_notify(struct mem_be *m, const char *key, size_t len)
 {
     if (m->hooks.notify != NULL)
         m->hooks.notify(m->hooks.arg, key, len);
 }
 
-static uint64_t remaining_ms(const struct mem_entry *e, int64_t now)
+void do_mem_entry_free_if_idle(struct mem_shard *s, struct mem_entry *e)
 {
-    return e->expires_mono > now ? (uint64_t)(e->expires_mono - now) : 0;
-}
-
-/* The holder's token dies: the entry stays while it has waiters. */
-static void do_unhold(struct mem_be *m, struct mem_entry *e)
-{
-    e->held = false;
-    free(e->owner);
-    e->owner = NULL;
-    memset(e->token, 0, sizeof(e->token));
-    atomic_fetch_sub_explicit(&m->held, 1, memory_order_relaxed);
-}
-
-/* Judge expiry now; true if e was held and its TTL has passed. */
-static bool do_expire_if_due(struct mem_be *m, struct mem_entry *e, int64_t now)
-{
-    if (!e->held || now < e->expires_mono)
-        return false;
-    do_unhold(m, e);
-    metrics_lock_expired(1);
-    return true;
-}
-
-static void do_entry_free_if_idle(struct mem_shard *s, struct mem_entry *e)
-{
-    if (e->held || e->qhead != NULL)
+    if (e->nheld > 0 || e->qhead != NULL)
         return;
     keytab_remove(&s->tab, &e->ke);
+    free(e->more);
     free(e);
 }
 
@@ -126,34 +62,174 @@ do_entry_new(struct mem_shard *s, const char *key, size_t len, uint64_t hash)
     return e;
 }
 
-static enum backend_result do_grant(struct mem_be *m,
-                                    struct mem_entry *e,
-                                    const struct lock_req *req,
-                                    int64_t now,
-                                    struct lock_grant *out)
-{
-    char *owner = NULL;
-    size_t tlen = strlen(req->token); /* <= LOCK_TOKEN_MAX: the wrapper
-                                          checked it */
+/* ---- the FIFO of waiters ---- */
 
-    if (req->owner != NULL) {
-        owner = strdup(req->owner);
-        if (owner == NULL)
-            return BACKEND_NO_MEMORY;
-    }
-    e->held = true;
-    e->owner = owner;
-    memcpy(e->token, req->token, tlen + 1);
-    e->ttl_ms = req->ttl_ms;
-    e->expires_mono = now + (int64_t)req->ttl_ms;
-    e->expires_wall = clock_wall_ms() + (int64_t)req->ttl_ms;
-    e->fence =
-        atomic_fetch_add_explicit(&m->fence, 1, memory_order_relaxed) + 1;
-    atomic_fetch_add_explicit(&m->held, 1, memory_order_relaxed);
-    out->fence = e->fence;
-    out->ttl_ms = e->ttl_ms;
-    out->expires_at_ms = e->expires_wall;
+/* Take lw's place out of e's FIFO and free it. */
+static void do_unqueue(struct mem_entry *e, struct lock_waiter *lw)
+{
+    struct mem_waiter *w = lw->be_data;
+
+    if (w->prev != NULL)
+        w->prev->next = w->next;
+    else
+        e->qhead = w->next;
+    if (w->next != NULL)
+        w->next->prev = w->prev;
+    else
+        e->qtail = w->prev;
+    free(w);
+    lw->be_data = NULL;
+}
+
+/* May w's leaving let a waiter behind it go? (It may be spurious: a key
+ * held exclusively lets nobody go either way.) */
+static bool do_leaving_wakes(const struct mem_entry *e,
+                             const struct mem_waiter *w)
+{
+    return w->next != NULL && (e->nheld == 0 || e->mode == LOCK_SHARED);
+}
+
+/* A place at the tail of e's FIFO for req's waiter, with its mode and
+ * limit: OK or NO_MEMORY. */
+static enum backend_result do_enqueue(struct mem_entry *e,
+                                      const struct lock_req *req)
+{
+    struct mem_waiter *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        return BACKEND_NO_MEMORY;
+    w->entry = e;
+    w->mode = (uint8_t)req->mode;
+    w->limit = req->mode == LOCK_SHARED ? req->limit : 0;
+    w->prev = e->qtail;
+    if (e->qtail != NULL)
+        e->qtail->next = w;
+    else
+        e->qhead = w;
+    e->qtail = w;
+    req->waiter->be_data = w;
     return BACKEND_OK;
+}
+
+/* ---- acquire ---- */
+
+/* Do e's holders alone let req in: free, or shared with room under the
+ * limit for a shared req? */
+static bool do_holders_allow(const struct mem_entry *e,
+                             const struct lock_req *req)
+{
+    if (e == NULL || e->nheld == 0)
+        return true;
+    if (req->mode != LOCK_SHARED || e->mode != LOCK_SHARED)
+        return false;
+    return e->limit == 0 || e->nheld < e->limit;
+}
+
+/* Do the waiters ahead of w (the whole queue when w is NULL) let req go
+ * now? A try-once acquire never passes a waiter; an exclusive waiter goes
+ * first or not at all; a shared one goes with the shared waiters ahead of
+ * it while they and the holders leave room under the limit. */
+static bool do_queue_allows(const struct mem_entry *e,
+                            const struct mem_waiter *w,
+                            const struct lock_req *req)
+{
+    uint32_t ahead = 0;
+
+    if (e == NULL || e->qhead == w)
+        return true;
+    if (req->waiter == NULL || req->mode != LOCK_SHARED)
+        return false;
+    for (const struct mem_waiter *q = e->qhead; q != w; q = q->next) {
+        if (q->mode != LOCK_SHARED)
+            return false;
+        ahead++;
+        if (req->limit != 0 && e->nheld + ahead >= req->limit)
+            return false;
+    }
+    return true;
+}
+
+/* req's Idempotency-Key names holder i of e: answer that grant again
+ * (its waiter, if queued, leaves the queue as on a grant), or
+ * IDEM_CONFLICT for another mode or limit. */
+static enum backend_result do_replay(struct mem_entry *e,
+                                     uint32_t i,
+                                     const struct lock_req *req,
+                                     int64_t now,
+                                     struct lock_grant *out,
+                                     bool *wake)
+{
+    const struct mem_holder *h = mem_holder_at(e, i);
+    uint32_t limit = req->mode == LOCK_SHARED ? req->limit : 0;
+    struct mem_waiter *w = req->waiter != NULL ? req->waiter->be_data : NULL;
+
+    if (e->mode != (uint8_t)req->mode || e->limit != limit)
+        return BACKEND_IDEM_CONFLICT;
+    out->replay = true;
+    memcpy(out->token, h->token, strlen(h->token) + 1);
+    out->fence = h->fence;
+    out->ttl_ms = mem_holder_left(h, now);
+    out->expires_at_ms = h->expires_wall;
+    out->mode = (enum lock_mode)e->mode;
+    out->limit = e->limit;
+    out->holds = h->holds;
+    if (w != NULL) {
+        *wake = *wake || do_leaving_wakes(e, w);
+        do_unqueue(e, req->waiter);
+    }
+    return BACKEND_OK;
+}
+
+/* The decision of acquire, *ep being key's entry (NULL: none) with its
+ * expired holders gone; a new entry is left in *ep. *wake: the key is to
+ * be notified. */
+static enum backend_result do_acquire(struct mem_be *m,
+                                      struct mem_shard *s,
+                                      struct mem_entry **ep,
+                                      const struct lock_req *req,
+                                      uint64_t hash,
+                                      int64_t now,
+                                      struct lock_grant *out,
+                                      bool *wake)
+{
+    struct mem_waiter *w = req->waiter != NULL ? req->waiter->be_data : NULL;
+    struct mem_entry *e = *ep;
+    int64_t i = -1;
+    enum backend_result r;
+    bool room;
+
+    if (e != NULL && req->idem_key != NULL)
+        i = do_mem_find_idem(e, req->idem_key);
+    if (i >= 0)
+        return do_replay(e, (uint32_t)i, req, now, out, wake);
+    if (e != NULL && req->mode == LOCK_SHARED && e->nheld > 0 &&
+        e->mode == LOCK_SHARED && e->limit != req->limit)
+        return BACKEND_LIMIT_MISMATCH; /* whatever the waiter: no place */
+    room = do_holders_allow(e, req);
+    if (room && do_queue_allows(e, w, req)) {
+        if (e == NULL) {
+            e = do_entry_new(s, req->key, req->key_len, hash);
+            *ep = e;
+        }
+        if (e == NULL)
+            return BACKEND_NO_MEMORY;
+        r = do_mem_grant(m, e, req, now, out);
+        if (r != BACKEND_OK)
+            return r;
+        if (w != NULL)
+            do_unqueue(e, req->waiter);
+        /* granted together: the shared waiters behind may go too */
+        *wake = *wake || (req->mode == LOCK_SHARED && e->qhead != NULL);
+        return BACKEND_OK;
+    }
+    if (req->waiter != NULL && w == NULL) { /* e exists: it refused */
+        r = do_enqueue(e, req);
+        if (r != BACKEND_OK)
+            return r;
+    }
+    out->retry_ms = do_mem_first_expiry(e, now);
+    out->behind = room;
+    return BACKEND_HELD;
 }
 
 static enum backend_result mem_be_acquire(struct backend *be,
@@ -163,84 +239,76 @@ static enum backend_result mem_be_acquire(struct backend *be,
     struct mem_be *m = (struct mem_be *)be;
     uint64_t hash = keytab_hash(req->key, req->key_len);
     struct mem_shard *s = shard_of(m, hash);
-    struct mem_waiter *w = req->waiter != NULL ? req->waiter->be_data : NULL;
     struct mem_entry *e;
-    enum backend_result r = BACKEND_HELD;
+    enum backend_result r;
+    bool wake = false;
     int64_t now = clock_mono_ms();
 
     pthread_mutex_lock(&s->mu);
     e = (struct mem_entry *)keytab_find(&s->tab, req->key, req->key_len, hash);
-    if (e != NULL)
-        do_expire_if_due(m, e, now);
-    if (w != NULL) {
-        /* a queued waiter: only the first of the queue may take it */
-        if (!e->held && e->qhead == w) {
-            r = do_grant(m, e, req, now, out);
-            if (r == BACKEND_OK) {
-                e->qhead = w->next;
-                if (e->qhead != NULL)
-                    e->qhead->prev = NULL;
-                else
-                    e->qtail = NULL;
-                free(w);
-                req->waiter->be_data = NULL;
-            }
-        }
-    } else if (e == NULL || (!e->held && e->qhead == NULL)) {
-        if (e == NULL)
-            e = do_entry_new(s, req->key, req->key_len, hash);
-        r = e != NULL ? do_grant(m, e, req, now, out) : BACKEND_NO_MEMORY;
-        if (r != BACKEND_OK && e != NULL) {
-            do_entry_free_if_idle(s, e);
-            e = NULL;
-        }
-    } else if (req->waiter != NULL) {
-        /* held, or others wait: take a place at the tail */
-        w = calloc(1, sizeof(*w));
-        if (w == NULL) {
-            r = BACKEND_NO_MEMORY;
-        } else {
-            w->entry = e;
-            w->prev = e->qtail;
-            if (e->qtail != NULL)
-                e->qtail->next = w;
-            else
-                e->qhead = w;
-            e->qtail = w;
-            req->waiter->be_data = w;
-        }
-    }
-    if (r == BACKEND_HELD) {
-        out->retry_ms = e != NULL && e->held ? remaining_ms(e, now) : 1;
-        out->behind = w != NULL && !e->held;
-    }
+    if (e != NULL && do_mem_expire(m, e, now) > 0)
+        wake = e->qhead != NULL;
+    r = do_acquire(m, s, &e, req, hash, now, out, &wake);
+    if (r != BACKEND_OK && r != BACKEND_HELD && e != NULL)
+        do_mem_entry_free_if_idle(s, e);
     pthread_mutex_unlock(&s->mu);
+    if (wake)
+        mem_notify(m, req->key, req->key_len);
     return r;
 }
 
-/* Find key's entry held by token: OK, NOT_FOUND or MISMATCH. */
+/* ---- renew, release, inspect, cancel_wait ---- */
+
+/* Find key's holder with token, after expiring what is due: OK (*idx
+ * set), NOT_FOUND (no holder) or MISMATCH. *wake when a holder expired
+ * with waiters queued. */
 static enum backend_result do_find_held(struct mem_be *m,
                                         struct mem_shard *s,
-                                        const char *key,
-                                        size_t len,
+                                        const struct lock_req *req,
                                         uint64_t hash,
-                                        const char *token,
                                         int64_t now,
                                         struct mem_entry **out,
+                                        uint32_t *idx,
                                         bool *wake)
 {
     struct mem_entry *e =
-        (struct mem_entry *)keytab_find(&s->tab, key, len, hash);
+        (struct mem_entry *)keytab_find(&s->tab, req->key, req->key_len, hash);
+    int64_t i;
 
     *out = e;
     if (e == NULL)
         return BACKEND_NOT_FOUND;
-    if (do_expire_if_due(m, e, now))
+    if (do_mem_expire(m, e, now) > 0)
         *wake = e->qhead != NULL;
-    if (!e->held)
+    if (e->nheld == 0)
         return BACKEND_NOT_FOUND;
-    if (!text_secret_eq(e->token, token))
+    i = do_mem_find_token(e, req->token);
+    if (i < 0)
         return BACKEND_MISMATCH;
+    *idx = (uint32_t)i;
+    return BACKEND_OK;
+}
+
+static enum backend_result do_renew(struct mem_entry *e,
+                                    struct mem_holder *h,
+                                    const struct lock_req *req,
+                                    int64_t now,
+                                    struct lock_grant *out)
+{
+    if (req->reenter && h->holds >= LOCK_HOLDS_MAX)
+        return BACKEND_HOLDS_MAX;
+    if (req->reenter)
+        h->holds++;
+    if (req->ttl_ms > 0)
+        h->ttl_ms = req->ttl_ms;
+    h->expires_mono = now + (int64_t)h->ttl_ms;
+    h->expires_wall = clock_wall_ms() + (int64_t)h->ttl_ms;
+    out->fence = h->fence;
+    out->ttl_ms = h->ttl_ms;
+    out->expires_at_ms = h->expires_wall;
+    out->mode = (enum lock_mode)e->mode;
+    out->limit = e->limit;
+    out->holds = h->holds;
     return BACKEND_OK;
 }
 
@@ -252,27 +320,20 @@ static enum backend_result mem_be_renew(struct backend *be,
     uint64_t hash = keytab_hash(req->key, req->key_len);
     struct mem_shard *s = shard_of(m, hash);
     struct mem_entry *e;
+    uint32_t i = 0;
     bool wake = false;
     int64_t now = clock_mono_ms();
     enum backend_result r;
 
     pthread_mutex_lock(&s->mu);
-    r = do_find_held(m, s, req->key, req->key_len, hash, req->token, now, &e,
-                     &wake);
-    if (r == BACKEND_OK) {
-        if (req->ttl_ms > 0)
-            e->ttl_ms = req->ttl_ms;
-        e->expires_mono = now + (int64_t)e->ttl_ms;
-        e->expires_wall = clock_wall_ms() + (int64_t)e->ttl_ms;
-        out->fence = e->fence;
-        out->ttl_ms = e->ttl_ms;
-        out->expires_at_ms = e->expires_wall;
-    } else if (e != NULL) {
-        do_entry_free_if_idle(s, e);
-    }
+    r = do_find_held(m, s, req, hash, now, &e, &i, &wake);
+    if (r == BACKEND_OK)
+        r = do_renew(e, mem_holder_at(e, i), req, now, out);
+    else if (e != NULL)
+        do_mem_entry_free_if_idle(s, e);
     pthread_mutex_unlock(&s->mu);
     if (wake)
-        notify(m, req->key, req->key_len);
+        mem_notify(m, req->key, req->key_len);
     return r;
 }
 
@@ -284,22 +345,28 @@ static enum backend_result mem_be_release(struct backend *be,
     uint64_t hash = keytab_hash(req->key, req->key_len);
     struct mem_shard *s = shard_of(m, hash);
     struct mem_entry *e;
+    struct mem_holder *h;
+    uint32_t i = 0;
     bool wake = false;
     enum backend_result r;
-    (void)out; /* holds left: 0, set by the wrapper */
 
     pthread_mutex_lock(&s->mu);
-    r = do_find_held(m, s, req->key, req->key_len, hash, req->token,
-                     clock_mono_ms(), &e, &wake);
+    r = do_find_held(m, s, req, hash, clock_mono_ms(), &e, &i, &wake);
     if (r == BACKEND_OK) {
-        do_unhold(m, e);
-        wake = e->qhead != NULL;
+        h = mem_holder_at(e, i);
+        if (req->all || h->holds <= 1) {
+            do_mem_unhold(m, e, i);
+            out->holds = 0;
+            wake = e->qhead != NULL;
+        } else {
+            out->holds = --h->holds;
+        }
     }
     if (e != NULL)
-        do_entry_free_if_idle(s, e);
+        do_mem_entry_free_if_idle(s, e);
     pthread_mutex_unlock(&s->mu);
     if (wake)
-        notify(m, req->key, req->key_len);
+        mem_notify(m, req->key, req->key_len);
     return r;
 }
 
@@ -318,27 +385,15 @@ static enum backend_result mem_be_inspect(struct backend *be,
 
     pthread_mutex_lock(&s->mu);
     e = (struct mem_entry *)keytab_find(&s->tab, key, key_len, hash);
-    if (e != NULL && do_expire_if_due(m, e, now))
+    if (e != NULL && do_mem_expire(m, e, now) > 0)
         wake = e->qhead != NULL;
-    if (e != NULL && e->held) {
-        out->fence = e->fence;
-        out->ttl_ms = remaining_ms(e, now);
-        out->expires_at_ms = e->expires_wall;
-        out->has_owner = e->owner != NULL;
-        if (e->owner != NULL) {
-            size_t n = strlen(e->owner);
-            if (n > LOCK_OWNER_MAX)
-                n = LOCK_OWNER_MAX;
-            memcpy(out->owner, e->owner, n);
-            out->owner[n] = '\0';
-        }
-        r = BACKEND_OK;
-    } else if (e != NULL) {
-        do_entry_free_if_idle(s, e);
-    }
+    if (e != NULL && e->nheld > 0)
+        r = do_mem_fill_info(e, now, out);
+    else if (e != NULL)
+        do_mem_entry_free_if_idle(s, e);
     pthread_mutex_unlock(&s->mu);
     if (wake)
-        notify(m, key, key_len);
+        mem_notify(m, key, key_len);
     return r;
 }
 
@@ -358,22 +413,12 @@ static enum backend_result mem_be_cancel_wait(struct backend *be,
         return BACKEND_OK;
     pthread_mutex_lock(&s->mu);
     e = w->entry;
-    /* the next waiter may go if the leaving one was first and it is free */
-    wake = e->qhead == w && w->next != NULL && !e->held;
-    if (w->prev != NULL)
-        w->prev->next = w->next;
-    else
-        e->qhead = w->next;
-    if (w->next != NULL)
-        w->next->prev = w->prev;
-    else
-        e->qtail = w->prev;
-    free(w);
-    waiter->be_data = NULL;
-    do_entry_free_if_idle(s, e);
+    wake = do_leaving_wakes(e, w);
+    do_unqueue(e, waiter);
+    do_mem_entry_free_if_idle(s, e);
     pthread_mutex_unlock(&s->mu);
     if (wake)
-        notify(m, key, key_len);
+        mem_notify(m, key, key_len);
     return BACKEND_OK;
 }
 
@@ -391,79 +436,12 @@ static int64_t mem_be_held_count(struct backend *be)
     return n > 0 ? n : 0;
 }
 
-struct sweep {
-    struct mem_be *m;
-    struct mem_shard *s;
-    int64_t now;
-    size_t nwake;
-    char *wake[MEM_SWEEP_BATCH]; /* owned copies of keys to notify */
-    size_t wake_len[MEM_SWEEP_BATCH];
-};
-
-static void sweep_entry(struct keytab_entry *ke, void *arg)
-{
-    struct sweep *sw = arg;
-    struct mem_entry *e = (struct mem_entry *)ke;
-
-    if (e->qhead != NULL && sw->nwake == MEM_SWEEP_BATCH)
-        return; /* no room to notify its waiters: the next pass expires it */
-    if (!do_expire_if_due(sw->m, e, sw->now))
-        return;
-    if (e->qhead != NULL) {
-        sw->wake[sw->nwake] = strndup(e->key, e->ke.key_len);
-        if (sw->wake[sw->nwake] != NULL)
-            sw->wake_len[sw->nwake++] = e->ke.key_len;
-    }
-    do_entry_free_if_idle(sw->s, e);
-}
-
-static void *sweeper_main(void *arg)
-{
-    struct mem_be *m = arg;
-    struct timespec ts;
-
-    pthread_mutex_lock(&m->stop_mu);
-    while (!m->stopping) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += MEM_SWEEP_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&m->stop_cv, &m->stop_mu, &ts);
-        if (m->stopping)
-            break;
-        pthread_mutex_unlock(&m->stop_mu);
-        for (int i = 0; i < MEM_SHARDS; i++) {
-            struct sweep sw = { .m = m, .s = &m->shards[i] };
-            do { /* again while a full batch may have left some behind */
-                sw.nwake = 0;
-                pthread_mutex_lock(&sw.s->mu);
-                sw.now = clock_mono_ms();
-                keytab_foreach(&sw.s->tab, sweep_entry, &sw);
-                pthread_mutex_unlock(&sw.s->mu);
-                for (size_t k = 0; k < sw.nwake; k++) {
-                    notify(m, sw.wake[k], sw.wake_len[k]);
-                    free(sw.wake[k]);
-                }
-            } while (sw.nwake == MEM_SWEEP_BATCH);
-        }
-        pthread_mutex_lock(&m->stop_mu);
-    }
-    pthread_mutex_unlock(&m->stop_mu);
-    return NULL;
-}
+/* ---- open and close ---- */
 
 static void free_entry(struct keytab_entry *ke, void *arg)
 {
-    struct mem_entry *e = (struct mem_entry *)ke;
-    struct mem_waiter *w, *next;
-
     (void)arg;
-    for (w = e->qhead; w != NULL; w = next) {
-        next = w->next;
-        free(w);
-    }
-    free(e->owner);
-    free(e);
+    mem_entry_free((struct mem_entry *)ke);
 }
 
 static void mem_be_close(struct backend *be)
@@ -538,7 +516,7 @@ static enum backend_result mem_be_open(const char *url,
             return BACKEND_NO_MEMORY;
         }
     }
-    err = pthread_create(&m->sweeper, NULL, sweeper_main, m);
+    err = pthread_create(&m->sweeper, NULL, mem_sweeper_main, m);
     if (err != 0) {
         log_error("memory: cannot start the sweeper thread: %s", strerror(err));
         mem_be_close(&m->base);

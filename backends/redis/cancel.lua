@@ -8,7 +8,8 @@ local channel = ARGV[2]
 local key = ARGV[3]
 local n = redis.call('LREM', queue_key, 0, uid)
 redis.call('HDEL', deadlines_key, uid)
-if n > 0 and redis.call('EXISTS', lock_key) == 0 and
+-- free, or shared (a shared waiter behind may now fit): tell the others
+if n > 0 and redis.call('HEXISTS', lock_key, 't') == 0 and
    redis.call('LLEN', queue_key) > 0 then
   redis.call('PUBLISH', channel, key)
 end

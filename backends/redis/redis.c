@@ -1,23 +1,35 @@
 /*
  * backends/redis/redis.c - lock store on Redis (hiredis 0.14): the ops
  * table, open/close and the operations, each one script run (scripts.c).
- * A held key is one hash (token digest, fence, TTL, owner) with a PX
- * expiry, so Redis frees it by itself; a per-key fence counter never
- * expires. Every state change is one Lua script run with EVALSHA, so
- * every check-and-change is atomic in Redis and judged by Redis's clock.
- * One hiredis context per worker thread (conn.c); a subscriber thread on
- * its own connection hears releases made through other lockd instances
- * and wakes waiters (subscriber.c). Waiters queue in Redis
+ * An exclusive key is one hash (token digest, fence, TTL, owner) with a
+ * PX expiry, as cheap as before lock kinds; a shared key keeps its holders
+ * in the same hash beside a sorted set of their expiries; a per-key fence
+ * counter, shared by both modes, never expires. Every state change is one Lua
+ * script run with EVALSHA, so every check-and-change is atomic in Redis and
+ * judged by Redis's clock. One hiredis context per worker thread (conn.c); a
+ * subscriber thread on its own connection hears releases made through other
+ * lockd instances and wakes waiters (subscriber.c). Waiters queue in Redis
  * (BACKEND_CAP_QUEUE, queue.c): FIFO across every instance.
  *
  * Layout, for a prefix P (default "lockd:") and a lockd key K (raw bytes):
- *   P "lock:{" K "}"    hash  t = sha1hex(token), f = fence, ttl, [o = owner]
+ *   P "lock:{" K "}"    hash. Held EXCLUSIVE: t = sha1hex(token), f =
+ *                       fence, ttl, [o = owner], [n = holds if > 1],
+ *                       [x = sealed token, "i:" sha1hex(idem) = t], with a
+ *                       PX expiry, so Redis frees it by itself. Held SHARED:
+ *                       m = "s", l = limit ("0" none), "h:" digest = that
+ *                       holder's record (msgpack: fence, ttl, holds, owner,
+ *                       idem digest, sealed token), "i:" sha1hex(idem) =
+ *                       its digest; expires with the last holder
+ *   P "exp:{" K "}"     zset, SHARED: token digest -> expiry (Redis's unix
+ *                       ms); every script reaps what passed, and it expires
+ *                       with the last holder too
  *   P "fence:{" K "}"   integer, INCRed by every grant, never expires
  *   P "queue:{" K "}"   list of waiter ids, first come first served
- *   P "qdl:{" K "}"     hash waiter id -> its deadline (Redis's unix ms)
+ *   P "qdl:{" K "}"     hash waiter id -> its deadline (Redis's unix ms),
+ *                       followed by " s " limit for a shared waiter
  *   channel P "released:" db   PUBLISHed with K by every release
  * P and the fixed words around K make the mapping injective: K is what is
- * left after stripping them, and "lock:" and "fence:" never collide.
+ * left after stripping them, and "lock:", "exp:" and "fence:" never collide.
  *
  * Keys reach the operations through the wrappers of backends/backend.c,
  * which let through only 1..LOCK_KEY_MAX bytes (backend_key_ok()): no
@@ -101,24 +113,30 @@ static enum backend_result redis_open(const char *url,
 
 /* ---- acquire and cancel ---- */
 
-/* acquire.lua's arguments for req; ttl and left are the caller's. */
+/* acquire.lua's arguments for req; ttl, left and limit are the
+ * caller's. */
 static void redis_acquire_args(struct redis_be *be,
                                const struct lock_req *req,
                                const struct redis_wait *bw,
                                char ttl[24],
                                char left[24],
+                               char limit[24],
                                struct redis_args *a)
 {
     const char *k = req->key, *waiter = bw != NULL ? bw->id : "";
+    const char *idem = req->idem_key != NULL ? req->idem_key : "";
     size_t kn = req->key_len;
 
     snprintf(ttl, 24, "%llu", (unsigned long long)req->ttl_ms);
     snprintf(left, 24, "%lld",
              bw != NULL ? (long long)redis_wait_left(bw) : 0LL);
+    snprintf(limit, 24, "%u",
+             req->mode == LOCK_SHARED ? (unsigned)req->limit : 0u);
     redis_arg_key(be, a, REDIS_BE_ACQ_LOCK, "lock:", k, kn);
     redis_arg_key(be, a, REDIS_BE_ACQ_FENCE, "fence:", k, kn);
     redis_arg_key(be, a, REDIS_BE_ACQ_QUEUE, "queue:", k, kn);
     redis_arg_key(be, a, REDIS_BE_ACQ_DEADLINES, "qdl:", k, kn);
+    redis_arg_key(be, a, REDIS_BE_ACQ_EXP, "exp:", k, kn);
     redis_arg(a, REDIS_BE_ACQ_TOKEN, req->token, strlen(req->token));
     redis_arg(a, REDIS_BE_ACQ_TTL, ttl, strlen(ttl));
     redis_arg(a, REDIS_BE_ACQ_HAS_OWNER, req->owner != NULL ? "1" : "0", 1);
@@ -129,30 +147,79 @@ static void redis_acquire_args(struct redis_be *be,
     redis_arg(a, REDIS_BE_ACQ_INSTANCE, be->instance, strlen(be->instance));
     redis_arg(a, REDIS_BE_ACQ_CHANNEL, be->channel, strlen(be->channel));
     redis_arg(a, REDIS_BE_ACQ_KEY, k, kn);
+    redis_arg(a, REDIS_BE_ACQ_MODE, req->mode == LOCK_SHARED ? "1" : "0", 1);
+    redis_arg(a, REDIS_BE_ACQ_LIMIT, limit, strlen(limit));
+    redis_arg(a, REDIS_BE_ACQ_IDEM, idem, strlen(idem));
 }
 
-/* True if r is {status, int, int, int}. */
-static bool redis_reply_4ints(const redisReply *r, long long status)
+/* True if r is an array of at least n integers, the first status. */
+static bool redis_reply_ints(const redisReply *r, size_t n, long long status)
 {
-    return redis_reply_is_int(r, 0) && r->element[0]->integer == status &&
-           r->elements == 4 && redis_reply_is_int(r, 1) &&
-           redis_reply_is_int(r, 2) && redis_reply_is_int(r, 3);
+    if (!redis_reply_is_int(r, 0) || r->element[0]->integer != status ||
+        r->elements < n)
+        return false;
+    for (size_t i = 1; i < n; i++)
+        if (!redis_reply_is_int(r, i))
+            return false;
+    return true;
 }
 
-/* acquire.lua's answer into out: OK, HELD, or UNAVAILABLE (logged). */
+/* {1, fence, ttl, expires_at, mode, limit, holds, ...} (acquire, renew)
+ * into out: true, or false if it is not that. */
+static bool redis_grant_fill(const redisReply *r, struct lock_grant *out)
+{
+    long long fence, ttl, mode, limit, holds;
+
+    if (!redis_reply_ints(r, 7, 1))
+        return false;
+    fence = r->element[1]->integer;
+    ttl = r->element[2]->integer;
+    mode = r->element[4]->integer;
+    limit = r->element[5]->integer;
+    holds = r->element[6]->integer;
+    if (fence <= 0 || (uint64_t)fence > LOCK_FENCE_MAX || ttl <= 0 ||
+        (mode != LOCK_EXCLUSIVE && mode != LOCK_SHARED) || limit < 0 ||
+        limit > LOCK_LIMIT_MAX || holds < 1 || holds > LOCK_HOLDS_MAX)
+        return false;
+    out->fence = (uint64_t)fence;
+    out->ttl_ms = (uint64_t)ttl;
+    out->expires_at_ms = r->element[3]->integer;
+    out->mode = (enum lock_mode)mode;
+    out->limit = (uint32_t)limit;
+    out->holds = (uint32_t)holds;
+    return true;
+}
+
+/* An acquire's grant: with replay = 1, the replayed grant's token too. */
+static bool redis_acquire_fill(const redisReply *r, struct lock_grant *out)
+{
+    const redisReply *tok;
+
+    if (!redis_grant_fill(r, out) || !redis_reply_is_int(r, 7))
+        return false;
+    if (r->element[7]->integer == 0)
+        return true;
+    if (r->elements < 9)
+        return false;
+    tok = r->element[8];
+    if (tok->type != REDIS_REPLY_STRING || tok->len == 0 ||
+        tok->len > LOCK_TOKEN_MAX)
+        return false;
+    memcpy(out->token, tok->str, tok->len);
+    out->token[tok->len] = '\0';
+    out->replay = true;
+    return true;
+}
+
+/* acquire.lua's answer into out: OK, HELD, LIMIT_MISMATCH,
+ * IDEM_CONFLICT, or UNAVAILABLE (logged). */
 static enum backend_result redis_acquire_reply(struct redis_be *be,
                                                const redisReply *r,
                                                struct lock_grant *out)
 {
-    if (redis_reply_4ints(r, 1) && r->element[1]->integer > 0 &&
-        (uint64_t)r->element[1]->integer <= LOCK_FENCE_MAX &&
-        r->element[2]->integer > 0) {
-        out->fence = (uint64_t)r->element[1]->integer;
-        out->ttl_ms = (uint64_t)r->element[2]->integer;
-        out->expires_at_ms = r->element[3]->integer;
+    if (redis_acquire_fill(r, out))
         return BACKEND_OK;
-    }
-    if (redis_reply_4ints(r, 0)) {
+    if (redis_reply_ints(r, 4, 0)) {
         long long hint = r->element[1]->integer;
         out->retry_ms = hint > 0 ? (uint64_t)hint : (hint == 0 ? 1 : 0);
         /* behind one of ours: waitq may hold them in another order and
@@ -162,6 +229,11 @@ static enum backend_result redis_acquire_reply(struct redis_be *be,
             r->element[2]->integer == 1 && r->element[3]->integer == 1;
         return BACKEND_HELD;
     }
+    if (redis_reply_ints(r, 1, -3))
+        return BACKEND_LIMIT_MISMATCH;
+    if (redis_reply_ints(r, 1, -4))
+        return BACKEND_IDEM_CONFLICT;
+    memset(out, 0, sizeof(*out));
     redis_warn(be, "acquire", "unexpected reply");
     return BACKEND_UNAVAILABLE;
 }
@@ -173,7 +245,7 @@ static enum backend_result redis_acquire(struct backend *b,
     struct redis_be *be = (struct redis_be *)b;
     struct redis_wait *bw = NULL;
     struct redis_args a;
-    char ttl[24], left[24];
+    char ttl[24], left[24], limit[24];
     redisReply *r;
     enum backend_result res;
 
@@ -182,14 +254,14 @@ static enum backend_result redis_acquire(struct backend *b,
         if (bw == NULL)
             return BACKEND_NO_MEMORY;
     }
-    redis_acquire_args(be, req, bw, ttl, left, &a);
+    redis_acquire_args(be, req, bw, ttl, left, limit, &a);
     r = redis_script_run(be, REDIS_BE_SCRIPT_ACQUIRE, &a);
     if (r == NULL)
         return BACKEND_UNAVAILABLE; /* the waiter keeps its place, if any */
     res = redis_acquire_reply(be, r, out);
     freeReplyObject(r);
     if (res == BACKEND_OK && req->waiter != NULL)
-        redis_wait_free(req->waiter); /* out of the queue */
+        redis_wait_free(req->waiter); /* out of the queue (a replay too) */
     return res;
 }
 
@@ -229,26 +301,25 @@ static enum backend_result redis_renew(struct backend *b,
 
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
     redis_arg_key(be, &a, REDIS_BE_REN_LOCK, "lock:", req->key, req->key_len);
+    redis_arg_key(be, &a, REDIS_BE_REN_EXP, "exp:", req->key, req->key_len);
     redis_arg(&a, REDIS_BE_REN_TOKEN, req->token, strlen(req->token));
     redis_arg(&a, REDIS_BE_REN_TTL, ttl, strlen(ttl));
+    redis_arg(&a, REDIS_BE_REN_REENTER, req->reenter ? "1" : "0", 1);
     r = redis_script_run(be, REDIS_BE_SCRIPT_RENEW, &a);
     if (r == NULL)
         return BACKEND_UNAVAILABLE;
-    if (!redis_reply_is_int(r, 0)) {
-        redis_warn(be, "renew", "unexpected reply");
-    } else if (r->element[0]->integer == 0) {
-        res = BACKEND_NOT_FOUND;
-    } else if (r->element[0]->integer == -1) {
-        res = BACKEND_MISMATCH;
-    } else if (redis_reply_4ints(r, 1) && r->element[1]->integer > 0 &&
-               r->element[2]->integer > 0) {
-        out->fence = (uint64_t)r->element[1]->integer;
-        out->ttl_ms = (uint64_t)r->element[2]->integer;
-        out->expires_at_ms = r->element[3]->integer;
+    if (redis_grant_fill(r, out))
         res = BACKEND_OK;
-    } else {
+    else if (redis_reply_ints(r, 1, 0))
+        res = BACKEND_NOT_FOUND;
+    else if (redis_reply_ints(r, 1, -1))
+        res = BACKEND_MISMATCH;
+    else if (redis_reply_ints(r, 1, -3))
+        res = BACKEND_HOLDS_MAX;
+    if (res != BACKEND_OK)
+        memset(out, 0, sizeof(*out));
+    if (res == BACKEND_UNAVAILABLE)
         redis_warn(be, "renew", "unexpected reply");
-    }
     freeReplyObject(r);
     return res;
 }
@@ -261,51 +332,34 @@ static enum backend_result redis_release(struct backend *b,
     struct redis_args a;
     redisReply *r;
     enum backend_result res = BACKEND_UNAVAILABLE;
-    (void)out; /* holds left: 0, set by the wrapper */
 
     redis_arg_key(be, &a, REDIS_BE_REL_LOCK, "lock:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "queue:", req->key, req->key_len);
+    redis_arg_key(be, &a, REDIS_BE_REL_EXP, "exp:", req->key, req->key_len);
     redis_arg(&a, REDIS_BE_REL_TOKEN, req->token, strlen(req->token));
+    redis_arg(&a, REDIS_BE_REL_ALL, req->all ? "1" : "0", 1);
     redis_arg(&a, REDIS_BE_REL_CHANNEL, be->channel, strlen(be->channel));
     redis_arg(&a, REDIS_BE_REL_KEY, req->key, req->key_len);
     r = redis_script_run(be, REDIS_BE_SCRIPT_RELEASE, &a);
     if (r == NULL)
         return BACKEND_UNAVAILABLE;
-    if (r->type != REDIS_REPLY_INTEGER)
-        redis_warn(be, "release", "unexpected reply");
-    else if (r->integer == 1)
+    if (redis_reply_ints(r, 2, 1) && r->element[1]->integer >= 0 &&
+        r->element[1]->integer < LOCK_HOLDS_MAX) {
+        out->holds = (uint32_t)r->element[1]->integer;
         res = BACKEND_OK;
-    else if (r->integer == 0)
+    } else if (redis_reply_ints(r, 1, 0)) {
         res = BACKEND_NOT_FOUND;
-    else if (r->integer == -1)
+    } else if (redis_reply_ints(r, 1, -1)) {
         res = BACKEND_MISMATCH;
-    else
+    } else {
         redis_warn(be, "release", "unexpected reply");
+    }
     freeReplyObject(r);
-    /* wake local waiters now; the published message will wake them again
-     * (spurious is fine) and reaches the other instances */
-    if (res == BACKEND_OK && be->hooks.notify != NULL)
+    /* the last hold: wake local waiters now; the published message will
+     * wake them again (spurious is fine) and reaches the other instances */
+    if (res == BACKEND_OK && out->holds == 0 && be->hooks.notify != NULL)
         be->hooks.notify(be->hooks.arg, req->key, req->key_len);
     return res;
-}
-
-/* inspect.lua's {1, fence, pttl, expires_at, owner or nil} into out. */
-static void redis_inspect_fill(const redisReply *r, struct lock_info *out)
-{
-    long long pttl = r->element[2]->integer;
-
-    out->fence = (uint64_t)r->element[1]->integer;
-    out->ttl_ms = pttl >= 1 ? (uint64_t)pttl : 1; /* held: >= 1 */
-    out->expires_at_ms = r->element[3]->integer;
-    out->has_owner = false;
-    if (r->elements >= 5 && r->element[4]->type == REDIS_REPLY_STRING) {
-        size_t n = r->element[4]->len;
-        if (n > LOCK_OWNER_MAX)
-            n = LOCK_OWNER_MAX;
-        memcpy(out->owner, r->element[4]->str, n);
-        out->owner[n] = '\0';
-        out->has_owner = true;
-    }
 }
 
 static enum backend_result redis_inspect(struct backend *b,
@@ -313,29 +367,7 @@ static enum backend_result redis_inspect(struct backend *b,
                                          size_t key_len,
                                          struct lock_info *out)
 {
-    struct redis_be *be = (struct redis_be *)b;
-    struct redis_args a;
-    redisReply *r;
-    enum backend_result res = BACKEND_UNAVAILABLE;
-
-    redis_arg_key(be, &a, REDIS_BE_INS_LOCK, "lock:", key, key_len);
-    r = redis_script_run(be, REDIS_BE_SCRIPT_INSPECT, &a);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    if (!redis_reply_is_int(r, 0)) {
-        redis_warn(be, "inspect", "unexpected reply");
-    } else if (r->element[0]->integer == 0) {
-        res = BACKEND_NOT_FOUND;
-    } else if (r->element[0]->integer == 1 && r->elements >= 4 &&
-               redis_reply_is_int(r, 1) && redis_reply_is_int(r, 2) &&
-               redis_reply_is_int(r, 3) && r->element[1]->integer > 0) {
-        redis_inspect_fill(r, out);
-        res = BACKEND_OK;
-    } else {
-        redis_warn(be, "inspect", "unexpected reply");
-    }
-    freeReplyObject(r);
-    return res;
+    return redis_inspect_run((struct redis_be *)b, key, key_len, out);
 }
 
 static enum backend_result redis_ping(struct backend *b)

@@ -9,6 +9,7 @@
  *   conn.c        one hiredis context per worker thread, reconnects,
  *                 back-off, availability logging
  *   scripts.c     the Lua scripts: loading, EVALSHA, NOSCRIPT, not-after
+ *   inspect.c     inspect.lua's reply into a struct lock_info
  *   queue.c       a waiter's place in a key's queue, failed cancels
  *   subscriber.c  the thread that hears releases through other instances
  *
@@ -70,7 +71,8 @@ enum redis_acquire_arg {
     REDIS_BE_ACQ_LOCK,      /* KEYS: the lock hash */
     REDIS_BE_ACQ_FENCE,     /* the fence counter */
     REDIS_BE_ACQ_QUEUE,     /* the queue of waiter ids */
-    REDIS_BE_ACQ_DEADLINES, /* waiter id -> deadline */
+    REDIS_BE_ACQ_DEADLINES, /* waiter id -> deadline [" s " limit] */
+    REDIS_BE_ACQ_EXP,       /* shared holders' expiries */
     REDIS_BE_ACQ_NKEYS,
     REDIS_BE_ACQ_TOKEN = REDIS_BE_ACQ_NKEYS, /* ARGV */
     REDIS_BE_ACQ_TTL,                        /* ms */
@@ -81,22 +83,29 @@ enum redis_acquire_arg {
     REDIS_BE_ACQ_INSTANCE,  /* this instance's waiter id prefix */
     REDIS_BE_ACQ_CHANNEL,   /* the release channel */
     REDIS_BE_ACQ_KEY,       /* the lockd key, for PUBLISH */
+    REDIS_BE_ACQ_MODE,      /* "0" exclusive, "1" shared */
+    REDIS_BE_ACQ_LIMIT,     /* shared: the limit, "0" = none */
+    REDIS_BE_ACQ_IDEM,      /* the Idempotency-Key; "" = none */
     REDIS_BE_ACQ_NARGS,
 };
 
 enum redis_renew_arg {
     REDIS_BE_REN_LOCK, /* KEYS */
+    REDIS_BE_REN_EXP,
     REDIS_BE_REN_NKEYS,
     REDIS_BE_REN_TOKEN = REDIS_BE_REN_NKEYS, /* ARGV */
     REDIS_BE_REN_TTL,                        /* ms; "0" = the stored TTL */
+    REDIS_BE_REN_REENTER,                    /* "1": one more hold */
     REDIS_BE_REN_NARGS,
 };
 
 enum redis_release_arg {
     REDIS_BE_REL_LOCK, /* KEYS */
     REDIS_BE_REL_QUEUE,
+    REDIS_BE_REL_EXP,
     REDIS_BE_REL_NKEYS,
     REDIS_BE_REL_TOKEN = REDIS_BE_REL_NKEYS, /* ARGV */
+    REDIS_BE_REL_ALL,                        /* "1": every hold */
     REDIS_BE_REL_CHANNEL,
     REDIS_BE_REL_KEY,
     REDIS_BE_REL_NARGS,
@@ -104,6 +113,7 @@ enum redis_release_arg {
 
 enum redis_inspect_arg {
     REDIS_BE_INS_LOCK, /* KEYS */
+    REDIS_BE_INS_EXP,
     REDIS_BE_INS_NKEYS,
     REDIS_BE_INS_NARGS = REDIS_BE_INS_NKEYS, /* no ARGV */
 };
@@ -254,6 +264,15 @@ redisReply *redis_script_run(struct redis_be *be,
                              struct redis_args *a);
 /* True if r is an array whose element i is an integer. */
 bool redis_reply_is_int(const redisReply *r, size_t i);
+
+/* ---- inspect.c ---- */
+
+/* inspect(): OK (out filled, out->holders malloc'ed), NOT_FOUND,
+ * UNAVAILABLE, NO_MEMORY; on any but OK, out holds nothing. */
+enum backend_result redis_inspect_run(struct redis_be *be,
+                                      const char *key,
+                                      size_t key_len,
+                                      struct lock_info *out);
 
 /* ---- queue.c ---- */
 

@@ -8,7 +8,10 @@
  * lost them) and, for acquire and renew, stamped with a not-after time.
  *
  * The token never reaches Redis's memory in clear: the hash keeps
- * sha1hex(token), and tokens are compared as digests. TIME comes before
+ * sha1hex(token), and tokens are compared as digests. A grant made with an
+ * Idempotency-Key must answer its token again to a retry through any
+ * instance: it keeps the token sealed (XOR) with a key stream drawn from
+ * the Idempotency-Key, of which Redis keeps only a digest. TIME comes before
  * writes in acquire, which Redis < 5 allows only after
  * replicate_commands() (a no-op from Redis 5 on). Fences are written with
  * %.0f: Lua numbers are doubles, exact below 2^53, and %.0f never switches
@@ -27,11 +30,22 @@
 
 #include "lib/clock.h"
 
+/* LOCK_HOLDS_MAX is written into renew.lua as holds_max */
+_Static_assert(LOCK_HOLDS_MAX == 1000000, "renew.lua's holds_max");
+
+/* holders.lua holds the helpers (clock, holder records, reaping) that
+ * acquire, renew, release and inspect start with: its text goes before
+ * theirs. */
+
 /*
  * acquire: {-2}: run after lockd gave up on it, nothing done.
- * {1, fence, ttl, expires_at} granted;
- * {0, retry_ms, behind, ours} held, or free with an earlier waiter first
- * (behind = 1; ours = 1 when that waiter is this instance's).
+ * {1, fence, ttl, expires_at, mode, limit, holds, replay, [token]}
+ * granted (replay = 1: the Idempotency-Key named a live grant, answered
+ * again with its token and what is left of its TTL);
+ * {0, retry_ms, behind, ours} held, or the holders leave room but an
+ * earlier waiter goes first (behind = 1; ours = 1 when the queue's head is
+ * this instance's); {-3} shared under another limit; {-4} the
+ * Idempotency-Key names a grant of another mode or limit.
  * A retry of an acquire whose reply was lost finds its own token and is
  * granted again, with the same fence. A place's deadline is Redis's now
  * plus the wait left, set again by every try: lockd's wall clock never
@@ -40,33 +54,44 @@
  * are dropped from the head: their lockd would have cancelled them, so it
  * is gone; the queue's own expiry follows its last deadline. Behind
  * another instance's waiter on a free key, retry soon (it should take the
- * key at once); a waiter's grant is published so the others learn the new
- * holder's TTL.
+ * key at once); a waiter's grant is published when others wait, so they
+ * learn the new holder's TTL and shared waiters behind go with it.
  */
 static const char acquire_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script (apart, so that include sorting keeps the order) */
 #include "backends/redis/acquire.lua.h"
     ;
 
-/* renew: {1, fence, ttl, expires_at}, {0} free, {-1} another token,
- * {-2} too late. A TTL of "0" keeps the stored one. */
+/* renew: {1, fence, ttl, expires_at, mode, limit, holds}, {0} free, {-1}
+ * another token, {-2} too late, {-3} holds at LOCK_HOLDS_MAX. A TTL of "0"
+ * keeps the stored one. */
 static const char renew_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script */
 #include "backends/redis/renew.lua.h"
     ;
 
-/* release: 1 released, 0 free, -1 another token. Published only when
- * someone waits: every waiter, on any instance, has a place in the
- * queue. */
+/* release: {1, holds left}, {0} free, {-1} another token. Published when
+ * a holder went and someone waits: every waiter, on any instance, has a
+ * place in the queue. */
 static const char release_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script */
 #include "backends/redis/release.lua.h"
     ;
 
-/* inspect: {1, fence, pttl, expires_at, owner or nil}, {0} free. */
+/* inspect: {1, mode, limit, holder count, greatest fence, last expiry,
+ * now, then fence, expires_at, holds, owner or nil of the first
+ * LOCK_HOLDERS_SHOWN holders by fence}, {0} free. */
 static const char inspect_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script */
 #include "backends/redis/inspect.lua.h"
     ;
 
-/* cancel: leaves the queue; if the key is free and others wait, tells
- * them. The number of places removed. */
+/* cancel: leaves the queue; if the key is free (or shared) and others
+ * wait, tells them. The number of places removed. */
 static const char cancel_lua[] =
 #include "backends/redis/cancel.lua.h"
     ;

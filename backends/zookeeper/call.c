@@ -188,3 +188,108 @@ int zk_call_multi_failed(struct zk_call *c, int n)
             return i;
     return -1;
 }
+/* ---- batches of gets ---------------------------------------------------- */
+
+struct zk_batch *zk_batch_new(size_t n)
+{
+    struct zk_batch *b =
+        calloc(1, sizeof(*b) + n * sizeof(struct zk_batch_slot));
+
+    if (b == NULL)
+        return NULL;
+    if (pthread_mutex_init(&b->mu, NULL) != 0) {
+        free(b);
+        return NULL;
+    }
+    if (clock_cond_init(&b->cv) != 0) {
+        pthread_mutex_destroy(&b->mu);
+        free(b);
+        return NULL;
+    }
+    b->refs = 1;
+    b->n = n;
+    for (size_t i = 0; i < n; i++) {
+        b->slots[i].b = b;
+        b->slots[i].rc = ZOPERATIONTIMEOUT;
+    }
+    return b;
+}
+
+void zk_batch_sent(struct zk_batch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    b->refs++;
+    b->pending++;
+    pthread_mutex_unlock(&b->mu);
+}
+
+void zk_batch_not_sent(struct zk_batch *b, int i, int rc)
+{
+    pthread_mutex_lock(&b->mu);
+    b->refs--;
+    b->pending--;
+    b->slots[i].rc = rc;
+    b->slots[i].done = true;
+    pthread_mutex_unlock(&b->mu);
+}
+
+void zk_batch_on_data(int rc,
+                      const char *value,
+                      int value_len,
+                      const struct Stat *stat,
+                      const void *data)
+{
+    struct zk_batch_slot *s = (struct zk_batch_slot *)(uintptr_t)data;
+    struct zk_batch *b = s->b;
+    char *copy = NULL;
+
+    if (rc == ZOK && value != NULL && value_len > 0) {
+        copy = malloc((size_t)value_len);
+        if (copy == NULL)
+            rc = ZSYSTEMERROR;
+        else
+            memcpy(copy, value, (size_t)value_len);
+    }
+    pthread_mutex_lock(&b->mu);
+    s->rc = rc;
+    s->done = true;
+    if (rc == ZOK) {
+        if (stat != NULL)
+            s->stat = *stat;
+        s->data = copy;
+        s->data_len = copy != NULL ? value_len : 0;
+        copy = NULL;
+    }
+    b->pending--;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    free(copy);
+    zk_batch_unref(b);
+}
+
+void zk_batch_wait(struct zk_batch *b, int64_t deadline)
+{
+    pthread_mutex_lock(&b->mu);
+    while (b->pending > 0)
+        if (clock_cond_wait_until(&b->cv, &b->mu, deadline) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&b->mu);
+}
+
+void zk_batch_unref(struct zk_batch *b)
+{
+    int left;
+
+    if (b == NULL)
+        return;
+    pthread_mutex_lock(&b->mu);
+    left = --b->refs;
+    pthread_mutex_unlock(&b->mu);
+    if (left > 0)
+        return;
+    for (size_t i = 0; i < b->n; i++)
+        free(b->slots[i].data);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+}

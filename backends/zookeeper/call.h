@@ -11,15 +11,18 @@
 #define BACKENDS_ZOOKEEPER_CALL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <zookeeper/zookeeper.h>
 
 #include "backends/backend.h"
 
-#define ZK_PATH_MAX  1536 /* chroot + /lockd/locks/k + 683 + child */
-#define ZK_DATA_MAX  (32 + LOCK_TOKEN_MAX + LOCK_OWNER_MAX)
-#define ZK_MULTI_MAX 5 /* ops in one multi */
+#define ZK_PATH_MAX 1536 /* chroot + /lockd/locks/k + 683 + child */
+/* a holder's data: fields, token, Idempotency-Key, owner */
+#define ZK_DATA_MAX  (96 + LOCK_TOKEN_MAX + LOCK_IDEM_MAX + LOCK_OWNER_MAX)
+#define ZK_GROUP_MAX 48 /* a group's data: "lockd2 g <limit> <count>" */
+#define ZK_MULTI_MAX 8  /* ops in one multi */
 
 /* One asynchronous call, shared by the requesting thread and the library's
  * completion thread: whichever lets go last frees it. */
@@ -39,9 +42,48 @@ struct zk_call {
     zoo_op_t ops[ZK_MULTI_MAX];
     zoo_op_result_t results[ZK_MULTI_MAX];
     struct Stat set_stat;
-    char paths[4][ZK_PATH_MAX];
+    struct Stat set_stat2; /* a second set op's (a shared key's group) */
+    char paths[ZK_MULTI_MAX][ZK_PATH_MAX];
     char buf[ZK_DATA_MAX];
+    char gbuf[ZK_GROUP_MAX];
 };
+
+/* Many gets at once (a shared key's holders): sent back to back, waited
+ * for together, so they cost one round trip. */
+struct zk_batch_slot {
+    struct zk_batch *b;
+    int rc;
+    bool done;
+    struct Stat stat;
+    char *data; /* owned copy */
+    int data_len;
+};
+
+struct zk_batch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;    /* guarded by mu: the caller's and one per call sent */
+    int pending; /* guarded by mu: calls sent and not answered */
+    size_t n;
+    struct zk_batch_slot slots[]; /* n of them, rc ZOPERATIONTIMEOUT until
+                                     answered */
+};
+
+/* A batch of n slots with the caller's reference; NULL without memory. */
+struct zk_batch *zk_batch_new(size_t n);
+/* Before sending slot i's zoo_aget (data = &b->slots[i]): count it. */
+void zk_batch_sent(struct zk_batch *b);
+/* After a zoo_aget for slot i that returned rc != ZOK: no completion. */
+void zk_batch_not_sent(struct zk_batch *b, int i, int rc);
+void zk_batch_on_data(int rc,
+                      const char *value,
+                      int value_len,
+                      const struct Stat *stat,
+                      const void *data);
+/* Wait until every call sent is answered or deadline (monotonic ms). */
+void zk_batch_wait(struct zk_batch *b, int64_t deadline);
+/* Drop one reference; the last frees b. Accepts NULL. */
+void zk_batch_unref(struct zk_batch *b);
 
 /* A call with two references (the caller's and the completion's); NULL
  * when out of memory. */

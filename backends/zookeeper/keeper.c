@@ -355,13 +355,17 @@ static void zk_sweep_key(struct zk_be *be, struct zk_conn *cn, const char *name)
     for (int i = 0; i < kc->nkids; i++)
         if (strcmp(kc->kids[i], "h") == 0)
             has_h = true;
+    p.key = (const char *)key;
+    p.key_len = (size_t)key_len;
     if (has_h) {
         struct Stat st;
         rc = zk_get(be, cn, p.hpath, false, dl, &h, &st, &parsed);
-        if (rc == ZNONODE ||
-            (rc == ZOK && parsed && zk_remaining(be, &h, &st) <= 0 &&
-             zk_reap_holder(be, cn, &p, &h, st.version, dl, (const char *)key,
-                            (size_t)key_len) == ZOK))
+        if (rc == ZOK && parsed && h.group)
+            zk_sweep_group(be, cn, &p, &h, &st, kc, dl); /* h stays */
+        else if (rc == ZNONODE ||
+                 (rc == ZOK && parsed && zk_remaining(be, &h, &st) <= 0 &&
+                  zk_reap_holder(be, cn, &p, &h, st.version, dl,
+                                 (const char *)key, (size_t)key_len) == ZOK))
             has_h = false; /* its marker went with it */
         else if (rc != ZOK)
             parsed = false; /* keep every marker */
@@ -373,8 +377,10 @@ static void zk_sweep_key(struct zk_be *be, struct zk_conn *cn, const char *name)
         if (strcmp(kid, "h") == 0) {
             live += has_h;
         } else if (kid[0] == 't') {
-            /* a marker lives exactly as long as its holder */
-            bool mine = has_h && (!parsed || strcmp(kid + 1, h.token) == 0);
+            /* a marker lives exactly as long as its holder (a group has
+             * none) */
+            bool mine = has_h && (!parsed ||
+                                  (!h.group && strcmp(kid + 1, h.token) == 0));
             if (!mine &&
                 zk_child_path(p.parent, kid, path, sizeof(path)) == 0 &&
                 ((rc = zk_delete(cn, path, -1, dl)) == ZOK || rc == ZNONODE))

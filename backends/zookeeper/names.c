@@ -9,7 +9,8 @@
  *   <chroot>/lockd/locks/k<base64url(key)>    a key's node
  *       h                                     the holder
  *       t<token>                              h's marker
- *       w<inst>-<id>-<deadline>-0000000042    waiters
+ *       s<token>                              a shared holder (h: its group)
+ *       w<inst>-<id>-<deadline>-0000000042    waiters (r...: shared ones)
  *   <chroot>/lockd/clock                      written to learn the clock
  */
 #include "backends/zookeeper/zk.h"
@@ -108,9 +109,15 @@ int zk_paths_key(const struct zk_be *be,
                  struct zk_paths *p)
 {
     p->marker[0] = '\0';
+    p->member[0] = '\0';
+    p->key = key;
+    p->key_len = key_len;
     if (token != NULL &&
-        zk_marker_name(token, p->marker, sizeof(p->marker)) != 0)
+        (zk_marker_name(token, p->marker, sizeof(p->marker)) != 0 ||
+         zk_token_name('s', token, p->member, sizeof(p->member)) != 0)) {
         p->marker[0] = '\0';
+        p->member[0] = '\0';
+    }
     return zk_key_path(be, key, key_len, p->parent, sizeof(p->parent)) != 0 ||
                    zk_child_path(p->parent, "h", p->hpath, sizeof(p->hpath)) !=
                        0
@@ -121,6 +128,9 @@ int zk_paths_key(const struct zk_be *be,
 int zk_paths_node(const struct zk_be *be, const char *name, struct zk_paths *p)
 {
     p->marker[0] = '\0';
+    p->member[0] = '\0';
+    p->key = NULL;
+    p->key_len = 0;
     return zk_child_path(be->locks, name, p->parent, sizeof(p->parent)) != 0 ||
                    zk_child_path(p->parent, "h", p->hpath, sizeof(p->hpath)) !=
                        0
@@ -136,24 +146,31 @@ int zk_paths_node(const struct zk_be *be, const char *name, struct zk_paths *p)
  * -1 for a token that cannot be a node name (lockd's are 32 hex chars). */
 int zk_marker_name(const char *token, char *out, size_t cap)
 {
+    return zk_token_name('t', token, out, cap);
+}
+
+/* <c><token>: 0, or -1 for a token that cannot be a node name. */
+int zk_token_name(char c, const char *token, char *out, size_t cap)
+{
     size_t n = strlen(token);
 
     if (n == 0 || n > LOCK_TOKEN_MAX || n + 2 > cap ||
         strspn(token, "0123456789abcdefABCDEF") != n)
         return -1;
-    out[0] = 't';
+    out[0] = c;
     memcpy(out + 1, token, n + 1);
     return 0;
 }
 
 int zk_waiter_prefix(const struct zk_be *be,
+                     bool shared,
                      uint64_t id,
                      int64_t deadline,
                      char *out,
                      size_t cap)
 {
-    int n = snprintf(out, cap, "w%s-%" PRIx64 "-%" PRId64 "-", be->inst, id,
-                     deadline);
+    int n = snprintf(out, cap, "%c%s-%" PRIx64 "-%" PRId64 "-",
+                     shared ? 'r' : 'w', be->inst, id, deadline);
 
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
@@ -162,8 +179,8 @@ bool zk_waiter_is_ours(const struct zk_be *be, const char *name)
 {
     size_t n = strlen(be->inst);
 
-    return name[0] == 'w' && strncmp(name + 1, be->inst, n) == 0 &&
-           name[n + 1] == '-';
+    return (name[0] == 'w' || name[0] == 'r') &&
+           strncmp(name + 1, be->inst, n) == 0 && name[n + 1] == '-';
 }
 
 int zk_cmp_kid(const void *a, const void *b)
@@ -173,14 +190,15 @@ int zk_cmp_kid(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* Parse a waiter's name: w<inst>-<id>-<deadline>-<10-digit sequence>. */
+/* Parse a waiter's name: w<inst>-<id>-<deadline>-<10-digit sequence>
+ * (exclusive), r... (shared). */
 int zk_parse_waiter(const char *name, struct zk_kid *k)
 {
     size_t n = strlen(name);
     const char *p;
     int64_t v = 0, mul = 1;
 
-    if (n < ZK_SEQ_DIGITS + 3 || name[0] != 'w' ||
+    if (n < ZK_SEQ_DIGITS + 3 || (name[0] != 'w' && name[0] != 'r') ||
         name[n - ZK_SEQ_DIGITS - 1] != '-')
         return -1;
     for (size_t i = n - ZK_SEQ_DIGITS; i < n; i++) {
@@ -190,6 +208,7 @@ int zk_parse_waiter(const char *name, struct zk_kid *k)
     }
     k->name = name;
     k->seq = v;
+    k->shared = name[0] == 'r';
     v = 0;
     p = name + n - ZK_SEQ_DIGITS - 2;
     while (p > name && *p >= '0' && *p <= '9' && mul <= INT64_C(1) << 50) {
@@ -207,76 +226,175 @@ static bool zk_is_hex(char c)
            (c >= 'A' && c <= 'F');
 }
 
-/* "lockd1 <ttl_ms> <token>[ <grant_by>][\n<owner>]" */
-int zk_fmt_holder(char *buf,
-                  size_t cap,
-                  const char *token,
-                  uint64_t ttl_ms,
-                  int64_t grant_by,
-                  const char *owner,
-                  size_t *len)
+/* A holder's data. v2, written since lock kinds:
+ *   "lockd2 <x|s> <ttl_ms> <token> <grant_by> <holds> <limit>[ <run_ms>]"
+ *   "\n<idem>" [ "\n<owner>" ]   (idem: "" for none; owner: the rest;
+ *   run_ms: ttl_ms when absent)
+ * A shared key's h (the group): "lockd2 g <limit> <count>". */
+int zk_fmt_holder(char *buf, size_t cap, const struct zk_holder *h, size_t *len)
 {
-    char by[24] = "";
+    char run[24] = "";
     int n;
 
-    if (grant_by > 0)
-        snprintf(by, sizeof(by), " %" PRId64, grant_by);
-    n = snprintf(buf, cap, "lockd1 %" PRIu64 " %s%s%s%s", ttl_ms, token, by,
-                 owner != NULL ? "\n" : "", owner != NULL ? owner : "");
-    if (n < 0 || (size_t)n >= cap || strpbrk(token, " \n") != NULL)
+    if (h->run_ms != 0 && h->run_ms != h->ttl_ms)
+        snprintf(run, sizeof(run), " %" PRIu64, h->run_ms);
+    if (strpbrk(h->token, " \n") != NULL ||
+        (h->has_idem && strchr(h->idem, '\n') != NULL))
+        return -1;
+    n = snprintf(buf, cap,
+                 "lockd2 %c %" PRIu64 " %s %" PRId64 " %" PRIu32 " %" PRIu32
+                 "%s\n%s%s%s",
+                 h->mode == LOCK_SHARED ? 's' : 'x', h->ttl_ms, h->token,
+                 h->grant_by, h->holds, h->limit, run,
+                 h->has_idem ? h->idem : "", h->has_owner ? "\n" : "",
+                 h->has_owner ? h->owner : "");
+    if (n < 0 || (size_t)n >= cap)
         return -1;
     *len = (size_t)n;
     return 0;
 }
 
-/* Parse a holder's data; -1 if it is not ours. */
-int zk_parse_holder(const char *data, int len, struct zk_holder *h)
+int zk_fmt_group(
+    char *buf, size_t cap, uint32_t limit, uint32_t count, size_t *len)
 {
-    const char *p = data, *end = data + (len > 0 ? len : 0);
-    uint64_t ttl = 0;
+    int n = snprintf(buf, cap, "lockd2 g %" PRIu32 " %" PRIu32, limit, count);
+
+    if (n < 0 || (size_t)n >= cap)
+        return -1;
+    *len = (size_t)n;
+    return 0;
+}
+
+/* A decimal number of 1..17 digits at *p (< end), at most max: 0 and *p
+ * past it, or -1. */
+static int zk_num(const char **p, const char *end, uint64_t max, uint64_t *v)
+{
     size_t n = 0;
 
-    memset(h, 0, sizeof(*h));
-    if (data == NULL || len < 9 || memcmp(p, "lockd1 ", 7) != 0)
-        return -1;
-    p += 7;
-    while (p < end && *p >= '0' && *p <= '9' && n < 17) {
-        ttl = ttl * 10 + (uint64_t)(*p++ - '0');
+    *v = 0;
+    while (*p < end && **p >= '0' && **p <= '9' && n < 17) {
+        *v = *v * 10 + (uint64_t)(*(*p)++ - '0');
         n++;
     }
-    if (n == 0 || ttl == 0 || p == end || *p != ' ')
-        return -1;
-    p++;
-    n = 0;
-    /* lockd's tokens are hex, so every holder has a marker (below) */
-    while (p + n < end && zk_is_hex(p[n]) && n < LOCK_TOKEN_MAX)
+    return n == 0 || *v > max ? -1 : 0;
+}
+
+/* The token at *p: 1..LOCK_TOKEN_MAX hex chars, into h->token. */
+static int zk_token(const char **p, const char *end, struct zk_holder *h)
+{
+    size_t n = 0;
+
+    /* lockd's tokens are hex, so every holder has a marker */
+    while (*p + n < end && zk_is_hex((*p)[n]) && n < LOCK_TOKEN_MAX)
         n++;
-    if (n == 0 || (p + n < end && p[n] != '\n' && p[n] != ' '))
+    if (n == 0)
         return -1;
-    memcpy(h->token, p, n);
-    h->ttl_ms = ttl;
-    p += n;
-    if (p < end && *p == ' ') {
-        int64_t by = 0;
-        p++;
-        n = 0;
-        while (p < end && *p >= '0' && *p <= '9' && n < 17) {
-            by = by * 10 + (*p++ - '0');
-            n++;
-        }
-        if (n == 0 || by == 0 || (p < end && *p != '\n'))
-            return -1;
-        h->grant_by = by;
-    }
-    if (p < end) {
-        p++; /* the '\n' */
-        n = (size_t)(end - p);
-        if (n > LOCK_OWNER_MAX)
-            return -1;
-        memcpy(h->owner, p, n);
-        h->has_owner = true;
-    }
+    memcpy(h->token, *p, n);
+    *p += n;
     return 0;
+}
+
+/* The owner: the rest after the '\n' at p, if any. */
+static int zk_owner(const char *p, const char *end, struct zk_holder *h)
+{
+    size_t n;
+
+    if (p == end)
+        return 0;
+    if (*p++ != '\n')
+        return -1;
+    n = (size_t)(end - p);
+    if (n > LOCK_OWNER_MAX)
+        return -1;
+    memcpy(h->owner, p, n);
+    h->has_owner = true;
+    return 0;
+}
+
+/* "lockd1 <ttl_ms> <token>[ <grant_by>][\n<owner>]": before lock kinds. */
+static int zk_parse_v1(const char *p, const char *end, struct zk_holder *h)
+{
+    uint64_t v;
+
+    if (zk_num(&p, end, UINT64_MAX, &v) != 0 || v == 0 || p == end ||
+        *p++ != ' ' || zk_token(&p, end, h) != 0)
+        return -1;
+    h->ttl_ms = h->run_ms = v;
+    if (p < end && *p == ' ') {
+        p++;
+        if (zk_num(&p, end, INT64_MAX, &v) != 0 || v == 0)
+            return -1;
+        h->grant_by = (int64_t)v;
+    }
+    return zk_owner(p, end, h);
+}
+
+static int zk_parse_v2(const char *p, const char *end, struct zk_holder *h)
+{
+    uint64_t ttl, by, holds, limit, run;
+    const char *nl;
+    char m = p < end ? *p++ : '\0';
+
+    if (p == end || *p++ != ' ')
+        return -1;
+    if (m == 'g') {
+        h->group = true;
+        h->mode = LOCK_SHARED;
+        if (zk_num(&p, end, LOCK_LIMIT_MAX, &limit) != 0 || p == end ||
+            *p++ != ' ' || zk_num(&p, end, UINT32_MAX, &holds) != 0 || p != end)
+            return -1;
+        h->limit = (uint32_t)limit;
+        h->count = (uint32_t)holds;
+        return 0;
+    }
+    if ((m != 'x' && m != 's') || zk_num(&p, end, UINT64_MAX, &ttl) != 0 ||
+        ttl == 0 || p == end || *p++ != ' ' || zk_token(&p, end, h) != 0 ||
+        p == end || *p++ != ' ' || zk_num(&p, end, INT64_MAX, &by) != 0 ||
+        p == end || *p++ != ' ' ||
+        zk_num(&p, end, LOCK_HOLDS_MAX, &holds) != 0 || holds == 0 ||
+        p == end || *p++ != ' ' ||
+        zk_num(&p, end, LOCK_LIMIT_MAX, &limit) != 0 || p == end)
+        return -1;
+    run = ttl;
+    if (*p == ' ') {
+        p++;
+        if (zk_num(&p, end, UINT64_MAX, &run) != 0 || run == 0 || p == end)
+            return -1;
+    }
+    if (*p++ != '\n')
+        return -1;
+    h->run_ms = run;
+    h->mode = m == 's' ? LOCK_SHARED : LOCK_EXCLUSIVE;
+    h->ttl_ms = ttl;
+    h->grant_by = (int64_t)by;
+    h->holds = (uint32_t)holds;
+    h->limit = (uint32_t)limit;
+    nl = memchr(p, '\n', (size_t)(end - p));
+    if (nl == NULL)
+        nl = end;
+    if ((size_t)(nl - p) > LOCK_IDEM_MAX)
+        return -1;
+    if (nl > p) {
+        memcpy(h->idem, p, (size_t)(nl - p));
+        h->has_idem = true;
+    }
+    return zk_owner(nl, end, h);
+}
+
+/* Parse a holder's (or a group's) data; -1 if it is not ours. */
+int zk_parse_holder(const char *data, int len, struct zk_holder *h)
+{
+    const char *end = data + (len > 0 ? len : 0);
+
+    memset(h, 0, sizeof(*h));
+    h->holds = 1;
+    if (data == NULL || len < 9)
+        return -1;
+    if (memcmp(data, "lockd1 ", 7) == 0)
+        return zk_parse_v1(data + 7, end, h);
+    if (memcmp(data, "lockd2 ", 7) == 0)
+        return zk_parse_v2(data + 7, end, h);
+    return -1;
 }
 
 /* "a/b" → "/a/b"; segments of [A-Za-z0-9._-], never "." or "..". */

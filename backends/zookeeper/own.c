@@ -30,6 +30,7 @@ void zk_own_put(struct zk_be *be,
                 const char *token,
                 const struct Stat *st,
                 uint64_t ttl_ms,
+                uint32_t holds,
                 bool alone)
 {
     struct zk_own *o = &be->own[zk_own_slot(key, key_len)];
@@ -58,6 +59,7 @@ void zk_own_put(struct zk_be *be,
     o->version = st->version;
     o->mtime = st->mtime;
     o->ttl_ms = ttl_ms;
+    o->holds = holds;
     o->alone = alone;
     pthread_mutex_unlock(&be->own_mu);
     free(old);

@@ -18,7 +18,12 @@
  *       t<token>                              h's marker, made and dropped
  *                                              with it
  *       w<inst>-<id>-<deadline>-0000000042    waiters: ephemeral sequential,
- *                                              FIFO by sequence number
+ *                                              FIFO by sequence number (r...
+ *                                              for shared ones: one queue)
+ *
+ * A key held shared has h as its group and one s<token> per holder
+ * (shared.c). An exclusive grant creates h, so it never joins a group; a
+ * shared one joins a group by setting h at the version it read.
  *
  * A grant creates h; only the lowest waiter may do so, in one multi that
  * also deletes its waiter node, and a try-once acquire only when nobody
@@ -66,9 +71,9 @@ zk_remaining(struct zk_be *be, const struct zk_holder *h, const struct Stat *st)
 
     if (zk_void(h, st))
         return 0;
-    left = st->mtime + (int64_t)h->ttl_ms - zk_server_now(be);
+    left = st->mtime + (int64_t)h->run_ms - zk_server_now(be);
     /* never more than the TTL, whatever the clock slack adds */
-    return left < (int64_t)h->ttl_ms ? left : (int64_t)h->ttl_ms;
+    return left < (int64_t)h->run_ms ? left : (int64_t)h->run_ms;
 }
 
 /* What is surely left of holder h (stat st), in ms: its expiry less the
@@ -82,7 +87,7 @@ int64_t zk_left_surely(struct zk_be *be,
                        const struct Stat *st,
                        int64_t sent)
 {
-    int64_t ttl = (int64_t)h->ttl_ms, left;
+    int64_t ttl = (int64_t)h->run_ms, left;
 
     if (zk_void(h, st))
         return 0;
@@ -92,7 +97,8 @@ int64_t zk_left_surely(struct zk_be *be,
     return left < ttl ? left : ttl;
 }
 
-/* A grant of h (stat st, TTL ttl_ms) answered with report ms to run; -1
+/* A grant of h (stat st, running ttl_ms from its mtime) answered with
+ * report ms to run; -1
  * if its czxid cannot be a fence. */
 int zk_fill_grant(const struct Stat *st,
                   uint64_t ttl_ms,
@@ -178,7 +184,8 @@ void zk_waiter_free(struct zk_be *be, struct zk_waiter *w)
 /* ---- acquire ---------------------------------------------------------- */
 
 /*
- * h (stat st) is under our token: the grant this call just made (its
+ * h (stat st) is under our token (h, or a shared holder s<token>): the
+ * grant this call just made (its
  * multi sent at sent, local monotonic ms), or, with sent 0, one an
  * earlier try made whose answer was lost or came too late. It is a grant
  * only while every instance would call it held: not void by the grant_by
@@ -194,17 +201,19 @@ void zk_waiter_free(struct zk_be *be, struct zk_waiter *w)
  * surely left of it now, never more; expires_at is h's own expiry.
  * mine_node: our waiter node when we hold a place besides h (a grant
  * that committed after we queued again), dropped in one multi that checks
- * h is still ours. alone: nobody else waited.
+ * h is still ours. alone: nobody else waited. Only exclusive grants are
+ * remembered for a release without a read (zk_own_put()).
  */
-static int zk_acq_own(struct zk_acq *a,
-                      const struct zk_holder *h,
-                      const struct Stat *st,
-                      int64_t sent,
-                      const char *mine_node,
-                      bool alone,
-                      struct lock_grant *out)
+int zk_acq_own(struct zk_acq *a,
+               const struct zk_holder *h,
+               const struct Stat *st,
+               int64_t sent,
+               const char *mine_node,
+               bool alone,
+               struct lock_grant *out)
 {
     struct zk_be *be = a->be;
+    bool member = h->mode == LOCK_SHARED;
     int64_t left;
     int rc;
 
@@ -212,7 +221,9 @@ static int zk_acq_own(struct zk_acq *a,
         zk_clock_sample(be, st->mtime, sent, clock_mono_ms());
     left = zk_left_surely(be, h, st, sent);
     if (left > 0 && mine_node != NULL) {
-        rc = zk_claim(a->cn, &a->p, st->version, mine_node, a->dl);
+        rc = member
+                 ? zk_claim_member(a->cn, &a->p, st->version, mine_node, a->dl)
+                 : zk_claim(a->cn, &a->p, st->version, mine_node, a->dl);
         if (rc == ZNONODE || rc == ZBADVERSION)
             return -1; /* h or our node changed under us */
         if (rc != ZOK)
@@ -221,22 +232,28 @@ static int zk_acq_own(struct zk_acq *a,
         left = zk_left_surely(be, h, st, sent);
     }
     if (left <= 0 ||
-        zk_fill_grant(st, h->ttl_ms, sent > 0 ? h->ttl_ms : (uint64_t)left,
+        zk_fill_grant(st, h->run_ms, sent > 0 ? h->run_ms : (uint64_t)left,
                       out) != 0) {
-        rc = zk_reap_holder(be, a->cn, &a->p, h, st->version, a->dl,
-                            a->req->key, a->req->key_len);
+        rc = member ? zk_member_reap_token(be, a->cn, &a->p, a->dl)
+                    : zk_reap_holder(be, a->cn, &a->p, h, st->version, a->dl,
+                                     a->req->key, a->req->key_len);
         if (sent > 0)
             return zk_unavailable("grant", ZOPERATIONTIMEOUT);
         if (rc != ZOK && rc != ZNONODE && rc != ZBADVERSION)
             return zk_unavailable("reap own holder", rc);
         return -1;
     }
-    zk_own_put(be, a->req->key, a->req->key_len, a->req->token, st, h->ttl_ms,
-               alone);
+    out->mode = h->mode;
+    out->limit = member ? h->limit : 0;
+    out->holds = h->holds;
+    if (!member)
+        zk_own_put(be, a->req->key, a->req->key_len, a->req->token, st,
+                   h->run_ms, h->holds, alone);
     if (a->w != NULL) {
         zk_waiter_free(be, a->w);
         a->req->waiter->be_data = NULL;
-        /* the next waiter here may have watched a node that is gone now */
+        /* the next waiter here may have watched a node that is gone now,
+         * or (shared) may be granted with us */
         zk_notify(be, a->req->key, a->req->key_len);
     }
     return BACKEND_OK;
@@ -255,7 +272,7 @@ static int zk_acq_register(struct zk_acq *a)
     const char *base;
     int rc;
 
-    if (zk_waiter_prefix(be, lw->id, dl_server, a->w->prefix,
+    if (zk_waiter_prefix(be, a->shared, lw->id, dl_server, a->w->prefix,
                          sizeof(a->w->prefix)) != 0 ||
         zk_child_path(a->p.parent, a->w->prefix, path, sizeof(path)) != 0)
         return ZBADARGUMENTS;
@@ -287,33 +304,17 @@ int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out)
 {
     struct Stat st;
     int64_t sent = clock_mono_ms();
-    int rc =
-        zk_grant(a->cn, &a->p, true, NULL, a->data, a->data_len, a->dl, &st);
+    int rc;
 
+    if (a->shared)
+        return zk_acq_share_fresh(a, out);
+    rc = zk_grant(a->cn, &a->p, true, NULL, a->data, a->data_len, a->dl, &st);
     if (rc == ZOK)
         return zk_acq_own(a, &a->mine, &st, sent, NULL, true, out);
     if (rc == ZNODEEXISTS || rc == ZNONODE)
         return -1;
     return zk_unavailable("grant", rc);
 }
-
-/* What one round saw of a key's node. */
-struct zk_look {
-    struct zk_call *kc;  /* the listing: owns the names in kids */
-    struct zk_kid *kids; /* the waiters, by sequence */
-    size_t nw;           /* how many */
-    size_t own;          /* our place among them; SIZE_MAX: none */
-    size_t ahead;        /* waiters before us (all of them without a place) */
-    bool has_h;          /* h is there */
-    bool parsed;         /* h was read and is lockd's */
-    bool gone;           /* our place was there and is not any more */
-    struct zk_holder h;
-    struct Stat st; /* h's */
-};
-
-/* A round's step that has not answered: go on with the round. Answers are
- * >= -1 (BACKEND_*, or -1: look again). */
-#define ZK_GO_ON (-2)
 
 /* Sort the listing into waiters and h, and find our place (by name, or
  * by prefix after a create we never heard back from). */
@@ -328,6 +329,9 @@ static int zk_look_parse(struct zk_acq *a, struct zk_look *l)
         const char *name = l->kc->kids[i];
         if (strcmp(name, "h") == 0)
             l->has_h = true;
+        else if (name[0] == 's')
+            l->mine_listed |=
+                a->p.member[0] != '\0' && strcmp(name, a->p.member) == 0;
         else if (zk_parse_waiter(name, &l->kids[l->nw]) == 0)
             l->nw++;
     }
@@ -373,13 +377,24 @@ zk_look_holder(struct zk_acq *a, struct zk_look *l, struct lock_grant *out)
         return -1; /* it just went: look again */
     if (rc != ZOK)
         return zk_unavailable("read holder", rc);
-    if (l->parsed && a->w != NULL &&
+    if (l->parsed && a->w != NULL && !l->h.group &&
         text_secret_eq(l->h.token, a->req->token)) {
         /* a grant of ours whose answer we never had: valid, it is
          * this waiter's; dead, it is freed and we look again */
         return zk_acq_own(a, &l->h, &l->st, 0,
                           l->own != SIZE_MAX ? l->kids[l->own].name : NULL,
                           l->nw <= (l->own != SIZE_MAX ? 1u : 0u), out);
+    }
+    if (l->parsed && a->w != NULL && l->h.group && l->mine_listed) {
+        struct zk_member m = { 0 };
+        memcpy(m.name, a->p.member, sizeof(m.name));
+        rc = zk_get_members(a->cn, a->p.parent, &m, 1, a->dl);
+        if (rc != ZOK)
+            return zk_unavailable("read holder", rc);
+        if (!m.gone && m.parsed && m.h.mode == LOCK_SHARED)
+            return zk_acq_own(a, &m.h, &m.st, 0,
+                              l->own != SIZE_MAX ? l->kids[l->own].name : NULL,
+                              l->nw <= (l->own != SIZE_MAX ? 1u : 0u), out);
     }
     return ZK_GO_ON;
 }
@@ -394,6 +409,31 @@ static int zk_acq_queue(struct zk_acq *a)
     return -1;
 }
 
+/* Would the holders alone let this acquire in (the queue aside)? */
+static bool zk_holders_allow(const struct zk_acq *a, const struct zk_look *l)
+{
+    if (!l->has_h)
+        return true;
+    return a->shared && l->parsed && l->h.group &&
+           l->h.limit == a->req->limit &&
+           (l->h.limit == 0 || l->h.count < l->h.limit);
+}
+
+/* What is left of the holders for a retry hint: h's, or the first shared
+ * holder's to expire (when they were read); 0 when unknown. */
+static int64_t zk_look_left(struct zk_acq *a, const struct zk_look *l)
+{
+    int64_t left = 0;
+
+    if (!l->has_h || !l->parsed)
+        return 0;
+    if (!l->h.group)
+        return zk_remaining(a->be, &l->h, &l->st);
+    if (l->ms_read)
+        zk_members_live(l->ms, l->nms, &left);
+    return left;
+}
+
 /* Placed behind pred: watch it (no herd when it goes) and answer HELD
  * with when to look again at the latest. */
 static int zk_acq_wait_pred(struct zk_acq *a,
@@ -404,7 +444,7 @@ static int zk_acq_wait_pred(struct zk_acq *a,
 {
     struct Stat pst; /* our predecessor's; l->st stays h's */
     char path[ZK_PATH_MAX];
-    int64_t until;
+    int64_t until, left;
     int rc;
 
     if (zk_child_path(a->p.parent, pred->name, path, sizeof(path)) != 0)
@@ -419,19 +459,49 @@ static int zk_acq_wait_pred(struct zk_acq *a,
     until = pred->deadline - now + 1;
     if (until > ZK_WAITER_RECHECK_MS)
         until = ZK_WAITER_RECHECK_MS;
-    if (l->has_h && l->parsed) {
-        int64_t left = zk_remaining(a->be, &l->h, &l->st);
+    if (l->has_h && l->parsed && (!l->h.group || l->ms_read)) {
+        left = zk_look_left(a, l);
         if (left < until)
             until = left > 0 ? left : 1;
     }
     out->retry_ms = (uint64_t)until;
-    /* free, but one of our own waiters is ahead in the store (two
-     * threads queued in one order and parked in the other): the
-     * caller passes the turn on */
-    if (!l->has_h)
+    /* the holders would let us in, but one of our own waiters is ahead
+     * in the store (two threads queued in one order and parked in the
+     * other): the caller passes the turn on */
+    if (zk_holders_allow(a, l))
         for (size_t i = 0; i < l->ahead; i++)
             if (zk_waiter_is_ours(a->be, l->kids[i].name))
                 out->behind = true;
+    return BACKEND_HELD;
+}
+
+/* A try-once acquire with waiters in the queue: held, behind them, with
+ * when the first of them may take the key. */
+static int
+zk_acq_behind_once(struct zk_acq *a, struct zk_look *l, struct lock_grant *out)
+{
+    int64_t left;
+    int rc;
+
+    out->behind = true;
+    out->retry_ms = 1; /* the first waiter takes it now */
+    if (!l->has_h || !l->parsed)
+        return BACKEND_HELD;
+    if (l->h.group) {
+        rc = zk_look_members(a, l);
+        if (rc != ZK_GO_ON)
+            return rc == -1 ? BACKEND_HELD : rc;
+        left = zk_look_left(a, l);
+        out->retry_ms = left > 0 ? (uint64_t)left : 1;
+        return BACKEND_HELD;
+    }
+    left = zk_remaining(a->be, &l->h, &l->st);
+    if (left <= 0) {
+        zk_reap_holder(a->be, a->cn, &a->p, &l->h, l->st.version, a->dl,
+                       a->req->key, a->req->key_len);
+        left = 1;
+    }
+    out->retry_ms = (uint64_t)left;
     return BACKEND_HELD;
 }
 
@@ -453,22 +523,34 @@ zk_acq_behind(struct zk_acq *a, struct zk_look *l, struct lock_grant *out)
             return zk_unavailable("reap waiter", rc);
         return -1;
     }
-    if (a->w == NULL) {
-        out->retry_ms = 1; /* the first waiter takes it now */
-        if (l->has_h && l->parsed) {
-            int64_t left = zk_remaining(a->be, &l->h, &l->st);
-            if (left <= 0) {
-                zk_reap_holder(a->be, a->cn, &a->p, &l->h, l->st.version, a->dl,
-                               a->req->key, a->req->key_len);
-                left = 1;
-            }
-            out->retry_ms = (uint64_t)left;
-        }
-        return BACKEND_HELD;
-    }
+    if (a->w == NULL)
+        return zk_acq_behind_once(a, l, out);
+    /* shared behind shared waiters only, with room for them all: granted
+     * together with them */
+    if (a->shared && zk_acq_share_ok(a, l))
+        return zk_acq_share(a, l, out);
     if (a->w->name[0] == '\0')
         return zk_acq_queue(a);
     return zk_acq_wait_pred(a, l, pred, now, out);
+}
+
+/* Nobody waits ahead of us; h is a group of shared holders. */
+static int
+zk_acq_group_held(struct zk_acq *a, struct zk_look *l, struct lock_grant *out)
+{
+    int64_t left;
+    int rc;
+
+    if (a->shared && zk_holders_allow(a, l))
+        return zk_acq_share(a, l, out);
+    rc = zk_look_members(a, l);
+    if (rc != ZK_GO_ON)
+        return rc;
+    if (a->w != NULL && a->w->name[0] == '\0')
+        return zk_acq_queue(a);
+    left = zk_look_left(a, l);
+    out->retry_ms = left > 0 ? (uint64_t)left : 1;
+    return BACKEND_HELD;
 }
 
 /* Nobody waits ahead of us, but h is there. */
@@ -485,6 +567,8 @@ zk_acq_held(struct zk_acq *a, struct zk_look *l, struct lock_grant *out)
         out->retry_ms = ZK_WAITER_RECHECK_MS;
         return BACKEND_HELD;
     }
+    if (l->h.group)
+        return zk_acq_group_held(a, l, out);
     left = zk_remaining(a->be, &l->h, &l->st);
     if (left <= 0) {
         rc = zk_reap_holder(a->be, a->cn, &a->p, &l->h, l->st.version, a->dl,
@@ -507,10 +591,13 @@ zk_acq_take(struct zk_acq *a, struct zk_look *l, struct lock_grant *out)
     struct zk_waiter *w = a->w;
     struct Stat st;
     int64_t sent = clock_mono_ms();
-    int rc = zk_grant(a->cn, &a->p, false,
-                      w != NULL && w->name[0] != '\0' ? w->name : NULL, a->data,
-                      a->data_len, a->dl, &st);
+    int rc;
 
+    if (a->shared)
+        return zk_acq_share(a, l, out);
+    rc = zk_grant(a->cn, &a->p, false,
+                  w != NULL && w->name[0] != '\0' ? w->name : NULL, a->data,
+                  a->data_len, a->dl, &st);
     if (rc == ZOK) {
         /* others behind us: the release leaves the key's node to them */
         return zk_acq_own(a, &a->mine, &st, sent, NULL,
@@ -528,8 +615,9 @@ zk_acq_take(struct zk_acq *a, struct zk_look *l, struct lock_grant *out)
 }
 
 /*
- * One look-act round. Returns BACKEND_OK, HELD or UNAVAILABLE when the
- * request is answered, or -1 to look again (something moved under us).
+ * One look-act round. Returns BACKEND_OK, HELD or UNAVAILABLE (or a
+ * lock-kinds answer) when the request is answered, or -1 to look again
+ * (something moved under us).
  */
 int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
 {
@@ -552,9 +640,12 @@ int zk_acq_round(struct zk_acq *a, struct lock_grant *out)
     if (rc == ZK_GO_ON && l.gone)
         rc = -1; /* look again, unregistered */
     if (rc == ZK_GO_ON)
+        rc = zk_acq_kinds(a, &l, out);
+    if (rc == ZK_GO_ON)
         rc = l.ahead > 0 ? zk_acq_behind(a, &l, out)
              : l.has_h   ? zk_acq_held(a, &l, out)
                          : zk_acq_take(a, &l, out);
+    free(l.ms);
     free(l.kids);
     zk_call_unref(l.kc);
     return rc;

@@ -370,3 +370,206 @@ int zk_delete_prefixed(struct zk_conn *cn,
     zk_call_unref(kc);
     return rc;
 }
+
+/* ---- shared holders ----------------------------------------------------- */
+
+/*
+ * A shared grant, one multi: [create the key's node +] create the group h
+ * (hv < 0) or set it at version hv (the holders counted in gdata) [+
+ * delete our waiter node] + create our holder s<token> + set it to the
+ * same data, whose stat gives its czxid (the fence) and mtime. Every
+ * change of a key's shared holders sets h at the version it read, so two
+ * decisions made from one read cannot both commit. *failed: which op the
+ * store refused (ZK_SHARE_*), when it says.
+ */
+int zk_grant_shared(struct zk_conn *cn,
+                    const struct zk_paths *p,
+                    const struct zk_share_ops *o,
+                    int64_t dl,
+                    struct Stat *st,
+                    enum zk_share_op *failed)
+{
+    struct zk_call *c = zk_call_new();
+    enum zk_share_op what[ZK_MULTI_MAX];
+    int n = 0, rc, i;
+
+    *failed = ZK_SHARE_UNKNOWN;
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    if (zk_path_copy(c->paths[0], p->hpath) != 0 ||
+        zk_child_path(p->parent, p->member, c->paths[1], ZK_PATH_MAX) != 0 ||
+        (o->waiter_name != NULL &&
+         zk_child_path(p->parent, o->waiter_name, c->paths[2], ZK_PATH_MAX) !=
+             0) ||
+        zk_path_copy(c->paths[3], p->parent) != 0 || p->member[0] == '\0' ||
+        o->mlen > sizeof(c->buf) || o->glen > sizeof(c->gbuf))
+        return zk_multi_bad(c);
+    memcpy(c->buf, o->mdata, o->mlen);
+    memcpy(c->gbuf, o->gdata, o->glen);
+    if (o->make_parent) {
+        what[n] = ZK_SHARE_PARENT;
+        zoo_create_op_init(&c->ops[n++], c->paths[3], NULL, -1,
+                           &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+    }
+    what[n] = ZK_SHARE_GROUP;
+    if (o->hv < 0)
+        zoo_create_op_init(&c->ops[n++], c->paths[0], c->gbuf, (int)o->glen,
+                           &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+    else
+        zoo_set_op_init(&c->ops[n++], c->paths[0], c->gbuf, (int)o->glen, o->hv,
+                        &c->set_stat2);
+    if (o->waiter_name != NULL) {
+        what[n] = ZK_SHARE_WAITER;
+        zoo_delete_op_init(&c->ops[n++], c->paths[2], -1);
+    }
+    what[n] = ZK_SHARE_MEMBER;
+    zoo_create_op_init(&c->ops[n++], c->paths[1], c->buf, (int)o->mlen,
+                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+    what[n] = ZK_SHARE_MEMBER;
+    zoo_set_op_init(&c->ops[n++], c->paths[1], c->buf, (int)o->mlen, 0,
+                    &c->set_stat);
+    rc = zk_call_wait(
+        c, zoo_amulti(cn->zh, n, c->ops, c->results, zk_call_on_void, c), dl);
+    if (rc == ZOK)
+        *st = c->set_stat;
+    else if ((i = zk_call_multi_failed(c, n)) >= 0) {
+        *failed = what[i];
+        rc = c->results[i].err;
+    }
+    zk_call_unref(c);
+    return rc;
+}
+
+/* One multi: delete shared holders names[i] at versions[i] + set the group
+ * h at hv to gdata (NULL: delete h, the last holder went) [+ delete the
+ * key's node]. */
+static int zk_drop_members_once(struct zk_conn *cn,
+                                const struct zk_paths *p,
+                                const struct zk_drop_ops *o,
+                                bool with_parent,
+                                int64_t dl,
+                                bool *parent_failed)
+{
+    struct zk_call *c = zk_call_new();
+    int n = 0, rc, i;
+
+    *parent_failed = false;
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    if (o->n == 0 || o->n > ZK_MULTI_MAX - 3 ||
+        zk_path_copy(c->paths[0], p->hpath) != 0 ||
+        zk_path_copy(c->paths[1], p->parent) != 0 || o->glen > sizeof(c->gbuf))
+        return zk_multi_bad(c);
+    for (size_t k = 0; k < o->n; k++) {
+        if (zk_child_path(p->parent, o->names[k], c->paths[2 + k],
+                          ZK_PATH_MAX) != 0)
+            return zk_multi_bad(c);
+        zoo_delete_op_init(&c->ops[n++], c->paths[2 + k], o->versions[k]);
+    }
+    if (o->gdata != NULL) {
+        memcpy(c->gbuf, o->gdata, o->glen);
+        zoo_set_op_init(&c->ops[n++], c->paths[0], c->gbuf, (int)o->glen, o->hv,
+                        &c->set_stat2);
+    } else {
+        zoo_delete_op_init(&c->ops[n++], c->paths[0], o->hv);
+        if (with_parent)
+            zoo_delete_op_init(&c->ops[n++], c->paths[1], -1);
+    }
+    rc = zk_call_wait(
+        c, zoo_amulti(cn->zh, n, c->ops, c->results, zk_call_on_void, c), dl);
+    if (rc != ZOK && (i = zk_call_multi_failed(c, n)) >= 0) {
+        rc = c->results[i].err;
+        *parent_failed = with_parent && o->gdata == NULL && i == n - 1;
+    }
+    zk_call_unref(c);
+    return rc;
+}
+
+/* Remove shared holders from a key in one multi checked by the group's
+ * version (see zk_drop_members_once()); with the key's node too when
+ * with_parent, the last holder goes and nobody waits. */
+int zk_drop_members(struct zk_conn *cn,
+                    const struct zk_paths *p,
+                    const struct zk_drop_ops *o,
+                    bool with_parent,
+                    int64_t dl)
+{
+    bool parent_failed;
+    int rc = zk_drop_members_once(cn, p, o, with_parent, dl, &parent_failed);
+
+    /* waiters: the key's node stays theirs */
+    if (rc == ZNOTEMPTY && parent_failed)
+        rc = zk_drop_members_once(cn, p, o, false, dl, &parent_failed);
+    return rc;
+}
+
+/* A late shared grant of ours found beside a waiter node of ours: check
+ * s<token> at version and delete the waiter node, in one multi. */
+int zk_claim_member(struct zk_conn *cn,
+                    const struct zk_paths *p,
+                    int version,
+                    const char *waiter_name,
+                    int64_t dl)
+{
+    struct zk_call *c = zk_call_new();
+    int rc, i;
+
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    if (zk_child_path(p->parent, p->member, c->paths[0], ZK_PATH_MAX) != 0 ||
+        zk_child_path(p->parent, waiter_name, c->paths[1], ZK_PATH_MAX) != 0)
+        return zk_multi_bad(c);
+    zoo_check_op_init(&c->ops[0], c->paths[0], version);
+    zoo_delete_op_init(&c->ops[1], c->paths[1], -1);
+    rc = zk_call_wait(
+        c, zoo_amulti(cn->zh, 2, c->ops, c->results, zk_call_on_void, c), dl);
+    if (rc != ZOK && (i = zk_call_multi_failed(c, 2)) >= 0)
+        rc = c->results[i].err;
+    zk_call_unref(c);
+    return rc;
+}
+
+/* Read the shared holders named in out[i].name under parent, all at once:
+ * ZOK when every one answered (a holder gone since has gone set), else
+ * the first error. */
+int zk_get_members(struct zk_conn *cn,
+                   const char *parent,
+                   struct zk_member *out,
+                   size_t n,
+                   int64_t dl)
+{
+    struct zk_batch *b = zk_batch_new(n);
+    char path[ZK_PATH_MAX];
+    int rc = ZOK;
+
+    if (b == NULL)
+        return ZSYSTEMERROR;
+    for (size_t i = 0; i < n; i++) {
+        int sent;
+        if (zk_child_path(parent, out[i].name, path, sizeof(path)) != 0) {
+            b->slots[i].rc = ZBADARGUMENTS; /* never sent */
+            continue;
+        }
+        zk_batch_sent(b);
+        sent = zoo_aget(cn->zh, path, 0, zk_batch_on_data, &b->slots[i]);
+        if (sent != ZOK)
+            zk_batch_not_sent(b, (int)i, sent);
+    }
+    zk_batch_wait(b, dl);
+    pthread_mutex_lock(&b->mu);
+    for (size_t i = 0; i < n; i++) {
+        const struct zk_batch_slot *s = &b->slots[i];
+        out[i].gone = s->rc == ZNONODE;
+        if (s->rc == ZOK) {
+            out[i].st = s->stat;
+            out[i].parsed =
+                zk_parse_holder(s->data, s->data_len, &out[i].h) == 0 &&
+                !out[i].h.group;
+        } else if (s->rc != ZNONODE && rc == ZOK) {
+            rc = s->rc;
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    zk_batch_unref(b);
+    return rc;
+}

@@ -6,9 +6,12 @@
  * table zookeeper_backend (zookeeper.c).
  *
  * The parts, like curl's lib/vtls/ (one concern a file, one header):
- *   zookeeper.c  the ops table, open/close and the backend operations
+ *   zookeeper.c  the ops table, open/close, acquire, cancel_wait, ping
  *   recipe.c     the acquire/queue recipe: the look-act round, judging a
  *                holder, waiter places
+ *   kinds.c      what a round checks first: idempotent replays, limits
+ *   shared.c     shared holders: s<token> nodes and their group h
+ *   holders.c    renew (re-entry), release and inspect of a holder
  *   store.c      every request lockd sends: one-call wrappers and the
  *                recipe's multis
  *   keeper.c     the keeper thread: session, reconnect, the server's
@@ -17,7 +20,7 @@
  *   names.c      node names, paths and the data lockd stores in nodes
  *   call.c       one asynchronous call waited for with a deadline
  * Every internal function is named zk_...; zk_be_<op> is kept for the
- * backend operations themselves (static in zookeeper.c).
+ * backend operations themselves (zookeeper.c and holders.c).
  */
 #ifndef BACKENDS_ZOOKEEPER_ZK_H
 #define BACKENDS_ZOOKEEPER_ZK_H
@@ -103,7 +106,8 @@ struct zk_own {
     int version;   /* h's version after our write */
     int64_t mtime; /* h's mtime then: the TTL runs from it */
     uint64_t ttl_ms;
-    bool alone; /* nobody waited then: drop the key's node with h */
+    uint32_t holds; /* h's hold count then */
+    bool alone;     /* nobody waited then: drop the key's node with h */
 };
 
 /* A node to delete once the store answers again (a cancel that failed). */
@@ -150,15 +154,27 @@ struct zk_kid {
     const char *name; /* borrowed from the call's kids */
     int64_t seq;
     int64_t deadline; /* waiters: server ms after which anyone may reap */
+    bool shared;      /* a shared waiter (r...) */
 };
 
+/* What h (or a shared holder s<token>) holds, parsed from its data. */
 struct zk_holder {
-    uint64_t ttl_ms;
+    uint64_t ttl_ms;  /* the TTL it was last granted or renewed with */
+    uint64_t run_ms;  /* it expires at its mtime + run_ms: ttl_ms, but less
+                         after a release of one hold (a write that must not
+                         move the expiry) */
     int64_t grant_by; /* server ms: a grant made later (ctime) is void;
                          0: none (renewed) */
     char token[LOCK_TOKEN_MAX + 1];
     bool has_owner;
     char owner[LOCK_OWNER_MAX + 1];
+    enum lock_mode mode;
+    uint32_t limit; /* shared: the key's limit, 0 = none */
+    uint32_t holds; /* >= 1 */
+    bool has_idem;
+    char idem[LOCK_IDEM_MAX + 1];
+    bool group;     /* h of a shared key: limit and count, no token */
+    uint32_t count; /* group: its holders, s<token> nodes */
 };
 
 /* A key's nodes, named once per request (zk_paths_key()). */
@@ -167,6 +183,49 @@ struct zk_paths {
     char hpath[ZK_PATH_MAX];    /* parent + "/h" */
     char marker[ZK_MARKER_MAX]; /* "t<token>"; "" without a token, or
                                    for one that cannot name a node */
+    char member[ZK_MARKER_MAX]; /* "s<token>", the same way */
+    const char *key;            /* borrowed; NULL when unknown */
+    size_t key_len;
+};
+
+/* A shared holder as read: its node's name, data and stat. */
+struct zk_member {
+    char name[ZK_MARKER_MAX];
+    struct zk_holder h;
+    struct Stat st;
+    bool parsed;  /* read, and lockd's */
+    bool gone;    /* not there any more */
+    int64_t left; /* zk_remaining(): <= 0 dead */
+};
+
+/* What zk_grant_shared() writes. */
+struct zk_share_ops {
+    bool make_parent;        /* create the key's node too */
+    int hv;                  /* the group h's version; -1: create h */
+    const char *waiter_name; /* our waiter node to delete, or NULL */
+    const char *gdata;       /* the group's new data */
+    size_t glen;
+    const char *mdata; /* our holder's data */
+    size_t mlen;
+};
+
+/* Which op of zk_grant_shared() the store refused. */
+enum zk_share_op {
+    ZK_SHARE_UNKNOWN = 0,
+    ZK_SHARE_PARENT,
+    ZK_SHARE_GROUP,
+    ZK_SHARE_WAITER,
+    ZK_SHARE_MEMBER,
+};
+
+/* What zk_drop_members() removes. */
+struct zk_drop_ops {
+    const char *const *names; /* s<token> names */
+    const int *versions;
+    size_t n;          /* 1..ZK_MULTI_MAX - 3 */
+    int hv;            /* the group h's version */
+    const char *gdata; /* the group's new data; NULL: delete h */
+    size_t glen;
 };
 
 /* One acquire: what zk_be_acquire() sets up for the recipe's rounds. */
@@ -179,9 +238,32 @@ struct zk_acq {
     char data[ZK_DATA_MAX];
     size_t data_len;
     struct zk_holder mine; /* what data says: ttl_ms, token, grant_by */
+    bool shared;           /* req->mode == LOCK_SHARED */
     int64_t grant_by;      /* server ms, written into h */
     int64_t dl;            /* monotonic ms */
 };
+
+/* What one acquire round saw of a key's node. */
+struct zk_look {
+    struct zk_call *kc;  /* the listing: owns the names in kids */
+    struct zk_kid *kids; /* the waiters, by sequence */
+    size_t nw;           /* how many */
+    size_t own;          /* our place among them; SIZE_MAX: none */
+    size_t ahead;        /* waiters before us (all of them without a place) */
+    bool has_h;          /* h is there */
+    bool parsed;         /* h was read and is lockd's */
+    bool gone;           /* our place was there and is not any more */
+    bool mine_listed;    /* our shared holder s<token> is listed */
+    struct zk_holder h;
+    struct Stat st;       /* h's */
+    struct zk_member *ms; /* shared holders read (zk_look_members()) */
+    size_t nms;
+    bool ms_read;
+};
+
+/* A round's step that has not answered: go on with the round. Answers are
+ * >= -1 (BACKEND_*, or -1: look again). */
+#define ZK_GO_ON (-2)
 
 /* ---- names.c: node names, paths, node data ---------------------------- */
 
@@ -200,8 +282,12 @@ int zk_paths_key(const struct zk_be *be,
 int zk_paths_node(const struct zk_be *be, const char *name, struct zk_paths *p);
 /* "t<token>": 0, or -1 for a token that cannot be a node name. */
 int zk_marker_name(const char *token, char *out, size_t cap);
-/* A waiter node's name up to its sequence: w<inst>-<id>-<deadline>-. */
+/* "<c><token>", the same way. */
+int zk_token_name(char c, const char *token, char *out, size_t cap);
+/* A waiter node's name up to its sequence: w<inst>-<id>-<deadline>-
+ * (r... when shared). */
 int zk_waiter_prefix(const struct zk_be *be,
+                     bool shared,
                      uint64_t id,
                      int64_t deadline,
                      char *out,
@@ -211,15 +297,15 @@ bool zk_waiter_is_ours(const struct zk_be *be, const char *name);
 /* Parse a waiter's name: w<inst>-<id>-<deadline>-<10-digit sequence>. */
 int zk_parse_waiter(const char *name, struct zk_kid *k);
 int zk_cmp_kid(const void *a, const void *b); /* by sequence, for qsort */
-/* h's data: "lockd1 <ttl_ms> <token>[ <grant_by>][\n<owner>]". */
+/* A holder's data (see names.c): 0 and *len, or -1 if it cannot fit. */
 int zk_fmt_holder(char *buf,
                   size_t cap,
-                  const char *token,
-                  uint64_t ttl_ms,
-                  int64_t grant_by,
-                  const char *owner,
+                  const struct zk_holder *h,
                   size_t *len);
-/* Parse a holder's data; -1 if it is not ours. */
+/* A group's data: "lockd2 g <limit> <count>". */
+int zk_fmt_group(
+    char *buf, size_t cap, uint32_t limit, uint32_t count, size_t *len);
+/* Parse a holder's (or group's) data; -1 if it is not ours. */
 int zk_parse_holder(const char *data, int len, struct zk_holder *h);
 /* The URL's path as a chroot: "a/b" -> "/a/b" (owned), "" for none. */
 int zk_parse_chroot(const char *path, char **out);
@@ -316,6 +402,27 @@ int zk_drop_checked(struct zk_conn *cn,
                     int version,
                     bool with_parent,
                     int64_t dl);
+int zk_grant_shared(struct zk_conn *cn,
+                    const struct zk_paths *p,
+                    const struct zk_share_ops *o,
+                    int64_t dl,
+                    struct Stat *st,
+                    enum zk_share_op *failed);
+int zk_drop_members(struct zk_conn *cn,
+                    const struct zk_paths *p,
+                    const struct zk_drop_ops *o,
+                    bool with_parent,
+                    int64_t dl);
+int zk_claim_member(struct zk_conn *cn,
+                    const struct zk_paths *p,
+                    int version,
+                    const char *waiter_name,
+                    int64_t dl);
+int zk_get_members(struct zk_conn *cn,
+                   const char *parent,
+                   struct zk_member *out,
+                   size_t n,
+                   int64_t dl);
 
 /* ---- recipe.c: the acquire/queue recipe ------------------------------- */
 
@@ -347,6 +454,80 @@ void zk_waiter_free(struct zk_be *be, struct zk_waiter *w);
 int zk_acq_fresh(struct zk_acq *a, struct lock_grant *out);
 int zk_acq_round(struct zk_acq *a, struct lock_grant *out);
 
+int zk_acq_own(struct zk_acq *a,
+               const struct zk_holder *h,
+               const struct Stat *st,
+               int64_t sent,
+               const char *mine_node,
+               bool alone,
+               struct lock_grant *out);
+
+/* ---- shared.c: shared holders ----------------------------------------- */
+
+int zk_members_load(struct zk_be *be,
+                    struct zk_conn *cn,
+                    const struct zk_paths *p,
+                    struct zk_call *kc,
+                    int64_t dl,
+                    struct zk_member **out,
+                    size_t *n);
+size_t zk_members_live(const struct zk_member *ms, size_t n, int64_t *min_left);
+int zk_group_reap(struct zk_be *be,
+                  struct zk_conn *cn,
+                  const struct zk_paths *p,
+                  const struct zk_holder *g,
+                  int hv,
+                  const struct zk_member *ms,
+                  size_t n,
+                  int64_t dl,
+                  size_t *reaped);
+int zk_member_find(struct zk_be *be,
+                   struct zk_conn *cn,
+                   const struct zk_paths *p,
+                   const struct zk_holder *g,
+                   const struct Stat *gst,
+                   int64_t dl,
+                   struct zk_member *m,
+                   enum backend_result *r);
+int zk_member_reap_token(struct zk_be *be,
+                         struct zk_conn *cn,
+                         const struct zk_paths *p,
+                         int64_t dl);
+void zk_sweep_group(struct zk_be *be,
+                    struct zk_conn *cn,
+                    const struct zk_paths *p,
+                    const struct zk_holder *g,
+                    const struct Stat *gst,
+                    struct zk_call *kc,
+                    int64_t dl);
+int zk_acq_share_fresh(struct zk_acq *a, struct lock_grant *out);
+int zk_acq_share(struct zk_acq *a, struct zk_look *l, struct lock_grant *out);
+bool zk_acq_share_ok(const struct zk_acq *a, const struct zk_look *l);
+
+/* ---- kinds.c: what an acquire checks first ----------------------------- */
+
+/* Read the key's shared holders for l once and reap the dead: ZK_GO_ON,
+ * -1 (some were reaped: look again), or an answer. */
+int zk_look_members(struct zk_acq *a, struct zk_look *l);
+/* Idempotent replay and limit mismatch: ZK_GO_ON, or the answer. */
+int zk_acq_kinds(struct zk_acq *a, struct zk_look *l, struct lock_grant *out);
+/* The waiter has its answer without a grant of its own: give up its
+ * place (if any) and free it. */
+void zk_acq_leave(struct zk_acq *a);
+
+/* ---- holders.c: a holder's operations ---------------------------------- */
+
+enum backend_result zk_be_renew(struct backend *b,
+                                const struct lock_req *req,
+                                struct lock_grant *out);
+enum backend_result zk_be_release(struct backend *b,
+                                  const struct lock_req *req,
+                                  struct lock_grant *out);
+enum backend_result zk_be_inspect(struct backend *b,
+                                  const char *key,
+                                  size_t key_len,
+                                  struct lock_info *out);
+
 /* ---- own.c: grants made here ------------------------------------------ */
 
 void zk_own_put(struct zk_be *be,
@@ -355,6 +536,7 @@ void zk_own_put(struct zk_be *be,
                 const char *token,
                 const struct Stat *st,
                 uint64_t ttl_ms,
+                uint32_t holds,
                 bool alone);
 bool zk_own_get(struct zk_be *be,
                 const char *key,

@@ -34,6 +34,36 @@ extern const struct backend_ops zookeeper_backend;
 
 /* ---- acquire ---------------------------------------------------------- */
 
+/* What a grant writes for req: a->mine and its data. 0, or -1 when the
+ * token, owner or Idempotency-Key cannot be stored (never for lockd's). */
+static int zk_acq_setup(struct zk_acq *a, const struct lock_req *req)
+{
+    struct zk_holder *m = &a->mine;
+    size_t tlen = strlen(req->token);
+
+    memset(m, 0, sizeof(*m));
+    if (tlen > LOCK_TOKEN_MAX ||
+        (req->owner != NULL && strlen(req->owner) > LOCK_OWNER_MAX) ||
+        (req->idem_key != NULL && strlen(req->idem_key) > LOCK_IDEM_MAX))
+        return -1;
+    memcpy(m->token, req->token, tlen + 1);
+    m->ttl_ms = m->run_ms = req->ttl_ms;
+    m->grant_by = a->grant_by;
+    m->mode = req->mode == LOCK_SHARED ? LOCK_SHARED : LOCK_EXCLUSIVE;
+    m->limit = m->mode == LOCK_SHARED ? req->limit : 0;
+    m->holds = 1;
+    if (req->owner != NULL) {
+        m->has_owner = true;
+        memcpy(m->owner, req->owner, strlen(req->owner) + 1);
+    }
+    if (req->idem_key != NULL) {
+        m->has_idem = true;
+        memcpy(m->idem, req->idem_key, strlen(req->idem_key) + 1);
+    }
+    a->shared = m->mode == LOCK_SHARED;
+    return zk_fmt_holder(a->data, sizeof(a->data), m, &a->data_len);
+}
+
 static enum backend_result zk_be_acquire(struct backend *b,
                                          const struct lock_req *req,
                                          struct lock_grant *out)
@@ -47,10 +77,7 @@ static enum backend_result zk_be_acquire(struct backend *b,
 
     /* the key is checked by the wrapper; a token lockd made always fits */
     if (zk_paths_key(be, req->key, req->key_len, req->token, &a.p) != 0 ||
-        a.p.marker[0] == '\0' ||
-        zk_fmt_holder(a.data, sizeof(a.data), req->token, req->ttl_ms,
-                      a.grant_by, req->owner, &a.data_len) != 0 ||
-        zk_parse_holder(a.data, (int)a.data_len, &a.mine) != 0) {
+        a.p.marker[0] == '\0' || zk_acq_setup(&a, req) != 0) {
         log_error("zookeeper: acquire: token or owner cannot be stored");
         return BACKEND_UNAVAILABLE;
     }
@@ -86,245 +113,6 @@ static enum backend_result zk_be_acquire(struct backend *b,
     r = BACKEND_HELD;
 done:
     zk_conn_put(be, a.cn);
-    return r;
-}
-
-/* ---- renew, release, inspect ------------------------------------------ */
-
-/* Read h for a token holder's request: OK with h and st when req->token
- * holds it unexpired; NOT_FOUND, MISMATCH or UNAVAILABLE otherwise. A
- * token that cannot name a marker (not hex) is never OK: every h lockd
- * reads has a hex token (zk_parse_holder()), so after OK the caller's
- * marker is valid. */
-static enum backend_result zk_read_own(struct zk_be *be,
-                                       struct zk_conn *cn,
-                                       const struct lock_req *req,
-                                       const struct zk_paths *p,
-                                       int64_t dl,
-                                       struct zk_holder *h,
-                                       struct Stat *st)
-{
-    bool parsed = false;
-    int rc = zk_get(be, cn, p->hpath, false, dl, h, st, &parsed);
-
-    if (rc == ZNONODE)
-        return BACKEND_NOT_FOUND;
-    if (rc != ZOK)
-        return zk_unavailable("read holder", rc);
-    if (!parsed)
-        return BACKEND_MISMATCH;
-    if (zk_remaining(be, h, st) <= 0) {
-        zk_reap_holder(be, cn, p, h, st->version, dl, req->key, req->key_len);
-        return BACKEND_NOT_FOUND;
-    }
-    if (!text_secret_eq(req->token, h->token))
-        return BACKEND_MISMATCH;
-    return BACKEND_OK;
-}
-
-static enum backend_result zk_be_renew(struct backend *b,
-                                       const struct lock_req *req,
-                                       struct lock_grant *out)
-{
-    struct zk_be *be = (struct zk_be *)b;
-    struct zk_paths p;
-    char data[ZK_DATA_MAX];
-    struct zk_conn *cn;
-    struct zk_holder h;
-    struct Stat st;
-    enum backend_result r = BACKEND_UNAVAILABLE;
-    int64_t dl;
-
-    if (zk_paths_key(be, req->key, req->key_len, req->token, &p) != 0)
-        return BACKEND_NOT_FOUND;
-    cn = zk_conn_get(be);
-    if (cn == NULL)
-        return BACKEND_UNAVAILABLE;
-    dl = zk_deadline(be);
-    for (int i = 0; i < ZK_MAX_ROUNDS && clock_mono_ms() < dl; i++) {
-        uint64_t ttl;
-        size_t len;
-        int64_t sent;
-        int rc;
-
-        r = zk_read_own(be, cn, req, &p, dl, &h, &st);
-        if (r != BACKEND_OK)
-            break;
-        ttl = req->ttl_ms != 0 ? req->ttl_ms : h.ttl_ms;
-        if (zk_fmt_holder(data, sizeof(data), h.token, ttl, 0,
-                          h.has_owner ? h.owner : NULL, &len) != 0) {
-            r = BACKEND_UNAVAILABLE;
-            break;
-        }
-        /* the version and marker checks: a reap or release in between
-         * wins, and a later grant of the key is never overwritten */
-        sent = clock_mono_ms();
-        rc = zk_set_marked(cn, &p, data, len, st.version, dl, &st);
-        if (rc == ZOK) {
-            struct zk_own o;
-            bool alone =
-                !zk_own_get(be, req->key, req->key_len, req->token, &o) ||
-                o.alone;
-            struct zk_holder now = h;
-            int64_t left;
-            now.ttl_ms = ttl;
-            now.grant_by = 0;
-            zk_clock_sample(be, st.mtime, sent, clock_mono_ms());
-            zk_own_put(be, req->key, req->key_len, h.token, &st, ttl, alone);
-            /* its whole TTL from when the call began, unless none of it
-             * is surely left once the answer came: then it came too late
-             * to be one */
-            left = zk_left_surely(be, &now, &st, sent);
-            r = left > 0 && zk_fill_grant(&st, ttl, ttl, out) == 0
-                    ? BACKEND_OK
-                    : zk_unavailable("renew", ZOPERATIONTIMEOUT);
-            break;
-        }
-        r = BACKEND_UNAVAILABLE;
-        if (rc == ZNONODE) {
-            r = BACKEND_NOT_FOUND;
-            break;
-        }
-        if (rc != ZBADVERSION) {
-            r = zk_unavailable("renew", rc);
-            break;
-        }
-    }
-    zk_conn_put(be, cn);
-    return r;
-}
-
-/*
- * A release of a grant or renew made here, without reading h: one multi
- * that deletes h's marker (so h is still that grant: its token is
- * req->token) and h at the version we wrote (so nobody renewed it since,
- * and the expiry we know is h's). BACKEND_OK, UNAVAILABLE, or -1 when what
- * we remember is stale or expired: then read h and judge.
- */
-static int zk_release_known(struct zk_be *be,
-                            struct zk_conn *cn,
-                            const struct lock_req *req,
-                            const struct zk_paths *p,
-                            int64_t dl)
-{
-    struct zk_own o;
-    int rc;
-
-    if (!zk_own_get(be, req->key, req->key_len, req->token, &o))
-        return -1;
-    if (o.mtime + (int64_t)o.ttl_ms - zk_server_now(be) <= 0) {
-        zk_own_drop(be, req->key, req->key_len);
-        return -1; /* expired by now: the read path reaps it */
-    }
-    rc = zk_drop_checked(cn, p, p->marker, o.version, o.alone, dl);
-    if (rc == ZOK)
-        return BACKEND_OK;
-    if (rc == ZNONODE || rc == ZBADVERSION) {
-        zk_own_drop(be, req->key, req->key_len);
-        return -1;
-    }
-    return zk_unavailable("release", rc);
-}
-
-static enum backend_result zk_be_release(struct backend *b,
-                                         const struct lock_req *req,
-                                         struct lock_grant *out)
-{
-    struct zk_be *be = (struct zk_be *)b;
-    struct zk_paths p;
-    struct zk_conn *cn;
-    struct zk_holder h;
-    struct Stat st;
-    enum backend_result r = BACKEND_UNAVAILABLE;
-    int64_t dl;
-    int known;
-    (void)out; /* holds left: 0, set by the wrapper */
-
-    if (zk_paths_key(be, req->key, req->key_len, req->token, &p) != 0)
-        return BACKEND_NOT_FOUND;
-    cn = zk_conn_get(be);
-    if (cn == NULL)
-        return BACKEND_UNAVAILABLE;
-    dl = zk_deadline(be);
-    known = p.marker[0] != '\0' ? zk_release_known(be, cn, req, &p, dl) : -1;
-    if (known >= 0) {
-        r = (enum backend_result)known;
-        if (r == BACKEND_OK) {
-            zk_own_drop(be, req->key, req->key_len);
-            zk_notify(be, req->key, req->key_len);
-        }
-        goto out;
-    }
-    for (int i = 0; i < ZK_MAX_ROUNDS && clock_mono_ms() < dl; i++) {
-        int rc;
-
-        r = zk_read_own(be, cn, req, &p, dl, &h, &st);
-        if (r != BACKEND_OK)
-            break;
-        /* the key's node goes too unless someone waits */
-        rc = zk_drop_checked(cn, &p, p.marker, st.version, true, dl);
-        r = BACKEND_UNAVAILABLE;
-        if (rc == ZOK) {
-            r = BACKEND_OK;
-            zk_own_drop(be, req->key, req->key_len);
-            zk_notify(be, req->key, req->key_len);
-            break;
-        }
-        if (rc == ZNONODE) {
-            r = BACKEND_NOT_FOUND;
-            break;
-        }
-        if (rc != ZBADVERSION) {
-            r = zk_unavailable("release", rc);
-            break;
-        }
-    }
-out:
-    zk_conn_put(be, cn);
-    return r;
-}
-
-static enum backend_result zk_be_inspect(struct backend *b,
-                                         const char *key,
-                                         size_t key_len,
-                                         struct lock_info *out)
-{
-    struct zk_be *be = (struct zk_be *)b;
-    struct zk_paths p;
-    struct zk_conn *cn;
-    struct zk_holder h;
-    struct Stat st;
-    bool parsed = false;
-    enum backend_result r;
-    int64_t dl, left;
-    int rc;
-
-    if (zk_paths_key(be, key, key_len, NULL, &p) != 0)
-        return BACKEND_NOT_FOUND;
-    cn = zk_conn_get(be);
-    if (cn == NULL)
-        return BACKEND_UNAVAILABLE;
-    dl = zk_deadline(be);
-    rc = zk_get(be, cn, p.hpath, false, dl, &h, &st, &parsed);
-    if (rc == ZNONODE) {
-        r = BACKEND_NOT_FOUND;
-    } else if (rc != ZOK) {
-        r = zk_unavailable("inspect", rc);
-    } else if (!parsed || st.czxid <= 0 ||
-               (uint64_t)st.czxid > LOCK_FENCE_MAX) {
-        r = BACKEND_UNAVAILABLE;
-    } else if ((left = zk_remaining(be, &h, &st)) <= 0) {
-        zk_reap_holder(be, cn, &p, &h, st.version, dl, key, key_len);
-        r = BACKEND_NOT_FOUND;
-    } else {
-        out->fence = (uint64_t)st.czxid;
-        out->ttl_ms = (uint64_t)left;
-        out->expires_at_ms = st.mtime + (int64_t)h.ttl_ms;
-        out->has_owner = h.has_owner;
-        memcpy(out->owner, h.owner, sizeof(out->owner));
-        r = BACKEND_OK;
-    }
-    zk_conn_put(be, cn);
     return r;
 }
 

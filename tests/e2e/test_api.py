@@ -35,7 +35,8 @@ def acquire_free(ctx):
     t0 = time.time()
     r = req(ctx, "POST", key, {"ttl_ms": 5000})
     g = expect_grant(r, key, 5000, t_sent=t0)
-    eq(set(g), {"key", "token", "fence", "ttl_ms", "expires_at"}, "grant fields")
+    eq(set(g), {"key", "token", "fence", "ttl_ms", "expires_at", "mode", "holds"}, "grant fields")
+    eq((g["mode"], g["holds"]), ("exclusive", 1), "grant mode and holds")
     check(r.header("Retry-After") is None, "a grant carries Retry-After")
     release(ctx, key, g["token"])
 
@@ -165,7 +166,8 @@ def inspect_held(ctx):
     key = ctx.key("insp")
     g = acquire(ctx, key, ttl_ms=8000, owner="pod-a/worker-3")
     body = expect_held(ctx, key, g["fence"], "pod-a/worker-3")
-    eq(set(body), {"key", "held", "fence", "ttl_ms", "expires_at", "owner"}, "inspect fields")
+    eq(set(body), {"key", "held", "mode", "fence", "ttl_ms", "expires_at", "owner", "holds", "holder_count",
+                   "holders"}, "inspect fields")
     check(isinstance(body["ttl_ms"], int) and 1 <= body["ttl_ms"] <= 8000,
           "remaining ttl_ms %r not in [1, 8000]" % body["ttl_ms"])
     check(body["ttl_ms"] > 6000, "remaining ttl_ms %r right after an 8 s grant" % body["ttl_ms"])
@@ -236,7 +238,7 @@ def release_frees(ctx):
     g = acquire(ctx, key, ttl_ms=10000)
     r = req(ctx, "DELETE", key, headers={"Lock-Token": g["token"]})
     body = expect_json(r, 200, "release")
-    eq(body, {"key": key, "released": True}, "release body")
+    eq(body, {"key": key, "released": True, "holds": 0}, "release body")
     expect_free(ctx, key, "inspect after release")
     g2 = acquire(ctx, key, ttl_ms=1000, what="acquire after release")
     check(g2["fence"] > g["fence"], "fence after release")
@@ -534,7 +536,7 @@ BAD_PARAM_BODIES = [
     b'{"owner":"' + b"x" * 129 + b'"}', b'{"owner":"' + "é".encode() * 64 + b'x"}',
     b'{"owner":"a\\nb"}', b'{"owner":"a\\u0000b"}', b'{"owner":"\\u007f"}', b'{"owner":"\\u001f"}',
     b'{"owner":"tab\\there"}',
-    b'{"ttl":5000}', b'{"TTL_MS":5000}', b'{"ttl_ms ":5000}', b'{"":1}', b'{"token":"' + b"a" * 32 + b'"}',
+    b'{"ttl":5000}', b'{"TTL_MS":5000}', b'{"ttl_ms ":5000}', b'{"":1}', b'{"token":"' + b"a" * 32 + b'","wait_ms":0}',
     b'{"ttl_ms":5000,"extra":1}', b'{"ttl_ms":5000,"ttl_ms":5000}', b'{"owner":"a","owner":"a"}',
     b'{"wait_ms":0,"wait_ms":1}',
 ]
@@ -543,7 +545,7 @@ BAD_QUERIES = ["ttl_ms", "ttl_ms=", "ttl_ms=abc", "ttl_ms=-1", "ttl_ms=%2B5", "t
                "ttl_ms=1e3", "ttl_ms=0", "ttl_ms=86400001", "ttl_ms=99999999999999999999999",
                "ttl_ms=0x10", "ttl_ms=5%00", "ttl_ms=5000&ttl_ms=5000", "wait_ms=-1", "wait_ms=300001",
                "wait_ms", "foo=1", "TTL_MS=5000", "owner", "owner=%zz", "owner=a%0Ab", "owner=%7F",
-               "owner=" + "x" * 129, "token=" + "a" * 32, "=5", "ttl_ms=5000&owner=a&owner=b",
+               "owner=" + "x" * 129, "token=" + "a" * 32 + "&wait_ms=0", "=5", "ttl_ms=5000&owner=a&owner=b",
                "ttl_ms=%35%30%30%30&wait_ms=%"]
 
 

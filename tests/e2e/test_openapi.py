@@ -236,8 +236,10 @@ def check_document(spec, table):
 
     # the statuses and codes each lock operation must document
     need = {
-        ("post", 201): None, ("post", 400): {"invalid_key", "invalid_json", "invalid_parameter"},
-        ("post", 401): {"unauthorized"}, ("post", 409): {"lock_held"}, ("post", 413): {"body_too_large"},
+        ("post", 200): None, ("post", 201): None,
+        ("post", 400): {"invalid_key", "invalid_json", "invalid_parameter"},
+        ("post", 401): {"unauthorized"}, ("post", 404): {"lock_not_found"},
+        ("post", 409): {"lock_held", "limit_mismatch", "token_mismatch"}, ("post", 413): {"body_too_large"},
         ("post", 503): {"backend_unavailable", "shutting_down"},
         ("get", 200): None, ("get", 404): {"lock_not_found"}, ("get", 400): {"invalid_key", "invalid_parameter"},
         ("head", 200): None, ("head", 404): None,
@@ -283,15 +285,22 @@ def check_document(spec, table):
 
     key = params("get")[("path", "key")]
     check(key["required"] and key["schema"]["minLength"] == 1 and key["schema"]["maxLength"] == 512, "key param")
-    eq(query("post"), {"ttl_ms", "wait_ms", "owner"}, "POST query parameters")
-    eq(body_props("post"), {"ttl_ms", "wait_ms", "owner"}, "POST body fields")
+    acquire_fields = {"ttl_ms", "wait_ms", "owner", "mode", "limit", "token"}
+    eq(query("post"), acquire_fields, "POST query parameters")
+    eq(body_props("post"), acquire_fields, "POST body fields")
     eq(query("put"), {"token", "ttl_ms"}, "PUT query parameters")
     eq(body_props("put"), {"token", "ttl_ms"}, "PUT body fields")
-    eq(query("delete"), {"token"}, "DELETE query parameters")
-    eq(body_props("delete"), {"token"}, "DELETE body fields")
+    eq(query("delete"), {"token", "all"}, "DELETE query parameters")
+    eq(body_props("delete"), {"token", "all"}, "DELETE body fields")
     eq(query("get") | query("head"), set(), "GET/HEAD query parameters")
-    for m in ("put", "delete"):
+    for m in ("post", "put", "delete"):
         check(("header", "Lock-Token") in params(m), "%s documents Lock-Token" % m.upper())
+    idem = [m for m in ROUTES["/locks/{key}"] if ("header", "Idempotency-Key") in params(m)]
+    eq(idem, ["post"], "the operations that take Idempotency-Key")
+    mode = spec.resolve(params("post")[("query", "mode")]["schema"])
+    eq((mode.get("enum"), mode.get("default")), (["exclusive", "shared"], "exclusive"), "mode enum and default")
+    lim = spec.resolve(params("post")[("query", "limit")]["schema"])
+    eq((lim.get("minimum"), lim.get("maximum")), (1, 10000), "limit range")
     post = params("post")
     eq(spec.resolve(post[("query", "ttl_ms")]["schema"]).get("default"), 30000, "ttl_ms default")
     eq(spec.resolve(post[("query", "wait_ms")]["schema"]).get("default"), 0, "wait_ms default")
@@ -308,10 +317,14 @@ def check_document(spec, table):
 
     # the validator used below is not vacuous
     grant = spec.resolve({"$ref": "#/components/schemas/Grant"})
-    good = {"key": "k", "token": "0" * 32, "fence": 1, "ttl_ms": 1, "expires_at": "2026-11-21T12:00:30.123Z"}
+    good = {"key": "k", "token": "0" * 32, "fence": 1, "ttl_ms": 1, "expires_at": "2026-11-21T12:00:30.123Z",
+            "mode": "exclusive", "holds": 1}
     eq(spec.validate(good, grant), [], "validator on a good grant")
+    eq(spec.validate({**good, "mode": "shared", "limit": 3}, grant), [], "validator on a good shared grant")
     for bad in ({**good, "token": "X" * 32}, {**good, "fence": "1"}, {**good, "extra": 1},
-                {k: v for k, v in good.items() if k != "fence"}, {**good, "expires_at": "2026-11-21"}):
+                {k: v for k, v in good.items() if k != "fence"}, {**good, "expires_at": "2026-11-21"},
+                {**good, "mode": "read"}, {**good, "holds": 0}, {**good, "limit": 10001},
+                {k: v for k, v in good.items() if k != "holds"}):
         check(spec.validate(bad, grant), "validator accepted %r" % bad)
     check(spec.validate("2026-13-21T12:00:30.123Z", {"type": "string", "format": "date-time"}),
           "validator accepted month 13")
@@ -507,6 +520,72 @@ def dead_backend_url(backend):
     }.get(backend, "redis://127.0.0.1:%d?timeout_ms=300&connect_timeout_ms=300" % port)
 
 
+def live_kinds(ld, ctx, ask, other):
+    """The lock kinds' answers (shared, semaphore, re-entry, Idempotency-Key)
+    through ask(); other is a token that holds none of these keys."""
+    L = "/locks/"
+    # a read-write lock: two readers, a writer kept out
+    ks = ctx.key("oa-rw")
+    r1 = ask(ld, "shared grant", "POST", L + ks, {"mode": "shared", "ttl_ms": 5000}, status=201)
+    r2 = ask(ld, "shared grant by query", "POST", L + ks + "?mode=shared&ttl_ms=5000", status=201)
+    ask(ld, "inspect, shared", "GET", L + ks, status=200)
+    ask(ld, "exclusive on a shared key", "POST", L + ks, status=409, code="lock_held")
+    ask(ld, "a limit against none", "POST", L + ks, {"mode": "shared", "limit": 3}, status=409,
+        code="limit_mismatch")
+    ask(ld, "renew, shared", "PUT", L + ks, None, {"Lock-Token": r1.json["token"]}, status=200)
+    for r in (r1, r2):
+        ask(ld, "release, shared", "DELETE", L + ks, None, {"Lock-Token": r.json["token"]}, status=200)
+    # a semaphore of 2
+    kp = ctx.key("oa-sem")
+    p1 = ask(ld, "permit 1", "POST", L + kp, {"mode": "shared", "limit": 2, "owner": "job-1"}, status=201)
+    p2 = ask(ld, "permit 2", "POST", L + kp, {"mode": "shared", "limit": 2, "owner": "job-2"}, status=201)
+    ask(ld, "inspect, semaphore", "GET", L + kp, status=200)
+    ask(ld, "no permit left", "POST", L + kp, {"mode": "shared", "limit": 2}, status=409, code="lock_held")
+    ask(ld, "another limit", "POST", L + kp + "?mode=shared&limit=3", status=409, code="limit_mismatch")
+    ask(ld, "limit with exclusive", "POST", L + kp, {"limit": 2}, status=400, code="invalid_parameter")
+    ask(ld, "limit 0", "POST", L + kp, {"mode": "shared", "limit": 0}, status=400, code="invalid_parameter")
+    ask(ld, "limit 10001", "POST", L + kp + "?mode=shared&limit=10001", status=400, code="invalid_parameter")
+    ask(ld, "unknown mode", "POST", L + kp, {"mode": "read"}, status=400, code="invalid_parameter")
+    ask(ld, "renew a permit", "PUT", L + kp, None, {"Lock-Token": p1.json["token"]}, status=200)
+    ask(ld, "release a permit, all in the body", "DELETE", L + kp, {"token": p1.json["token"], "all": True},
+        status=200)
+    ask(ld, "release a permit, all in the query", "DELETE", L + kp + "?all=true", None,
+        {"Lock-Token": p2.json["token"]}, status=200)
+    # re-entry
+    kr = ctx.key("oa-reenter")
+    t = ask(ld, "grant to re-enter", "POST", L + kr, {"owner": "pod-a/worker-3"}, status=201).json["token"]
+    ask(ld, "re-entry, header", "POST", L + kr, {"ttl_ms": 5000}, {"Lock-Token": t}, status=200)
+    ask(ld, "re-entry, query", "POST", L + kr + "?token=" + t, status=200)
+    ask(ld, "re-entry, body", "POST", L + kr, {"token": t}, status=200)
+    ask(ld, "inspect, re-entered", "GET", L + kr, status=200)
+    ask(ld, "re-entry, another token", "POST", L + kr, None, {"Lock-Token": other}, status=409,
+        code="token_mismatch")
+    ask(ld, "re-entry with wait_ms", "POST", L + kr, {"token": t, "wait_ms": 100}, status=400,
+        code="invalid_parameter")
+    ask(ld, "re-entry with mode", "POST", L + kr, {"mode": "exclusive"}, {"Lock-Token": t}, status=400,
+        code="invalid_parameter")
+    ask(ld, "re-entry, empty token", "POST", L + kr, {"token": ""}, status=400, code="invalid_parameter")
+    ask(ld, "release, one hold", "DELETE", L + kr, None, {"Lock-Token": t}, status=200)
+    ask(ld, "release, all holds", "DELETE", L + kr + "?all=true", None, {"Lock-Token": t}, status=200)
+    ask(ld, "re-entry of a free key", "POST", L + kr, None, {"Lock-Token": t}, status=404, code="lock_not_found")
+    # Idempotency-Key
+    ki = ctx.key("oa-idem")
+    h = {"Idempotency-Key": "openapi " + ki}
+    g1 = ask(ld, "grant with an Idempotency-Key", "POST", L + ki, {"ttl_ms": 5000}, h, status=201)
+    g2 = ask(ld, "the same acquire again", "POST", L + ki, {"ttl_ms": 5000}, h, status=201)
+    eq((g2.json["token"], g2.json["fence"]), (g1.json["token"], g1.json["fence"]), "a replay's token and fence")
+    ask(ld, "Idempotency-Key, another mode", "POST", L + ki, {"mode": "shared"}, h, status=400,
+        code="invalid_parameter")
+    ask(ld, "Idempotency-Key with a token", "POST", L + ki, None, dict(h, **{"Lock-Token": g1.json["token"]}),
+        status=400, code="invalid_parameter")
+    ask(ld, "Idempotency-Key too long", "POST", L + ki + "-x", None, {"Idempotency-Key": "k" * 129},
+        status=400, code="invalid_parameter")
+    lt = dict(h, **{"Lock-Token": g1.json["token"]})
+    for m, hdrs in (("PUT", lt), ("DELETE", lt), ("GET", h)):
+        ask(ld, "Idempotency-Key on %s" % m, m, L + ki, None, hdrs, status=400, code="invalid_parameter")
+    ask(ld, "release the replayed grant", "DELETE", L + ki, None, {"Lock-Token": g1.json["token"]}, status=200)
+
+
 def live_answers(ctx):
     """Many requests across every route and error case on the backend under
     test; returns [Answer]. Each request's status (and error code) is
@@ -549,7 +628,9 @@ def live_answers(ctx):
     ask(ld, "field twice", "POST", L + k + "?ttl_ms=5", {"ttl_ms": 5}, status=400, code="invalid_parameter")
     ask(ld, "ttl_ms 0", "POST", L + k + "?ttl_ms=0", status=400, code="invalid_parameter")
     ask(ld, "ttl_ms a string", "POST", L + k, {"ttl_ms": "5"}, status=400, code="invalid_parameter")
-    ask(ld, "Lock-Token on acquire", "POST", L + k, None, {"Lock-Token": tok}, status=400, code="invalid_parameter")
+    ask(ld, "Lock-Token on acquire: a re-entry", "POST", L + k, None, {"Lock-Token": tok}, status=200)
+    ask(ld, "release one of two holds", "DELETE", L + k, None, {"Lock-Token": tok}, status=200)
+    live_kinds(ld, ctx, ask, tok)
     ask(ld, "wait_ms on renew", "PUT", L + k, {"token": tok, "wait_ms": 1}, status=400, code="invalid_parameter")
     ask(ld, "query on inspect", "GET", L + k + "?wait_ms=1", status=400, code="invalid_parameter")
     ask(ld, "array body", "POST", L + k, b"[]", status=400, code="invalid_json")

@@ -1,19 +1,21 @@
 """tests/e2e/test_readme.py - the README's curl session, replayed.
 
-The README's "A session with curl" shows a console block that a reader is
-meant to replay. It is marked by an HTML comment naming this file just
-before it. The test takes that block literally: each line starting with
-"$ " is a shell command, the lines up to the next command are what it
-printed. It runs the commands in order in one bash (so variables such as
-the token carry over), against a lockd it starts on memory://; the only
-change made to the commands is that "localhost:8080" (make run's address)
-becomes that lockd's address. Then each command's output must have the
-shape of the README's:
+The README's "A session with curl" shows console blocks that a reader is
+meant to replay, one after the other in one shell. Each is marked by an
+HTML comment naming this file just before it. The test takes those blocks
+literally: each line starting with "$ " is a shell command, the lines up to
+the next command are what it printed. It runs the commands of every marked
+block in order in one bash (so variables such as the token, and shell
+functions, carry over from block to block), against a lockd it starts on
+memory://; the only change made to the commands is that "localhost:8080"
+(make run's address) becomes that lockd's address. Then each command's
+output must have the shape of the README's:
 
 - the same number of lines, each ending in a newline (as the README shows
   them; a missing one would put the next prompt on the same line);
-- a JSON line: the same keys at every level, the same JSON types and the
-  same values, except those that differ from run to run: token, fence,
+- a JSON line: the same keys at every level (arrays: the same length,
+  item by item), the same JSON types and the same values, except those
+  that differ from run to run: token, fence,
   ttl_ms, retry_after_ms and expires_at (which must still be a 32-hex
   token, a positive integer, an RFC 3339 time);
 - any other line (a status printed by curl -w, ...): the same text.
@@ -45,22 +47,28 @@ VARYING = {
 
 
 def readme_session(path=README):
-    """[(command, [expected output lines])] of the marked console block."""
+    """[(command, [expected output lines])] of every marked console block,
+    in the README's order."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
+    block = re.compile(r"^```console\n(.*?)^```$", re.S | re.M)
+    steps = []
     i = text.find(MARKER)
     check(i >= 0, "README.md has no block marked %r" % MARKER)
-    m = re.compile(r"^```console\n(.*?)^```$", re.S | re.M).search(text, i)
-    check(m is not None, "README.md: no ```console block after the marker")
-    check("```" not in text[i:m.start()], "README.md: the marker is not right before its console block")
-    steps = []
-    for line in m.group(1).splitlines():
-        if line.startswith("$ "):
-            steps.append((line[2:], []))
-        else:
-            check(steps, "README.md: output before the first command: %r" % line)
-            steps[-1][1].append(line)
-    check(len(steps) >= 3, "README.md: the session has %d commands" % len(steps))
+    while i >= 0:
+        m = block.search(text, i)
+        check(m is not None, "README.md: no ```console block after the marker at offset %d" % i)
+        check("```" not in text[i:m.start()], "README.md: the marker at offset %d is not right before its "
+              "console block" % i)
+        n = len(steps)
+        for line in m.group(1).splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            else:
+                check(len(steps) > n, "README.md: output before the first command of a block: %r" % line)
+                steps[-1][1].append(line)
+        check(len(steps) - n >= 3, "README.md: a replayed block has %d commands" % (len(steps) - n))
+        i = text.find(MARKER, m.end())
     return steps
 
 
@@ -102,6 +110,13 @@ def shape_errors(want, got, where):
 def value_errors(key, want, got, where):
     if isinstance(want, dict):
         return shape_errors(want, got, where)
+    if isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            return ["%s: %d items, README has %d" % (where, len(got), len(want))]
+        errs = []
+        for n, (w, g) in enumerate(zip(want, got)):
+            errs += value_errors(None, w, g, "%s[%d]" % (where, n))
+        return errs
     if type(want) is not type(got):
         return ["%s: %s, README has %s" % (where, json.dumps(got), json.dumps(want))]
     if key in VARYING:
@@ -146,7 +161,7 @@ def compare(steps, outs):
     return errs
 
 
-@harness.scenario("README: the curl session replays as shown, each output with the README's keys and "
+@harness.scenario("readme: the README's curl sessions replay as shown, each output with the README's keys and "
                   "statuses", backends=["memory"])
 def readme_curl_session(ctx):
     steps = readme_session()
@@ -157,6 +172,10 @@ def readme_curl_session(ctx):
         raise Fail("the README's session does not replay (%d differences):\n  %s%s"
                    % (len(errs), "\n  ".join(errs), "\n  stderr: " + stderr[-1000:] if stderr else ""))
     harness.log("     %d commands replayed" % len(steps))
-    # a replay leaves nothing behind: the session ends with the key free
+    # a replay leaves nothing behind: the sessions end with every key free
     r = ld.request("GET", "/locks/orders/42")
     check(r.status == 404, "after the session orders/42 is %d: %s" % (r.status, r.text[:200]))
+    r = ld.request("GET", "/metrics")
+    m = re.search(r"^lockd_locks_held (\d+)$", r.text, re.M)
+    check(m is not None, "memory's /metrics has no lockd_locks_held")
+    check(m.group(1) == "0", "after the sessions lockd_locks_held is %s: a block leaves a lock held" % m.group(1))

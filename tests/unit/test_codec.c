@@ -38,6 +38,7 @@ struct fake_req {
     char qtext[2048]; /* the query, split in place */
     struct api_param q[16];
     const char *tokens[4];
+    const char *idem[4];
 };
 
 /* Split query ("a=1&b&c=x+y") like the server: '&' separates, no '=' means
@@ -95,6 +96,17 @@ static void fake_init(struct fake_req *f,
         f->rq.nlock_tokens = i + 1;
     }
     f->rq.lock_tokens = f->tokens;
+    f->rq.idem_keys = f->idem;
+}
+
+/* Idempotency-Key headers (NULL-terminated) on a fake_init()ed request. */
+static void fake_idem(struct fake_req *f, const char *const *keys)
+{
+    f->rq.nidem_keys = 0;
+    for (size_t i = 0; keys != NULL && keys[i] != NULL && i < 4; i++) {
+        f->idem[i] = keys[i];
+        f->rq.nidem_keys = i + 1;
+    }
 }
 
 static char last_msg[512];
@@ -749,6 +761,251 @@ static void test_parse_params_nul_escape_is_invalid_parameter(void)
                  API_INVALID_PARAMETER);
 }
 
+/* ---- the lock kinds' parameters: mode, limit, all, Idempotency-Key ---- */
+
+#define ALLOW_KINDS \
+    (ALLOW_ACQUIRE | API_P_MODE | API_P_LIMIT | API_P_TOKEN | API_P_IDEM_KEY)
+
+/* parse() with Idempotency-Key headers (NULL-terminated) too. */
+static enum api_error parse_idem(unsigned allowed,
+                                 const char *body,
+                                 const char *const *keys,
+                                 struct api_params *p)
+{
+    struct fake_req f;
+    enum api_error err;
+
+    fake_init(&f, "POST", "/locks/k", body, NULL);
+    fake_idem(&f, keys);
+    last_msg[0] = '\0';
+    err = codec_parse_params(&f.rq, allowed, MAX_TTL, MAX_WAIT, p, last_msg,
+                             sizeof(last_msg));
+    if (err != API_OK) {
+        CHECK(p->idem_key == NULL && !p->has_idem_key);
+        CHECK_MSG(last_msg[0] != '\0', "no message for error %d", err);
+    }
+    return err;
+}
+
+static void test_parse_params_reads_mode_limit_all(void)
+{
+    struct api_params p;
+
+    CHECK_EQ_INT(
+        parse(ALLOW_KINDS, "{\"mode\":\"shared\",\"limit\":3}", NULL, NULL, &p),
+        API_OK);
+    CHECK(p.has_mode && p.has_limit && !p.has_all);
+    CHECK_EQ_INT(p.mode, LOCK_SHARED);
+    CHECK_EQ_U64(p.limit, 3);
+    codec_params_cleanup(&p);
+    CHECK_EQ_INT(parse(ALLOW_KINDS, NULL, "mode=exclusive", NULL, &p), API_OK);
+    CHECK(p.has_mode && !p.has_limit);
+    CHECK_EQ_INT(p.mode, LOCK_EXCLUSIVE);
+    codec_params_cleanup(&p);
+    /* bounds are inclusive; query and body may share the work */
+    CHECK_EQ_INT(
+        parse(ALLOW_KINDS, "{\"limit\":10000}", "mode=shared", NULL, &p),
+        API_OK);
+    CHECK_EQ_U64(p.limit, LOCK_LIMIT_MAX);
+    CHECK_EQ_INT(p.mode, LOCK_SHARED);
+    codec_params_cleanup(&p);
+    CHECK_EQ_INT(parse(ALLOW_KINDS, NULL, "mode=shared&limit=1", NULL, &p),
+                 API_OK);
+    CHECK_EQ_U64(p.limit, 1);
+    codec_params_cleanup(&p);
+    /* all: JSON booleans, "true"/"false" in the query */
+    CHECK_EQ_INT(
+        parse(ALLOW_RELEASE | API_P_ALL, "{\"all\":true}", NULL, NULL, &p),
+        API_OK);
+    CHECK(p.has_all && p.all);
+    codec_params_cleanup(&p);
+    CHECK_EQ_INT(
+        parse(ALLOW_RELEASE | API_P_ALL, "{\"all\":false}", NULL, NULL, &p),
+        API_OK);
+    CHECK(p.has_all && !p.all);
+    codec_params_cleanup(&p);
+    CHECK_EQ_INT(parse(ALLOW_RELEASE | API_P_ALL, NULL, "all=true", NULL, &p),
+                 API_OK);
+    CHECK(p.has_all && p.all);
+    codec_params_cleanup(&p);
+    CHECK_EQ_INT(parse(ALLOW_RELEASE | API_P_ALL, NULL, "all=false", NULL, &p),
+                 API_OK);
+    CHECK(p.has_all && !p.all);
+    codec_params_cleanup(&p);
+    /* a token on acquire, from each place */
+    CHECK_EQ_INT(parse(ALLOW_KINDS, "{\"token\":\"abc\"}", NULL, NULL, &p),
+                 API_OK);
+    CHECK_STR_EQ(p.token, "abc");
+    codec_params_cleanup(&p);
+}
+
+static void test_parse_params_rejects_bad_mode_limit_all(void)
+{
+    static const char *const bodies[] = {
+        "{\"mode\":\"read\"}",
+        "{\"mode\":\"Shared\"}",
+        "{\"mode\":\"SHARED\"}",
+        "{\"mode\":\"shared \"}",
+        "{\"mode\":\"\"}",
+        "{\"mode\":\"shared\\u0000\"}",
+        "{\"mode\":1}",
+        "{\"mode\":null}",
+        "{\"mode\":true}",
+        "{\"mode\":[\"shared\"]}",
+        "{\"mode\":{}}",
+        "{\"mode\":\"shared\",\"mode\":\"shared\"}",
+        "{\"limit\":0}",
+        "{\"limit\":-1}",
+        "{\"limit\":10001}",
+        "{\"limit\":4294967297}",
+        "{\"limit\":99999999999999999999999}",
+        "{\"limit\":3.0}",
+        "{\"limit\":3e0}",
+        "{\"limit\":\"3\"}",
+        "{\"limit\":null}",
+        "{\"limit\":true}",
+        "{\"limit\":1,\"limit\":1}",
+        "{\"Mode\":\"shared\"}",
+        "{\"limits\":3}",
+        "{\"all\":true}", /* acquire takes no all */
+    };
+    static const char *const queries[] = {
+        "mode=",
+        "mode",
+        "mode=read",
+        "mode=shared%00",
+        "mode=%73hared%20",
+        "mode=1",
+        "limit=",
+        "limit",
+        "limit=0",
+        "limit=-1",
+        "limit=10001",
+        "limit=%2B3",
+        "limit=3.0",
+        "limit=0x3",
+        "limit=+3",
+        "limit=1e3",
+        "mode=shared&mode=shared",
+        "limit=1&limit=1",
+        "all=true",
+    };
+    static const char *const release_bodies[] = {
+        "{\"all\":1}",           "{\"all\":0}",
+        "{\"all\":\"true\"}",    "{\"all\":null}",
+        "{\"all\":[true]}",      "{\"all\":true,\"all\":true}",
+        "{\"mode\":\"shared\"}", "{\"limit\":1}",
+    };
+    static const char *const release_queries[] = {
+        "all=",
+        "all",
+        "all=TRUE",
+        "all=True",
+        "all=1",
+        "all=0",
+        "all=yes",
+        "all=on",
+        "all=true%20",
+        "all=%74rue%00",
+        "all=true&all=true",
+        "all=false&all=true",
+    };
+
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
+        CHECK_MSG(parse_err(ALLOW_KINDS, bodies[i], NULL, NULL) ==
+                      API_INVALID_PARAMETER,
+                  "%s", bodies[i]);
+    for (size_t i = 0; i < sizeof(queries) / sizeof(queries[0]); i++)
+        CHECK_MSG(parse_err(ALLOW_KINDS, NULL, queries[i], NULL) ==
+                      API_INVALID_PARAMETER,
+                  "%s", queries[i]);
+    /* body and query together */
+    CHECK_EQ_INT(
+        parse_err(ALLOW_KINDS, "{\"mode\":\"shared\"}", "mode=shared", NULL),
+        API_INVALID_PARAMETER);
+    CHECK_EQ_INT(parse_err(ALLOW_KINDS, "{\"limit\":2}", "limit=2", NULL),
+                 API_INVALID_PARAMETER);
+    for (size_t i = 0; i < sizeof(release_bodies) / sizeof(release_bodies[0]);
+         i++)
+        CHECK_MSG(parse_err(ALLOW_RELEASE | API_P_ALL, release_bodies[i], NULL,
+                            "t") == API_INVALID_PARAMETER,
+                  "%s", release_bodies[i]);
+    for (size_t i = 0; i < sizeof(release_queries) / sizeof(release_queries[0]);
+         i++)
+        CHECK_MSG(parse_err(ALLOW_RELEASE | API_P_ALL, NULL, release_queries[i],
+                            "t") == API_INVALID_PARAMETER,
+                  "%s", release_queries[i]);
+    CHECK_EQ_INT(
+        parse_err(ALLOW_RELEASE | API_P_ALL, "{\"all\":true}", "all=true", "t"),
+        API_INVALID_PARAMETER);
+    /* renew takes none of them */
+    CHECK_EQ_INT(parse_err(ALLOW_RENEW, "{\"all\":true}", NULL, "t"),
+                 API_INVALID_PARAMETER);
+    CHECK_EQ_INT(parse_err(ALLOW_RENEW, NULL, "mode=shared", "t"),
+                 API_INVALID_PARAMETER);
+    CHECK_EQ_INT(parse_err(ALLOW_RENEW, NULL, "limit=2", "t"),
+                 API_INVALID_PARAMETER);
+}
+
+static void test_parse_params_checks_idempotency_key(void)
+{
+    const char *one[] = { "4f1c2a9e-7d1b-4c7e-9a55-0d1f2e3c4b5a", NULL };
+    const char *spaced[] = { "retry of order 42 ~!@#$%^&*()", NULL };
+    const char *two[] = { "a", "a", NULL };
+    const char *empty[] = { "", NULL };
+    const char *del[] = { "a\x7f", NULL };
+    const char *tab[] = { "a\tb", NULL };
+    const char *utf8[] = { "caf\xc3\xa9", NULL };
+    char k128[130], k129[131];
+    const char *max[] = { k128, NULL }, *over[] = { k129, NULL };
+    struct api_params p;
+
+    memset(k128, 'k', 128);
+    k128[128] = '\0';
+    memset(k129, 'k', 129);
+    k129[129] = '\0';
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, NULL, one, &p), API_OK);
+    CHECK(p.has_idem_key);
+    CHECK_STR_EQ(p.idem_key, one[0]);
+    codec_params_cleanup(&p);
+    CHECK(p.idem_key == NULL);
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, NULL, spaced, &p), API_OK);
+    CHECK_STR_EQ(p.idem_key, spaced[0]);
+    codec_params_cleanup(&p);
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, NULL, max, &p), API_OK);
+    CHECK_EQ_INT(strlen(p.idem_key), 128);
+    codec_params_cleanup(&p);
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, NULL, NULL, &p), API_OK);
+    CHECK(!p.has_idem_key && p.idem_key == NULL);
+    codec_params_cleanup(&p);
+
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, NULL, over, &p),
+                 API_INVALID_PARAMETER);
+    CHECK_CONTAINS(last_msg, "Idempotency-Key");
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, NULL, two, &p), API_INVALID_PARAMETER);
+    CHECK_CONTAINS(last_msg, "twice");
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, NULL, empty, &p),
+                 API_INVALID_PARAMETER);
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, NULL, del, &p), API_INVALID_PARAMETER);
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, NULL, tab, &p), API_INVALID_PARAMETER);
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, NULL, utf8, &p),
+                 API_INVALID_PARAMETER);
+    /* where it is not taken: renew, release, inspect; a bad body first */
+    CHECK_EQ_INT(parse_idem(ALLOW_RENEW, NULL, one, &p), API_INVALID_PARAMETER);
+    CHECK_EQ_INT(parse_idem(ALLOW_RELEASE | API_P_ALL, NULL, one, &p),
+                 API_INVALID_PARAMETER);
+    CHECK_EQ_INT(parse_idem(0, NULL, one, &p), API_INVALID_PARAMETER);
+    CHECK_EQ_INT(parse_idem(ALLOW_KINDS, "{\"owner\":5}", one, &p),
+                 API_INVALID_PARAMETER);
+    CHECK(p.owner == NULL);
+    /* it is a header, never a field or a query parameter */
+    CHECK_EQ_INT(
+        parse_err(ALLOW_KINDS, "{\"idempotency_key\":\"a\"}", NULL, NULL),
+        API_INVALID_PARAMETER);
+    CHECK_EQ_INT(parse_err(ALLOW_KINDS, NULL, "Idempotency-Key=a", NULL),
+                 API_INVALID_PARAMETER);
+}
+
 static void test_format_time_is_rfc3339_utc_ms(void)
 {
     char buf[40];
@@ -780,6 +1037,7 @@ static void test_error_table_matches_api_md(void)
         { API_METHOD_NOT_ALLOWED, 405, "method_not_allowed" },
         { API_LOCK_HELD, 409, "lock_held" },
         { API_TOKEN_MISMATCH, 409, "token_mismatch" },
+        { API_LIMIT_MISMATCH, 409, "limit_mismatch" },
         { API_BODY_TOO_LARGE, 413, "body_too_large" },
         { API_BACKEND_UNAVAILABLE, 503, "backend_unavailable" },
         { API_SHUTTING_DOWN, 503, "shutting_down" },
@@ -807,6 +1065,11 @@ static void test_error_table_matches_api_md(void)
     CHECK_EQ_INT(api_error_from(BACKEND_NOT_FOUND), API_LOCK_NOT_FOUND);
     CHECK_EQ_INT(api_error_from(BACKEND_MISMATCH), API_TOKEN_MISMATCH);
     CHECK_EQ_INT(api_error_from(BACKEND_UNAVAILABLE), API_BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(api_error_from(BACKEND_LIMIT_MISMATCH), API_LIMIT_MISMATCH);
+    CHECK_EQ_INT(api_error_from(BACKEND_HOLDS_MAX), API_INVALID_PARAMETER);
+    CHECK_EQ_INT(api_error_from(BACKEND_IDEM_CONFLICT), API_INVALID_PARAMETER);
+    CHECK(api_result_message(BACKEND_OK) == NULL);
+    CHECK(api_result_message(BACKEND_MISMATCH) == NULL);
 }
 
 /* ---- router_dispatch on a real memory backend ---- */
@@ -848,14 +1111,12 @@ static void run_call(const struct api_call *c, struct api_response *resp)
     enum backend_result br;
 
     api_response_cleanup(resp);
-    req.key = c->key;
-    req.key_len = c->key_len;
-    req.token = api_call_token(c);
-    req.owner = c->owner;
-    req.ttl_ms = c->ttl_ms;
+    api_call_req(c, &req);
     switch (c->verb) {
     case API_VERB_ACQUIRE:
-        br = backend_acquire(rcfg.backend, &req, &g);
+        /* a re-entry is the store's renew, as the server runs it */
+        br = c->reenter ? backend_renew(rcfg.backend, &req, &g)
+                        : backend_acquire(rcfg.backend, &req, &g);
         break;
     case API_VERB_RENEW:
         br = backend_renew(rcfg.backend, &req, &g);
@@ -1134,7 +1395,11 @@ static void test_router_rejects_bad_acquires_without_state_change(void)
     request(&r, "POST", "/locks/k?wait_ms=300001", NULL, NULL, NULL);
     CHECK_STR_EQ(err_code(&r), "invalid_parameter");
     reply_cleanup(&r);
+    /* a token on acquire is a re-entry, which never creates a lock */
     request(&r, "POST", "/locks/k", NULL, "tok", NULL);
+    CHECK_STR_EQ(err_code(&r), "lock_not_found");
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks/k?mode=shared&limit=0", NULL, NULL, NULL);
     CHECK_STR_EQ(err_code(&r), "invalid_parameter");
     reply_cleanup(&r);
     request(&r, "GET", "/locks/k?x=1", NULL, NULL, NULL);
@@ -1360,6 +1625,397 @@ static void test_acquire_reply_rounds_retry_after_up(void)
     }
 }
 
+/* request() with an Idempotency-Key header (NULL: none). */
+static void request_idem(struct reply *r,
+                         const char *method,
+                         const char *target,
+                         const char *body,
+                         const char *token,
+                         const char *idem)
+{
+    const char *tokens[2] = { token, NULL }, *keys[2] = { idem, NULL };
+    struct fake_req f;
+
+    memset(r, 0, sizeof(*r));
+    fake_init(&f, method, target, body, tokens);
+    fake_idem(&f, keys);
+    r->action = dispatch_run(&f.rq, &r->resp, &r->acq);
+    reply_parse(r);
+}
+
+/* Every rule between an acquire's parameters: 400 invalid_parameter, not
+ * run, nothing held. */
+static void test_router_rejects_bad_kind_combinations(void)
+{
+    static const struct {
+        const char *target, *body, *token, *idem;
+    } bad[] = {
+        { "/locks/k?limit=2", NULL, NULL, NULL },
+        { "/locks/k?mode=exclusive&limit=2", NULL, NULL, NULL },
+        { "/locks/k", "{\"mode\":\"exclusive\",\"limit\":1}", NULL, NULL },
+        { "/locks/k", "{\"limit\":5}", NULL, "idem-1" },
+        { "/locks/k?wait_ms=100", NULL, "tok", NULL },
+        { "/locks/k?wait_ms=0", NULL, "tok", NULL },
+        { "/locks/k?mode=exclusive", NULL, "tok", NULL },
+        { "/locks/k?mode=shared", NULL, "tok", NULL },
+        { "/locks/k", "{\"mode\":\"shared\",\"limit\":2}", "tok", NULL },
+        { "/locks/k", "{\"limit\":2}", "tok", NULL },
+        { "/locks/k?owner=me", NULL, "tok", NULL },
+        { "/locks/k", NULL, "tok", "idem-1" },
+        { "/locks/k", "{\"token\":\"tok\"}", NULL, "idem-1" },
+        { "/locks/k?token=tok", NULL, NULL, "idem-1" },
+        { "/locks/k", NULL, "", NULL },
+        { "/locks/k?token=", NULL, NULL, NULL },
+        { "/locks/k", "{\"token\":\"\"}", NULL, NULL },
+        { "/locks/k", "{\"token\":\"\",\"ttl_ms\":5}", NULL, NULL },
+        { "/locks/k?token=tok", NULL, "tok", NULL },
+        { "/locks/k", "{\"token\":\"tok\"}", "tok", NULL },
+        { "/locks/k", NULL, NULL, "" },
+        { "/locks/k?all=false", NULL, NULL, NULL },
+    };
+    struct reply r;
+
+    router_open(NULL);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        request_idem(&r, "POST", bad[i].target, bad[i].body, bad[i].token,
+                     bad[i].idem);
+        CHECK_MSG(r.action == API_ACTION_REPLY && r.resp.status == 400,
+                  "#%zu %s %s: action %d status %u", i, bad[i].target,
+                  bad[i].body != NULL ? bad[i].body : "", r.action,
+                  r.resp.status);
+        CHECK_MSG(err_code(&r) != NULL &&
+                      strcmp(err_code(&r), "invalid_parameter") == 0,
+                  "#%zu: code %s", i,
+                  err_code(&r) != NULL ? err_code(&r) : "(none)");
+        CHECK(r.acq.client_token == NULL && r.acq.idem_key == NULL &&
+              r.acq.owner == NULL);
+        reply_cleanup(&r);
+    }
+    /* Idempotency-Key on the other verbs, even with everything else fine */
+    request_idem(&r, "PUT", "/locks/k", NULL, "tok", "idem-1");
+    CHECK_STR_EQ(err_code(&r), "invalid_parameter");
+    reply_cleanup(&r);
+    request_idem(&r, "DELETE", "/locks/k", NULL, "tok", "idem-1");
+    CHECK_STR_EQ(err_code(&r), "invalid_parameter");
+    reply_cleanup(&r);
+    request_idem(&r, "GET", "/locks/k", NULL, NULL, "idem-1");
+    CHECK_STR_EQ(err_code(&r), "invalid_parameter");
+    reply_cleanup(&r);
+    CHECK_EQ_INT(backend_held_count(rcfg.backend), 0);
+    router_close();
+}
+
+/* What a well-formed request hands to the store. */
+static void test_router_fills_the_store_request(void)
+{
+    struct reply r;
+    struct lock_req req;
+
+    router_open(NULL);
+    /* an exclusive acquire: the defaults */
+    request(&r, "POST", "/locks/excl", NULL, NULL, NULL);
+    api_call_req(&r.acq, &req);
+    CHECK_EQ_INT(req.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_U64(req.limit, 0);
+    CHECK(req.idem_key == NULL && !req.reenter && !req.all);
+    CHECK(req.token == r.acq.token);
+    CHECK_EQ_U64(req.ttl_ms, 30000);
+    reply_cleanup(&r);
+    /* shared with a limit and an Idempotency-Key, parsed (the store may or
+     * may not grant it: only the request is checked) */
+    request_idem(&r, "POST", "/locks/sem?mode=shared",
+                 "{\"limit\":7,\"ttl_ms\":900,\"owner\":\"w\"}", NULL,
+                 "order-42");
+    CHECK_EQ_INT(r.action, API_ACTION_CALL);
+    api_call_req(&r.acq, &req);
+    CHECK_EQ_INT(req.mode, LOCK_SHARED);
+    CHECK_EQ_U64(req.limit, 7);
+    CHECK_EQ_U64(req.ttl_ms, 900);
+    CHECK_STR_EQ(req.idem_key, "order-42");
+    CHECK_STR_EQ(req.owner, "w");
+    CHECK(is_token(req.token) && !req.reenter);
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks/rw", "{\"mode\":\"shared\"}", NULL, NULL);
+    api_call_req(&r.acq, &req);
+    CHECK_EQ_INT(req.mode, LOCK_SHARED);
+    CHECK_EQ_U64(req.limit, 0);
+    reply_cleanup(&r);
+    /* re-entry: the client's token, ttl 0 = the last TTL, no fresh token */
+    request(&r, "POST", "/locks/free", NULL, "client-tok", NULL);
+    CHECK(r.acq.reenter);
+    api_call_req(&r.acq, &req);
+    CHECK(req.reenter);
+    CHECK_STR_EQ(req.token, "client-tok");
+    CHECK_EQ_U64(req.ttl_ms, 0);
+    CHECK_EQ_U64(r.acq.wait_ms, 0);
+    CHECK_EQ_INT(r.resp.status, 404);
+    CHECK_STR_EQ(err_code(&r), "lock_not_found");
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks/free?ttl_ms=1234&token=q%20t", NULL, NULL,
+            NULL);
+    api_call_req(&r.acq, &req);
+    CHECK(req.reenter);
+    CHECK_STR_EQ(req.token, "q t");
+    CHECK_EQ_U64(req.ttl_ms, 1234);
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks/free", "{\"token\":\"body-tok\"}", NULL, NULL);
+    CHECK_STR_EQ(api_call_token(&r.acq), "body-tok");
+    reply_cleanup(&r);
+    /* release: all from the body or the query */
+    request(&r, "DELETE", "/locks/free?all=true", NULL, "t", NULL);
+    api_call_req(&r.acq, &req);
+    CHECK(req.all);
+    reply_cleanup(&r);
+    request(&r, "DELETE", "/locks/free", "{\"all\":false}", "t", NULL);
+    api_call_req(&r.acq, &req);
+    CHECK(!req.all);
+    reply_cleanup(&r);
+    router_close();
+}
+
+/* handle_call_reply() for the lock kinds' answers, from a store's results
+ * made up here (whatever the memory adapter does today). */
+static void test_reply_kinds_answers(void)
+{
+    struct api_call c = { 0 };
+    struct lock_grant g = { 0 };
+    struct reply r;
+
+    c.verb = API_VERB_ACQUIRE;
+    c.key = "k\"\\";
+    c.key_len = 3;
+    snprintf(c.token, sizeof(c.token), "%s",
+             "0123456789abcdef0123456789abcdef");
+    g.fence = 9;
+    g.ttl_ms = 5000;
+    g.expires_at_ms = 1795262430123LL;
+    g.valid_until_us = INT64_MAX / 2;
+    g.mode = LOCK_SHARED;
+    g.limit = 3;
+    g.holds = 1;
+    /* a new shared grant: 201, mode, holds, limit; the key escaped */
+    memset(&r, 0, sizeof(r));
+    handle_call_reply(&rcfg, &c, BACKEND_OK, &g, NULL, -1, &r.resp);
+    reply_parse(&r);
+    CHECK_EQ_INT(r.resp.status, 201);
+    CHECK_STR_EQ(jstr(&r, "key"), "k\"\\");
+    CHECK_STR_EQ(jstr(&r, "token"), c.token);
+    CHECK_STR_EQ(jstr(&r, "mode"), "shared");
+    CHECK_EQ_INT(jint(&r, "holds"), 1);
+    CHECK_EQ_INT(jint(&r, "limit"), 3);
+    CHECK_EQ_INT(jint(&r, "fence"), 9);
+    CHECK(api_call_new_grant(&c, BACKEND_OK, &g));
+    reply_cleanup(&r);
+    /* shared without a limit: no limit field; exclusive: none either */
+    g.limit = 0;
+    handle_call_reply(&rcfg, &c, BACKEND_OK, &g, NULL, -1, &r.resp);
+    reply_parse(&r);
+    CHECK(json_object_get(r.json, "limit") == NULL);
+    CHECK_EQ_INT(json_object_size(r.json), 7);
+    reply_cleanup(&r);
+    g.mode = LOCK_EXCLUSIVE;
+    g.limit = 5; /* a store's stray limit is not shown for exclusive */
+    handle_call_reply(&rcfg, &c, BACKEND_OK, &g, NULL, -1, &r.resp);
+    reply_parse(&r);
+    CHECK_STR_EQ(jstr(&r, "mode"), "exclusive");
+    CHECK(json_object_get(r.json, "limit") == NULL);
+    reply_cleanup(&r);
+    /* a replay: 201 with the grant's token, not the fresh one */
+    g.replay = true;
+    g.holds = 3;
+    snprintf(g.token, sizeof(g.token), "%s",
+             "feedfeedfeedfeedfeedfeedfeedfeed");
+    handle_call_reply(&rcfg, &c, BACKEND_OK, &g, NULL, -1, &r.resp);
+    reply_parse(&r);
+    CHECK_EQ_INT(r.resp.status, 201);
+    CHECK_STR_EQ(jstr(&r, "token"), g.token);
+    CHECK_EQ_INT(jint(&r, "holds"), 3);
+    CHECK(!api_call_new_grant(&c, BACKEND_OK, &g));
+    reply_cleanup(&r);
+    /* a re-entry: 200 with the client's token */
+    g.replay = false;
+    g.holds = 2;
+    c.reenter = true;
+    c.client_token = "client-token";
+    handle_call_reply(&rcfg, &c, BACKEND_OK, &g, NULL, -1, &r.resp);
+    reply_parse(&r);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_STR_EQ(jstr(&r, "token"), "client-token");
+    CHECK_EQ_INT(jint(&r, "holds"), 2);
+    CHECK(!api_call_new_grant(&c, BACKEND_OK, &g));
+    reply_cleanup(&r);
+    c.reenter = false;
+    c.client_token = NULL;
+    CHECK(!api_call_new_grant(&c, BACKEND_HELD, &g));
+    /* the kinds' errors */
+    {
+        static const struct {
+            enum backend_result r;
+            unsigned status;
+            const char *code, *says;
+        } rows[] = {
+            { BACKEND_LIMIT_MISMATCH, 409, "limit_mismatch", "limit" },
+            { BACKEND_HOLDS_MAX, 400, "invalid_parameter", "1000000" },
+            { BACKEND_IDEM_CONFLICT, 400, "invalid_parameter",
+              "Idempotency-Key" },
+        };
+        for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+            handle_call_reply(&rcfg, &c, rows[i].r, &g, NULL, -1, &r.resp);
+            reply_parse(&r);
+            CHECK_EQ_INT(r.resp.status, rows[i].status);
+            CHECK_STR_EQ(err_code(&r), rows[i].code);
+            CHECK_CONTAINS(json_string_value(json_object_get(
+                               json_object_get(r.json, "error"), "message")),
+                           rows[i].says);
+            CHECK_EQ_INT(r.resp.retry_after, 0);
+            reply_cleanup(&r);
+        }
+    }
+    /* release: one hold of two given back, then the last */
+    c.verb = API_VERB_RELEASE;
+    c.client_token = "client-token";
+    g.holds = 1;
+    handle_call_reply(&rcfg, &c, BACKEND_OK, &g, NULL, -1, &r.resp);
+    reply_parse(&r);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK(json_is_false(json_object_get(r.json, "released")));
+    CHECK_EQ_INT(jint(&r, "holds"), 1);
+    CHECK_EQ_INT(json_object_size(r.json), 3);
+    reply_cleanup(&r);
+    g.holds = 0;
+    handle_call_reply(&rcfg, &c, BACKEND_OK, &g, NULL, -1, &r.resp);
+    reply_parse(&r);
+    CHECK(json_is_true(json_object_get(r.json, "released")));
+    CHECK_EQ_INT(jint(&r, "holds"), 0);
+    reply_cleanup(&r);
+}
+
+/* A lock_info as a store fills it: n holders of a shared key (or one
+ * exclusive holder), the owner of every other one set. */
+static void make_info(struct lock_info *info,
+                      enum lock_mode mode,
+                      uint32_t n,
+                      uint32_t count)
+{
+    memset(info, 0, sizeof(*info));
+    info->mode = mode;
+    info->fence = 100 + n;
+    info->ttl_ms = 4000;
+    info->expires_at_ms = 1795262430123LL;
+    info->holder_count = count;
+    info->nholders = n;
+    info->holders = n > 0 ? calloc(n, sizeof(*info->holders)) : NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        info->holders[i].fence = 101 + i;
+        info->holders[i].ttl_ms = 1000 + i;
+        info->holders[i].expires_at_ms = 1795262430123LL - 1000 + i;
+        info->holders[i].holds = 1 + i % 3;
+        info->holders[i].has_owner = i % 2 == 0;
+        snprintf(info->holders[i].owner, sizeof(info->holders[i].owner), "w-%u",
+                 i);
+    }
+    if (mode == LOCK_EXCLUSIVE) {
+        info->holds = 2;
+        info->has_owner = true;
+        snprintf(info->owner, sizeof(info->owner), "%s", "pod \"a\"");
+    }
+}
+
+static void check_holder(json_t *h, const struct lock_holder *want, size_t i)
+{
+    CHECK_MSG(json_is_object(h), "holder %zu is not an object", i);
+    CHECK_EQ_INT(json_integer_value(json_object_get(h, "fence")), want->fence);
+    CHECK_EQ_INT(json_integer_value(json_object_get(h, "ttl_ms")),
+                 want->ttl_ms);
+    CHECK_EQ_INT(json_integer_value(json_object_get(h, "holds")), want->holds);
+    CHECK(is_time(json_string_value(json_object_get(h, "expires_at"))));
+    if (want->has_owner)
+        CHECK_STR_EQ(json_string_value(json_object_get(h, "owner")),
+                     want->owner);
+    else
+        CHECK(json_object_get(h, "owner") == NULL);
+    CHECK_EQ_INT(json_object_size(h), want->has_owner ? 5 : 4);
+}
+
+static void test_reply_inspect_shapes(void)
+{
+    struct api_call c = { .verb = API_VERB_INSPECT, .key = "k", .key_len = 1 };
+    struct lock_info info;
+    struct reply r;
+    json_t *hs;
+
+    memset(&r, 0, sizeof(r));
+    /* shared, with a limit: no top-level owner or holds */
+    make_info(&info, LOCK_SHARED, 3, 3);
+    info.limit = 4;
+    handle_call_reply(&rcfg, &c, BACKEND_OK, NULL, &info, -1, &r.resp);
+    reply_parse(&r);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_STR_EQ(jstr(&r, "key"), "k");
+    CHECK(json_is_true(json_object_get(r.json, "held")));
+    CHECK_STR_EQ(jstr(&r, "mode"), "shared");
+    CHECK_EQ_INT(jint(&r, "limit"), 4);
+    CHECK_EQ_INT(jint(&r, "fence"), 103);
+    CHECK_EQ_INT(jint(&r, "ttl_ms"), 4000);
+    CHECK(is_time(jstr(&r, "expires_at")));
+    CHECK(json_object_get(r.json, "owner") == NULL);
+    CHECK(json_object_get(r.json, "holds") == NULL);
+    CHECK(json_object_get(r.json, "token") == NULL);
+    CHECK_EQ_INT(jint(&r, "holder_count"), 3);
+    hs = json_object_get(r.json, "holders");
+    CHECK_EQ_INT(json_array_size(hs), 3);
+    for (size_t i = 0; i < 3 && i < json_array_size(hs); i++)
+        check_holder(json_array_get(hs, i), &info.holders[i], i);
+    CHECK_EQ_INT(json_object_size(r.json), 9);
+    reply_cleanup(&r);
+    lock_info_clear(&info);
+    /* shared, no limit, more holders than shown */
+    make_info(&info, LOCK_SHARED, LOCK_HOLDERS_SHOWN, 250);
+    handle_call_reply(&rcfg, &c, BACKEND_OK, NULL, &info, -1, &r.resp);
+    reply_parse(&r);
+    CHECK(json_object_get(r.json, "limit") == NULL);
+    CHECK_EQ_INT(jint(&r, "holder_count"), 250);
+    CHECK_EQ_INT(json_array_size(json_object_get(r.json, "holders")),
+                 LOCK_HOLDERS_SHOWN);
+    reply_cleanup(&r);
+    lock_info_clear(&info);
+    /* exclusive: owner and holds at the top, one holder */
+    make_info(&info, LOCK_EXCLUSIVE, 1, 1);
+    info.holders[0].holds = 2;
+    info.holders[0].has_owner = true;
+    snprintf(info.holders[0].owner, sizeof(info.holders[0].owner), "%s",
+             "pod \"a\"");
+    handle_call_reply(&rcfg, &c, BACKEND_OK, NULL, &info, -1, &r.resp);
+    reply_parse(&r);
+    CHECK_STR_EQ(jstr(&r, "mode"), "exclusive");
+    CHECK_STR_EQ(jstr(&r, "owner"), "pod \"a\"");
+    CHECK_EQ_INT(jint(&r, "holds"), 2);
+    CHECK(json_object_get(r.json, "limit") == NULL);
+    CHECK_EQ_INT(jint(&r, "holder_count"), 1);
+    hs = json_object_get(r.json, "holders");
+    CHECK_EQ_INT(json_array_size(hs), 1);
+    check_holder(json_array_get(hs, 0), &info.holders[0], 0);
+    CHECK_EQ_INT(json_object_size(r.json), 10);
+    reply_cleanup(&r);
+    lock_info_clear(&info);
+    /* a store that lists no holder of an exclusive key: the top level's */
+    make_info(&info, LOCK_EXCLUSIVE, 0, 0);
+    info.has_owner = false;
+    handle_call_reply(&rcfg, &c, BACKEND_OK, NULL, &info, -1, &r.resp);
+    reply_parse(&r);
+    CHECK(json_object_get(r.json, "owner") == NULL);
+    CHECK_EQ_INT(jint(&r, "holder_count"), 1);
+    hs = json_object_get(r.json, "holders");
+    CHECK_EQ_INT(json_array_size(hs), 1);
+    CHECK_EQ_INT(
+        json_integer_value(json_object_get(json_array_get(hs, 0), "fence")),
+        100);
+    CHECK_EQ_INT(
+        json_integer_value(json_object_get(json_array_get(hs, 0), "holds")), 2);
+    reply_cleanup(&r);
+    lock_info_clear(&info);
+}
+
 /* ---- data-driven cases: tests/data/requests/<case>/{request,expect} ----
  *
  * One set of cases, in the format tests/data/README.md describes, that
@@ -1368,10 +2024,10 @@ static void test_acquire_reply_rounds_retry_after_up(void)
  * AUTH, and a lock call is run as the server runs it:
  *
  * - @KEY@ is "k"; "setup held" first grants k and @TOKEN@ is its token.
- * - Lock-Token and Authorization headers are passed on (Authorization is
- *   "Bearer AUTH" unless the case gives one); Content-Type is dropped, as
- *   lockd reads JSON whatever the type. Any other header fails the case:
- *   the router never sees it, so the case must say "only http".
+ * - Lock-Token, Idempotency-Key and Authorization headers are passed on
+ *   (Authorization is "Bearer AUTH" unless the case gives one); Content-Type is
+ * dropped, as lockd reads JSON whatever the type. Any other header fails the
+ * case: the router never sees it, so the case must say "only http".
  * - expect: status, code, json.FIELD, header.Allow, header.Retry-After,
  *   setup, after, keep_newline, only; an unknown line fails the case.
  */
@@ -1605,9 +2261,9 @@ static int run_data_case(const char *dir, const char *name, bool *ran)
 {
     char path[2048], line[4096], method[32], target[4096], token[64] = "";
     char *raw, *exp, *req = NULL, *p, *body = NULL;
-    const char *tokens[4] = { 0 };
+    const char *tokens[4] = { 0 }, *idem[4] = { 0 };
     const char *auth = NULL, *only, *after;
-    size_t rawlen, elen, rlen = 0, ntok = 0;
+    size_t rawlen, elen, rlen = 0, ntok = 0, nidem = 0;
     long long fence = -1;
     bool setup;
     struct expect e;
@@ -1668,6 +2324,7 @@ static int run_data_case(const char *dir, const char *name, bool *ran)
     }
     while (*p != '\0') {
         size_t n = strcspn(p, "\n");
+        bool last = p[n] == '\0'; /* the last line may lack its \n */
         if (n == 0) {
             body = p + 1;
             break;
@@ -1678,6 +2335,11 @@ static int run_data_case(const char *dir, const char *name, bool *ran)
             while (*v == ' ')
                 v++;
             tokens[ntok++] = v;
+        } else if (strncasecmp(p, "Idempotency-Key:", 16) == 0 && nidem < 3) {
+            char *v = p + 16;
+            while (*v == ' ')
+                v++;
+            idem[nidem++] = v;
         } else if (strncasecmp(p, "Authorization:", 14) == 0) {
             auth = p + 14;
             while (*auth == ' ')
@@ -1688,12 +2350,13 @@ static int run_data_case(const char *dir, const char *name, bool *ran)
                       "the case only http",
                       name, p);
         }
-        p += n + 1;
+        p += last ? n : n + 1;
     }
     if (auth == NULL)
         auth = "Bearer " AUTH;
     memset(&r, 0, sizeof(r));
     fake_init(&f, method, target, NULL, tokens);
+    fake_idem(&f, idem);
     if (body != NULL) {
         f.rq.body = body;
         f.rq.body_len = rlen - (size_t)(body - req);
@@ -1953,7 +2616,9 @@ static void torture_parse_once(long n,
 
     fake_init(&f, "PUT", "/locks/k?ttl_ms=100", body, NULL);
     torture_begin(n, rest);
-    err = codec_parse_params(&f.rq, ALLOW_RENEW | API_P_OWNER | API_P_WAIT_MS,
+    err = codec_parse_params(&f.rq,
+                             ALLOW_RENEW | API_P_OWNER | API_P_WAIT_MS |
+                                 API_P_MODE | API_P_LIMIT,
                              MAX_TTL, MAX_WAIT, &p, msg, sizeof(msg));
     torture_end();
     if (err == API_OK) {
@@ -1998,6 +2663,8 @@ static void torture_parse_all(void)
           API_OK },
         { "{\"token\":\"abc\",\"token\":\"abd\"}", API_INVALID_PARAMETER },
         { "[1,2,{\"a\":[3]}]", API_INVALID_JSON },
+        { "{\"token\":\"abc\",\"wait_ms\":7,\"mode\":\"shrd\"}",
+          API_INVALID_PARAMETER },
         { "{\"ttl_ms\":1,\"a\":{\"b\":[1,2,3]}}", API_INVALID_PARAMETER },
     };
 
@@ -2095,6 +2762,37 @@ static void torture_replies(bool rest, long *n500)
     CHECK(n > 1 && n < 10000);
 }
 
+/* codec_inspect of a shared key with holders: 500 or the whole body. */
+static void torture_inspect(bool rest, long *n500)
+{
+    struct lock_info info;
+    long n;
+
+    make_info(&info, LOCK_SHARED, 5, 7);
+    info.limit = 9;
+    for (n = 1; n < 10000; n++) {
+        struct api_response resp = { 0 };
+        torture_begin(n, rest);
+        codec_inspect(&resp, "orders/42", 9, &info);
+        torture_end();
+        *n500 += resp.status == 500;
+        check_torture_body(&resp, 200, NULL, false, n);
+        if (resp.status == 200) {
+            json_t *root = json_loadb(resp.body, resp.len, 0, NULL);
+            CHECK_MSG(json_array_size(json_object_get(root, "holders")) == 5 &&
+                          json_object_size(root) == 9,
+                      "run %ld: a 200 inspect body lost part of it", n);
+            json_decref(root);
+        }
+        torture_free_body(&resp);
+        check_no_leak(n, "codec_inspect");
+        if (failures == 0)
+            break;
+    }
+    CHECK(n > 1 && n < 10000);
+    lock_info_clear(&info);
+}
+
 static void test_torture_codec_reply_and_error_fail_cleanly(void)
 {
     long n500 = 0;
@@ -2102,6 +2800,8 @@ static void test_torture_codec_reply_and_error_fail_cleanly(void)
     torture_install();
     torture_replies(false, &n500);
     torture_replies(true, &n500);
+    torture_inspect(false, &n500);
+    torture_inspect(true, &n500);
     torture_uninstall();
     CHECK(n500 > 0); /* the loop did make replies fail */
 }
@@ -2226,6 +2926,9 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_parse_params_checks_owner),
     CHECK_CASE(test_parse_params_keeps_empty_token),
     CHECK_CASE(test_parse_params_nul_escape_is_invalid_parameter),
+    CHECK_CASE(test_parse_params_reads_mode_limit_all),
+    CHECK_CASE(test_parse_params_rejects_bad_mode_limit_all),
+    CHECK_CASE(test_parse_params_checks_idempotency_key),
     CHECK_CASE(test_format_time_is_rfc3339_utc_ms),
     CHECK_CASE(test_error_table_matches_api_md),
     CHECK_CASE(test_router_acquire_renew_inspect_release),
@@ -2235,6 +2938,10 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_router_shutting_down_answers_503),
     CHECK_CASE(test_router_requires_bearer_when_auth_set),
     CHECK_CASE(test_acquire_reply_rounds_retry_after_up),
+    CHECK_CASE(test_router_rejects_bad_kind_combinations),
+    CHECK_CASE(test_router_fills_the_store_request),
+    CHECK_CASE(test_reply_kinds_answers),
+    CHECK_CASE(test_reply_inspect_shapes),
     CHECK_CASE(test_data_driven_requests),
     CHECK_CASE(test_torture_parse_params_fails_cleanly),
     CHECK_CASE(test_torture_codec_reply_and_error_fail_cleanly),

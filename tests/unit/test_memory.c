@@ -2,7 +2,10 @@
  * tests/unit/test_memory.c - the memory backend's contract (backend.h),
  * through its ops table memory_backend: grants, renew and release by token,
  * expiry judged on access, fences, owners, the FIFO of waiters
- * (BACKEND_CAP_QUEUE), notifications, and mutual exclusion under threads.
+ * (BACKEND_CAP_QUEUE), notifications, and mutual exclusion under threads;
+ * then the lock kinds: shared holders under a limit, FIFO across modes,
+ * re-entry and its cap, idempotent replay, inspect's holder list, holders
+ * expiring one by one, and readers and writers apart under threads.
  */
 #include "backends/backend.h"
 
@@ -180,6 +183,7 @@ static void test_mem_acquire_grants_then_held(void)
     CHECK(info.ttl_ms >= 4000 && info.ttl_ms <= 5000);
     CHECK_EQ_INT(info.expires_at_ms, g.expires_at_ms);
     CHECK(!info.has_owner);
+    lock_info_clear(&info);
 
     /* other keys are independent, including near-identical ones */
     CHECK_EQ_INT(acq(be, "orders/4", TOK_B, NULL, 1000, NULL, &g2), BACKEND_OK);
@@ -207,6 +211,7 @@ static void test_mem_release_frees_and_token_dies(void)
     CHECK_EQ_INT(rel(be, "k", TOK_A "a"), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be, "k", ""), BACKEND_MISMATCH);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK); /* still held */
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(memory_backend.held_count(be), 0);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_NOT_FOUND);
@@ -237,12 +242,14 @@ static void test_mem_renew_zero_keeps_last_ttl(void)
     CHECK_EQ_U64(r.fence, g.fence);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.ttl_ms > 6000 && info.ttl_ms <= 7000);
+    lock_info_clear(&info);
     CHECK_EQ_INT(renew(be, "k", TOK_A, 0, &r), BACKEND_OK);
     CHECK_EQ_U64(r.ttl_ms, 7000); /* the renewed TTL, not the granted one */
     /* a short renew really shortens */
     CHECK_EQ_INT(renew(be, "k", TOK_A, 100, &r), BACKEND_OK);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 100);
+    lock_info_clear(&info);
     CHECK_EQ_INT(renew(be, "k", TOK_B, 0, &r), BACKEND_MISMATCH);
     CHECK_EQ_INT(renew(be, "free", TOK_A, 0, &r), BACKEND_NOT_FOUND);
     memory_backend.close(be);
@@ -259,6 +266,7 @@ static void test_mem_expiry_is_judged_on_access(void)
     CHECK_EQ_INT(acq(be, "k3", TOK_A, NULL, 50, NULL, &g2), BACKEND_OK);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 50);
+    lock_info_clear(&info);
     check_sleep_ms(80); /* well before the sweeper's 250 ms */
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(renew(be, "k2", TOK_A, 0, &g2), BACKEND_NOT_FOUND);
@@ -270,6 +278,7 @@ static void test_mem_expiry_is_judged_on_access(void)
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_MISMATCH);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(!info.has_owner); /* the old owner went with the old grant */
+    lock_info_clear(&info);
     /* a held lock past its TTL is free for acquire too */
     CHECK_EQ_INT(acq(be, "k4", TOK_A, NULL, 30, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(acq(be, "k4", TOK_B, NULL, 30, NULL, &g2), BACKEND_HELD);
@@ -317,17 +326,20 @@ static void test_mem_owner_is_stored_and_shown(void)
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.has_owner);
     CHECK_STR_EQ(info.owner, "pod-a/worker-3");
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be, "k", TOK_A), BACKEND_OK);
     memset(owner, 'o', LOCK_OWNER_MAX);
     owner[LOCK_OWNER_MAX] = '\0';
     CHECK_EQ_INT(acq(be, "k", TOK_B, owner, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK_STR_EQ(info.owner, owner);
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be, "k", TOK_B), BACKEND_OK);
     CHECK_EQ_INT(acq(be, "k", TOK_C, "", 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(inspect(be, "k", &info), BACKEND_OK);
     CHECK(info.has_owner);
     CHECK_STR_EQ(info.owner, "");
+    lock_info_clear(&info);
     memory_backend.close(be);
 }
 
@@ -359,6 +371,7 @@ static void test_mem_keys_are_exact_bytes(void)
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         CHECK_EQ_INT(inspect(be, keys[i], &info), BACKEND_OK);
         CHECK_STR_EQ(info.owner, keys[i]);
+        lock_info_clear(&info);
     }
     memset(big, 'x', LOCK_KEY_MAX);
     big[LOCK_KEY_MAX] = '\0';
@@ -713,6 +726,769 @@ static void test_mem_threads_keep_mutual_exclusion(void)
     memory_backend.close(be);
 }
 
+/* ---- lock kinds: shared mode, limits, re-entry, idempotent retries ---- */
+
+static enum backend_result acq_k(struct backend *be,
+                                 const char *key,
+                                 const char *token,
+                                 enum lock_mode mode,
+                                 uint32_t limit,
+                                 const char *idem,
+                                 uint64_t ttl,
+                                 struct lock_waiter *w,
+                                 struct lock_grant *g)
+{
+    struct lock_req req = { .key = key,
+                            .key_len = strlen(key),
+                            .token = token,
+                            .owner = NULL,
+                            .ttl_ms = ttl,
+                            .waiter = w,
+                            .mode = mode,
+                            .limit = limit,
+                            .idem_key = idem };
+
+    memset(g, 0, sizeof(*g));
+    return memory_backend.acquire(be, &req, g);
+}
+
+/* A shared acquire of key with no waiter, limit lim, a 5 s TTL. */
+static enum backend_result
+shr(struct backend *be, const char *key, const char *token, uint32_t lim)
+{
+    struct lock_grant g;
+
+    return acq_k(be, key, token, LOCK_SHARED, lim, NULL, 5000, NULL, &g);
+}
+
+static enum backend_result reenter(struct backend *be,
+                                   const char *key,
+                                   const char *token,
+                                   struct lock_grant *g)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = token, .reenter = true
+    };
+
+    memset(g, 0, sizeof(*g));
+    return memory_backend.renew(be, &req, g);
+}
+
+/* Release one hold (every hold with all); *left = the holds left. */
+static enum backend_result rel_k(struct backend *be,
+                                 const char *key,
+                                 const char *token,
+                                 bool all,
+                                 uint32_t *left)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = token, .all = all
+    };
+    struct lock_grant g;
+    enum backend_result r;
+
+    memset(&g, 0xff, sizeof(g)); /* the adapter must set holds */
+    r = memory_backend.release(be, &req, &g);
+    *left = g.holds;
+    return r;
+}
+
+static const char *tok(int i)
+{
+    static char toks[256][LOCK_TOKEN_MAX + 1];
+
+    snprintf(toks[i], sizeof(toks[i]), "token-%032d", i);
+    return toks[i];
+}
+
+static void test_mem_shared_grants_up_to_limit_then_held(void)
+{
+    struct backend *be = open_mem();
+    struct lock_grant g, g2;
+    uint64_t last = 0;
+    uint32_t left;
+
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(acq_k(be, "sem", tok(i), LOCK_SHARED, 3, NULL,
+                           5000 - 1000 * (uint64_t)i, NULL, &g),
+                     BACKEND_OK);
+        CHECK_EQ_INT(g.mode, LOCK_SHARED);
+        CHECK_EQ_INT(g.limit, 3);
+        CHECK_EQ_INT(g.holds, 1);
+        CHECK(!g.replay);
+        CHECK(g.fence > last);
+        last = g.fence;
+    }
+    CHECK_EQ_INT(memory_backend.held_count(be), 3);
+    /* full: the fourth is HELD until the first holder's TTL (3 s) */
+    CHECK_EQ_INT(
+        acq_k(be, "sem", tok(3), LOCK_SHARED, 3, NULL, 5000, NULL, &g2),
+        BACKEND_HELD);
+    CHECK_MSG(g2.retry_ms > 2500 && g2.retry_ms <= 3000, "retry %llu",
+              (unsigned long long)g2.retry_ms);
+    CHECK(!g2.behind);
+    CHECK_EQ_INT(memory_backend.held_count(be), 3);
+    /* one leaves: room for one more, with a greater fence */
+    CHECK_EQ_INT(rel_k(be, "sem", tok(1), false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(
+        acq_k(be, "sem", tok(3), LOCK_SHARED, 3, NULL, 5000, NULL, &g2),
+        BACKEND_OK);
+    CHECK(g2.fence > last);
+    CHECK_EQ_INT(shr(be, "sem", tok(4), 3), BACKEND_HELD);
+    /* a limit of one is a shared lock one at a time */
+    CHECK_EQ_INT(shr(be, "one", tok(0), 1), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "one", tok(1), 1), BACKEND_HELD);
+    /* no limit: as many readers as come */
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ_INT(shr(be, "readers", tok(i), 0), BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.held_count(be), 3 + 1 + 50);
+    memory_backend.close(be); /* with shared holders: ASan checks frees */
+}
+
+static void test_mem_exclusive_and_shared_exclude(void)
+{
+    struct backend *be = open_mem();
+    struct lock_grant g;
+    uint32_t left;
+
+    CHECK_EQ_INT(
+        acq_k(be, "rw", TOK_A, LOCK_EXCLUSIVE, 0, NULL, 5000, NULL, &g),
+        BACKEND_OK);
+    CHECK_EQ_INT(g.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(g.limit, 0);
+    CHECK_EQ_INT(g.holds, 1);
+    CHECK_EQ_INT(shr(be, "rw", TOK_B, 0), BACKEND_HELD);
+    CHECK_EQ_INT(shr(be, "rw", TOK_B, 5), BACKEND_HELD); /* not mismatch */
+    CHECK_EQ_INT(rel_k(be, "rw", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "rw", TOK_B, 0), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "rw", TOK_C, 0), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_k(be, "rw", TOK_A, LOCK_EXCLUSIVE, 0, NULL, 5000, NULL, &g),
+        BACKEND_HELD);
+    CHECK(!g.behind);
+    CHECK_EQ_INT(rel_k(be, "rw", TOK_B, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_k(be, "rw", TOK_A, LOCK_EXCLUSIVE, 0, NULL, 5000, NULL, &g),
+        BACKEND_HELD); /* one reader is still in */
+    CHECK_EQ_INT(rel_k(be, "rw", TOK_C, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_k(be, "rw", TOK_A, LOCK_EXCLUSIVE, 0, NULL, 5000, NULL, &g),
+        BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.held_count(be), 1);
+    memory_backend.close(be);
+}
+
+static void test_mem_limit_mismatch_changes_nothing(void)
+{
+    struct backend *be = open_mem();
+    struct lock_waiter w = { .id = 1 }, w2 = { .id = 2 };
+    struct lock_grant g;
+    uint32_t left;
+
+    CHECK_EQ_INT(shr(be, "k", TOK_A, 3), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "k", TOK_B, 4), BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(shr(be, "k", TOK_B, 0), BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(shr(be, "k", TOK_B, 2), BACKEND_LIMIT_MISMATCH);
+    /* a waiter takes no place on a mismatch */
+    CHECK_EQ_INT(acq_k(be, "k", TOK_B, LOCK_SHARED, 4, NULL, 5000, &w, &g),
+                 BACKEND_LIMIT_MISMATCH);
+    CHECK(w.be_data == NULL);
+    CHECK_EQ_INT(memory_backend.held_count(be), 1);
+    /* no limit against a number, too */
+    CHECK_EQ_INT(shr(be, "u", TOK_A, 0), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "u", TOK_B, 1), BACKEND_LIMIT_MISMATCH);
+    /* a queued waiter whose key turned to another limit keeps its place
+     * (the caller cancels it) */
+    CHECK_EQ_INT(shr(be, "k", TOK_B, 3), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "k", TOK_C, 3), BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "k", "dddd", LOCK_EXCLUSIVE, 0, NULL, 5000, &w2, &g),
+                 BACKEND_HELD);
+    CHECK(w2.be_data != NULL);
+    /* the last holder leaving frees the limit */
+    CHECK_EQ_INT(rel_k(be, "u", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "u", TOK_B, 1), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "u", TOK_C, 1), BACKEND_HELD);
+    CHECK_EQ_INT(cancel(be, "k", &w2), BACKEND_OK);
+    memory_backend.close(be);
+}
+
+/* A shared waiter never overtakes an exclusive waiter ahead of it, and a
+ * try-once acquire never overtakes anyone. */
+static void test_mem_fifo_across_modes(void)
+{
+    struct backend *be = open_mem();
+    struct lock_waiter wx = { .id = 1 }, ws = { .id = 2 };
+    struct lock_grant g;
+    uint32_t left;
+
+    CHECK_EQ_INT(shr(be, "q", TOK_A, 0), BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "q", TOK_B, LOCK_EXCLUSIVE, 0, NULL, 5000, &wx, &g),
+                 BACKEND_HELD);
+    CHECK(!g.behind);
+    CHECK(wx.be_data != NULL);
+    /* readers have room, but a writer waits first */
+    CHECK_EQ_INT(acq_k(be, "q", TOK_C, LOCK_SHARED, 0, NULL, 5000, &ws, &g),
+                 BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK(ws.be_data != NULL);
+    CHECK_EQ_INT(acq_k(be, "q", TOK_C, LOCK_SHARED, 0, NULL, 5000, &ws, &g),
+                 BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(shr(be, "q", "eeee", 0), BACKEND_HELD); /* try-once */
+    CHECK_EQ_INT(memory_backend.held_count(be), 1);
+    notes_clear();
+    CHECK_EQ_INT(rel_k(be, "q", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(notes_count("q"), 1);
+    /* free now: still the writer first */
+    CHECK_EQ_INT(acq_k(be, "q", TOK_C, LOCK_SHARED, 0, NULL, 5000, &ws, &g),
+                 BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(
+        acq_k(be, "q", "eeee", LOCK_EXCLUSIVE, 0, NULL, 5000, NULL, &g),
+        BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(acq_k(be, "q", TOK_B, LOCK_EXCLUSIVE, 0, NULL, 5000, &wx, &g),
+                 BACKEND_OK);
+    CHECK(wx.be_data == NULL);
+    CHECK_EQ_INT(acq_k(be, "q", TOK_C, LOCK_SHARED, 0, NULL, 5000, &ws, &g),
+                 BACKEND_HELD);
+    CHECK(!g.behind); /* held by the writer now */
+    CHECK_EQ_INT(rel_k(be, "q", TOK_B, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "q", TOK_C, LOCK_SHARED, 0, NULL, 5000, &ws, &g),
+                 BACKEND_OK);
+    CHECK(ws.be_data == NULL);
+    /* the queue is empty: readers join freely again */
+    CHECK_EQ_INT(shr(be, "q", "eeee", 0), BACKEND_OK);
+    memory_backend.close(be);
+}
+
+static void test_mem_try_once_never_overtakes_shared_waiters(void)
+{
+    struct backend *be = open_mem();
+    struct lock_waiter w1 = { .id = 1 }, w2 = { .id = 2 };
+    struct lock_grant g;
+    uint32_t left;
+
+    /* full semaphore, one reader waiting */
+    CHECK_EQ_INT(shr(be, "s", TOK_A, 2), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "s", TOK_B, 2), BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "s", TOK_C, LOCK_SHARED, 2, NULL, 5000, &w1, &g),
+                 BACKEND_HELD);
+    CHECK(!g.behind);
+    CHECK_EQ_INT(rel_k(be, "s", TOK_A, false, &left), BACKEND_OK);
+    /* a permit is free, but the waiter goes first: not a try-once, not a
+     * later waiter */
+    CHECK_EQ_INT(shr(be, "s", "eeee", 2), BACKEND_HELD);
+    CHECK_EQ_INT(acq_k(be, "s", "eeee", LOCK_SHARED, 2, NULL, 5000, NULL, &g),
+                 BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(acq_k(be, "s", "ffff", LOCK_SHARED, 2, NULL, 5000, &w2, &g),
+                 BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(acq_k(be, "s", TOK_C, LOCK_SHARED, 2, NULL, 5000, &w1, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "s", "ffff", LOCK_SHARED, 2, NULL, 5000, &w2, &g),
+                 BACKEND_HELD);
+    CHECK(!g.behind);
+    CHECK_EQ_INT(memory_backend.held_count(be), 2);
+    CHECK_EQ_INT(cancel(be, "s", &w2), BACKEND_OK);
+    /* room even with the waiter counted: still no overtaking */
+    CHECK_EQ_INT(shr(be, "s3", TOK_A, 3), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "s3", TOK_B, 3), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "s3", TOK_C, 3), BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "s3", "ffff", LOCK_SHARED, 3, NULL, 5000, &w2, &g),
+                 BACKEND_HELD);
+    CHECK_EQ_INT(rel_k(be, "s3", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(rel_k(be, "s3", TOK_B, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "s3", "eeee", LOCK_SHARED, 3, NULL, 5000, NULL, &g),
+                 BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(acq_k(be, "s3", "ffff", LOCK_SHARED, 3, NULL, 5000, &w2, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "s3", "eeee", 3), BACKEND_OK);
+    memory_backend.close(be);
+}
+
+/* Shared waiters behind one another are granted together up to the
+ * limit, each grant notifying the key for the next. */
+static void test_mem_shared_waiters_are_granted_together(void)
+{
+    struct backend *be = open_mem();
+    struct lock_waiter w[4] = {
+        { .id = 1 }, { .id = 2 }, { .id = 3 }, { .id = 4 }
+    };
+    struct lock_grant g;
+    uint32_t left;
+
+    CHECK_EQ_INT(acq_k(be, "t", TOK_A, LOCK_EXCLUSIVE, 0, NULL, 5000, NULL, &g),
+                 BACKEND_OK);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(
+            acq_k(be, "t", tok(i), LOCK_SHARED, 2, NULL, 5000, &w[i], &g),
+            BACKEND_HELD);
+    CHECK_EQ_INT(
+        acq_k(be, "t", tok(3), LOCK_EXCLUSIVE, 0, NULL, 5000, &w[3], &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(rel_k(be, "t", TOK_A, false, &left), BACKEND_OK);
+    /* the second may go with the first (1 ahead < 2); the third not */
+    CHECK_EQ_INT(acq_k(be, "t", tok(2), LOCK_SHARED, 2, NULL, 5000, &w[2], &g),
+                 BACKEND_HELD);
+    CHECK(g.behind);
+    notes_clear();
+    CHECK_EQ_INT(acq_k(be, "t", tok(1), LOCK_SHARED, 2, NULL, 5000, &w[1], &g),
+                 BACKEND_OK);
+    CHECK(w[1].be_data == NULL);
+    CHECK_EQ_INT(notes_count("t"), 1); /* the next ones are told */
+    CHECK_EQ_INT(acq_k(be, "t", tok(2), LOCK_SHARED, 2, NULL, 5000, &w[2], &g),
+                 BACKEND_HELD); /* 1 holder + 1 ahead: full */
+    notes_clear();
+    CHECK_EQ_INT(acq_k(be, "t", tok(0), LOCK_SHARED, 2, NULL, 5000, &w[0], &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(notes_count("t"), 1);
+    CHECK_EQ_INT(acq_k(be, "t", tok(2), LOCK_SHARED, 2, NULL, 5000, &w[2], &g),
+                 BACKEND_HELD);
+    CHECK(!g.behind); /* the holders alone are full */
+    CHECK_EQ_INT(memory_backend.held_count(be), 2);
+    /* a new waiter is granted at once with the queue ahead all shared */
+    CHECK_EQ_INT(rel_k(be, "t", tok(0), false, &left), BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "t", tok(2), LOCK_SHARED, 2, NULL, 5000, &w[2], &g),
+                 BACKEND_OK);
+    /* the writer goes once both readers left */
+    CHECK_EQ_INT(rel_k(be, "t", tok(1), false, &left), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_k(be, "t", tok(3), LOCK_EXCLUSIVE, 0, NULL, 5000, &w[3], &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(rel_k(be, "t", tok(2), false, &left), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_k(be, "t", tok(3), LOCK_EXCLUSIVE, 0, NULL, 5000, &w[3], &g),
+        BACKEND_OK);
+    memory_backend.close(be);
+}
+
+/* An exclusive waiter that leaves lets the readers behind it go. */
+static void test_mem_cancel_of_writer_lets_readers_go(void)
+{
+    struct backend *be = open_mem();
+    struct lock_waiter wx = { .id = 1 }, ws = { .id = 2 };
+    struct lock_grant g;
+
+    CHECK_EQ_INT(shr(be, "c", TOK_A, 0), BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "c", TOK_B, LOCK_EXCLUSIVE, 0, NULL, 5000, &wx, &g),
+                 BACKEND_HELD);
+    CHECK_EQ_INT(acq_k(be, "c", TOK_C, LOCK_SHARED, 0, NULL, 5000, &ws, &g),
+                 BACKEND_HELD);
+    notes_clear();
+    CHECK_EQ_INT(cancel(be, "c", &wx), BACKEND_OK);
+    CHECK_EQ_INT(notes_count("c"), 1);
+    CHECK_EQ_INT(acq_k(be, "c", TOK_C, LOCK_SHARED, 0, NULL, 5000, &ws, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.held_count(be), 2);
+    memory_backend.close(be);
+}
+
+static void test_mem_reentry_counts_holds(void)
+{
+    struct backend *be = open_mem();
+    struct lock_grant g, r;
+    struct lock_info info;
+    uint32_t left;
+
+    CHECK_EQ_INT(
+        acq_k(be, "re", TOK_A, LOCK_EXCLUSIVE, 0, NULL, 5000, NULL, &g),
+        BACKEND_OK);
+    CHECK_EQ_INT(reenter(be, "re", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 2);
+    CHECK_EQ_U64(r.fence, g.fence);
+    CHECK_EQ_U64(r.ttl_ms, 5000);
+    CHECK_EQ_INT(r.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(reenter(be, "re", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 3);
+    CHECK_EQ_INT(renew(be, "re", TOK_A, 0, &r), BACKEND_OK); /* keeps it */
+    CHECK_EQ_INT(r.holds, 3);
+    CHECK_EQ_INT(reenter(be, "re", TOK_B, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(reenter(be, "free", TOK_A, &r), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(inspect(be, "re", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holds, 3);
+    CHECK_EQ_INT(info.nholders, 1);
+    CHECK_EQ_INT(info.holders[0].holds, 3);
+    lock_info_clear(&info);
+    /* one hold back at a time; others are refused untouched */
+    CHECK_EQ_INT(rel_k(be, "re", TOK_B, false, &left), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel_k(be, "re", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 2);
+    CHECK_EQ_INT(rel_k(be, "re", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 1);
+    CHECK_EQ_INT(
+        acq_k(be, "re", TOK_B, LOCK_EXCLUSIVE, 0, NULL, 5000, NULL, &r),
+        BACKEND_HELD);
+    CHECK_EQ_INT(memory_backend.held_count(be), 1);
+    CHECK_EQ_INT(rel_k(be, "re", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(rel_k(be, "re", TOK_A, false, &left), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
+    /* all: every hold at once, and the waiters hear it */
+    CHECK_EQ_INT(acq_k(be, "re", TOK_B, LOCK_SHARED, 2, NULL, 5000, NULL, &g),
+                 BACKEND_OK);
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ_INT(reenter(be, "re", TOK_B, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 5);
+    CHECK_EQ_INT(r.mode, LOCK_SHARED);
+    CHECK_EQ_INT(r.limit, 2);
+    CHECK_EQ_INT(shr(be, "re", TOK_C, 2), BACKEND_OK); /* holds != holders */
+    CHECK_EQ_INT(rel_k(be, "re", TOK_B, true, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(renew(be, "re", TOK_B, 0, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(memory_backend.held_count(be), 1);
+    memory_backend.close(be);
+}
+
+static void test_mem_reentry_stops_at_holds_max(void)
+{
+    struct backend *be = open_mem();
+    struct lock_grant g, r;
+    struct lock_info info;
+    uint32_t left;
+
+    CHECK_EQ_INT(
+        acq_k(be, "cap", TOK_A, LOCK_EXCLUSIVE, 0, NULL, 60000, NULL, &g),
+        BACKEND_OK);
+    for (uint32_t i = 2; i <= LOCK_HOLDS_MAX; i++)
+        if (reenter(be, "cap", TOK_A, &r) != BACKEND_OK || r.holds != i) {
+            CHECK_MSG(0, "re-entry %u answered holds %u", i, r.holds);
+            break;
+        }
+    CHECK_EQ_INT(r.holds, LOCK_HOLDS_MAX);
+    CHECK_EQ_INT(reenter(be, "cap", TOK_A, &r), BACKEND_HOLDS_MAX);
+    CHECK_EQ_INT(inspect(be, "cap", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holds, LOCK_HOLDS_MAX); /* nothing changed */
+    lock_info_clear(&info);
+    CHECK_EQ_INT(renew(be, "cap", TOK_A, 0, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, LOCK_HOLDS_MAX);
+    CHECK_EQ_INT(rel_k(be, "cap", TOK_A, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, LOCK_HOLDS_MAX - 1);
+    CHECK_EQ_INT(reenter(be, "cap", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, LOCK_HOLDS_MAX);
+    CHECK_EQ_INT(rel_k(be, "cap", TOK_A, true, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 0);
+    memory_backend.close(be);
+}
+
+static void test_mem_idempotent_replay_and_conflict(void)
+{
+    struct backend *be = open_mem();
+    struct lock_waiter w = { .id = 1 };
+    struct lock_grant g, r;
+    uint32_t left;
+
+    CHECK_EQ_INT(
+        acq_k(be, "i", TOK_A, LOCK_EXCLUSIVE, 0, "req-1", 5000, NULL, &g),
+        BACKEND_OK);
+    CHECK(!g.replay);
+    check_sleep_ms(20);
+    /* the retry, under a token the caller made afresh */
+    CHECK_EQ_INT(
+        acq_k(be, "i", TOK_B, LOCK_EXCLUSIVE, 0, "req-1", 5000, NULL, &r),
+        BACKEND_OK);
+    CHECK(r.replay);
+    CHECK_STR_EQ(r.token, TOK_A);
+    CHECK_EQ_U64(r.fence, g.fence);
+    CHECK_EQ_INT(r.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(r.holds, 1);
+    CHECK_MSG(r.ttl_ms >= 1 && r.ttl_ms <= 4985, "ttl %llu",
+              (unsigned long long)r.ttl_ms); /* what is left, not renewed */
+    CHECK_EQ_INT(r.expires_at_ms, g.expires_at_ms);
+    CHECK_EQ_INT(memory_backend.held_count(be), 1);
+    CHECK_EQ_INT(rel_k(be, "i", TOK_B, false, &left), BACKEND_MISMATCH);
+    /* its holds, after a re-entry */
+    CHECK_EQ_INT(reenter(be, "i", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_k(be, "i", TOK_C, LOCK_EXCLUSIVE, 0, "req-1", 5000, NULL, &r),
+        BACKEND_OK);
+    CHECK(r.replay);
+    CHECK_EQ_INT(r.holds, 2);
+    /* another key is another grant; another Idempotency-Key waits */
+    CHECK_EQ_INT(
+        acq_k(be, "i2", TOK_C, LOCK_EXCLUSIVE, 0, "req-1", 5000, NULL, &r),
+        BACKEND_OK);
+    CHECK(!r.replay);
+    CHECK_EQ_INT(
+        acq_k(be, "i", TOK_C, LOCK_EXCLUSIVE, 0, "req-2", 5000, NULL, &r),
+        BACKEND_HELD);
+    /* the same key with another mode or limit: a conflict */
+    CHECK_EQ_INT(acq_k(be, "i", TOK_C, LOCK_SHARED, 0, "req-1", 5000, NULL, &r),
+                 BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(shr(be, "s", TOK_A, 3), BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "s", TOK_B, LOCK_SHARED, 3, "x", 5000, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "s", TOK_C, LOCK_SHARED, 4, "x", 5000, NULL, &r),
+                 BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(acq_k(be, "s", TOK_C, LOCK_EXCLUSIVE, 0, "x", 5000, NULL, &r),
+                 BACKEND_IDEM_CONFLICT);
+    /* among shared holders, the one it names */
+    CHECK_EQ_INT(acq_k(be, "s", TOK_C, LOCK_SHARED, 3, "x", 5000, NULL, &r),
+                 BACKEND_OK);
+    CHECK(r.replay);
+    CHECK_STR_EQ(r.token, TOK_B);
+    CHECK_EQ_U64(r.fence, g.fence);
+    CHECK_EQ_INT(r.limit, 3);
+    CHECK_EQ_INT(memory_backend.held_count(be), 4);
+    /* a queued waiter's retry that finds its grant leaves the queue */
+    CHECK_EQ_INT(shr(be, "s", TOK_C, 3), BACKEND_OK); /* full */
+    CHECK_EQ_INT(acq_k(be, "s", "dddd", LOCK_SHARED, 3, "y", 5000, &w, &r),
+                 BACKEND_HELD);
+    CHECK(w.be_data != NULL);
+    CHECK_EQ_INT(acq_k(be, "s", "dddd", LOCK_SHARED, 3, "x", 5000, &w, &r),
+                 BACKEND_OK);
+    CHECK(r.replay);
+    CHECK(w.be_data == NULL);
+    /* released: the key names no grant any more */
+    CHECK_EQ_INT(rel_k(be, "s", TOK_B, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "s", "dddd", LOCK_SHARED, 3, "x", 5000, NULL, &r),
+                 BACKEND_OK);
+    CHECK(!r.replay);
+    CHECK(r.fence > g.fence);
+    /* expired: nor does it */
+    CHECK_EQ_INT(acq_k(be, "e", TOK_A, LOCK_EXCLUSIVE, 0, "z", 30, NULL, &g),
+                 BACKEND_OK);
+    check_sleep_ms(50);
+    CHECK_EQ_INT(acq_k(be, "e", TOK_B, LOCK_EXCLUSIVE, 0, "z", 5000, NULL, &r),
+                 BACKEND_OK);
+    CHECK(!r.replay);
+    CHECK(r.fence > g.fence);
+    memory_backend.close(be);
+}
+
+static void test_mem_inspect_shows_holders_by_fence(void)
+{
+    struct backend *be = open_mem();
+    struct lock_req req = {
+        .key = "in", .key_len = 2, .mode = LOCK_SHARED, .limit = 0
+    };
+    struct lock_grant g[3];
+    struct lock_info info;
+    uint32_t left;
+    static const char *const owners[3] = { "alpha", NULL, "gamma" };
+    static const uint64_t ttls[3] = { 3000, 9000, 6000 };
+
+    for (int i = 0; i < 3; i++) {
+        req.token = tok(i);
+        req.owner = owners[i];
+        req.ttl_ms = ttls[i];
+        memset(&g[i], 0, sizeof(g[i]));
+        CHECK_EQ_INT(memory_backend.acquire(be, &req, &g[i]), BACKEND_OK);
+    }
+    CHECK_EQ_INT(reenter(be, "in", tok(2), &g[2]), BACKEND_OK);
+    CHECK_EQ_INT(inspect(be, "in", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_SHARED);
+    CHECK_EQ_INT(info.limit, 0);
+    CHECK_EQ_INT(info.holder_count, 3);
+    CHECK_EQ_INT(info.nholders, 3);
+    CHECK_EQ_U64(info.fence, g[2].fence);             /* the greatest */
+    CHECK(info.ttl_ms > 8500 && info.ttl_ms <= 9000); /* expires last */
+    CHECK_EQ_INT(info.expires_at_ms, g[1].expires_at_ms);
+    CHECK(!info.has_owner); /* no top-level owner or holds when shared */
+    CHECK_EQ_INT(info.holds, 0);
+    for (int i = 0; i < 3; i++) {
+        const struct lock_holder *h = &info.holders[i];
+        CHECK_EQ_U64(h->fence, g[i].fence);
+        CHECK(h->ttl_ms >= 1 && h->ttl_ms <= ttls[i]);
+        CHECK_EQ_INT(h->expires_at_ms, g[i].expires_at_ms);
+        CHECK_EQ_INT(h->holds, i == 2 ? 2 : 1);
+        CHECK_EQ_INT(h->has_owner, owners[i] != NULL);
+        if (owners[i] != NULL)
+            CHECK_STR_EQ(h->owner, owners[i]);
+    }
+    lock_info_clear(&info);
+    /* the first leaves: the others keep their order */
+    CHECK_EQ_INT(rel_k(be, "in", tok(0), false, &left), BACKEND_OK);
+    CHECK_EQ_INT(inspect(be, "in", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 2);
+    CHECK_EQ_INT(info.nholders, 2);
+    CHECK_EQ_U64(info.holders[0].fence, g[1].fence);
+    CHECK_EQ_U64(info.holders[1].fence, g[2].fence);
+    CHECK_STR_EQ(info.holders[1].owner, "gamma");
+    lock_info_clear(&info);
+    /* more than LOCK_HOLDERS_SHOWN: the first ones by fence */
+    req.key = "many";
+    req.key_len = 4;
+    req.owner = NULL;
+    req.ttl_ms = 5000;
+    for (int i = 0; i < LOCK_HOLDERS_SHOWN + 20; i++) {
+        struct lock_grant gi;
+        req.token = tok(i);
+        memset(&gi, 0, sizeof(gi));
+        CHECK_EQ_INT(memory_backend.acquire(be, &req, &gi), BACKEND_OK);
+        if (i == 0)
+            g[0] = gi;
+    }
+    CHECK_EQ_INT(rel_k(be, "many", tok(5), false, &left), BACKEND_OK);
+    CHECK_EQ_INT(inspect(be, "many", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, LOCK_HOLDERS_SHOWN + 19);
+    CHECK_EQ_INT(info.nholders, LOCK_HOLDERS_SHOWN);
+    CHECK_EQ_U64(info.holders[0].fence, g[0].fence);
+    for (int i = 1; i < LOCK_HOLDERS_SHOWN; i++)
+        CHECK(info.holders[i].fence > info.holders[i - 1].fence);
+    CHECK(info.fence > info.holders[LOCK_HOLDERS_SHOWN - 1].fence);
+    lock_info_clear(&info);
+    /* exclusive: owner and holds at the top, one holder */
+    CHECK_EQ_INT(acq(be, "x", TOK_A, "solo", 5000, NULL, &g[0]), BACKEND_OK);
+    CHECK_EQ_INT(inspect(be, "x", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_EXCLUSIVE);
+    CHECK(info.has_owner);
+    CHECK_STR_EQ(info.owner, "solo");
+    CHECK_EQ_INT(info.holds, 1);
+    CHECK_EQ_INT(info.holder_count, 1);
+    CHECK_EQ_INT(info.nholders, 1);
+    CHECK_STR_EQ(info.holders[0].owner, "solo");
+    lock_info_clear(&info);
+    memory_backend.close(be);
+}
+
+static void test_mem_shared_holders_expire_one_by_one(void)
+{
+    struct backend *be = open_mem();
+    struct lock_waiter w = { .id = 1 };
+    struct lock_grant g;
+    struct lock_info info;
+    int64_t t0;
+
+    CHECK_EQ_INT(acq_k(be, "x", TOK_A, LOCK_SHARED, 0, NULL, 40, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "x", TOK_B, LOCK_SHARED, 0, NULL, 5000, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "x", TOK_C, LOCK_SHARED, 0, NULL, 120, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.held_count(be), 3);
+    check_sleep_ms(70);
+    CHECK_EQ_INT(inspect(be, "x", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 2);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(renew(be, "x", TOK_A, 0, &g), BACKEND_MISMATCH);
+    CHECK_EQ_INT(memory_backend.held_count(be), 2);
+    check_sleep_ms(80);
+    CHECK_EQ_INT(inspect(be, "x", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 1);
+    CHECK(info.ttl_ms > 4000);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(memory_backend.held_count(be), 1);
+
+    /* no traffic: the sweeper expires a permit and tells the waiter */
+    CHECK_EQ_INT(acq_k(be, "y", TOK_A, LOCK_SHARED, 2, NULL, 60, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "y", TOK_B, LOCK_SHARED, 2, NULL, 5000, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "y", TOK_C, LOCK_SHARED, 2, NULL, 5000, &w, &g),
+                 BACKEND_HELD);
+    CHECK(g.retry_ms >= 1 && g.retry_ms <= 60); /* the first to expire */
+    notes_clear();
+    t0 = check_mono_ms();
+    while (notes_count("y") == 0 && check_mono_ms() - t0 < 2000)
+        check_sleep_ms(10);
+    CHECK_MSG(notes_count("y") >= 1, "no notification after %lld ms",
+              (long long)(check_mono_ms() - t0));
+    CHECK_EQ_INT(memory_backend.held_count(be), 2);
+    CHECK_EQ_INT(acq_k(be, "y", TOK_C, LOCK_SHARED, 2, NULL, 5000, &w, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.held_count(be), 3);
+    memory_backend.close(be);
+}
+
+/* ---- threads: readers and writers on one key ---- */
+
+#define RW_LIMIT 3
+
+static _Atomic int rw_readers, rw_writers;
+
+struct rw_worker {
+    struct backend *be;
+    int id;
+    bool writer;
+    long grants, violations, bad_results;
+};
+
+static void rw_hold(struct rw_worker *wk, const char *token)
+{
+    _Atomic int *mine = wk->writer ? &rw_writers : &rw_readers;
+    int n = atomic_fetch_add(mine, 1) + 1;
+    uint32_t left;
+
+    if (wk->writer ? n != 1 || atomic_load(&rw_readers) != 0
+                   : n > RW_LIMIT || atomic_load(&rw_writers) != 0)
+        wk->violations++;
+    for (volatile int spin = 0; spin < 300; spin++)
+        ;
+    atomic_fetch_sub(mine, 1);
+    wk->grants++;
+    if (rel_k(wk->be, "rw", token, false, &left) != BACKEND_OK || left != 0)
+        wk->bad_results++;
+}
+
+static void *rw_main(void *arg)
+{
+    struct rw_worker *wk = arg;
+    char token[LOCK_TOKEN_MAX + 1];
+    int64_t end = check_mono_ms() + RUN_MS;
+    uint64_t wid = (uint64_t)wk->id << 32;
+    enum lock_mode mode = wk->writer ? LOCK_EXCLUSIVE : LOCK_SHARED;
+    uint32_t limit = wk->writer ? 0 : RW_LIMIT;
+
+    snprintf(token, sizeof(token), "rw-token-%d", wk->id);
+    while (check_mono_ms() < end) {
+        struct lock_waiter w = { .id = ++wid };
+        struct lock_grant g;
+        enum backend_result r;
+        int64_t give_up = check_mono_ms() + 50;
+
+        for (;;) {
+            r = acq_k(wk->be, "rw", token, mode, limit, NULL, 10000, &w, &g);
+            if (r == BACKEND_OK) {
+                rw_hold(wk, token);
+                break;
+            }
+            if (r != BACKEND_HELD) {
+                wk->bad_results++;
+                break;
+            }
+            if (check_mono_ms() > give_up) {
+                if (cancel(wk->be, "rw", &w) != BACKEND_OK)
+                    wk->bad_results++;
+                break;
+            }
+            sched_yield();
+        }
+    }
+    return NULL;
+}
+
+static void test_mem_threads_keep_readers_and_writers_apart(void)
+{
+    struct backend *be = open_mem();
+    struct rw_worker wk[6];
+    pthread_t th[6];
+    long rgrants = 0, wgrants = 0;
+
+    atomic_store(&rw_readers, 0);
+    atomic_store(&rw_writers, 0);
+    for (int i = 0; i < 6; i++) {
+        wk[i] = (struct rw_worker){ .be = be, .id = i, .writer = i < 2 };
+        CHECK_EQ_INT(pthread_create(&th[i], NULL, rw_main, &wk[i]), 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(wk[i].violations, 0);
+        CHECK_EQ_INT(wk[i].bad_results, 0);
+        if (wk[i].writer)
+            wgrants += wk[i].grants;
+        else
+            rgrants += wk[i].grants;
+    }
+    CHECK_MSG(rgrants > 20 && wgrants > 5, "%ld reader, %ld writer grants",
+              rgrants, wgrants);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
+    memory_backend.close(be);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_mem_open_rejects_options),
     CHECK_CASE(test_mem_acquire_grants_then_held),
@@ -728,6 +1504,19 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_mem_expiry_with_waiters_is_notified),
     CHECK_CASE(test_mem_every_expiry_with_waiters_is_notified),
     CHECK_CASE(test_mem_threads_keep_mutual_exclusion),
+    CHECK_CASE(test_mem_shared_grants_up_to_limit_then_held),
+    CHECK_CASE(test_mem_exclusive_and_shared_exclude),
+    CHECK_CASE(test_mem_limit_mismatch_changes_nothing),
+    CHECK_CASE(test_mem_fifo_across_modes),
+    CHECK_CASE(test_mem_try_once_never_overtakes_shared_waiters),
+    CHECK_CASE(test_mem_shared_waiters_are_granted_together),
+    CHECK_CASE(test_mem_cancel_of_writer_lets_readers_go),
+    CHECK_CASE(test_mem_reentry_counts_holds),
+    CHECK_CASE(test_mem_reentry_stops_at_holds_max),
+    CHECK_CASE(test_mem_idempotent_replay_and_conflict),
+    CHECK_CASE(test_mem_inspect_shows_holders_by_fence),
+    CHECK_CASE(test_mem_shared_holders_expire_one_by_one),
+    CHECK_CASE(test_mem_threads_keep_readers_and_writers_apart),
 };
 
 int main(int argc, char **argv)

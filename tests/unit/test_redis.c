@@ -187,6 +187,7 @@ static void test_inspect_shows_owner_never_token(void)
     CHECK(info.ttl_ms >= 1 && info.ttl_ms <= 5000);
     CHECK(info.has_owner);
     CHECK(strcmp(info.owner, "pod-a/worker 3") == 0);
+    lock_info_clear(&info);
     /* the token itself is nowhere in Redis: only its digest */
     r = raw("HGETALL %s", "lockd:lock:{i1}");
     CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 6);
@@ -198,6 +199,7 @@ static void test_inspect_shows_owner_never_token(void)
     CHECK_EQ_INT(redis_backend.acquire(be_main, &req, &g), BACKEND_OK);
     CHECK_EQ_INT(redis_backend.inspect(be_main, "i1", 2, &info), BACKEND_OK);
     CHECK(!info.has_owner);
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be_main, "i1", TOK_A), BACKEND_OK);
 }
 
@@ -471,6 +473,562 @@ static void test_failed_cancel_is_retried_once_redis_is_back(void)
     CHECK_EQ_INT(rel(be_main, "tr1", TOK_A), BACKEND_OK);
 }
 
+/* ---- lock kinds ---- */
+
+#define TOK_C "cccccccccccccccccccccccccccccccc"
+#define TOK_D "dddddddddddddddddddddddddddddddd"
+#define TOK_E "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
+
+/* acquire in any mode; g zeroed first */
+static enum backend_result acq_k(struct backend *be,
+                                 const char *key,
+                                 const char *tok,
+                                 enum lock_mode mode,
+                                 uint32_t limit,
+                                 const char *idem,
+                                 struct lock_waiter *w,
+                                 uint64_t ttl,
+                                 struct lock_grant *g)
+{
+    struct lock_req req = { .key = key,
+                            .key_len = strlen(key),
+                            .token = tok,
+                            .ttl_ms = ttl,
+                            .waiter = w,
+                            .mode = mode,
+                            .limit = limit,
+                            .idem_key = idem };
+
+    memset(g, 0, sizeof(*g));
+    return redis_backend.acquire(be, &req, g);
+}
+
+static enum backend_result shr(const char *key,
+                               const char *tok,
+                               uint32_t limit,
+                               struct lock_waiter *w,
+                               struct lock_grant *g)
+{
+    return acq_k(be_main, key, tok, LOCK_SHARED, limit, NULL, w, 5000, g);
+}
+
+static enum backend_result exc(const char *key,
+                               const char *tok,
+                               struct lock_waiter *w,
+                               struct lock_grant *g)
+{
+    return acq_k(be_main, key, tok, LOCK_EXCLUSIVE, 0, NULL, w, 5000, g);
+}
+
+static enum backend_result
+reenter(const char *key, const char *tok, struct lock_grant *g)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .reenter = true
+    };
+
+    memset(g, 0, sizeof(*g));
+    return redis_backend.renew(be_main, &req, g);
+}
+
+/* release one hold (or all); *holds = the holds left */
+static enum backend_result
+rel_k(const char *key, const char *tok, bool all, uint32_t *holds)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .all = all
+    };
+    struct lock_grant g = { 0 };
+    enum backend_result r = redis_backend.release(be_main, &req, &g);
+
+    *holds = g.holds;
+    return r;
+}
+
+static struct lock_waiter waiter(uint64_t id)
+{
+    struct lock_waiter w = { .id = id, .deadline_ms = clock_wall_ms() + 10000 };
+    return w;
+}
+
+static void test_shared_grants_up_to_limit_then_held(void)
+{
+    struct lock_grant g, h;
+    uint64_t last = 0;
+    const char *toks[] = { TOK_A, TOK_B, TOK_C };
+    uint32_t n;
+
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(shr("sl1", toks[i], 3, NULL, &g), BACKEND_OK);
+        CHECK(g.fence > last);
+        last = g.fence;
+        CHECK_EQ_INT(g.mode, LOCK_SHARED);
+        CHECK_EQ_INT(g.limit, 3);
+        CHECK_EQ_INT(g.holds, 1);
+        CHECK_EQ_INT(g.ttl_ms, 5000);
+        check_sleep_ms(20); /* A expires first */
+    }
+    CHECK_EQ_INT(shr("sl1", TOK_D, 3, NULL, &h), BACKEND_HELD);
+    CHECK(!h.behind);
+    /* the first holder's TTL, not the last's */
+    CHECK(h.retry_ms > 4000 && h.retry_ms <= 4970);
+    CHECK_EQ_INT(exc("sl1", TOK_E, NULL, &h), BACKEND_HELD);
+    CHECK_EQ_INT(rel_k("sl1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(shr("sl1", TOK_D, 3, NULL, &g), BACKEND_OK);
+    CHECK(g.fence > last);
+    CHECK_EQ_INT(shr("sl1", TOK_E, 3, NULL, &h), BACKEND_HELD);
+    /* no limit: any number */
+    for (int i = 0; i < 50; i++) {
+        char tok[48];
+        snprintf(tok, sizeof(tok), "unlimited-%032d", i);
+        CHECK_EQ_INT(shr("s1u", tok, 0, NULL, &g), BACKEND_OK);
+        CHECK_EQ_INT(g.limit, 0);
+    }
+    CHECK_EQ_INT(raw_int("DEL lockd:lock:{%s}", "s1u"), 1);
+    CHECK_EQ_INT(rel_k("sl1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("sl1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("sl1", TOK_D, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("sl1", TOK_D, false, &n), BACKEND_NOT_FOUND);
+    /* the last holder gone: nothing stays but the fence counter */
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "sl1"), 0);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:exp:{%s}", "sl1"), 0);
+}
+
+static void test_exclusive_and_shared_exclude_each_other(void)
+{
+    struct lock_grant g, h;
+    uint64_t f1, f2;
+    uint32_t n;
+
+    CHECK_EQ_INT(exc("x1", TOK_A, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(g.holds, 1);
+    f1 = g.fence;
+    CHECK_EQ_INT(shr("x1", TOK_B, 0, NULL, &h), BACKEND_HELD);
+    CHECK(h.retry_ms > 4000 && h.retry_ms <= 5000);
+    CHECK_EQ_INT(rel_k("x1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(shr("x1", TOK_B, 0, NULL, &g), BACKEND_OK);
+    CHECK(g.fence > f1);
+    f2 = g.fence;
+    CHECK_EQ_INT(exc("x1", TOK_C, NULL, &h), BACKEND_HELD);
+    CHECK_EQ_INT(shr("x1", TOK_C, 0, NULL, &h), BACKEND_OK);
+    CHECK(h.fence > f2);
+    /* renew and release per holder, by token */
+    CHECK_EQ_INT(ren(be_main, "x1", TOK_B, 2000, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.fence, f2);
+    CHECK_EQ_INT(g.mode, LOCK_SHARED);
+    CHECK_EQ_INT(g.ttl_ms, 2000);
+    CHECK_EQ_INT(ren(be_main, "x1", TOK_A, 0, &g), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel_k("x1", TOK_A, false, &n), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel_k("x1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(exc("x1", TOK_A, NULL, &g), BACKEND_HELD);
+    CHECK_EQ_INT(rel_k("x1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(ren(be_main, "x1", TOK_C, 0, &g), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(exc("x1", TOK_A, NULL, &g), BACKEND_OK);
+    CHECK(g.fence > h.fence);
+    CHECK_EQ_INT(rel_k("x1", TOK_A, false, &n), BACKEND_OK);
+}
+
+static void test_shared_under_another_limit_is_a_mismatch(void)
+{
+    struct lock_grant g;
+    struct lock_waiter w = waiter(401);
+    uint32_t n;
+
+    CHECK_EQ_INT(shr("lm1", TOK_A, 2, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("lm1", TOK_B, 3, NULL, &g), BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(shr("lm1", TOK_B, 0, NULL, &g), BACKEND_LIMIT_MISMATCH);
+    /* whatever the wait, and no place taken */
+    CHECK_EQ_INT(shr("lm1", TOK_B, 1, &w, &g), BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "lm1"), 0);
+    CHECK_EQ_INT(redis_backend.cancel_wait(be_main, "lm1", 3, &w), BACKEND_OK);
+    CHECK_EQ_INT(shr("lm1", TOK_B, 2, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("lm1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("lm1", TOK_B, false, &n), BACKEND_OK);
+    /* the limit went with the last holder */
+    CHECK_EQ_INT(shr("lm1", TOK_C, 0, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("lm1", TOK_D, 5, NULL, &g), BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(rel_k("lm1", TOK_C, false, &n), BACKEND_OK);
+    /* a no-limit holder against numbers, and numbers against none */
+    CHECK_EQ_INT(shr("lm1", TOK_C, 1, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("lm1", TOK_D, 0, NULL, &g), BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(rel_k("lm1", TOK_C, false, &n), BACKEND_OK);
+}
+
+static void test_shared_waiter_never_overtakes_an_exclusive_one(void)
+{
+    struct lock_waiter wx = waiter(411), ws = waiter(412);
+    struct lock_grant g;
+    uint32_t n;
+
+    CHECK_EQ_INT(shr("fq1", TOK_A, 0, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(exc("fq1", TOK_B, &wx, &g), BACKEND_HELD);
+    CHECK(!g.behind);
+    /* the holders alone would let it in; the writer ahead does not */
+    CHECK_EQ_INT(shr("fq1", TOK_C, 0, &ws, &g), BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(shr("fq1", TOK_D, 0, NULL, &g), BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(rel_k("fq1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(shr("fq1", TOK_C, 0, &ws, &g), BACKEND_HELD);
+    CHECK_EQ_INT(exc("fq1", TOK_B, &wx, &g), BACKEND_OK);
+    CHECK(wx.be_data == NULL);
+    CHECK_EQ_INT(shr("fq1", TOK_C, 0, &ws, &g), BACKEND_HELD);
+    CHECK(!g.behind);
+    CHECK(g.retry_ms > 4000);
+    CHECK_EQ_INT(rel_k("fq1", TOK_B, false, &n), BACKEND_OK);
+    /* try-once never overtakes a waiter, whatever the mode */
+    CHECK_EQ_INT(shr("fq1", TOK_D, 0, NULL, &g), BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(exc("fq1", TOK_D, NULL, &g), BACKEND_HELD);
+    CHECK_EQ_INT(shr("fq1", TOK_C, 0, &ws, &g), BACKEND_OK);
+    CHECK(ws.be_data == NULL);
+    CHECK_EQ_INT(shr("fq1", TOK_D, 0, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("fq1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("fq1", TOK_D, false, &n), BACKEND_OK);
+}
+
+static void test_shared_waiters_are_granted_together(void)
+{
+    struct backend *other = open_be(url);
+    struct lock_waiter w1 = waiter(421), w2 = waiter(422), w3 = waiter(423);
+    struct lock_grant g;
+    uint32_t n;
+
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    CHECK_EQ_INT(exc("gt1", TOK_A, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_k(other, "gt1", TOK_B, LOCK_SHARED, 2, NULL, &w1, 5000, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(shr("gt1", TOK_C, 2, &w2, &g), BACKEND_HELD);
+    CHECK_EQ_INT(shr("gt1", TOK_D, 2, &w3, &g), BACKEND_HELD);
+    CHECK_EQ_INT(rel_k("gt1", TOK_A, false, &n), BACKEND_OK);
+    /* the second goes with the first (both fit under 2), even before it */
+    CHECK_EQ_INT(shr("gt1", TOK_C, 2, &w2, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.mode, LOCK_SHARED);
+    /* the third does not fit; behind another instance's waiter, which
+     * goes first: not "behind one of ours", and a short retry */
+    CHECK_EQ_INT(shr("gt1", TOK_D, 2, &w3, &g), BACKEND_HELD);
+    CHECK(!g.behind);
+    CHECK(g.retry_ms >= 1 && g.retry_ms <= 200);
+    /* granted with others still queued: every instance hears of it */
+    notes_reset();
+    CHECK_EQ_INT(
+        acq_k(other, "gt1", TOK_B, LOCK_SHARED, 2, NULL, &w1, 5000, &g),
+        BACKEND_OK);
+    CHECK(notes_heard("gt1", 2000));
+    CHECK_EQ_INT(shr("gt1", TOK_D, 2, &w3, &g), BACKEND_HELD);
+    CHECK(!g.behind);
+    CHECK_EQ_INT(rel_k("gt1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(shr("gt1", TOK_D, 2, &w3, &g), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "gt1"), 0);
+    CHECK_EQ_INT(rel_k("gt1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("gt1", TOK_D, false, &n), BACKEND_OK);
+    redis_backend.close(other);
+}
+
+/* Set the holds of tok's holder on key in Redis, either mode. */
+static void set_holds(const char *key, const char *tok, long holds)
+{
+    struct timeval tv = { 1, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", srv.port, tv);
+    char lk[64];
+    redisReply *r = NULL;
+
+    snprintf(lk, sizeof(lk), "lockd:lock:{%s}", key);
+    if (c != NULL && c->err == 0)
+        r = redisCommand(
+            c, "EVAL %s 1 %s %s %ld",
+            "local d = redis.sha1hex(ARGV[1]) "
+            "if redis.call('HGET', KEYS[1], 't') == d then "
+            "  return redis.call('HSET', KEYS[1], 'n', ARGV[2]) end "
+            "local r = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'h:'..d)) "
+            "r[3] = tonumber(ARGV[2]) "
+            "return redis.call('HSET', KEYS[1], 'h:'..d, cmsgpack.pack(r))",
+            lk, tok, holds);
+    CHECK(r != NULL && r->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+static void reentry_in(const char *key, enum lock_mode mode)
+{
+    struct lock_grant g, h;
+    uint32_t n;
+
+    CHECK_EQ_INT(acq_k(be_main, key, TOK_A, mode, 0, NULL, NULL, 5000, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.holds, 2);
+    CHECK_EQ_INT(h.fence, g.fence);
+    CHECK_EQ_INT(h.ttl_ms, 5000); /* the last TTL */
+    CHECK_EQ_INT(h.mode, mode);
+    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.holds, 3);
+    CHECK_EQ_INT(reenter(key, TOK_B, &h), BACKEND_MISMATCH);
+    CHECK_EQ_INT(ren(be_main, key, TOK_A, 3000, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.holds, 3); /* a renew keeps the count */
+    CHECK_EQ_INT(rel_k(key, TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(
+        acq_k(be_main, key, TOK_B, LOCK_EXCLUSIVE, 0, NULL, NULL, 5000, &h),
+        BACKEND_HELD);
+    CHECK_EQ_INT(rel_k(key, TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(rel_k(key, TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(rel_k(key, TOK_A, false, &n), BACKEND_NOT_FOUND);
+    /* all at once */
+    CHECK_EQ_INT(acq_k(be_main, key, TOK_A, mode, 0, NULL, NULL, 5000, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(rel_k(key, TOK_A, true, &n), BACKEND_OK);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(ren(be_main, key, TOK_A, 0, &h), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_NOT_FOUND);
+    /* the cap: nothing changes past it */
+    CHECK_EQ_INT(acq_k(be_main, key, TOK_A, mode, 0, NULL, NULL, 5000, &g),
+                 BACKEND_OK);
+    set_holds(key, TOK_A, LOCK_HOLDS_MAX - 1);
+    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.holds, LOCK_HOLDS_MAX);
+    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_HOLDS_MAX);
+    CHECK_EQ_INT(ren(be_main, key, TOK_A, 0, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.holds, LOCK_HOLDS_MAX);
+    CHECK_EQ_INT(rel_k(key, TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(n, LOCK_HOLDS_MAX - 1);
+    CHECK_EQ_INT(rel_k(key, TOK_A, true, &n), BACKEND_OK);
+    CHECK_EQ_INT(n, 0);
+}
+
+static void test_reentry_counts_holds_up_to_the_cap(void)
+{
+    reentry_in("re1", LOCK_EXCLUSIVE);
+    reentry_in("re2", LOCK_SHARED);
+}
+
+/* True if the text of tok is anywhere in key's hash. */
+static bool token_in_redis(const char *key, const char *tok)
+{
+    char lk[64];
+    redisReply *r;
+    bool found = false;
+
+    snprintf(lk, sizeof(lk), "lockd:lock:{%s}", key);
+    r = raw("HGETALL %s", lk);
+    for (size_t i = 0; r != NULL && i < r->elements; i++)
+        if (memmem(r->element[i]->str, r->element[i]->len, tok, strlen(tok)) !=
+            NULL)
+            found = true;
+    freeReplyObject(r);
+    return found;
+}
+
+static void test_idempotency_key_replays_the_live_grant(void)
+{
+    struct backend *other = open_be(url);
+    struct lock_waiter w = waiter(431);
+    struct lock_grant g, h;
+    uint32_t n;
+
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    CHECK_EQ_INT(acq_k(be_main, "id1", TOK_A, LOCK_EXCLUSIVE, 0, "req-1", NULL,
+                       5000, &g),
+                 BACKEND_OK);
+    CHECK(!g.replay);
+    CHECK(!token_in_redis("id1", TOK_A));
+    check_sleep_ms(30);
+    /* through another instance, with a waiter: answered again */
+    CHECK_EQ_INT(
+        acq_k(other, "id1", TOK_B, LOCK_EXCLUSIVE, 0, "req-1", &w, 5000, &h),
+        BACKEND_OK);
+    CHECK(h.replay);
+    CHECK(strcmp(h.token, TOK_A) == 0);
+    CHECK_EQ_INT(h.fence, g.fence);
+    CHECK(h.ttl_ms >= 1 && h.ttl_ms < 5000);
+    CHECK_EQ_INT(h.holds, 1);
+    CHECK(w.be_data == NULL);
+    CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "id1"), 0);
+    CHECK_EQ_INT(
+        acq_k(be_main, "id1", TOK_B, LOCK_SHARED, 0, "req-1", NULL, 5000, &h),
+        BACKEND_IDEM_CONFLICT);
+    /* another key is not a retry: held */
+    CHECK_EQ_INT(acq_k(be_main, "id1", TOK_B, LOCK_EXCLUSIVE, 0, "req-2", NULL,
+                       5000, &h),
+                 BACKEND_HELD);
+    CHECK_EQ_INT(rel_k("id1", TOK_A, false, &n), BACKEND_OK);
+    /* released: the key names nothing any more */
+    CHECK_EQ_INT(
+        acq_k(be_main, "id1", TOK_B, LOCK_SHARED, 2, "req-1", NULL, 5000, &h),
+        BACKEND_OK);
+    CHECK(!h.replay);
+    CHECK_EQ_INT(
+        acq_k(be_main, "id1", TOK_C, LOCK_SHARED, 2, "req-3", NULL, 5000, &g),
+        BACKEND_OK);
+    CHECK(!token_in_redis("id1", TOK_B));
+    CHECK_EQ_INT(
+        acq_k(other, "id1", TOK_D, LOCK_SHARED, 2, "req-1", NULL, 5000, &g),
+        BACKEND_OK);
+    CHECK(g.replay);
+    CHECK(strcmp(g.token, TOK_B) == 0);
+    CHECK_EQ_INT(g.fence, h.fence);
+    CHECK_EQ_INT(g.mode, LOCK_SHARED);
+    CHECK_EQ_INT(g.limit, 2);
+    CHECK_EQ_INT(
+        acq_k(be_main, "id1", TOK_D, LOCK_SHARED, 3, "req-1", NULL, 5000, &g),
+        BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(acq_k(be_main, "id1", TOK_D, LOCK_EXCLUSIVE, 0, "req-1", NULL,
+                       5000, &g),
+                 BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(rel_k("id1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("id1", TOK_C, false, &n), BACKEND_OK);
+    redis_backend.close(other);
+}
+
+static void test_inspect_lists_holders_by_fence(void)
+{
+    struct lock_info info;
+    struct lock_grant g;
+    uint64_t fences[3];
+    const char *toks[] = { TOK_A, TOK_B, TOK_C };
+    const uint64_t ttls[] = { 8000, 3000, 5000 };
+    uint32_t n;
+
+    /* three shared holders, the second with an owner */
+    for (int i = 0; i < 3; i++) {
+        struct lock_req req = { .key = "in1",
+                                .key_len = 3,
+                                .token = toks[i],
+                                .owner = i == 1 ? "pod-b" : NULL,
+                                .ttl_ms = ttls[i],
+                                .mode = LOCK_SHARED,
+                                .limit = 4 };
+        memset(&g, 0, sizeof(g));
+        CHECK_EQ_INT(redis_backend.acquire(be_main, &req, &g), BACKEND_OK);
+        fences[i] = g.fence;
+    }
+    CHECK_EQ_INT(reenter("in1", TOK_C, &g), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "in1", 3, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_SHARED);
+    CHECK_EQ_INT(info.limit, 4);
+    CHECK_EQ_INT(info.holder_count, 3);
+    CHECK_EQ_INT(info.nholders, 3);
+    CHECK_EQ_INT(info.fence, fences[2]);
+    CHECK(info.ttl_ms > 7000 && info.ttl_ms <= 8000); /* the last to go */
+    CHECK(!info.has_owner);
+    for (uint32_t i = 0; info.holders != NULL && i < info.nholders; i++) {
+        CHECK_EQ_INT(info.holders[i].fence, fences[i]);
+        CHECK(info.holders[i].ttl_ms >= 1 && info.holders[i].ttl_ms <= ttls[i]);
+        CHECK(info.holders[i].ttl_ms > ttls[i] - 1000);
+        CHECK_EQ_INT(info.holders[i].holds, i == 2 ? 2 : 1);
+        CHECK_EQ_INT(info.holders[i].has_owner, i == 1);
+    }
+    if (info.nholders == 3)
+        CHECK(strcmp(info.holders[1].owner, "pod-b") == 0);
+    lock_info_clear(&info);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(rel_k("in1", toks[i], true, &n), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "in1", 3, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK(info.holders == NULL);
+    /* exclusive: owner and holds on top, one holder listed */
+    CHECK_EQ_INT(acq_full(be_main, "in1", TOK_A, "pod-x", 5000, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(reenter("in1", TOK_A, &g), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "in1", 3, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(info.holder_count, 1);
+    CHECK_EQ_INT(info.nholders, 1);
+    CHECK_EQ_INT(info.holds, 2);
+    CHECK(info.has_owner && strcmp(info.owner, "pod-x") == 0);
+    if (info.nholders == 1) {
+        CHECK_EQ_INT(info.holders[0].fence, g.fence);
+        CHECK_EQ_INT(info.holders[0].holds, 2);
+    }
+    lock_info_clear(&info);
+    CHECK_EQ_INT(rel_k("in1", TOK_A, true, &n), BACKEND_OK);
+}
+
+static void test_inspect_shows_the_first_hundred_holders(void)
+{
+    struct lock_info info;
+    struct lock_grant g;
+    uint64_t first = 0, last = 0;
+    char tok[48];
+    uint32_t n;
+
+    for (int i = 0; i < 105; i++) {
+        snprintf(tok, sizeof(tok), "many-%032d", i);
+        CHECK_EQ_INT(shr("in2", tok, 0, NULL, &g), BACKEND_OK);
+        if (i == 0)
+            first = g.fence;
+        last = g.fence;
+    }
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "in2", 3, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 105);
+    CHECK_EQ_INT(info.nholders, LOCK_HOLDERS_SHOWN);
+    CHECK_EQ_INT(info.fence, last);
+    if (info.nholders > 0)
+        CHECK_EQ_INT(info.holders[0].fence, first);
+    for (uint32_t i = 1; info.holders != NULL && i < info.nholders; i++)
+        CHECK(info.holders[i].fence > info.holders[i - 1].fence);
+    lock_info_clear(&info);
+    for (int i = 0; i < 105; i++) {
+        snprintf(tok, sizeof(tok), "many-%032d", i);
+        CHECK_EQ_INT(rel_k("in2", tok, false, &n), BACKEND_OK);
+    }
+}
+
+static void test_shared_holders_expire_one_by_one(void)
+{
+    struct lock_info info;
+    struct lock_grant g;
+    struct lock_waiter w = waiter(441);
+    uint32_t n;
+
+    CHECK_EQ_INT(
+        acq_k(be_main, "ex1", TOK_A, LOCK_SHARED, 2, NULL, NULL, 100, &g),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_k(be_main, "ex1", TOK_B, LOCK_SHARED, 2, NULL, NULL, 400, &g),
+        BACKEND_OK);
+    /* the whole key lives as long as its last holder */
+    CHECK(raw_int("PTTL lockd:lock:{%s}", "ex1") > 300);
+    CHECK(raw_int("PTTL lockd:exp:{%s}", "ex1") > 300);
+    CHECK_EQ_INT(shr("ex1", TOK_C, 2, &w, &g), BACKEND_HELD);
+    CHECK(g.retry_ms >= 1 && g.retry_ms <= 100);
+    check_sleep_ms(200);
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "ex1", 3, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 1);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(ren(be_main, "ex1", TOK_A, 0, &g), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel_k("ex1", TOK_A, false, &n), BACKEND_MISMATCH);
+    CHECK_EQ_INT(shr("ex1", TOK_C, 2, &w, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("ex1", TOK_C, false, &n), BACKEND_OK);
+    check_sleep_ms(300);
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "ex1", 3, &info),
+                 BACKEND_NOT_FOUND);
+    /* with no traffic, nothing stays but the fence counter */
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "ex1"), 0);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:exp:{%s}", "ex1"), 0);
+    CHECK_EQ_INT(ren(be_main, "ex1", TOK_B, 0, &g), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(exc("ex1", TOK_A, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel_k("ex1", TOK_A, false, &n), BACKEND_OK);
+}
+
+static void test_held_count_is_unknown(void)
+{
+    /* counting every holder would need a scan or a global index on
+     * every grant: the wrapper answers -1 */
+    CHECK(redis_backend.held_count == NULL);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_open_succeeds_while_redis_is_down),
@@ -486,6 +1044,17 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_cancel_wait_passes_the_turn_and_notifies),
     CHECK_CASE(test_dead_waiters_are_dropped_after_their_deadline),
     CHECK_CASE(test_failed_cancel_is_retried_once_redis_is_back),
+    CHECK_CASE(test_shared_grants_up_to_limit_then_held),
+    CHECK_CASE(test_exclusive_and_shared_exclude_each_other),
+    CHECK_CASE(test_shared_under_another_limit_is_a_mismatch),
+    CHECK_CASE(test_shared_waiter_never_overtakes_an_exclusive_one),
+    CHECK_CASE(test_shared_waiters_are_granted_together),
+    CHECK_CASE(test_reentry_counts_holds_up_to_the_cap),
+    CHECK_CASE(test_idempotency_key_replays_the_live_grant),
+    CHECK_CASE(test_inspect_lists_holders_by_fence),
+    CHECK_CASE(test_inspect_shows_the_first_hundred_holders),
+    CHECK_CASE(test_shared_holders_expire_one_by_one),
+    CHECK_CASE(test_held_count_is_unknown),
     CHECK_CASE(test_stopped_redis_answers_unavailable_in_time),
     CHECK_CASE(test_restart_keeps_holders_and_fences),
 };

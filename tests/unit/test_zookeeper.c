@@ -92,7 +92,7 @@ static void raw_drop_waiters(zhandle_t *zh, const char *parent)
 
     CHECK_EQ_INT(zoo_get_children(zh, parent, 0, &kids), ZOK);
     for (int i = 0; i < kids.count; i++) {
-        if (kids.data[i][0] != 'w')
+        if (kids.data[i][0] != 'w' && kids.data[i][0] != 'r')
             continue;
         snprintf(path, sizeof(path), "%s/%s", parent, kids.data[i]);
         CHECK_EQ_INT(zoo_delete(zh, path, -1), ZOK);
@@ -108,7 +108,7 @@ static int raw_waiters(zhandle_t *zh, const char *parent)
 
     CHECK_EQ_INT(zoo_get_children(zh, parent, 0, &kids), ZOK);
     for (int i = 0; i < kids.count; i++)
-        n += kids.data[i][0] == 'w';
+        n += kids.data[i][0] == 'w' || kids.data[i][0] == 'r';
     deallocate_String_vector(&kids);
     return n;
 }
@@ -134,6 +134,72 @@ static void raw_holder(zhandle_t *zh,
     snprintf(path, sizeof(path), "%s/t%s", parent, tok);
     CHECK_EQ_INT(raw_node(zh, path, NULL), ZOK);
 }
+
+/* ---- lock kinds ---- */
+
+/* acquire in mode (limit for shared), with an Idempotency-Key (NULL:
+ * none), as a waiter (w) or try-once */
+static enum backend_result acq_kind(struct backend *be,
+                                    const char *key,
+                                    const char *tok,
+                                    enum lock_mode mode,
+                                    uint32_t limit,
+                                    const char *idem,
+                                    uint64_t ttl,
+                                    struct lock_waiter *w,
+                                    struct lock_grant *g)
+{
+    struct lock_req req = { .key = key,
+                            .key_len = strlen(key),
+                            .token = tok,
+                            .ttl_ms = ttl,
+                            .waiter = w,
+                            .mode = mode,
+                            .limit = limit,
+                            .idem_key = idem };
+
+    memset(g, 0, sizeof(*g));
+    return zookeeper_backend.acquire(be, &req, g);
+}
+
+static enum backend_result
+shr(const char *key, const char *tok, uint32_t limit, struct lock_grant *g)
+{
+    return acq_kind(be_main, key, tok, LOCK_SHARED, limit, NULL, 5000, NULL, g);
+}
+
+static enum backend_result reenter(struct backend *be,
+                                   const char *key,
+                                   const char *tok,
+                                   struct lock_grant *g)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .reenter = true
+    };
+
+    memset(g, 0, sizeof(*g));
+    return zookeeper_backend.renew(be, &req, g);
+}
+
+/* release one hold (all: every one); *holds: what is left */
+static enum backend_result rel_holds(struct backend *be,
+                                     const char *key,
+                                     const char *tok,
+                                     bool all,
+                                     uint32_t *holds)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .all = all
+    };
+    struct lock_grant g = { 0 };
+    enum backend_result r = zookeeper_backend.release(be, &req, &g);
+
+    *holds = g.holds;
+    return r;
+}
+
+#define TOK_D "dddddddddddddddddddddddddddddddd"
+#define TOK_E "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
 
 /* ---- cases without a server ---- */
 
@@ -166,7 +232,7 @@ static void test_down_store_answers_unavailable_at_once(void)
 {
     char u[128];
     struct lock_grant g;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     struct backend *be;
     int64_t t0 = check_mono_ms();
 
@@ -197,7 +263,7 @@ static void test_down_store_answers_unavailable_at_once(void)
 static void test_acquire_inspect_renew_release(void)
 {
     struct lock_grant g, h, r;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     int64_t t0 = clock_mono_ms();
 
     CHECK_EQ_INT(zookeeper_backend.ping(be_main), BACKEND_OK);
@@ -216,6 +282,7 @@ static void test_acquire_inspect_renew_release(void)
                  BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
     CHECK(!info.has_owner);
+    lock_info_clear(&info);
     CHECK_EQ_INT(ren(be_main, "a/../b", TOK_B, 0, &r), BACKEND_MISMATCH);
     CHECK_EQ_INT(ren(be_main, "a/../b", TOK_A, 0, &r), BACKEND_OK);
     CHECK_EQ_U64(r.fence, g.fence);
@@ -309,7 +376,7 @@ static void test_waiters_are_fifo_and_cancel_frees_place(void)
 static void test_expired_holder_is_free(void)
 {
     struct lock_grant g, h;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     struct lock_waiter w = { .id = 9 };
 
     CHECK_EQ_INT(acq_wait(be_main, "e", TOK_A, 300, NULL, &g), BACKEND_OK);
@@ -349,7 +416,7 @@ static void test_release_after_expiry_is_not_found(void)
 static void test_stale_release_never_frees_a_later_grant(void)
 {
     struct lock_grant g, h, r;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     struct backend *other = NULL;
 
     CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0),
@@ -363,6 +430,7 @@ static void test_stale_release_never_frees_a_later_grant(void)
     CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "aba", 3, &info),
                  BACKEND_OK);
     CHECK_EQ_U64(info.fence, h.fence);
+    lock_info_clear(&info);
     /* a renew through the other instance: the first one's release of the
      * same grant still works */
     CHECK_EQ_INT(acq_wait(other, "aba", TOK_A, 5000, NULL, &g), BACKEND_HELD);
@@ -396,6 +464,7 @@ static void test_holder_without_marker_is_never_freed_by_version(void)
     CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "m", 1, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
     CHECK(info.ttl_ms <= 5000); /* the renew wrote nothing */
+    lock_info_clear(&info);
     CHECK_EQ_INT(zoo_exists(zh, "/lockd/locks/kbQ/h", 0, &st), ZOK);
     CHECK_EQ_INT(st.version, 1);
     CHECK_EQ_INT(zoo_delete(zh, "/lockd/locks/kbQ/h", -1), ZOK);
@@ -408,7 +477,7 @@ static void test_holder_without_marker_is_never_freed_by_version(void)
 static void test_grant_past_its_deadline_is_void(void)
 {
     struct lock_grant g;
-    struct lock_info info;
+    struct lock_info info = { 0 };
     zhandle_t *zh = raw_open();
 
     if (zh == NULL)
@@ -424,6 +493,7 @@ static void test_grant_past_its_deadline_is_void(void)
     CHECK_EQ_INT(acq_wait(be_main, "v", TOK_B, 1000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "v", 1, &info), BACKEND_OK);
     CHECK_EQ_U64(info.fence, g.fence);
+    lock_info_clear(&info);
     CHECK_EQ_INT(rel(be_main, "v", TOK_A), BACKEND_MISMATCH);
     CHECK_EQ_INT(rel(be_main, "v", TOK_B), BACKEND_OK);
     zookeeper_close(zh);
@@ -591,6 +661,469 @@ static void test_restart_answers_unavailable_then_recovers(void)
     CHECK_EQ_INT(rel(be_main, "r", TOK_B), BACKEND_OK);
 }
 
+/* ---- lock kinds against the server ---- */
+
+static void test_shared_grants_up_to_the_limit_then_held(void)
+{
+    struct lock_grant a, b, c, x;
+    uint32_t holds;
+
+    CHECK_EQ_INT(shr("s2", TOK_A, 2, &a), BACKEND_OK);
+    CHECK_EQ_INT(a.mode, LOCK_SHARED);
+    CHECK_EQ_INT(a.limit, 2);
+    CHECK_EQ_INT(a.holds, 1);
+    CHECK_EQ_U64(a.ttl_ms, 5000);
+    CHECK_EQ_INT(shr("s2", TOK_B, 2, &b), BACKEND_OK);
+    CHECK(b.fence > a.fence);
+    CHECK_EQ_INT(shr("s2", TOK_C, 2, &c), BACKEND_HELD);
+    CHECK(c.retry_ms > 4000 && c.retry_ms <= 5000);
+    CHECK_EQ_INT(acq_wait(be_main, "s2", TOK_D, 5000, NULL, &x), BACKEND_HELD);
+    CHECK_EQ_INT(rel_holds(be_main, "s2", TOK_A, false, &holds), BACKEND_OK);
+    CHECK_EQ_INT(holds, 0);
+    CHECK_EQ_INT(shr("s2", TOK_C, 2, &c), BACKEND_OK);
+    CHECK(c.fence > b.fence);
+    CHECK_EQ_INT(rel(be_main, "s2", TOK_A), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "s2", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "s2", TOK_C), BACKEND_OK);
+    /* the last one gone: the key and its limit are free */
+    CHECK_EQ_INT(rel(be_main, "s2", TOK_C), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(acq_wait(be_main, "s2", TOK_D, 5000, NULL, &x), BACKEND_OK);
+    CHECK(x.fence > c.fence);
+    CHECK_EQ_INT(x.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(rel(be_main, "s2", TOK_D), BACKEND_OK);
+}
+
+static void test_exclusive_and_shared_exclude_each_other(void)
+{
+    struct lock_grant g, h;
+
+    CHECK_EQ_INT(acq_wait(be_main, "xs", TOK_A, 3000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("xs", TOK_B, 0, &h), BACKEND_HELD);
+    CHECK(h.retry_ms > 2000 && h.retry_ms <= 3000);
+    CHECK_EQ_INT(ren(be_main, "xs", TOK_B, 0, &h), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "xs", TOK_A), BACKEND_OK);
+    for (int i = 0; i < 3; i++) /* no limit */
+        CHECK_EQ_INT(shr("xs",
+                         i == 0   ? TOK_B
+                         : i == 1 ? TOK_C
+                                  : TOK_D,
+                         0, &h),
+                     BACKEND_OK);
+    CHECK_EQ_INT(h.limit, 0);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(acq_wait(be_main, "xs", TOK_A, 3000, NULL, &g), BACKEND_HELD);
+    CHECK(g.retry_ms > 4000 && g.retry_ms <= 5000);
+    CHECK_EQ_INT(rel(be_main, "xs", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "xs", TOK_C), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "xs", TOK_A, 3000, NULL, &g), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "xs", TOK_D), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "xs", TOK_A, 3000, NULL, &g), BACKEND_OK);
+    CHECK(g.fence > h.fence);
+    CHECK_EQ_INT(rel(be_main, "xs", TOK_A), BACKEND_OK);
+}
+
+static void test_shared_under_another_limit_is_a_mismatch(void)
+{
+    struct lock_waiter w = { .id = 31 };
+    struct lock_grant g;
+
+    w.deadline_ms = clock_wall_ms() + 10000;
+    CHECK_EQ_INT(shr("lm", TOK_A, 2, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("lm", TOK_B, 3, &g), BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(shr("lm", TOK_B, 0, &g), BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "lm", TOK_B, LOCK_SHARED, 1, NULL, 5000, &w, &g),
+        BACKEND_LIMIT_MISMATCH);
+    CHECK_EQ_INT(zookeeper_backend.cancel_wait(be_main, "lm", 2, &w),
+                 BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "lm", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(shr("lm", TOK_B, 3, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.limit, 3);
+    CHECK_EQ_INT(rel(be_main, "lm", TOK_B), BACKEND_OK);
+}
+
+/* One queue for both modes: a shared waiter never overtakes an earlier
+ * exclusive one, shared waiters behind shared ones go together, and a
+ * try-once acquire never overtakes anyone. */
+static void test_fifo_across_modes(void)
+{
+    struct lock_waiter s1 = { .id = 41 }, x = { .id = 42 }, s2 = { .id = 43 };
+    struct lock_grant g;
+
+    s1.deadline_ms = x.deadline_ms = s2.deadline_ms = clock_wall_ms() + 20000;
+    CHECK_EQ_INT(acq_wait(be_main, "fm", TOK_A, 10000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "fm", TOK_B, LOCK_SHARED, 0, NULL, 5000, &s1, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "fm", TOK_C, 5000, &x, &g), BACKEND_HELD);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "fm", TOK_D, LOCK_SHARED, 0, NULL, 5000, &s2, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "fm", TOK_A), BACKEND_OK);
+    /* free, but queued: nobody overtakes */
+    CHECK_EQ_INT(shr("fm", TOK_E, 0, &g), BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "fm", TOK_D, LOCK_SHARED, 0, NULL, 5000, &s2, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "fm", TOK_C, 5000, &x, &g), BACKEND_HELD);
+    CHECK(g.behind); /* the holders allow it; s1 goes first */
+    CHECK_EQ_INT(
+        acq_kind(be_main, "fm", TOK_B, LOCK_SHARED, 0, NULL, 5000, &s1, &g),
+        BACKEND_OK);
+    CHECK(s1.be_data == NULL);
+    /* s2 is behind x, which is behind the shared holder */
+    CHECK_EQ_INT(
+        acq_kind(be_main, "fm", TOK_D, LOCK_SHARED, 0, NULL, 5000, &s2, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "fm", TOK_C, 5000, &x, &g), BACKEND_HELD);
+    CHECK(!g.behind);
+    CHECK_EQ_INT(rel(be_main, "fm", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "fm", TOK_D, LOCK_SHARED, 0, NULL, 5000, &s2, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(acq_wait(be_main, "fm", TOK_C, 5000, &x, &g), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "fm", TOK_D, LOCK_SHARED, 0, NULL, 5000, &s2, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "fm", TOK_C), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "fm", TOK_D, LOCK_SHARED, 0, NULL, 5000, &s2, &g),
+        BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "fm", TOK_D), BACKEND_OK);
+}
+
+/* Shared waiters are granted together, up to the limit, and the grant of
+ * one wakes the next on another instance (its watch on our place). */
+static void test_shared_waiters_are_granted_together(void)
+{
+    struct lock_waiter w1 = { .id = 51 }, w2 = { .id = 52 }, w3 = { .id = 53 };
+    struct lock_grant g;
+    struct backend *other = NULL;
+
+    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0),
+                 BACKEND_OK);
+    if (other == NULL)
+        return;
+    w1.deadline_ms = w2.deadline_ms = w3.deadline_ms = clock_wall_ms() + 20000;
+    CHECK_EQ_INT(acq_wait(other, "gt", TOK_A, 10000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(other, "gt", TOK_B, LOCK_SHARED, 2, NULL, 5000, &w1, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "gt", TOK_C, LOCK_SHARED, 2, NULL, 5000, &w2, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "gt", TOK_D, LOCK_SHARED, 2, NULL, 5000, &w3, &g),
+        BACKEND_HELD);
+    CHECK_EQ_INT(rel(other, "gt", TOK_A), BACKEND_OK);
+    notes_reset();
+    CHECK_EQ_INT(
+        acq_kind(other, "gt", TOK_B, LOCK_SHARED, 2, NULL, 5000, &w1, &g),
+        BACKEND_OK);
+    /* w2 (here) watched w1's place (there) */
+    CHECK(notes_heard("gt", 2000));
+    CHECK_EQ_INT(
+        acq_kind(be_main, "gt", TOK_C, LOCK_SHARED, 2, NULL, 5000, &w2, &g),
+        BACKEND_OK);
+    /* the limit is reached: w3 waits */
+    CHECK_EQ_INT(
+        acq_kind(be_main, "gt", TOK_D, LOCK_SHARED, 2, NULL, 5000, &w3, &g),
+        BACKEND_HELD);
+    CHECK(g.retry_ms > 0 && g.retry_ms <= 5000);
+    notes_reset();
+    CHECK_EQ_INT(rel(other, "gt", TOK_B), BACKEND_OK);
+    CHECK(notes_heard("gt", 2000)); /* w3, first now, watched h */
+    CHECK_EQ_INT(
+        acq_kind(be_main, "gt", TOK_D, LOCK_SHARED, 2, NULL, 5000, &w3, &g),
+        BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "gt", TOK_C), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "gt", TOK_D), BACKEND_OK);
+    zookeeper_backend.close(other);
+}
+
+/* Re-entry counts holds; a release gives back one (or all); the count
+ * stops at LOCK_HOLDS_MAX (set in the store, as a million re-entries
+ * would). */
+static void test_reentry_counts_holds_up_to_the_cap(void)
+{
+    struct lock_grant g, r;
+    struct lock_info info = { 0 };
+    uint32_t holds = 9;
+    int64_t expires;
+    char data[160];
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    CHECK_EQ_INT(acq_wait(be_main, "H", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "H", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 2);
+    CHECK_EQ_U64(r.fence, g.fence);
+    CHECK_EQ_INT(reenter(be_main, "H", TOK_B, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(ren(be_main, "H", TOK_A, 0, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 2);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "H", 1, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holds, 2);
+    expires = info.expires_at_ms;
+    lock_info_clear(&info);
+    check_sleep_ms(200);
+    CHECK_EQ_INT(rel_holds(be_main, "H", TOK_A, false, &holds), BACKEND_OK);
+    CHECK_EQ_INT(holds, 1);
+    /* one hold back is no renew: the expiry stays */
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "H", 1, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holds, 1);
+    CHECK_MSG(info.expires_at_ms <= expires + 20 &&
+                  info.expires_at_ms >= expires,
+              "expires_at moved by %lld ms",
+              (long long)(info.expires_at_ms - expires));
+    lock_info_clear(&info);
+    CHECK_EQ_INT(acq_wait(be_main, "H", TOK_B, 5000, NULL, &r), BACKEND_HELD);
+    CHECK_EQ_INT(rel_holds(be_main, "H", TOK_A, false, &holds), BACKEND_OK);
+    CHECK_EQ_INT(holds, 0);
+    CHECK_EQ_INT(reenter(be_main, "H", TOK_A, &r), BACKEND_NOT_FOUND);
+    /* the cap, and release of all */
+    CHECK_EQ_INT(acq_wait(be_main, "H", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    snprintf(data, sizeof(data), "lockd2 x 5000 %s 0 %d 0\n", TOK_A,
+             LOCK_HOLDS_MAX - 1);
+    CHECK_EQ_INT(zoo_set(zh, "/lockd/locks/kSA/h", data, (int)strlen(data), -1),
+                 ZOK);
+    CHECK_EQ_INT(reenter(be_main, "H", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, LOCK_HOLDS_MAX);
+    CHECK_EQ_INT(reenter(be_main, "H", TOK_A, &r), BACKEND_HOLDS_MAX);
+    CHECK_EQ_INT(ren(be_main, "H", TOK_A, 0, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, LOCK_HOLDS_MAX);
+    CHECK_EQ_INT(rel_holds(be_main, "H", TOK_A, true, &holds), BACKEND_OK);
+    CHECK_EQ_INT(holds, 0);
+    CHECK_EQ_INT(rel(be_main, "H", TOK_A), BACKEND_NOT_FOUND);
+    /* a shared holder re-enters too */
+    CHECK_EQ_INT(shr("H", TOK_B, 0, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("H", TOK_C, 0, &g), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "H", TOK_B, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 2);
+    CHECK_EQ_INT(r.mode, LOCK_SHARED);
+    CHECK_EQ_INT(reenter(be_main, "H", TOK_D, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel_holds(be_main, "H", TOK_B, false, &holds), BACKEND_OK);
+    CHECK_EQ_INT(holds, 1);
+    CHECK_EQ_INT(reenter(be_main, "H", TOK_B, &r), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "H", TOK_B, &r), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "H", TOK_B, true, &holds), BACKEND_OK);
+    CHECK_EQ_INT(holds, 0);
+    CHECK_EQ_INT(rel(be_main, "H", TOK_B), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "H", TOK_C), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "H", TOK_C), BACKEND_NOT_FOUND);
+    zookeeper_close(zh);
+}
+
+static void test_idempotency_key_replays_a_live_grant(void)
+{
+    struct lock_waiter w = { .id = 61 };
+    struct lock_grant g, r;
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    CHECK_EQ_INT(acq_kind(be_main, "R", TOK_A, LOCK_EXCLUSIVE, 0, "idem-1",
+                          5000, NULL, &g),
+                 BACKEND_OK);
+    CHECK(!g.replay);
+    check_sleep_ms(50);
+    CHECK_EQ_INT(acq_kind(be_main, "R", TOK_B, LOCK_EXCLUSIVE, 0, "idem-1",
+                          9000, NULL, &r),
+                 BACKEND_OK);
+    CHECK(r.replay);
+    CHECK_STR_EQ(r.token, TOK_A);
+    CHECK_EQ_U64(r.fence, g.fence);
+    CHECK(r.ttl_ms >= 1 && r.ttl_ms < 5000);
+    CHECK_EQ_INT(r.holds, 1);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "R", TOK_B, LOCK_SHARED, 0, "idem-1", 9000, NULL, &r),
+        BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(acq_kind(be_main, "R", TOK_B, LOCK_EXCLUSIVE, 0, "idem-2",
+                          9000, NULL, &r),
+                 BACKEND_HELD);
+    /* a waiter's replay gives its place up */
+    w.deadline_ms = clock_wall_ms() + 10000;
+    CHECK_EQ_INT(acq_wait(be_main, "R", TOK_C, 5000, &w, &r), BACKEND_HELD);
+    CHECK_EQ_INT(raw_waiters(zh, "/lockd/locks/kUg"), 1);
+    CHECK_EQ_INT(acq_kind(be_main, "R", TOK_C, LOCK_EXCLUSIVE, 0, "idem-1",
+                          5000, &w, &r),
+                 BACKEND_OK);
+    CHECK(r.replay);
+    CHECK(w.be_data == NULL);
+    CHECK_EQ_INT(raw_waiters(zh, "/lockd/locks/kUg"), 0);
+    CHECK_EQ_INT(rel(be_main, "R", TOK_A), BACKEND_OK);
+    /* released: the key names no grant any more */
+    CHECK_EQ_INT(
+        acq_kind(be_main, "R", TOK_B, LOCK_SHARED, 3, "idem-1", 5000, NULL, &g),
+        BACKEND_OK);
+    CHECK(!g.replay);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "R", TOK_C, LOCK_SHARED, 3, "idem-s", 5000, NULL, &g),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "R", TOK_D, LOCK_SHARED, 3, "idem-1", 5000, NULL, &r),
+        BACKEND_OK);
+    CHECK(r.replay);
+    CHECK_STR_EQ(r.token, TOK_B);
+    CHECK_EQ_INT(r.limit, 3);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "R", TOK_D, LOCK_SHARED, 2, "idem-s", 5000, NULL, &r),
+        BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(rel(be_main, "R", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "R", TOK_C), BACKEND_OK);
+    zookeeper_close(zh);
+}
+
+static void test_inspect_lists_shared_holders_by_fence(void)
+{
+    struct lock_grant g[3], x;
+    struct lock_info info = { 0 };
+    static const char *const toks[] = { TOK_A, TOK_B, TOK_C };
+    static const char *const owners[] = { "one", NULL, "three" };
+    static const uint64_t ttls[] = { 4000, 8000, 6000 };
+
+    for (int i = 0; i < 3; i++) {
+        struct lock_req req = { .key = "in",
+                                .key_len = 2,
+                                .token = toks[i],
+                                .owner = owners[i],
+                                .ttl_ms = ttls[i],
+                                .mode = LOCK_SHARED,
+                                .limit = 5 };
+        memset(&g[i], 0, sizeof(g[i]));
+        CHECK_EQ_INT(zookeeper_backend.acquire(be_main, &req, &g[i]),
+                     BACKEND_OK);
+    }
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "in", 2, &info),
+                 BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_SHARED);
+    CHECK_EQ_INT(info.limit, 5);
+    CHECK_EQ_INT(info.holder_count, 3);
+    CHECK_EQ_INT(info.nholders, 3);
+    CHECK(!info.has_owner);
+    CHECK_EQ_U64(info.fence, g[2].fence);
+    CHECK_EQ_INT(info.expires_at_ms, g[1].expires_at_ms);
+    CHECK(info.ttl_ms > 7000 && info.ttl_ms <= 8000);
+    for (uint32_t i = 0; info.holders != NULL && i < info.nholders; i++) {
+        CHECK_EQ_U64(info.holders[i].fence, g[i].fence);
+        CHECK_EQ_INT(info.holders[i].holds, 1);
+        CHECK(info.holders[i].ttl_ms >= 1 && info.holders[i].ttl_ms <= ttls[i]);
+        CHECK_EQ_INT(info.holders[i].has_owner, owners[i] != NULL);
+        if (owners[i] != NULL)
+            CHECK_STR_EQ(info.holders[i].owner, owners[i]);
+    }
+    lock_info_clear(&info);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(rel(be_main, "in", toks[i]), BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "in", 2, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK(info.holders == NULL);
+    CHECK_EQ_INT(acq_full(be_main, "in", TOK_D, "me", 3000, NULL, &x),
+                 BACKEND_OK);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "in", 2, &info),
+                 BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(info.holder_count, 1);
+    CHECK_EQ_INT(info.nholders, 1);
+    CHECK_EQ_INT(info.holds, 1);
+    CHECK(info.has_owner);
+    CHECK_STR_EQ(info.owner, "me");
+    CHECK(info.holders != NULL && info.holders[0].fence == x.fence);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(rel(be_main, "in", TOK_D), BACKEND_OK);
+}
+
+/* Shared holders expire one by one, each at its own TTL; a waiter behind
+ * them is told to retry when the first one's TTL passes. */
+static void test_shared_holders_expire_one_by_one(void)
+{
+    struct lock_waiter w = { .id = 71 };
+    struct lock_grant a, b, c, r;
+    struct lock_info info = { 0 };
+
+    CHECK_EQ_INT(
+        acq_kind(be_main, "S", TOK_A, LOCK_SHARED, 2, NULL, 300, NULL, &a),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "S", TOK_B, LOCK_SHARED, 2, NULL, 900, NULL, &b),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "S", TOK_C, LOCK_SHARED, 2, NULL, 5000, NULL, &c),
+        BACKEND_HELD);
+    CHECK(c.retry_ms > 0 && c.retry_ms <= 300);
+    w.deadline_ms = clock_wall_ms() + 10000;
+    CHECK_EQ_INT(acq_wait(be_main, "S", TOK_D, 5000, &w, &r), BACKEND_HELD);
+    CHECK(r.retry_ms > 0 && r.retry_ms <= 300);
+    check_sleep_ms(350);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "S", 1, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 1);
+    CHECK_EQ_U64(info.fence, b.fence);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(ren(be_main, "S", TOK_A, 0, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "S", TOK_A), BACKEND_MISMATCH);
+    /* the exclusive waiter is first: still held by B */
+    CHECK_EQ_INT(acq_wait(be_main, "S", TOK_D, 5000, &w, &r), BACKEND_HELD);
+    CHECK(r.retry_ms > 0 && r.retry_ms <= 600);
+    check_sleep_ms((int)r.retry_ms + 5);
+    CHECK_EQ_INT(acq_wait(be_main, "S", TOK_D, 5000, &w, &r), BACKEND_OK);
+    CHECK(r.fence > b.fence);
+    CHECK_EQ_INT(ren(be_main, "S", TOK_B, 0, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel(be_main, "S", TOK_D), BACKEND_OK);
+    CHECK_EQ_INT(ren(be_main, "S", TOK_B, 0, &r), BACKEND_NOT_FOUND);
+}
+
+/* Two instances granting shared under a limit never exceed it. */
+struct share_race {
+    struct backend *be;
+    const char *tok;
+    enum backend_result r;
+};
+
+static void *share_racer(void *arg)
+{
+    struct share_race *s = arg;
+    struct lock_grant g;
+
+    s->r =
+        acq_kind(s->be, "race", s->tok, LOCK_SHARED, 2, NULL, 5000, NULL, &g);
+    return NULL;
+}
+
+static void test_concurrent_shared_grants_keep_the_limit(void)
+{
+    static const char *const toks[] = { TOK_A, TOK_B, TOK_C, TOK_D, TOK_E };
+    struct share_race s[5];
+    pthread_t th[5];
+    struct backend *other = NULL;
+    struct lock_info info = { 0 };
+    int ok = 0;
+
+    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0),
+                 BACKEND_OK);
+    if (other == NULL)
+        return;
+    for (int i = 0; i < 5; i++) {
+        s[i] = (struct share_race){ .be = i % 2 ? other : be_main,
+                                    .tok = toks[i] };
+        pthread_create(&th[i], NULL, share_racer, &s[i]);
+    }
+    for (int i = 0; i < 5; i++) {
+        pthread_join(th[i], NULL);
+        ok += s[i].r == BACKEND_OK;
+        CHECK(s[i].r == BACKEND_OK || s[i].r == BACKEND_HELD);
+    }
+    CHECK_EQ_INT(ok, 2);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "race", 4, &info),
+                 BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 2);
+    lock_info_clear(&info);
+    for (int i = 0; i < 5; i++)
+        if (s[i].r == BACKEND_OK)
+            CHECK_EQ_INT(rel(other, "race", toks[i]), BACKEND_OK);
+    zookeeper_backend.close(other);
+}
+
 static const struct check_case offline[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_down_store_answers_unavailable_at_once),
@@ -609,6 +1142,16 @@ static const struct check_case online[] = {
     CHECK_CASE(test_issue_10_lost_grant_is_reported_only_while_valid),
     CHECK_CASE(test_issue_10_late_grant_beside_a_new_place_is_claimed),
     CHECK_CASE(test_chroot_keeps_locks_apart),
+    CHECK_CASE(test_shared_grants_up_to_the_limit_then_held),
+    CHECK_CASE(test_exclusive_and_shared_exclude_each_other),
+    CHECK_CASE(test_shared_under_another_limit_is_a_mismatch),
+    CHECK_CASE(test_fifo_across_modes),
+    CHECK_CASE(test_shared_waiters_are_granted_together),
+    CHECK_CASE(test_reentry_counts_holds_up_to_the_cap),
+    CHECK_CASE(test_idempotency_key_replays_a_live_grant),
+    CHECK_CASE(test_inspect_lists_shared_holders_by_fence),
+    CHECK_CASE(test_shared_holders_expire_one_by_one),
+    CHECK_CASE(test_concurrent_shared_grants_keep_the_limit),
     CHECK_CASE(test_restart_answers_unavailable_then_recovers),
 };
 

@@ -1,0 +1,118 @@
+/*
+ * backends/memory/mem_int.h - the memory store's private state, shared by
+ * its files: memory.c (the ops table and the decisions of acquire, renew,
+ * release, inspect), holders.c (an entry's holders: grant, expiry, lookup,
+ * removal) and sweep.c (open, close and the sweeper thread).
+ *
+ * An entry exists while its key is held or has waiters. Its holders are
+ * one array in logical order 0..nheld-1, by ascending fence (a grant
+ * appends, and the fences of one key grow, since its grants run one at a
+ * time under the shard mutex): holder 0 lives inside the entry, so the
+ * common exclusive lock costs no second allocation; holders 1.. live in
+ * `more`, allocated only for a key held shared by several tokens.
+ */
+#ifndef BACKENDS_MEMORY_MEM_INT_H
+#define BACKENDS_MEMORY_MEM_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "lib/keytab.h"
+
+#define MEM_SHARDS      64
+#define MEM_SWEEP_MS    250 /* how often the sweeper looks for expiries */
+#define MEM_SWEEP_BATCH 64  /* keys notified per shard visit */
+
+struct mem_entry;
+
+struct mem_waiter { /* a place in an entry's FIFO; lock_waiter.be_data */
+    struct mem_waiter *prev, *next;
+    struct mem_entry *entry;
+    uint32_t limit; /* SHARED: the limit asked for; 0 = none */
+    uint8_t mode;   /* enum lock_mode, from the first acquire naming it */
+};
+
+struct mem_holder {
+    int64_t expires_mono; /* ms, CLOCK_MONOTONIC */
+    int64_t expires_wall; /* unix ms, informational */
+    uint64_t fence;
+    uint64_t ttl_ms; /* the TTL last granted or renewed */
+    char *owner;     /* owned; NULL when none */
+    char *idem;      /* owned Idempotency-Key of the grant; NULL when none */
+    uint32_t holds;  /* 1..LOCK_HOLDS_MAX */
+    char token[LOCK_TOKEN_MAX + 1];
+};
+
+struct mem_entry {
+    struct keytab_entry ke;  /* ke.key points at key[] */
+    struct mem_holder first; /* holder 0, valid while nheld > 0 */
+    struct mem_holder *more; /* owned: holders 1..nheld-1; NULL if none */
+    struct mem_waiter *qhead, *qtail;
+    uint32_t nheld; /* holders now */
+    uint32_t limit; /* the key's limit while held SHARED; 0 = none */
+    uint8_t mode;   /* enum lock_mode while held */
+    char key[];
+};
+
+struct mem_shard {
+    pthread_mutex_t mu; /* guards tab and every entry in it */
+    struct keytab tab;
+} __attribute__((aligned(64)));
+
+struct mem_be {
+    struct backend base;
+    struct backend_hooks hooks;
+    _Atomic uint64_t fence; /* last fence granted, any key */
+    _Atomic int64_t held;   /* holders of every entry */
+    pthread_t sweeper;
+    pthread_mutex_t stop_mu; /* guards stopping */
+    pthread_cond_t stop_cv;
+    bool stopping;
+    bool sweeper_started;
+    struct mem_shard shards[MEM_SHARDS];
+};
+
+/* holders.c: every do_ function runs under the entry's shard mutex. */
+
+/* Holder i (0..nheld-1) of e, by ascending fence. */
+struct mem_holder *mem_holder_at(struct mem_entry *e, uint32_t i);
+/* Expire e's holders whose TTL has passed at now (monotonic ms), each on
+ * its own; the number expired. */
+uint32_t do_mem_expire(struct mem_be *m, struct mem_entry *e, int64_t now);
+/* Add a holder for req (a new fence, holds 1) and fill out: OK, or
+ * NO_MEMORY with nothing changed. The first holder sets the key's mode
+ * and limit. */
+enum backend_result do_mem_grant(struct mem_be *m,
+                                 struct mem_entry *e,
+                                 const struct lock_req *req,
+                                 int64_t now,
+                                 struct lock_grant *out);
+/* Remove holder i (its token dies); the last one frees the key's mode. */
+void do_mem_unhold(struct mem_be *m, struct mem_entry *e, uint32_t i);
+/* The index of the holder with token / Idempotency-Key idem, or -1. */
+int64_t do_mem_find_token(struct mem_entry *e, const char *token);
+int64_t do_mem_find_idem(struct mem_entry *e, const char *idem);
+/* ms until the first holder's TTL passes; 1 when nobody holds e. */
+uint64_t do_mem_first_expiry(struct mem_entry *e, int64_t now);
+/* ms left of h at now, at least 1 (h has not expired). */
+uint64_t mem_holder_left(const struct mem_holder *h, int64_t now);
+/* Fill out (holders malloc'ed) from e, held: OK or NO_MEMORY. */
+enum backend_result
+do_mem_fill_info(struct mem_entry *e, int64_t now, struct lock_info *out);
+
+/* memory.c */
+
+/* Tell the wait queue that key may have become free for a waiter. */
+void mem_notify(struct mem_be *m, const char *key, size_t len);
+/* Free e if it has no holder and no waiter. */
+void do_mem_entry_free_if_idle(struct mem_shard *s, struct mem_entry *e);
+
+/* sweep.c */
+void *mem_sweeper_main(void *arg);
+/* Free e, its holders and its queued places (at close). */
+void mem_entry_free(struct mem_entry *e);
+
+#endif /* BACKENDS_MEMORY_MEM_INT_H */

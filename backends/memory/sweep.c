@@ -1,0 +1,95 @@
+/*
+ * backends/memory/sweep.c - the memory store's sweeper thread: with no
+ * traffic on a key, it expires the key's holders one by one as their TTLs
+ * pass, reclaims entries left idle and tells the wait queue about every
+ * key with waiters that lost a holder. Also frees entries at close.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/memory/mem_int.h"
+#include "lib/clock.h"
+
+struct sweep {
+    struct mem_be *m;
+    struct mem_shard *s;
+    int64_t now;
+    size_t nwake;
+    char *wake[MEM_SWEEP_BATCH]; /* owned copies of keys to notify */
+    size_t wake_len[MEM_SWEEP_BATCH];
+};
+
+static void sweep_entry(struct keytab_entry *ke, void *arg)
+{
+    struct sweep *sw = arg;
+    struct mem_entry *e = (struct mem_entry *)ke;
+
+    if (e->qhead != NULL && sw->nwake == MEM_SWEEP_BATCH)
+        return; /* no room to notify its waiters: the next pass expires it */
+    if (do_mem_expire(sw->m, e, sw->now) == 0)
+        return;
+    if (e->qhead != NULL) {
+        sw->wake[sw->nwake] = strndup(e->key, e->ke.key_len);
+        if (sw->wake[sw->nwake] != NULL)
+            sw->wake_len[sw->nwake++] = e->ke.key_len;
+    }
+    do_mem_entry_free_if_idle(sw->s, e);
+}
+
+static void sweep_shard(struct mem_be *m, struct mem_shard *s)
+{
+    struct sweep sw = { .m = m, .s = s };
+
+    do { /* again while a full batch may have left some behind */
+        sw.nwake = 0;
+        pthread_mutex_lock(&s->mu);
+        sw.now = clock_mono_ms();
+        keytab_foreach(&s->tab, sweep_entry, &sw);
+        pthread_mutex_unlock(&s->mu);
+        for (size_t k = 0; k < sw.nwake; k++) {
+            mem_notify(m, sw.wake[k], sw.wake_len[k]);
+            free(sw.wake[k]);
+        }
+    } while (sw.nwake == MEM_SWEEP_BATCH);
+}
+
+void *mem_sweeper_main(void *arg)
+{
+    struct mem_be *m = arg;
+    struct timespec ts;
+
+    pthread_mutex_lock(&m->stop_mu);
+    while (!m->stopping) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += MEM_SWEEP_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&m->stop_cv, &m->stop_mu, &ts);
+        if (m->stopping)
+            break;
+        pthread_mutex_unlock(&m->stop_mu);
+        for (int i = 0; i < MEM_SHARDS; i++)
+            sweep_shard(m, &m->shards[i]);
+        pthread_mutex_lock(&m->stop_mu);
+    }
+    pthread_mutex_unlock(&m->stop_mu);
+    return NULL;
+}
+
+void mem_entry_free(struct mem_entry *e)
+{
+    struct mem_waiter *w, *next;
+
+    for (w = e->qhead; w != NULL; w = next) {
+        next = w->next;
+        free(w);
+    }
+    for (uint32_t i = 0; i < e->nheld; i++) {
+        free(mem_holder_at(e, i)->owner);
+        free(mem_holder_at(e, i)->idem);
+    }
+    free(e->more);
+    free(e);
+}
