@@ -1136,6 +1136,7 @@ static void run_call(const struct api_call *c, struct api_response *resp)
         break;
     }
     handle_call_reply(&rcfg, c, br, &g, &info, held, resp);
+    lock_info_clear(&info); /* as the server does after its reply */
 }
 
 /* router_dispatch(), then a lock call run and answered. The action. */
