@@ -310,7 +310,7 @@ enum backend_result zk_be_release(struct backend *b,
         }
         goto out;
     }
-    for (int i = 0; i < ZK_MAX_ROUNDS && clock_mono_ms() < dl; i++) {
+    for (int i = 0; i < ZK_LEAVE_ROUNDS && clock_mono_ms() < dl; i++) {
         int rr = zk_release_round(be, cn, req, &p, dl, out);
         r = BACKEND_UNAVAILABLE;
         if (rr >= 0) {

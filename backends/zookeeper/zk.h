@@ -39,6 +39,9 @@
 #define ZK_NAME_MAX   96 /* a child's name */
 #define ZK_SEQ_DIGITS 10 /* ZooKeeper's sequence suffix */
 #define ZK_MAX_ROUNDS 16 /* look-act rounds per request */
+/* a release from a shared group races every join and leave of the group
+ * on its version: it tries until its deadline, at most this many rounds */
+#define ZK_LEAVE_ROUNDS 512
 /* others reap a waiter node this long after the deadline in its name */
 #define ZK_WAITER_GRACE_MS 2000
 /* a waiter looks at its place at least this often, whatever its watch */
