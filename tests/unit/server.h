@@ -600,6 +600,66 @@ rel(struct backend *be, const char *key, const char *tok)
     return TEST_BE_OPS.release(be, &req, &g);
 }
 
+/* acquire in mode (limit for shared), with an Idempotency-Key (NULL:
+ * none), as a waiter (w) or try-once (NULL); g is zeroed first */
+static enum backend_result __attribute__((unused))
+acq_kind(struct backend *be,
+         const char *key,
+         const char *tok,
+         enum lock_mode mode,
+         uint32_t limit,
+         const char *idem,
+         uint64_t ttl,
+         struct lock_waiter *w,
+         struct lock_grant *g)
+{
+    struct lock_req req = { .key = key,
+                            .key_len = strlen(key),
+                            .token = tok,
+                            .ttl_ms = ttl,
+                            .waiter = w,
+                            .mode = mode,
+                            .limit = limit,
+                            .idem_key = idem };
+
+    memset(g, 0, sizeof(*g));
+    return TEST_BE_OPS.acquire(be, &req, g);
+}
+
+/* re-entry: a renew with one more hold, the holder's last TTL */
+static enum backend_result __attribute__((unused)) reenter(struct backend *be,
+                                                           const char *key,
+                                                           const char *tok,
+                                                           struct lock_grant *g)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .reenter = true
+    };
+
+    memset(g, 0, sizeof(*g));
+    return TEST_BE_OPS.renew(be, &req, g);
+}
+
+/* give back one hold (every hold with all); *left = the holds left, which
+ * the adapter must set (g starts all ones) */
+static enum backend_result __attribute__((unused)) rel_holds(struct backend *be,
+                                                             const char *key,
+                                                             const char *tok,
+                                                             bool all,
+                                                             uint32_t *left)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .all = all
+    };
+    struct lock_grant g;
+    enum backend_result r;
+
+    memset(&g, 0xff, sizeof(g));
+    r = TEST_BE_OPS.release(be, &req, &g);
+    *left = g.holds;
+    return r;
+}
+
 #endif /* TEST_BE_OPS */
 
 #endif /* TESTS_UNIT_SERVER_H */

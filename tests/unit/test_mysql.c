@@ -74,28 +74,7 @@ static enum backend_result acq_owner(struct backend *be,
     return acq_full(be, key, tok, owner, ttl, NULL, g);
 }
 
-/* acquire with a mode, limit and Idempotency-Key (idem may be NULL) */
-static enum backend_result acq_kind(struct backend *be,
-                                    const char *key,
-                                    const char *tok,
-                                    enum lock_mode mode,
-                                    uint32_t limit,
-                                    const char *idem,
-                                    uint64_t ttl,
-                                    struct lock_grant *g)
-{
-    struct lock_req req = { .key = key,
-                            .key_len = strlen(key),
-                            .token = tok,
-                            .ttl_ms = ttl,
-                            .mode = mode,
-                            .limit = limit,
-                            .idem_key = idem };
-
-    memset(g, 0, sizeof(*g));
-    return mysql_backend.acquire(be, &req, g);
-}
-
+/* a shared try-once acquire */
 static enum backend_result shared(struct backend *be,
                                   const char *key,
                                   const char *tok,
@@ -103,38 +82,7 @@ static enum backend_result shared(struct backend *be,
                                   uint64_t ttl,
                                   struct lock_grant *g)
 {
-    return acq_kind(be, key, tok, LOCK_SHARED, limit, NULL, ttl, g);
-}
-
-/* re-entry: renew with one more hold */
-static enum backend_result reenter(struct backend *be,
-                                   const char *key,
-                                   const char *tok,
-                                   struct lock_grant *g)
-{
-    struct lock_req req = {
-        .key = key, .key_len = strlen(key), .token = tok, .reenter = true
-    };
-
-    memset(g, 0, sizeof(*g));
-    return mysql_backend.renew(be, &req, g);
-}
-
-/* release one hold (all: every hold); *left: the holds left */
-static enum backend_result rel_holds(struct backend *be,
-                                     const char *key,
-                                     const char *tok,
-                                     bool all,
-                                     uint32_t *left)
-{
-    struct lock_req req = {
-        .key = key, .key_len = strlen(key), .token = tok, .all = all
-    };
-    struct lock_grant g = { 0 };
-    enum backend_result r = mysql_backend.release(be, &req, &g);
-
-    *left = g.holds;
-    return r;
+    return acq_kind(be, key, tok, LOCK_SHARED, limit, NULL, ttl, NULL, g);
 }
 
 static enum backend_result
@@ -1141,15 +1089,15 @@ static void test_kinds_idempotent_replay_and_conflict(void)
 {
     struct lock_grant g, r;
 
-    CHECK_EQ_INT(
-        acq_kind(be_main, "idem", TOK_A, LOCK_EXCLUSIVE, 0, "k-1", 5000, &g),
-        BACKEND_OK);
+    CHECK_EQ_INT(acq_kind(be_main, "idem", TOK_A, LOCK_EXCLUSIVE, 0, "k-1",
+                          5000, NULL, &g),
+                 BACKEND_OK);
     CHECK(!g.replay);
     /* the retry of the same acquire: the same grant, nothing renewed */
     check_sleep_ms(50);
-    CHECK_EQ_INT(
-        acq_kind(be_main, "idem", TOK_B, LOCK_EXCLUSIVE, 0, "k-1", 9000, &r),
-        BACKEND_OK);
+    CHECK_EQ_INT(acq_kind(be_main, "idem", TOK_B, LOCK_EXCLUSIVE, 0, "k-1",
+                          9000, NULL, &r),
+                 BACKEND_OK);
     CHECK(r.replay);
     CHECK_STR_EQ(r.token, TOK_A);
     CHECK_EQ_INT(r.fence, g.fence);
@@ -1159,36 +1107,36 @@ static void test_kinds_idempotent_replay_and_conflict(void)
     CHECK_EQ_INT(r.mode, LOCK_EXCLUSIVE);
     CHECK_EQ_INT(ren(be_main, "idem", TOK_B, 0, &r), BACKEND_MISMATCH);
     CHECK_EQ_INT(
-        acq_kind(be_main, "idem", TOK_B, LOCK_SHARED, 0, "k-1", 5000, &r),
+        acq_kind(be_main, "idem", TOK_B, LOCK_SHARED, 0, "k-1", 5000, NULL, &r),
         BACKEND_IDEM_CONFLICT);
-    CHECK_EQ_INT(
-        acq_kind(be_main, "idem", TOK_B, LOCK_EXCLUSIVE, 0, "k-2", 5000, &r),
-        BACKEND_HELD);
+    CHECK_EQ_INT(acq_kind(be_main, "idem", TOK_B, LOCK_EXCLUSIVE, 0, "k-2",
+                          5000, NULL, &r),
+                 BACKEND_HELD);
     CHECK_EQ_INT(rel(be_main, "idem", TOK_A), BACKEND_OK);
     /* released: the key names no grant any more */
-    CHECK_EQ_INT(
-        acq_kind(be_main, "idem", TOK_B, LOCK_EXCLUSIVE, 0, "k-1", 5000, &r),
-        BACKEND_OK);
+    CHECK_EQ_INT(acq_kind(be_main, "idem", TOK_B, LOCK_EXCLUSIVE, 0, "k-1",
+                          5000, NULL, &r),
+                 BACKEND_OK);
     CHECK(!r.replay && r.fence > g.fence);
     CHECK_EQ_INT(rel(be_main, "idem", TOK_B), BACKEND_OK);
 
     /* shared: replayed before the limit is judged */
-    CHECK_EQ_INT(
-        acq_kind(be_main, "idem-sh", TOK_A, LOCK_SHARED, 1, "s-1", 5000, &g),
-        BACKEND_OK);
-    CHECK_EQ_INT(
-        acq_kind(be_main, "idem-sh", TOK_B, LOCK_SHARED, 1, "s-1", 5000, &r),
-        BACKEND_OK);
+    CHECK_EQ_INT(acq_kind(be_main, "idem-sh", TOK_A, LOCK_SHARED, 1, "s-1",
+                          5000, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq_kind(be_main, "idem-sh", TOK_B, LOCK_SHARED, 1, "s-1",
+                          5000, NULL, &r),
+                 BACKEND_OK);
     CHECK(r.replay);
     CHECK_STR_EQ(r.token, TOK_A);
     CHECK_EQ_INT(r.limit, 1);
     CHECK_EQ_INT(r.mode, LOCK_SHARED);
-    CHECK_EQ_INT(
-        acq_kind(be_main, "idem-sh", TOK_B, LOCK_SHARED, 2, "s-1", 5000, &r),
-        BACKEND_IDEM_CONFLICT);
-    CHECK_EQ_INT(
-        acq_kind(be_main, "idem-sh", TOK_B, LOCK_EXCLUSIVE, 0, "s-1", 5000, &r),
-        BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(acq_kind(be_main, "idem-sh", TOK_B, LOCK_SHARED, 2, "s-1",
+                          5000, NULL, &r),
+                 BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(acq_kind(be_main, "idem-sh", TOK_B, LOCK_EXCLUSIVE, 0, "s-1",
+                          5000, NULL, &r),
+                 BACKEND_IDEM_CONFLICT);
     CHECK_EQ_INT(rel(be_main, "idem-sh", TOK_A), BACKEND_OK);
 }
 
@@ -1213,9 +1161,9 @@ static void test_kinds_inspect_fields_and_order(void)
     CHECK_EQ_INT(rel_holds(be_main, "insp-x", TOK_A, true, &a.holds),
                  BACKEND_OK);
 
-    CHECK_EQ_INT(
-        acq_kind(be_main, "insp-sh", TOK_A, LOCK_SHARED, 5, NULL, 3000, &a),
-        BACKEND_OK);
+    CHECK_EQ_INT(acq_kind(be_main, "insp-sh", TOK_A, LOCK_SHARED, 5, NULL, 3000,
+                          NULL, &a),
+                 BACKEND_OK);
     CHECK_EQ_INT(shared(be_main, "insp-sh", TOK_B, 5, 9000, &b), BACKEND_OK);
     CHECK_EQ_INT(shared(be_main, "insp-sh", TOK_C, 5, 6000, &c), BACKEND_OK);
     CHECK_EQ_INT(ren(be_main, "insp-sh", TOK_A, 4000, &r), BACKEND_OK);

@@ -479,37 +479,13 @@ static void test_failed_cancel_is_retried_once_redis_is_back(void)
 #define TOK_D "dddddddddddddddddddddddddddddddd"
 #define TOK_E "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
 
-/* acquire in any mode; g zeroed first */
-static enum backend_result acq_k(struct backend *be,
-                                 const char *key,
-                                 const char *tok,
-                                 enum lock_mode mode,
-                                 uint32_t limit,
-                                 const char *idem,
-                                 struct lock_waiter *w,
-                                 uint64_t ttl,
-                                 struct lock_grant *g)
-{
-    struct lock_req req = { .key = key,
-                            .key_len = strlen(key),
-                            .token = tok,
-                            .ttl_ms = ttl,
-                            .waiter = w,
-                            .mode = mode,
-                            .limit = limit,
-                            .idem_key = idem };
-
-    memset(g, 0, sizeof(*g));
-    return redis_backend.acquire(be, &req, g);
-}
-
 static enum backend_result shr(const char *key,
                                const char *tok,
                                uint32_t limit,
                                struct lock_waiter *w,
                                struct lock_grant *g)
 {
-    return acq_k(be_main, key, tok, LOCK_SHARED, limit, NULL, w, 5000, g);
+    return acq_kind(be_main, key, tok, LOCK_SHARED, limit, NULL, 5000, w, g);
 }
 
 static enum backend_result exc(const char *key,
@@ -517,32 +493,7 @@ static enum backend_result exc(const char *key,
                                struct lock_waiter *w,
                                struct lock_grant *g)
 {
-    return acq_k(be_main, key, tok, LOCK_EXCLUSIVE, 0, NULL, w, 5000, g);
-}
-
-static enum backend_result
-reenter(const char *key, const char *tok, struct lock_grant *g)
-{
-    struct lock_req req = {
-        .key = key, .key_len = strlen(key), .token = tok, .reenter = true
-    };
-
-    memset(g, 0, sizeof(*g));
-    return redis_backend.renew(be_main, &req, g);
-}
-
-/* release one hold (or all); *holds = the holds left */
-static enum backend_result
-rel_k(const char *key, const char *tok, bool all, uint32_t *holds)
-{
-    struct lock_req req = {
-        .key = key, .key_len = strlen(key), .token = tok, .all = all
-    };
-    struct lock_grant g = { 0 };
-    enum backend_result r = redis_backend.release(be_main, &req, &g);
-
-    *holds = g.holds;
-    return r;
+    return acq_kind(be_main, key, tok, LOCK_EXCLUSIVE, 0, NULL, 5000, w, g);
 }
 
 static struct lock_waiter waiter(uint64_t id)
@@ -573,7 +524,7 @@ static void test_shared_grants_up_to_limit_then_held(void)
     /* the first holder's TTL, not the last's */
     CHECK(h.retry_ms > 4000 && h.retry_ms <= 4970);
     CHECK_EQ_INT(exc("sl1", TOK_E, NULL, &h), BACKEND_HELD);
-    CHECK_EQ_INT(rel_k("sl1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "sl1", TOK_B, false, &n), BACKEND_OK);
     CHECK_EQ_INT(n, 0);
     CHECK_EQ_INT(shr("sl1", TOK_D, 3, NULL, &g), BACKEND_OK);
     CHECK(g.fence > last);
@@ -586,10 +537,11 @@ static void test_shared_grants_up_to_limit_then_held(void)
         CHECK_EQ_INT(g.limit, 0);
     }
     CHECK_EQ_INT(raw_int("DEL lockd:lock:{%s}", "s1u"), 1);
-    CHECK_EQ_INT(rel_k("sl1", TOK_A, false, &n), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("sl1", TOK_C, false, &n), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("sl1", TOK_D, false, &n), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("sl1", TOK_D, false, &n), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(rel_holds(be_main, "sl1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "sl1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "sl1", TOK_D, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "sl1", TOK_D, false, &n),
+                 BACKEND_NOT_FOUND);
     /* the last holder gone: nothing stays but the fence counter */
     CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "sl1"), 0);
     CHECK_EQ_INT(raw_int("EXISTS lockd:exp:{%s}", "sl1"), 0);
@@ -607,7 +559,7 @@ static void test_exclusive_and_shared_exclude_each_other(void)
     f1 = g.fence;
     CHECK_EQ_INT(shr("x1", TOK_B, 0, NULL, &h), BACKEND_HELD);
     CHECK(h.retry_ms > 4000 && h.retry_ms <= 5000);
-    CHECK_EQ_INT(rel_k("x1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "x1", TOK_A, false, &n), BACKEND_OK);
     CHECK_EQ_INT(shr("x1", TOK_B, 0, NULL, &g), BACKEND_OK);
     CHECK(g.fence > f1);
     f2 = g.fence;
@@ -620,14 +572,14 @@ static void test_exclusive_and_shared_exclude_each_other(void)
     CHECK_EQ_INT(g.mode, LOCK_SHARED);
     CHECK_EQ_INT(g.ttl_ms, 2000);
     CHECK_EQ_INT(ren(be_main, "x1", TOK_A, 0, &g), BACKEND_MISMATCH);
-    CHECK_EQ_INT(rel_k("x1", TOK_A, false, &n), BACKEND_MISMATCH);
-    CHECK_EQ_INT(rel_k("x1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "x1", TOK_A, false, &n), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel_holds(be_main, "x1", TOK_B, false, &n), BACKEND_OK);
     CHECK_EQ_INT(exc("x1", TOK_A, NULL, &g), BACKEND_HELD);
-    CHECK_EQ_INT(rel_k("x1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "x1", TOK_C, false, &n), BACKEND_OK);
     CHECK_EQ_INT(ren(be_main, "x1", TOK_C, 0, &g), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(exc("x1", TOK_A, NULL, &g), BACKEND_OK);
     CHECK(g.fence > h.fence);
-    CHECK_EQ_INT(rel_k("x1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "x1", TOK_A, false, &n), BACKEND_OK);
 }
 
 static void test_shared_under_another_limit_is_a_mismatch(void)
@@ -644,16 +596,16 @@ static void test_shared_under_another_limit_is_a_mismatch(void)
     CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "lm1"), 0);
     CHECK_EQ_INT(redis_backend.cancel_wait(be_main, "lm1", 3, &w), BACKEND_OK);
     CHECK_EQ_INT(shr("lm1", TOK_B, 2, NULL, &g), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("lm1", TOK_A, false, &n), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("lm1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "lm1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "lm1", TOK_B, false, &n), BACKEND_OK);
     /* the limit went with the last holder */
     CHECK_EQ_INT(shr("lm1", TOK_C, 0, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(shr("lm1", TOK_D, 5, NULL, &g), BACKEND_LIMIT_MISMATCH);
-    CHECK_EQ_INT(rel_k("lm1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "lm1", TOK_C, false, &n), BACKEND_OK);
     /* a no-limit holder against numbers, and numbers against none */
     CHECK_EQ_INT(shr("lm1", TOK_C, 1, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(shr("lm1", TOK_D, 0, NULL, &g), BACKEND_LIMIT_MISMATCH);
-    CHECK_EQ_INT(rel_k("lm1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "lm1", TOK_C, false, &n), BACKEND_OK);
 }
 
 static void test_shared_waiter_never_overtakes_an_exclusive_one(void)
@@ -670,14 +622,14 @@ static void test_shared_waiter_never_overtakes_an_exclusive_one(void)
     CHECK(g.behind);
     CHECK_EQ_INT(shr("fq1", TOK_D, 0, NULL, &g), BACKEND_HELD);
     CHECK(g.behind);
-    CHECK_EQ_INT(rel_k("fq1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "fq1", TOK_A, false, &n), BACKEND_OK);
     CHECK_EQ_INT(shr("fq1", TOK_C, 0, &ws, &g), BACKEND_HELD);
     CHECK_EQ_INT(exc("fq1", TOK_B, &wx, &g), BACKEND_OK);
     CHECK(wx.be_data == NULL);
     CHECK_EQ_INT(shr("fq1", TOK_C, 0, &ws, &g), BACKEND_HELD);
     CHECK(!g.behind);
     CHECK(g.retry_ms > 4000);
-    CHECK_EQ_INT(rel_k("fq1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "fq1", TOK_B, false, &n), BACKEND_OK);
     /* try-once never overtakes a waiter, whatever the mode */
     CHECK_EQ_INT(shr("fq1", TOK_D, 0, NULL, &g), BACKEND_HELD);
     CHECK(g.behind);
@@ -685,8 +637,8 @@ static void test_shared_waiter_never_overtakes_an_exclusive_one(void)
     CHECK_EQ_INT(shr("fq1", TOK_C, 0, &ws, &g), BACKEND_OK);
     CHECK(ws.be_data == NULL);
     CHECK_EQ_INT(shr("fq1", TOK_D, 0, NULL, &g), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("fq1", TOK_C, false, &n), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("fq1", TOK_D, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "fq1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "fq1", TOK_D, false, &n), BACKEND_OK);
 }
 
 static void test_shared_waiters_are_granted_together(void)
@@ -701,11 +653,11 @@ static void test_shared_waiters_are_granted_together(void)
         return;
     CHECK_EQ_INT(exc("gt1", TOK_A, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(
-        acq_k(other, "gt1", TOK_B, LOCK_SHARED, 2, NULL, &w1, 5000, &g),
+        acq_kind(other, "gt1", TOK_B, LOCK_SHARED, 2, NULL, 5000, &w1, &g),
         BACKEND_HELD);
     CHECK_EQ_INT(shr("gt1", TOK_C, 2, &w2, &g), BACKEND_HELD);
     CHECK_EQ_INT(shr("gt1", TOK_D, 2, &w3, &g), BACKEND_HELD);
-    CHECK_EQ_INT(rel_k("gt1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "gt1", TOK_A, false, &n), BACKEND_OK);
     /* the second goes with the first (both fit under 2), even before it */
     CHECK_EQ_INT(shr("gt1", TOK_C, 2, &w2, &g), BACKEND_OK);
     CHECK_EQ_INT(g.mode, LOCK_SHARED);
@@ -717,16 +669,16 @@ static void test_shared_waiters_are_granted_together(void)
     /* granted with others still queued: every instance hears of it */
     notes_reset();
     CHECK_EQ_INT(
-        acq_k(other, "gt1", TOK_B, LOCK_SHARED, 2, NULL, &w1, 5000, &g),
+        acq_kind(other, "gt1", TOK_B, LOCK_SHARED, 2, NULL, 5000, &w1, &g),
         BACKEND_OK);
     CHECK(notes_heard("gt1", 2000));
     CHECK_EQ_INT(shr("gt1", TOK_D, 2, &w3, &g), BACKEND_HELD);
     CHECK(!g.behind);
-    CHECK_EQ_INT(rel_k("gt1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "gt1", TOK_B, false, &n), BACKEND_OK);
     CHECK_EQ_INT(shr("gt1", TOK_D, 2, &w3, &g), BACKEND_OK);
     CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "gt1"), 0);
-    CHECK_EQ_INT(rel_k("gt1", TOK_C, false, &n), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("gt1", TOK_D, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "gt1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "gt1", TOK_D, false, &n), BACKEND_OK);
     redis_backend.close(other);
 }
 
@@ -759,49 +711,49 @@ static void reentry_in(const char *key, enum lock_mode mode)
     struct lock_grant g, h;
     uint32_t n;
 
-    CHECK_EQ_INT(acq_k(be_main, key, TOK_A, mode, 0, NULL, NULL, 5000, &g),
+    CHECK_EQ_INT(acq_kind(be_main, key, TOK_A, mode, 0, NULL, 5000, NULL, &g),
                  BACKEND_OK);
-    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, key, TOK_A, &h), BACKEND_OK);
     CHECK_EQ_INT(h.holds, 2);
     CHECK_EQ_INT(h.fence, g.fence);
     CHECK_EQ_INT(h.ttl_ms, 5000); /* the last TTL */
     CHECK_EQ_INT(h.mode, mode);
-    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, key, TOK_A, &h), BACKEND_OK);
     CHECK_EQ_INT(h.holds, 3);
-    CHECK_EQ_INT(reenter(key, TOK_B, &h), BACKEND_MISMATCH);
+    CHECK_EQ_INT(reenter(be_main, key, TOK_B, &h), BACKEND_MISMATCH);
     CHECK_EQ_INT(ren(be_main, key, TOK_A, 3000, &h), BACKEND_OK);
     CHECK_EQ_INT(h.holds, 3); /* a renew keeps the count */
-    CHECK_EQ_INT(rel_k(key, TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, key, TOK_A, false, &n), BACKEND_OK);
     CHECK_EQ_INT(n, 2);
     CHECK_EQ_INT(
-        acq_k(be_main, key, TOK_B, LOCK_EXCLUSIVE, 0, NULL, NULL, 5000, &h),
+        acq_kind(be_main, key, TOK_B, LOCK_EXCLUSIVE, 0, NULL, 5000, NULL, &h),
         BACKEND_HELD);
-    CHECK_EQ_INT(rel_k(key, TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, key, TOK_A, false, &n), BACKEND_OK);
     CHECK_EQ_INT(n, 1);
-    CHECK_EQ_INT(rel_k(key, TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, key, TOK_A, false, &n), BACKEND_OK);
     CHECK_EQ_INT(n, 0);
-    CHECK_EQ_INT(rel_k(key, TOK_A, false, &n), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(rel_holds(be_main, key, TOK_A, false, &n), BACKEND_NOT_FOUND);
     /* all at once */
-    CHECK_EQ_INT(acq_k(be_main, key, TOK_A, mode, 0, NULL, NULL, 5000, &g),
+    CHECK_EQ_INT(acq_kind(be_main, key, TOK_A, mode, 0, NULL, 5000, NULL, &g),
                  BACKEND_OK);
-    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_OK);
-    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_OK);
-    CHECK_EQ_INT(rel_k(key, TOK_A, true, &n), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, key, TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, key, TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, key, TOK_A, true, &n), BACKEND_OK);
     CHECK_EQ_INT(n, 0);
     CHECK_EQ_INT(ren(be_main, key, TOK_A, 0, &h), BACKEND_NOT_FOUND);
-    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(reenter(be_main, key, TOK_A, &h), BACKEND_NOT_FOUND);
     /* the cap: nothing changes past it */
-    CHECK_EQ_INT(acq_k(be_main, key, TOK_A, mode, 0, NULL, NULL, 5000, &g),
+    CHECK_EQ_INT(acq_kind(be_main, key, TOK_A, mode, 0, NULL, 5000, NULL, &g),
                  BACKEND_OK);
     set_holds(key, TOK_A, LOCK_HOLDS_MAX - 1);
-    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, key, TOK_A, &h), BACKEND_OK);
     CHECK_EQ_INT(h.holds, LOCK_HOLDS_MAX);
-    CHECK_EQ_INT(reenter(key, TOK_A, &h), BACKEND_HOLDS_MAX);
+    CHECK_EQ_INT(reenter(be_main, key, TOK_A, &h), BACKEND_HOLDS_MAX);
     CHECK_EQ_INT(ren(be_main, key, TOK_A, 0, &h), BACKEND_OK);
     CHECK_EQ_INT(h.holds, LOCK_HOLDS_MAX);
-    CHECK_EQ_INT(rel_k(key, TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, key, TOK_A, false, &n), BACKEND_OK);
     CHECK_EQ_INT(n, LOCK_HOLDS_MAX - 1);
-    CHECK_EQ_INT(rel_k(key, TOK_A, true, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, key, TOK_A, true, &n), BACKEND_OK);
     CHECK_EQ_INT(n, 0);
 }
 
@@ -838,15 +790,15 @@ static void test_idempotency_key_replays_the_live_grant(void)
     CHECK(other != NULL);
     if (other == NULL)
         return;
-    CHECK_EQ_INT(acq_k(be_main, "id1", TOK_A, LOCK_EXCLUSIVE, 0, "req-1", NULL,
-                       5000, &g),
+    CHECK_EQ_INT(acq_kind(be_main, "id1", TOK_A, LOCK_EXCLUSIVE, 0, "req-1",
+                          5000, NULL, &g),
                  BACKEND_OK);
     CHECK(!g.replay);
     CHECK(!token_in_redis("id1", TOK_A));
     check_sleep_ms(30);
     /* through another instance, with a waiter: answered again */
     CHECK_EQ_INT(
-        acq_k(other, "id1", TOK_B, LOCK_EXCLUSIVE, 0, "req-1", &w, 5000, &h),
+        acq_kind(other, "id1", TOK_B, LOCK_EXCLUSIVE, 0, "req-1", 5000, &w, &h),
         BACKEND_OK);
     CHECK(h.replay);
     CHECK(strcmp(h.token, TOK_A) == 0);
@@ -855,39 +807,39 @@ static void test_idempotency_key_replays_the_live_grant(void)
     CHECK_EQ_INT(h.holds, 1);
     CHECK(w.be_data == NULL);
     CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "id1"), 0);
-    CHECK_EQ_INT(
-        acq_k(be_main, "id1", TOK_B, LOCK_SHARED, 0, "req-1", NULL, 5000, &h),
-        BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(acq_kind(be_main, "id1", TOK_B, LOCK_SHARED, 0, "req-1", 5000,
+                          NULL, &h),
+                 BACKEND_IDEM_CONFLICT);
     /* another key is not a retry: held */
-    CHECK_EQ_INT(acq_k(be_main, "id1", TOK_B, LOCK_EXCLUSIVE, 0, "req-2", NULL,
-                       5000, &h),
+    CHECK_EQ_INT(acq_kind(be_main, "id1", TOK_B, LOCK_EXCLUSIVE, 0, "req-2",
+                          5000, NULL, &h),
                  BACKEND_HELD);
-    CHECK_EQ_INT(rel_k("id1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "id1", TOK_A, false, &n), BACKEND_OK);
     /* released: the key names nothing any more */
-    CHECK_EQ_INT(
-        acq_k(be_main, "id1", TOK_B, LOCK_SHARED, 2, "req-1", NULL, 5000, &h),
-        BACKEND_OK);
+    CHECK_EQ_INT(acq_kind(be_main, "id1", TOK_B, LOCK_SHARED, 2, "req-1", 5000,
+                          NULL, &h),
+                 BACKEND_OK);
     CHECK(!h.replay);
-    CHECK_EQ_INT(
-        acq_k(be_main, "id1", TOK_C, LOCK_SHARED, 2, "req-3", NULL, 5000, &g),
-        BACKEND_OK);
+    CHECK_EQ_INT(acq_kind(be_main, "id1", TOK_C, LOCK_SHARED, 2, "req-3", 5000,
+                          NULL, &g),
+                 BACKEND_OK);
     CHECK(!token_in_redis("id1", TOK_B));
     CHECK_EQ_INT(
-        acq_k(other, "id1", TOK_D, LOCK_SHARED, 2, "req-1", NULL, 5000, &g),
+        acq_kind(other, "id1", TOK_D, LOCK_SHARED, 2, "req-1", 5000, NULL, &g),
         BACKEND_OK);
     CHECK(g.replay);
     CHECK(strcmp(g.token, TOK_B) == 0);
     CHECK_EQ_INT(g.fence, h.fence);
     CHECK_EQ_INT(g.mode, LOCK_SHARED);
     CHECK_EQ_INT(g.limit, 2);
-    CHECK_EQ_INT(
-        acq_k(be_main, "id1", TOK_D, LOCK_SHARED, 3, "req-1", NULL, 5000, &g),
-        BACKEND_IDEM_CONFLICT);
-    CHECK_EQ_INT(acq_k(be_main, "id1", TOK_D, LOCK_EXCLUSIVE, 0, "req-1", NULL,
-                       5000, &g),
+    CHECK_EQ_INT(acq_kind(be_main, "id1", TOK_D, LOCK_SHARED, 3, "req-1", 5000,
+                          NULL, &g),
                  BACKEND_IDEM_CONFLICT);
-    CHECK_EQ_INT(rel_k("id1", TOK_B, false, &n), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("id1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(acq_kind(be_main, "id1", TOK_D, LOCK_EXCLUSIVE, 0, "req-1",
+                          5000, NULL, &g),
+                 BACKEND_IDEM_CONFLICT);
+    CHECK_EQ_INT(rel_holds(be_main, "id1", TOK_B, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "id1", TOK_C, false, &n), BACKEND_OK);
     redis_backend.close(other);
 }
 
@@ -913,7 +865,7 @@ static void test_inspect_lists_holders_by_fence(void)
         CHECK_EQ_INT(redis_backend.acquire(be_main, &req, &g), BACKEND_OK);
         fences[i] = g.fence;
     }
-    CHECK_EQ_INT(reenter("in1", TOK_C, &g), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "in1", TOK_C, &g), BACKEND_OK);
     CHECK_EQ_INT(redis_backend.inspect(be_main, "in1", 3, &info), BACKEND_OK);
     CHECK_EQ_INT(info.mode, LOCK_SHARED);
     CHECK_EQ_INT(info.limit, 4);
@@ -933,14 +885,14 @@ static void test_inspect_lists_holders_by_fence(void)
         CHECK(strcmp(info.holders[1].owner, "pod-b") == 0);
     lock_info_clear(&info);
     for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(rel_k("in1", toks[i], true, &n), BACKEND_OK);
+        CHECK_EQ_INT(rel_holds(be_main, "in1", toks[i], true, &n), BACKEND_OK);
     CHECK_EQ_INT(redis_backend.inspect(be_main, "in1", 3, &info),
                  BACKEND_NOT_FOUND);
     CHECK(info.holders == NULL);
     /* exclusive: owner and holds on top, one holder listed */
     CHECK_EQ_INT(acq_full(be_main, "in1", TOK_A, "pod-x", 5000, NULL, &g),
                  BACKEND_OK);
-    CHECK_EQ_INT(reenter("in1", TOK_A, &g), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "in1", TOK_A, &g), BACKEND_OK);
     CHECK_EQ_INT(redis_backend.inspect(be_main, "in1", 3, &info), BACKEND_OK);
     CHECK_EQ_INT(info.mode, LOCK_EXCLUSIVE);
     CHECK_EQ_INT(info.holder_count, 1);
@@ -952,7 +904,7 @@ static void test_inspect_lists_holders_by_fence(void)
         CHECK_EQ_INT(info.holders[0].holds, 2);
     }
     lock_info_clear(&info);
-    CHECK_EQ_INT(rel_k("in1", TOK_A, true, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "in1", TOK_A, true, &n), BACKEND_OK);
 }
 
 static void test_inspect_shows_the_first_hundred_holders(void)
@@ -981,7 +933,7 @@ static void test_inspect_shows_the_first_hundred_holders(void)
     lock_info_clear(&info);
     for (int i = 0; i < 105; i++) {
         snprintf(tok, sizeof(tok), "many-%032d", i);
-        CHECK_EQ_INT(rel_k("in2", tok, false, &n), BACKEND_OK);
+        CHECK_EQ_INT(rel_holds(be_main, "in2", tok, false, &n), BACKEND_OK);
     }
 }
 
@@ -993,10 +945,10 @@ static void test_shared_holders_expire_one_by_one(void)
     uint32_t n;
 
     CHECK_EQ_INT(
-        acq_k(be_main, "ex1", TOK_A, LOCK_SHARED, 2, NULL, NULL, 100, &g),
+        acq_kind(be_main, "ex1", TOK_A, LOCK_SHARED, 2, NULL, 100, NULL, &g),
         BACKEND_OK);
     CHECK_EQ_INT(
-        acq_k(be_main, "ex1", TOK_B, LOCK_SHARED, 2, NULL, NULL, 400, &g),
+        acq_kind(be_main, "ex1", TOK_B, LOCK_SHARED, 2, NULL, 400, NULL, &g),
         BACKEND_OK);
     /* the whole key lives as long as its last holder */
     CHECK(raw_int("PTTL lockd:lock:{%s}", "ex1") > 300);
@@ -1008,9 +960,9 @@ static void test_shared_holders_expire_one_by_one(void)
     CHECK_EQ_INT(info.holder_count, 1);
     lock_info_clear(&info);
     CHECK_EQ_INT(ren(be_main, "ex1", TOK_A, 0, &g), BACKEND_MISMATCH);
-    CHECK_EQ_INT(rel_k("ex1", TOK_A, false, &n), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rel_holds(be_main, "ex1", TOK_A, false, &n), BACKEND_MISMATCH);
     CHECK_EQ_INT(shr("ex1", TOK_C, 2, &w, &g), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("ex1", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "ex1", TOK_C, false, &n), BACKEND_OK);
     check_sleep_ms(300);
     CHECK_EQ_INT(redis_backend.inspect(be_main, "ex1", 3, &info),
                  BACKEND_NOT_FOUND);
@@ -1019,7 +971,7 @@ static void test_shared_holders_expire_one_by_one(void)
     CHECK_EQ_INT(raw_int("EXISTS lockd:exp:{%s}", "ex1"), 0);
     CHECK_EQ_INT(ren(be_main, "ex1", TOK_B, 0, &g), BACKEND_NOT_FOUND);
     CHECK_EQ_INT(exc("ex1", TOK_A, NULL, &g), BACKEND_OK);
-    CHECK_EQ_INT(rel_k("ex1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "ex1", TOK_A, false, &n), BACKEND_OK);
 }
 
 static void test_held_count_is_unknown(void)

@@ -137,65 +137,10 @@ static void raw_holder(zhandle_t *zh,
 
 /* ---- lock kinds ---- */
 
-/* acquire in mode (limit for shared), with an Idempotency-Key (NULL:
- * none), as a waiter (w) or try-once */
-static enum backend_result acq_kind(struct backend *be,
-                                    const char *key,
-                                    const char *tok,
-                                    enum lock_mode mode,
-                                    uint32_t limit,
-                                    const char *idem,
-                                    uint64_t ttl,
-                                    struct lock_waiter *w,
-                                    struct lock_grant *g)
-{
-    struct lock_req req = { .key = key,
-                            .key_len = strlen(key),
-                            .token = tok,
-                            .ttl_ms = ttl,
-                            .waiter = w,
-                            .mode = mode,
-                            .limit = limit,
-                            .idem_key = idem };
-
-    memset(g, 0, sizeof(*g));
-    return zookeeper_backend.acquire(be, &req, g);
-}
-
 static enum backend_result
 shr(const char *key, const char *tok, uint32_t limit, struct lock_grant *g)
 {
     return acq_kind(be_main, key, tok, LOCK_SHARED, limit, NULL, 5000, NULL, g);
-}
-
-static enum backend_result reenter(struct backend *be,
-                                   const char *key,
-                                   const char *tok,
-                                   struct lock_grant *g)
-{
-    struct lock_req req = {
-        .key = key, .key_len = strlen(key), .token = tok, .reenter = true
-    };
-
-    memset(g, 0, sizeof(*g));
-    return zookeeper_backend.renew(be, &req, g);
-}
-
-/* release one hold (all: every one); *holds: what is left */
-static enum backend_result rel_holds(struct backend *be,
-                                     const char *key,
-                                     const char *tok,
-                                     bool all,
-                                     uint32_t *holds)
-{
-    struct lock_req req = {
-        .key = key, .key_len = strlen(key), .token = tok, .all = all
-    };
-    struct lock_grant g = { 0 };
-    enum backend_result r = zookeeper_backend.release(be, &req, &g);
-
-    *holds = g.holds;
-    return r;
 }
 
 #define TOK_D "dddddddddddddddddddddddddddddddd"
