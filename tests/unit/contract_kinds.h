@@ -136,6 +136,31 @@ static void test_kinds_shared_up_to_the_limit(void)
     CHECK_RES(insp(key, &info), BACKEND_NOT_FOUND);
 }
 
+/* A 409 for a shared key says when its first holder's TTL passes: the
+ * earliest expiry, not the latest. */
+static void test_kinds_retry_hint_is_the_first_expiry(void)
+{
+    static const char key[] = "kinds/hint";
+    struct lock_req req = { .key = key,
+                            .key_len = strlen(key),
+                            .token = TOK_A,
+                            .ttl_ms = 2000,
+                            .mode = LOCK_SHARED,
+                            .limit = 2 };
+    struct lock_grant g;
+
+    CHECK_RES(acq_sh(key, TOK_B, 2, &g), BACKEND_OK); /* 10 s */
+    CHECK_RES(backend_acquire(cur->be, &req, &g), BACKEND_OK);
+    CHECK_RES(acq_sh(key, TOK_C, 2, &g), BACKEND_HELD);
+    CHECK_MSG(g.retry_ms >= 1 && g.retry_ms <= 2000, "shared retry_ms %llu",
+              (unsigned long long)g.retry_ms);
+    CHECK_RES(acq(key, TOK_C, 5000, &g), BACKEND_HELD);
+    CHECK_MSG(g.retry_ms >= 1 && g.retry_ms <= 2000, "exclusive retry_ms %llu",
+              (unsigned long long)g.retry_ms);
+    CHECK_RES(rel(key, TOK_A), BACKEND_OK);
+    CHECK_RES(rel(key, TOK_B), BACKEND_OK);
+}
+
 /* Readers without a limit share; a writer waits for all of them, and
  * readers wait for a writer. */
 static void test_kinds_readers_and_a_writer_exclude(void)
@@ -568,18 +593,19 @@ static void test_kinds_threads_mixing_modes(void)
     backend_close(other);
 }
 
-#define CONTRACT_KINDS_CASES                                 \
-    CHECK_CASE(test_kinds_shared_up_to_the_limit),           \
-        CHECK_CASE(test_kinds_readers_and_a_writer_exclude), \
-        CHECK_CASE(test_kinds_limit_mismatch),               \
-        CHECK_CASE(test_kinds_reentry_counts_holds),         \
-        CHECK_CASE(test_kinds_reentry_of_a_shared_holder),   \
-        CHECK_CASE(test_kinds_reentry_cap),                  \
-        CHECK_CASE(test_kinds_idempotent_replay),            \
-        CHECK_CASE(test_kinds_fifo_across_modes),            \
-        CHECK_CASE(test_kinds_shared_waiters_go_together),   \
-        CHECK_CASE(test_kinds_release_of_a_holder_notifies), \
-        CHECK_CASE(test_kinds_holders_expire_one_by_one),    \
+#define CONTRACT_KINDS_CASES                                   \
+    CHECK_CASE(test_kinds_shared_up_to_the_limit),             \
+        CHECK_CASE(test_kinds_retry_hint_is_the_first_expiry), \
+        CHECK_CASE(test_kinds_readers_and_a_writer_exclude),   \
+        CHECK_CASE(test_kinds_limit_mismatch),                 \
+        CHECK_CASE(test_kinds_reentry_counts_holds),           \
+        CHECK_CASE(test_kinds_reentry_of_a_shared_holder),     \
+        CHECK_CASE(test_kinds_reentry_cap),                    \
+        CHECK_CASE(test_kinds_idempotent_replay),              \
+        CHECK_CASE(test_kinds_fifo_across_modes),              \
+        CHECK_CASE(test_kinds_shared_waiters_go_together),     \
+        CHECK_CASE(test_kinds_release_of_a_holder_notifies),   \
+        CHECK_CASE(test_kinds_holders_expire_one_by_one),      \
         CHECK_CASE(test_kinds_threads_mixing_modes),
 
 #endif /* TESTS_UNIT_CONTRACT_KINDS_H */
