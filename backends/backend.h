@@ -139,8 +139,13 @@ struct lock_grant {
     uint64_t retry_ms;      /* BACKEND_HELD only: when a retry may succeed
                                (the holder's remaining TTL); 0 = unknown */
     bool behind;            /* BACKEND_HELD with a waiter on a queueing
-                               store: no one holds the key, but an earlier
-                               waiter in the store's queue goes first */
+                               store: an earlier waiter in the store's
+                               queue goes first, and the caller should try
+                               its own waiters behind this one (set when
+                               the holders leave room; a store whose
+                               wake-ups reach one waiter each also sets
+                               it when that earlier waiter is one of
+                               this instance's, held or not) */
     int64_t valid_until_us; /* OK: set by backend_acquire()/backend_renew(),
                                not by adapters: monotonic us when the call
                                was sent + ttl_ms, the latest instant the
@@ -258,7 +263,9 @@ struct backend_ops {
      * waiter (if any) has left the queue and its be_data is freed.
      * HELD: out->retry_ms = the time until the first holder's TTL passes
      * (0 if unknown), out->behind when the holders leave room but an
-     * earlier waiter goes first; with a waiter, its place is kept.
+     * earlier waiter goes first (or, where a wake-up reaches one waiter
+     * only, when an earlier waiter is this instance's: see behind);
+     * with a waiter, its place is kept.
      * UNAVAILABLE, NO_MEMORY.
      */
     enum backend_result (*acquire)(struct backend *be,

@@ -465,13 +465,15 @@ static int zk_acq_wait_pred(struct zk_acq *a,
             until = left > 0 ? left : 1;
     }
     out->retry_ms = (uint64_t)until;
-    /* the holders would let us in, but one of our own waiters is ahead
-     * in the store (two threads queued in one order and parked in the
-     * other): the caller passes the turn on */
-    if (zk_holders_allow(a, l))
-        for (size_t i = 0; i < l->ahead; i++)
-            if (zk_waiter_is_ours(a->be, l->kids[i].name))
-                out->behind = true;
+    /* one of our own waiters is ahead in the store (two threads queued in
+     * one order and parked in the other): the caller passes the turn on,
+     * whether the holders would let us in or not. That waiter may be
+     * granted now; and if it is the first, only it watches h, so unless
+     * it is tried again after each wake-up, h's release is heard by
+     * nobody here and every waiter sits until its deadline. */
+    for (size_t i = 0; i < l->ahead; i++)
+        if (zk_waiter_is_ours(a->be, l->kids[i].name))
+            out->behind = true;
     return BACKEND_HELD;
 }
 

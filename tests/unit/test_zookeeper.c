@@ -687,6 +687,36 @@ static void test_shared_under_another_limit_is_a_mismatch(void)
     CHECK_EQ_INT(rel(be_main, "lm", TOK_B), BACKEND_OK);
 }
 
+/* Two requests of one instance queued in one order and parked in the
+ * other: the later one in the store's queue is told it is behind one of
+ * ours even while the key is held, so the caller tries that one too. Only
+ * the first waiter watches h; if it were never tried again after a
+ * wake-up, h's release would reach nobody here and every waiter would sit
+ * until its deadline. */
+static void test_waiter_behind_one_of_ours_is_told_so_while_held(void)
+{
+    struct lock_waiter w1 = { .id = 81 }, w2 = { .id = 82 };
+    struct lock_grant g;
+
+    w1.deadline_ms = w2.deadline_ms = clock_wall_ms() + 20000;
+    CHECK_EQ_INT(acq_wait(be_main, "ob", TOK_A, 10000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "ob", TOK_B, 1000, &w1, &g), BACKEND_HELD);
+    CHECK(!g.behind); /* first in the queue, behind the holder only */
+    CHECK_EQ_INT(acq_wait(be_main, "ob", TOK_C, 1000, &w2, &g), BACKEND_HELD);
+    CHECK(g.behind);
+    /* w2 watches w1's place, which stays: the release is heard through
+     * w1's watch on h, and w1 is the one to try */
+    notes_reset();
+    CHECK_EQ_INT(rel(be_main, "ob", TOK_A), BACKEND_OK);
+    CHECK(notes_heard("ob", 2000));
+    CHECK_EQ_INT(acq_wait(be_main, "ob", TOK_C, 1000, &w2, &g), BACKEND_HELD);
+    CHECK(g.behind);
+    CHECK_EQ_INT(acq_wait(be_main, "ob", TOK_B, 1000, &w1, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "ob", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be_main, "ob", TOK_C, 1000, &w2, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "ob", TOK_C), BACKEND_OK);
+}
+
 /* One queue for both modes: a shared waiter never overtakes an earlier
  * exclusive one, shared waiters behind shared ones go together, and a
  * try-once acquire never overtakes anyone. */
@@ -1078,6 +1108,7 @@ static const struct check_case online[] = {
     CHECK_CASE(test_acquire_inspect_renew_release),
     CHECK_CASE(test_keys_are_distinct_nodes),
     CHECK_CASE(test_waiters_are_fifo_and_cancel_frees_place),
+    CHECK_CASE(test_waiter_behind_one_of_ours_is_told_so_while_held),
     CHECK_CASE(test_expired_holder_is_free),
     CHECK_CASE(test_release_after_expiry_is_not_found),
     CHECK_CASE(test_stale_release_never_frees_a_later_grant),
