@@ -257,6 +257,96 @@ enum backend_result backend_release(struct backend *be,
     return r;
 }
 
+bool backend_multi_keys_ok(const struct lock_multi_req *req)
+{
+    if (req->n < 1 || req->n > LOCK_MULTI_MAX || req->keys == NULL ||
+        req->key_lens == NULL)
+        return false;
+    for (size_t i = 0; i < req->n; i++) {
+        if (!backend_key_ok(req->keys[i], req->key_lens[i]))
+            return false;
+        for (size_t k = 0; k < i; k++)
+            if (req->key_lens[k] == req->key_lens[i] &&
+                memcmp(req->keys[k], req->keys[i], req->key_lens[i]) == 0)
+                return false;
+    }
+    return true;
+}
+
+static bool multi_ok(const struct backend *be,
+                     const struct lock_multi_req *req,
+                     bool acquire,
+                     bool have_op)
+{
+    size_t tlen;
+
+    (void)be;
+    if (!have_op || req->token == NULL || !backend_multi_keys_ok(req))
+        return false;
+    if (!acquire)
+        return true;
+    if (req->owner != NULL && strlen(req->owner) > LOCK_OWNER_MAX)
+        return false;
+    tlen = strlen(req->token);
+    return tlen >= 1 && tlen <= LOCK_TOKEN_MAX && req->ttl_ms >= 1;
+}
+
+enum backend_result backend_acquire_multi(struct backend *be,
+                                          const struct lock_multi_req *req,
+                                          struct lock_multi_grant *out)
+{
+    int64_t t0 = clock_mono_us();
+    enum backend_result r;
+
+    memset(out, 0, sizeof(*out));
+    if (!multi_ok(be, req, true, be->ops->acquire_multi != NULL))
+        return BACKEND_INVALID;
+    r = be->ops->acquire_multi(be, req, out);
+    if (r == BACKEND_OK) /* counted from the send: never more than is left */
+        out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
+    metrics_backend_op(BACKEND_OP_ACQUIRE, result_ok(r), clock_mono_us() - t0);
+    if (r == BACKEND_OK)
+        metrics_lock_multi_granted(req->n);
+    return r;
+}
+
+enum backend_result backend_renew_multi(struct backend *be,
+                                        const struct lock_multi_req *req,
+                                        struct lock_multi_grant *out)
+{
+    int64_t t0 = clock_mono_us();
+    enum backend_result r;
+
+    memset(out, 0, sizeof(*out));
+    if (!multi_ok(be, req, false, be->ops->renew_multi != NULL))
+        return BACKEND_INVALID;
+    r = be->ops->renew_multi(be, req, out);
+    if (r == BACKEND_OK)
+        out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
+    metrics_backend_op(BACKEND_OP_RENEW, result_ok(r), clock_mono_us() - t0);
+    for (size_t i = 0; r == BACKEND_OK && i < req->n; i++)
+        metrics_lock_renewed();
+    return r;
+}
+
+enum backend_result backend_release_multi(struct backend *be,
+                                          const struct lock_multi_req *req,
+                                          struct lock_multi_grant *out)
+{
+    int64_t t0 = clock_mono_us();
+    enum backend_result r;
+
+    memset(out, 0, sizeof(*out));
+    if (!multi_ok(be, req, false, be->ops->release_multi != NULL))
+        return BACKEND_INVALID;
+    r = be->ops->release_multi(be, req, out);
+    metrics_backend_op(BACKEND_OP_RELEASE, result_ok(r), clock_mono_us() - t0);
+    for (size_t i = 0; r == BACKEND_OK && i < req->n; i++)
+        if (out->released[i])
+            metrics_lock_released();
+    return r;
+}
+
 enum backend_result backend_inspect(struct backend *be,
                                     const char *key,
                                     size_t key_len,

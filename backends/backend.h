@@ -53,6 +53,7 @@
 #define LOCK_LIMIT_MAX     10000   /* the greatest limit of a shared key */
 #define LOCK_HOLDS_MAX     1000000 /* the greatest hold count of one token */
 #define LOCK_HOLDERS_SHOWN 100     /* holders inspect() lists, by fence */
+#define LOCK_MULTI_MAX     64      /* keys of one multi-key request */
 
 /*
  * The two modes of a hold. A key is free, held EXCLUSIVE by one token, or
@@ -159,6 +160,40 @@ struct lock_grant {
                                which is answered again: token is its token,
                                ttl_ms what is left of it; nothing changed */
     char token[LOCK_TOKEN_MAX + 1]; /* replay only */
+};
+
+/*
+ * Several keys at once (POST, PUT and DELETE /locks): n distinct keys,
+ * each a key as in lock_req, in the client's order (an adapter that must
+ * take locks in a fixed order sorts its own copy). Multi-key holds are
+ * EXCLUSIVE, one token for all the keys, each key afterwards an ordinary
+ * exclusive lock for the single-key calls (renew, release, inspect).
+ */
+struct lock_multi_req {
+    size_t n;                /* 1..LOCK_MULTI_MAX */
+    const char *const *keys; /* borrowed; n distinct keys, NUL-terminated */
+    const size_t *key_lens;
+    const char *token; /* acquire: the token to grant under (made by the
+                          caller); renew/release: the client's token */
+    const char *owner; /* acquire: borrowed; NULL when none was given */
+    uint64_t ttl_ms;   /* acquire: 1..max; renew: 0 = each key's last TTL */
+};
+
+struct lock_multi_grant {
+    uint64_t ttl_ms;        /* OK (acquire, renew): the TTL the keys now run
+                               with (renew with 0: the least of them) */
+    int64_t expires_at_ms;  /* OK: the earliest expiry of the keys, unix ms
+                               by the store's clock, informational */
+    int64_t valid_until_us; /* OK: set by the wrappers, as in lock_grant */
+    uint64_t retry_ms;      /* acquire HELD: the time until the first TTL
+                               among the held keys' holders passes; 0 =
+                               unknown (only queued waiters, say) */
+    size_t bad;             /* renew NOT_FOUND/MISMATCH: index of the first
+                               key (in req order) the token does not hold */
+    uint64_t fences[LOCK_MULTI_MAX]; /* OK (acquire, renew): by index */
+    bool held[LOCK_MULTI_MAX];       /* acquire HELD: the keys that have a
+                                        holder or (QUEUE) a queued waiter */
+    bool released[LOCK_MULTI_MAX];   /* release OK: the keys released */
 };
 
 /* One holder of a key, as inspect() shows it (never its token). */
@@ -312,6 +347,53 @@ struct backend_ops {
                                        const char *key,
                                        size_t key_len,
                                        struct lock_waiter *waiter);
+    /*
+     * Several keys at once, each call ONE atomic step in the store over
+     * all the keys (one Lua script, one ZooKeeper multi, one transaction
+     * that locks its rows in a fixed order, the memory shards' locks
+     * taken in a fixed order): no other call ever sees some of the keys
+     * changed and others not, and two multi-key calls (or a multi-key and
+     * a single-key one) never deadlock.
+     *
+     * acquire_multi: grant every key EXCLUSIVE under req->token (holds 1,
+     * req->owner, req->ttl_ms), each with a fence as a single grant of it
+     * would get (greater than every earlier grant of that key), if every
+     * key has no holder and, on a QUEUE store, no waiter in its queue (a
+     * multi-key acquire never overtakes a queued waiter, and keeps no
+     * place in any queue: waiting is retrying, by service/waitq.c, when
+     * the notify hook names one of the keys or the retry hint comes).
+     * Otherwise nothing changes. OK: fences[i], ttl_ms, expires_at_ms.
+     * HELD: held[i] for each key that has a holder or a queued waiter,
+     * retry_ms. A store whose notifications reach only the waiters that
+     * asked for them (ZooKeeper watches) arranges, on HELD, that a later
+     * release, expiry or dequeue of each held key notifies this instance.
+     * UNAVAILABLE, NO_MEMORY. May be NULL in an adapter that has none
+     * (the wrappers answer INVALID).
+     */
+    enum backend_result (*acquire_multi)(struct backend *be,
+                                         const struct lock_multi_req *req,
+                                         struct lock_multi_grant *out);
+    /*
+     * renew_multi: if req->token holds every key, move each key's expiry
+     * to now + ttl (req->ttl_ms, or that key's last TTL when 0), hold
+     * counts kept. OK: fences[i] (unchanged), ttl_ms, expires_at_ms.
+     * Otherwise nothing is renewed: NOT_FOUND (key out->bad has no
+     * holder) or MISMATCH (it is held, but not by this token), for the
+     * first such key in req order. UNAVAILABLE, NO_MEMORY.
+     */
+    enum backend_result (*renew_multi)(struct backend *be,
+                                       const struct lock_multi_req *req,
+                                       struct lock_multi_grant *out);
+    /*
+     * release_multi: give back every hold of req->token on each key it
+     * holds (as release() with all), keys it does not hold untouched;
+     * waiters on each released key, on every instance, are notified. OK:
+     * released[i] for the keys released (at least one). NOT_FOUND when
+     * the token held none of them. UNAVAILABLE, NO_MEMORY.
+     */
+    enum backend_result (*release_multi)(struct backend *be,
+                                         const struct lock_multi_req *req,
+                                         struct lock_multi_grant *out);
     /* Can the store be asked right now? OK or UNAVAILABLE (for /readyz). */
     enum backend_result (*ping)(struct backend *be);
     /* Holders right now (a key held shared by three tokens counts 3), or
@@ -392,6 +474,22 @@ enum backend_result backend_cancel_wait(struct backend *be,
                                         struct lock_waiter *waiter);
 enum backend_result backend_ping(struct backend *be);
 int64_t backend_held_count(struct backend *be);
+
+/* The multi-key wrappers: INVALID before the adapter runs for n outside
+ * 1..LOCK_MULTI_MAX, a bad or repeated key, or a token or owner as above
+ * (and for an adapter without the op); out zeroed; timed and counted as
+ * the single-key op; OK grants get valid_until_us. */
+enum backend_result backend_acquire_multi(struct backend *be,
+                                          const struct lock_multi_req *req,
+                                          struct lock_multi_grant *out);
+enum backend_result backend_renew_multi(struct backend *be,
+                                        const struct lock_multi_req *req,
+                                        struct lock_multi_grant *out);
+enum backend_result backend_release_multi(struct backend *be,
+                                          const struct lock_multi_req *req,
+                                          struct lock_multi_grant *out);
+/* True if the n keys of req are valid and pairwise distinct. */
+bool backend_multi_keys_ok(const struct lock_multi_req *req);
 
 /* What is left of an OK grant at monotonic time now_us, in whole ms
  * (rounded to nearest, at least 1 while any is left): 0 once it may have

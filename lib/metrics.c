@@ -41,7 +41,7 @@ static _Atomic uint64_t backend_ops[METRICS_LABELS_MAX];
 static _Atomic uint64_t backend_errors[METRICS_LABELS_MAX];
 static struct histogram backend_hist[METRICS_LABELS_MAX];
 static _Atomic uint64_t grants, renewals, releases, expiries, conflicts;
-static _Atomic uint64_t shared_grants, reentries, replays;
+static _Atomic uint64_t shared_grants, reentries, replays, multi_grants;
 static _Atomic int64_t waiters;
 
 static const char *build_version = "unknown"; /* frozen before the server */
@@ -104,6 +104,12 @@ void metrics_lock_granted(int shared)
     atomic_fetch_add_explicit(&grants, 1, memory_order_relaxed);
     if (shared)
         atomic_fetch_add_explicit(&shared_grants, 1, memory_order_relaxed);
+}
+
+void metrics_lock_multi_granted(uint64_t keys)
+{
+    atomic_fetch_add_explicit(&grants, keys, memory_order_relaxed);
+    atomic_fetch_add_explicit(&multi_grants, 1, memory_order_relaxed);
 }
 
 void metrics_lock_reentered(void)
@@ -258,6 +264,9 @@ static void put_locks(struct buf *b, int64_t held)
                 load(&grants));
     put_counter(b, "lockd_lock_shared_grants_total",
                 "Locks granted in shared mode.", load(&shared_grants));
+    put_counter(b, "lockd_lock_multi_grants_total",
+                "Multi-key grants (each key also counts as a grant).",
+                load(&multi_grants));
     put_counter(b, "lockd_lock_reentries_total",
                 "Re-entries: an acquire naming the token that holds the key.",
                 load(&reentries));

@@ -31,8 +31,9 @@ void metrics_request(unsigned route, unsigned status, int64_t duration_us);
 void metrics_backend_op(unsigned op, int ok, int64_t duration_us);
 
 void metrics_lock_granted(int shared); /* a new grant, in either mode */
-void metrics_lock_reentered(void);     /* a re-entry (one more hold) */
-void metrics_lock_replayed(void);      /* an Idempotency-Key replay */
+void metrics_lock_multi_granted(uint64_t keys); /* keys at once */
+void metrics_lock_reentered(void);              /* a re-entry (one more hold) */
+void metrics_lock_replayed(void);               /* an Idempotency-Key replay */
 void metrics_lock_renewed(void);
 void metrics_lock_released(void);
 void metrics_lock_expired(uint64_t n); /* for stores that see expiries */
