@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -1475,6 +1476,113 @@ static void test_multi_calls_with_shared_holders(void)
     CHECK_EQ_INT(rel(be_main, "s/1", TOK_B), BACKEND_OK);
 }
 
+/* The largest request: 64 keys of LOCK_KEY_MAX bytes in one multi (about
+ * 400 kB, under ZooKeeper's 1 MB jute.maxbuffer). */
+static void test_multi_of_64_longest_keys(void)
+{
+    static char names[LOCK_MULTI_MAX][LOCK_KEY_MAX + 1];
+    const char *keys[LOCK_MULTI_MAX + 1];
+    struct lock_multi_grant mg;
+    int64_t t0;
+
+    for (int i = 0; i < LOCK_MULTI_MAX; i++) {
+        memset(names[i], 'a' + i % 26, LOCK_KEY_MAX);
+        snprintf(names[i], 8, "%02d/", i);
+        names[i][3] = 'z';
+        names[i][LOCK_KEY_MAX] = '\0';
+        keys[i] = names[i];
+    }
+    keys[LOCK_MULTI_MAX] = NULL;
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_A, "o", 5000, &mg),
+                 BACKEND_OK);
+    printf("  64 keys of 512 bytes: acquire %lld ms\n",
+           (long long)(check_mono_ms() - t0));
+    for (int i = 0; i < LOCK_MULTI_MAX; i++)
+        CHECK(mg.fences[i] > 0);
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_B, NULL, 5000, &mg),
+                 BACKEND_HELD);
+    CHECK(mg.held[0] && mg.held[LOCK_MULTI_MAX - 1]);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RENEW, keys, TOK_A, NULL, 6000, &mg),
+                 BACKEND_OK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RELEASE, keys, TOK_A, NULL, 0, &mg),
+                 BACKEND_OK);
+    for (int i = 0; i < LOCK_MULTI_MAX; i++)
+        CHECK(mg.released[i]);
+}
+
+/* Several instances take overlapping sets of keys (and single keys) at
+ * once: a key is never held twice, and nobody waits on anybody. */
+static struct {
+    atomic_int owners[4];
+    atomic_int overlaps;
+    atomic_int grants;
+    atomic_int errors;
+} race;
+
+struct multi_racer {
+    struct backend *be;
+    int id;
+};
+
+static const char *const race_keys[4] = { "x/0", "x/1", "x/2", "x/3" };
+
+static void *multi_racer(void *arg)
+{
+    struct multi_racer *r = arg;
+    char tok[40];
+    struct lock_multi_grant mg;
+    const char *keys[3] = { race_keys[r->id % 3], race_keys[r->id % 3 + 1],
+                            NULL };
+
+    for (int round = 0; round < 30; round++) {
+        enum backend_result res;
+        snprintf(tok, sizeof(tok), "%08x%08x%016x", (unsigned)r->id,
+                 (unsigned)round, 0xabcdu);
+        res = zkm(r->be, ZKM_ACQUIRE, keys, tok, NULL, 5000, &mg);
+        if (res == BACKEND_HELD)
+            continue;
+        if (res != BACKEND_OK) {
+            atomic_fetch_add(&race.errors, 1);
+            continue;
+        }
+        atomic_fetch_add(&race.grants, 1);
+        for (int k = 0; k < 2; k++)
+            if (atomic_fetch_add(&race.owners[r->id % 3 + k], 1) != 0)
+                atomic_fetch_add(&race.overlaps, 1);
+        check_sleep_ms(5);
+        for (int k = 0; k < 2; k++)
+            atomic_fetch_sub(&race.owners[r->id % 3 + k], 1);
+        if (zkm(r->be, ZKM_RELEASE, keys, tok, NULL, 0, &mg) != BACKEND_OK)
+            atomic_fetch_add(&race.errors, 1);
+    }
+    return NULL;
+}
+
+static void test_multi_overlapping_grants_never_share_a_key(void)
+{
+    struct backend *other = NULL;
+    struct multi_racer rs[4];
+    pthread_t th[4];
+
+    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0),
+                 BACKEND_OK);
+    if (other == NULL)
+        return;
+    memset(&race, 0, sizeof(race));
+    for (int i = 0; i < 4; i++) {
+        rs[i] = (struct multi_racer){ .be = i % 2 ? other : be_main, .id = i };
+        pthread_create(&th[i], NULL, multi_racer, &rs[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ_INT(atomic_load(&race.overlaps), 0);
+    CHECK_EQ_INT(atomic_load(&race.errors), 0);
+    CHECK(atomic_load(&race.grants) > 0);
+    printf("  %d grants of 120 tries\n", atomic_load(&race.grants));
+    zookeeper_backend.close(other);
+}
+
 static const struct check_case offline[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_down_store_answers_unavailable_at_once),
@@ -1509,6 +1617,8 @@ static const struct check_case online[] = {
     CHECK_CASE(test_multi_held_keys_notify_when_they_free),
     CHECK_CASE(test_multi_renew_writes_nothing_unless_all_held),
     CHECK_CASE(test_multi_calls_with_shared_holders),
+    CHECK_CASE(test_multi_of_64_longest_keys),
+    CHECK_CASE(test_multi_overlapping_grants_never_share_a_key),
     CHECK_CASE(test_restart_answers_unavailable_then_recovers),
 };
 
