@@ -136,6 +136,42 @@ static void raw_holder(zhandle_t *zh,
     CHECK_EQ_INT(raw_node(zh, path, NULL), ZOK);
 }
 
+enum zkm_op {
+    ZKM_ACQUIRE,
+    ZKM_RENEW,
+    ZKM_RELEASE,
+};
+
+/* A multi-key call over keys (NULL-terminated); g is zeroed first. */
+static enum backend_result zkm(struct backend *be,
+                               enum zkm_op op,
+                               const char *const *keys,
+                               const char *tok,
+                               const char *owner,
+                               uint64_t ttl,
+                               struct lock_multi_grant *g)
+{
+    size_t lens[LOCK_MULTI_MAX], n = 0;
+    struct lock_multi_req req;
+
+    while (keys[n] != NULL && n < LOCK_MULTI_MAX) {
+        lens[n] = strlen(keys[n]);
+        n++;
+    }
+    req = (struct lock_multi_req){ .n = n,
+                                   .keys = keys,
+                                   .key_lens = lens,
+                                   .token = tok,
+                                   .owner = owner,
+                                   .ttl_ms = ttl };
+    memset(g, 0, sizeof(*g));
+    if (op == ZKM_ACQUIRE)
+        return zookeeper_backend.acquire_multi(be, &req, g);
+    if (op == ZKM_RENEW)
+        return zookeeper_backend.renew_multi(be, &req, g);
+    return zookeeper_backend.release_multi(be, &req, g);
+}
+
 /* ---- lock kinds ---- */
 
 static enum backend_result
@@ -176,6 +212,8 @@ static void test_open_rejects_bad_urls(void)
 
 static void test_down_store_answers_unavailable_at_once(void)
 {
+    static const char *const keys[] = { "k", "l", NULL };
+    struct lock_multi_grant mg;
     char u[128];
     struct lock_grant g;
     struct lock_info info = { 0 };
@@ -198,6 +236,12 @@ static void test_down_store_answers_unavailable_at_once(void)
     CHECK_EQ_INT(zookeeper_backend.inspect(be, "k", 1, &info),
                  BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(zookeeper_backend.ping(be), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zkm(be, ZKM_ACQUIRE, keys, TOK_A, NULL, 1000, &mg),
+                 BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zkm(be, ZKM_RENEW, keys, TOK_A, NULL, 1000, &mg),
+                 BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zkm(be, ZKM_RELEASE, keys, TOK_A, NULL, 0, &mg),
+                 BACKEND_UNAVAILABLE);
     CHECK_MSG(check_mono_ms() - t0 < 100, "answers took %lld ms",
               (long long)(check_mono_ms() - t0));
     zookeeper_backend.close(be);
@@ -1124,42 +1168,6 @@ static void key_node(const char *key, char *out, size_t cap)
     out[o] = '\0';
 }
 
-enum zkm_op {
-    ZKM_ACQUIRE,
-    ZKM_RENEW,
-    ZKM_RELEASE,
-};
-
-/* A multi-key call over keys (NULL-terminated); g is zeroed first. */
-static enum backend_result zkm(struct backend *be,
-                               enum zkm_op op,
-                               const char *const *keys,
-                               const char *tok,
-                               const char *owner,
-                               uint64_t ttl,
-                               struct lock_multi_grant *g)
-{
-    size_t lens[LOCK_MULTI_MAX], n = 0;
-    struct lock_multi_req req;
-
-    while (keys[n] != NULL && n < LOCK_MULTI_MAX) {
-        lens[n] = strlen(keys[n]);
-        n++;
-    }
-    req = (struct lock_multi_req){ .n = n,
-                                   .keys = keys,
-                                   .key_lens = lens,
-                                   .token = tok,
-                                   .owner = owner,
-                                   .ttl_ms = ttl };
-    memset(g, 0, sizeof(*g));
-    if (op == ZKM_ACQUIRE)
-        return zookeeper_backend.acquire_multi(be, &req, g);
-    if (op == ZKM_RENEW)
-        return zookeeper_backend.renew_multi(be, &req, g);
-    return zookeeper_backend.release_multi(be, &req, g);
-}
-
 /* key's h as a single exclusive grant writes it: data "lockd2 x <ttl>
  * <tok> <grant_by> 1 0\n\n<owner>", its marker beside it, nothing else
  * under the key's node; *st its stat. */
@@ -1476,6 +1484,37 @@ static void test_multi_calls_with_shared_holders(void)
     CHECK_EQ_INT(rel(be_main, "s/1", TOK_B), BACKEND_OK);
 }
 
+/* A grant is answered only while every instance would call it held: with
+ * a TTL of 1 ms none of it is surely left when the answer comes, so the
+ * multi grant is a 503, never a 201, and its holders are freed at once. */
+static void test_multi_grant_answered_too_late_is_freed(void)
+{
+    static const char *const keys[] = { "late/1", "late/2", NULL };
+    char parent[256], path[320];
+    struct lock_multi_grant mg;
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_A, NULL, 1, &mg),
+                 BACKEND_UNAVAILABLE);
+    for (int i = 0; i < 2; i++) {
+        key_node(keys[i], parent, sizeof(parent));
+        snprintf(path, sizeof(path), "%s/h", parent);
+        CHECK_MSG(zoo_exists(zh, path, 0, NULL) == ZNONODE, "%s", keys[i]);
+        snprintf(path, sizeof(path), "%s/t" TOK_A, parent);
+        CHECK_MSG(zoo_exists(zh, path, 0, NULL) == ZNONODE, "%s", keys[i]);
+    }
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_B, NULL, 5000, &mg),
+                 BACKEND_OK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RENEW, keys, TOK_B, NULL, 1, &mg),
+                 BACKEND_UNAVAILABLE);
+    check_sleep_ms(10); /* past the 1 ms and the clock's slack */
+    CHECK_EQ_INT(zkm(be_main, ZKM_RELEASE, keys, TOK_B, NULL, 0, &mg),
+                 BACKEND_NOT_FOUND);
+    zookeeper_close(zh);
+}
+
 /* The largest request: 64 keys of LOCK_KEY_MAX bytes in one multi (about
  * 400 kB, under ZooKeeper's 1 MB jute.maxbuffer). */
 static void test_multi_of_64_longest_keys(void)
@@ -1617,6 +1656,7 @@ static const struct check_case online[] = {
     CHECK_CASE(test_multi_held_keys_notify_when_they_free),
     CHECK_CASE(test_multi_renew_writes_nothing_unless_all_held),
     CHECK_CASE(test_multi_calls_with_shared_holders),
+    CHECK_CASE(test_multi_grant_answered_too_late_is_freed),
     CHECK_CASE(test_multi_of_64_longest_keys),
     CHECK_CASE(test_multi_overlapping_grants_never_share_a_key),
     CHECK_CASE(test_restart_answers_unavailable_then_recovers),
