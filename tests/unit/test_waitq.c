@@ -849,6 +849,7 @@ static void test_waitq_multi_keeps_no_place_in_the_fifo(void)
     hold(&e, "f", "holder", 10000);
     CHECK_EQ_INT(mclient_start(&e, &m, "f,g", 5000, 5000, -1), WQ_PARKED);
     CHECK_EQ_INT(client_start(&e, &s1, "f", 5000, 5000, -1), WQ_PARKED);
+    wait_parked(&e, 2); /* s1's place is taken before s2 asks */
     CHECK_EQ_INT(client_start(&e, &s2, "f", 5000, 5000, -1), WQ_PARKED);
     wait_parked(&e, 3);
     t0 = check_mono_ms();
@@ -949,6 +950,85 @@ static void test_waitq_multi_overlapping_waiters_all_granted(void)
         client_cleanup(&m[i].c);
     for (int i = 0; i < NS; i++)
         client_cleanup(&s[i]);
+}
+
+/* On a store without a queue of its own (MySQL), this instance's parked
+ * single-key waiters go first: a multi-key acquire on a key they wait for
+ * is held without asking the store, try-once or waiting, and goes once
+ * they have left. The memory store with its queue capability hidden from
+ * the wait queue stands in for such a store. */
+static void test_waitq_multi_never_passes_local_waiters_without_queue(void)
+{
+    static struct backend_ops noqueue;
+    struct env e;
+    struct client w;
+    struct mclient once, m, free_keys;
+    long calls;
+    int64_t t0;
+
+    env_open(&e);
+    noqueue = *e.be->ops;
+    noqueue.caps &= ~BACKEND_CAP_QUEUE;
+    e.be->ops = &noqueue;
+    hold(&e, "a", "holder", 10000);
+    CHECK_EQ_INT(client_start(&e, &w, "a", 5000, 5000, -1), WQ_PARKED);
+    calls = acquire_calls();
+    CHECK_EQ_INT(mclient_start(&e, &once, "b,a", 0, 5000, -1), WQ_DONE);
+    CHECK_EQ_INT(once.c.w.result, BACKEND_HELD);
+    CHECK(!once.g.held[0] && once.g.held[1]);
+    CHECK_EQ_INT(acquire_calls() - calls, 0); /* the store was not asked */
+    CHECK_EQ_INT(mclient_start(&e, &m, "a,b", 5000, 5000, -1), WQ_PARKED);
+    CHECK_EQ_INT(acquire_calls() - calls, 0);
+    /* keys nobody waits for here go to the store as ever */
+    CHECK_EQ_INT(mclient_start(&e, &free_keys, "c,d", 0, 5000, -1), WQ_DONE);
+    CHECK_EQ_INT(free_keys.c.w.result, BACKEND_OK);
+    CHECK_EQ_INT(acquire_calls() - calls, 1);
+    /* the single waiter first, then the multi-key one */
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(release(&e, "a", "holder"), BACKEND_OK);
+    check_granted_soon(&w, t0, __LINE__);
+    CHECK_EQ_INT(client_wakes(&m.c), 0);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(release(&e, "a", w.token), BACKEND_OK);
+    check_granted_soon(&m.c, t0, __LINE__);
+    CHECK_EQ_INT(mrelease(&e, &m), BACKEND_OK);
+    CHECK_EQ_INT(mrelease(&e, &free_keys), BACKEND_OK);
+    env_close(&e);
+    client_cleanup(&w);
+    client_cleanup(&once.c);
+    client_cleanup(&m.c);
+    client_cleanup(&free_keys.c);
+}
+
+/* ... and when those waiters leave without the key (their wait ran out),
+ * the multi-key waiter asks the store at once, so that the holder's
+ * release reaches it promptly. */
+static void test_waitq_multi_tries_when_local_waiters_leave(void)
+{
+    static struct backend_ops noqueue;
+    struct env e;
+    struct client w;
+    struct mclient m;
+    int64_t t0;
+
+    env_open(&e);
+    noqueue = *e.be->ops;
+    noqueue.caps &= ~BACKEND_CAP_QUEUE;
+    e.be->ops = &noqueue;
+    hold(&e, "a", "holder", 10000);
+    CHECK_EQ_INT(client_start(&e, &w, "a", 100, 5000, -1), WQ_PARKED);
+    CHECK_EQ_INT(mclient_start(&e, &m, "a,b", 5000, 5000, -1), WQ_PARKED);
+    CHECK(client_wait(&w, 2000));
+    CHECK_EQ_INT(w.w.result, BACKEND_HELD);
+    check_sleep_ms(50);
+    CHECK_EQ_INT(client_wakes(&m.c), 0);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(release(&e, "a", "holder"), BACKEND_OK);
+    check_granted_soon(&m.c, t0, __LINE__);
+    CHECK_EQ_INT(mrelease(&e, &m), BACKEND_OK);
+    env_close(&e);
+    client_cleanup(&w);
+    client_cleanup(&m.c);
 }
 
 /* A grant that comes too late for its client (by the client's count, from
@@ -1097,6 +1177,8 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_waitq_multi_overlapping_waiters_all_granted),
     CHECK_CASE(test_waitq_multi_renew_and_release),
     CHECK_CASE(test_waitq_multi_late_grant_is_released),
+    CHECK_CASE(test_waitq_multi_never_passes_local_waiters_without_queue),
+    CHECK_CASE(test_waitq_multi_tries_when_local_waiters_leave),
     CHECK_CASE(test_waitq_multi_granted_when_last_key_is_released_net),
     CHECK_CASE(test_waitq_multi_woken_by_any_of_its_keys_net),
     CHECK_CASE(test_waitq_multi_granted_when_holder_expires_net),
