@@ -44,8 +44,9 @@ void codec_json_setup(json_malloc_t alloc_fn, json_free_t free_fn)
 }
 
 const char *const api_route_names[API_ROUTE_COUNT] = {
-    "acquire", "renew",  "release", "inspect",
-    "healthz", "readyz", "metrics", "other",
+    "acquire",     "renew",         "release", "inspect",
+    "healthz",     "readyz",        "metrics", "acquire_multi",
+    "renew_multi", "release_multi", "other",
 };
 
 /* Percent-decode the C string s (see text_percent_decode). */
@@ -108,7 +109,7 @@ void codec_format_time(int64_t unix_ms, char *buf, size_t buflen)
              (int)(sod % 60), (int)(ms % 1000));
 }
 
-static void set_body(struct api_response *resp, json_t *root)
+void codec_set_body(struct api_response *resp, json_t *root)
 {
     free(resp->body);
     resp->body = NULL;
@@ -192,7 +193,7 @@ void codec_grant(struct api_response *resp,
     int k;
 
     if (buf == NULL) {
-        set_body(resp, NULL);
+        codec_set_body(resp, NULL);
         return;
     }
     codec_format_time(g->expires_at_ms, when, sizeof(when));
@@ -213,7 +214,7 @@ void codec_grant(struct api_response *resp,
                  (unsigned)(g->holds > 0 ? g->holds : 1), limit);
     if (k < 0 || (size_t)k >= cap - n) {
         free(buf);
-        set_body(resp, NULL);
+        codec_set_body(resp, NULL);
         return;
     }
     free(resp->body);
@@ -291,7 +292,7 @@ void codec_inspect(struct api_response *resp,
                : json_integer((json_int_t)(info->holds > 0 ? info->holds : 1)),
         "holder_count", (json_int_t)count, "holders", holders);
     resp->status = 200;
-    set_body(resp, root);
+    codec_set_body(resp, root);
     json_decref(root);
 }
 
@@ -307,7 +308,7 @@ void codec_error(struct api_response *resp,
                   "message", message != NULL ? message : api_error_message(e));
 
     resp->status = api_error_status(e);
-    set_body(resp, root);
+    codec_set_body(resp, root);
     json_decref(root);
 }
 
@@ -324,6 +325,6 @@ void codec_reply(struct api_response *resp,
     root = json_vpack_ex(NULL, 0, fmt, ap);
     va_end(ap);
     resp->status = status;
-    set_body(resp, root);
+    codec_set_body(resp, root);
     json_decref(root);
 }

@@ -3,7 +3,8 @@
  * libmicrohttpd here), and the JSON and parameter codec with docs/API.md's
  * strictness: keys, body fields, query parameters and the Lock-Token and
  * Idempotency-Key headers. The parameters are parsed in
- * api/codec_params.c, the rest in api/codec.c.
+ * api/codec_params.c, the requests and answers for several keys at once
+ * in api/codec_multi.c, the rest in api/codec.c.
  */
 #ifndef API_CODEC_H
 #define API_CODEC_H
@@ -50,8 +51,11 @@ enum api_route {
     API_ROUTE_HEALTHZ,
     API_ROUTE_READYZ,
     API_ROUTE_METRICS,
-    API_ROUTE_OTHER, /* 404, 405 and requests refused before routing;
-                        last: the metrics catch-all */
+    API_ROUTE_ACQUIRE_MULTI, /* POST /locks */
+    API_ROUTE_RENEW_MULTI,   /* PUT /locks */
+    API_ROUTE_RELEASE_MULTI, /* DELETE /locks */
+    API_ROUTE_OTHER,         /* 404, 405 and requests refused before routing;
+                                last: the metrics catch-all */
     API_ROUTE_COUNT,
 };
 /* The route labels, indexed by enum api_route. */
@@ -91,6 +95,18 @@ struct api_params {
 #define API_P_LIMIT    0x20u
 #define API_P_ALL      0x40u
 #define API_P_IDEM_KEY 0x80u /* the Idempotency-Key header, not a field */
+
+/* The keys of a request for several keys at once, in the client's order:
+ * 1..LOCK_MULTI_MAX distinct valid keys. */
+struct api_keys {
+    size_t n;
+    char **keys;  /* owned: one block that also holds lens and the bytes of
+                     every key, NUL-terminated */
+    size_t *lens; /* in keys' block */
+};
+
+/* Free k's block and zero k; accepts a zeroed k. */
+void codec_keys_cleanup(struct api_keys *k);
 
 /* Install jansson's allocator (NULL: malloc and free), wrapped so the codec
  * notices failed allocations. Call once before any thread uses jansson. */
@@ -150,5 +166,56 @@ void codec_reply(struct api_response *resp,
                  unsigned status,
                  const char *fmt,
                  ...);
+
+/*
+ * Several keys at once (POST, PUT, DELETE /locks): the parameters from the
+ * JSON body only, which must be an object with "keys" (a JSON array of
+ * 1..LOCK_MULTI_MAX distinct keys, each a key as codec_decode_key() allows)
+ * and the fields in allowed (API_P_TTL_MS, API_P_WAIT_MS, API_P_OWNER,
+ * API_P_TOKEN), plus the Lock-Token header when allowed takes a token.
+ * Errors, with a message in msg: any query parameter, an empty body, no
+ * "keys", a bad "keys" or an unknown field are invalid_parameter (a
+ * repeated key named by its text); a key that breaks the key rules is
+ * invalid_key, named by its index ("keys[3]"); a body that is not a JSON
+ * object is invalid_json. On success keys holds a copy of the keys (the
+ * caller cleans it up) and p the other fields; on error both are clean.
+ */
+enum api_error codec_parse_multi(const struct api_request *rq,
+                                 unsigned allowed,
+                                 uint64_t max_ttl,
+                                 uint64_t max_wait,
+                                 struct api_params *p,
+                                 struct api_keys *keys,
+                                 char *msg,
+                                 size_t msglen);
+/* Fill resp with a multi-key grant or renewal: {keys (in order), token,
+ * fences: {key: fence}, ttl_ms, expires_at} from g (fences,
+ * expires_at_ms) and ttl_ms (what is left of it). token is borrowed. */
+void codec_multi_grant(struct api_response *resp,
+                       unsigned status,
+                       const struct api_keys *keys,
+                       const char *token,
+                       const struct lock_multi_grant *g,
+                       uint64_t ttl_ms);
+/* Fill resp with 409 lock_held for a multi-key acquire: the error object
+ * carries retry_after_ms (g->retry_ms, at least 1) and held (the keys with
+ * g->held set, in order); Retry-After in whole seconds, rounded up. waited:
+ * the request waited (wait_ms > 0), for the message. */
+void codec_multi_held(struct api_response *resp,
+                      const struct api_keys *keys,
+                      const struct lock_multi_grant *g,
+                      bool waited);
+/* Fill resp with error e (lock_not_found, token_mismatch) about keys[bad],
+ * the first key the token does not hold: the message names it and the
+ * error object carries "key". */
+void codec_multi_bad_key(struct api_response *resp,
+                         enum api_error e,
+                         const struct api_keys *keys,
+                         size_t bad);
+/* Fill resp with 200 {released: [...], not_held: [...]} from g->released,
+ * each list in the request's order. */
+void codec_multi_released(struct api_response *resp,
+                          const struct api_keys *keys,
+                          const struct lock_multi_grant *g);
 
 #endif /* API_CODEC_H */

@@ -84,8 +84,7 @@ void codec_params_cleanup(struct api_params *p)
     memset(p, 0, sizeof(*p));
 }
 
-/* Print name into msg readably, even if it holds junk bytes. */
-static void quote_name(char *dst, size_t cap, const char *name, size_t len)
+void codec_quote_name(char *dst, size_t cap, const char *name, size_t len)
 {
     size_t j = 0;
 
@@ -109,10 +108,6 @@ struct param_value {
     const char *str;
     size_t slen;
     json_t *json; /* borrowed; NULL for the query */
-};
-
-struct param_bounds {
-    uint64_t max_ttl, max_wait;
 };
 
 static enum api_error set_int(struct api_params *p,
@@ -305,7 +300,7 @@ static enum api_error parse_query_one(const struct api_param *q,
                      : "out of memory");
         return bad ? API_INVALID_PARAMETER : API_INTERNAL;
     }
-    quote_name(qname, sizeof(qname), name, nlen);
+    codec_quote_name(qname, sizeof(qname), name, nlen);
     i = param_allowed(name, nlen, allowed);
     if (i == NPARAMS) {
         snprintf(msg, msglen, "unknown parameter '%s'", qname);
@@ -354,22 +349,15 @@ body_error(const json_error_t *jerr, char *msg, size_t msglen)
     }
 }
 
-static enum api_error parse_body(const struct api_request *rq,
-                                 unsigned allowed,
-                                 const struct param_bounds *b,
-                                 struct api_params *p,
+enum api_error codec_load_object(const struct api_request *rq,
+                                 json_t **out,
                                  char *msg,
                                  size_t msglen)
 {
     json_error_t jerr;
-    json_t *root, *value;
-    const char *name;
-    size_t nlen;
-    enum api_error err = API_OK;
-    char qname[300];
+    json_t *root;
 
-    if (rq->body_len == 0)
-        return API_OK; /* all defaults */
+    *out = NULL;
     codec_alloc_failed = false;
     /* NULs are allowed in the parse so that "\u0000" in a string is an
      * invalid parameter (valid JSON, bad value), not invalid JSON */
@@ -387,26 +375,64 @@ static enum api_error parse_body(const struct api_request *rq,
         json_decref(root);
         return API_INVALID_JSON;
     }
+    *out = root;
+    return API_OK;
+}
+
+enum api_error codec_params_object(json_t *root,
+                                   unsigned allowed,
+                                   const struct param_bounds *b,
+                                   const char *skip,
+                                   struct api_params *p,
+                                   char *msg,
+                                   size_t msglen)
+{
+    json_t *value;
+    const char *name;
+    size_t nlen;
+    size_t slen = skip != NULL ? strlen(skip) : 0;
+    char qname[300];
+
     json_object_keylen_foreach(root, name, nlen, value)
     {
         size_t i = param_allowed(name, nlen, allowed);
         struct param_value v = { .json = value };
+        enum api_error err;
+        if (skip != NULL && nlen == slen && memcmp(name, skip, slen) == 0)
+            continue;
         if (i == NPARAMS) {
-            quote_name(qname, sizeof(qname), name, nlen);
+            codec_quote_name(qname, sizeof(qname), name, nlen);
             snprintf(msg, msglen, "unknown field '%s'", qname);
-            err = API_INVALID_PARAMETER;
-            break;
+            return API_INVALID_PARAMETER;
         }
         err = set_param(p, i, &v, b, msg, msglen);
         if (err != API_OK)
-            break;
+            return err;
     }
+    return API_OK;
+}
+
+static enum api_error parse_body(const struct api_request *rq,
+                                 unsigned allowed,
+                                 const struct param_bounds *b,
+                                 struct api_params *p,
+                                 char *msg,
+                                 size_t msglen)
+{
+    json_t *root;
+    enum api_error err;
+
+    if (rq->body_len == 0)
+        return API_OK; /* all defaults */
+    err = codec_load_object(rq, &root, msg, msglen);
+    if (err != API_OK)
+        return err;
+    err = codec_params_object(root, allowed, b, NULL, p, msg, msglen);
     json_decref(root);
     return err;
 }
 
-/* The Lock-Token and Idempotency-Key headers. */
-static enum api_error parse_headers(const struct api_request *rq,
+enum api_error codec_params_headers(const struct api_request *rq,
                                     unsigned allowed,
                                     const struct param_bounds *b,
                                     struct api_params *p,
@@ -464,7 +490,7 @@ enum api_error codec_parse_params(const struct api_request *rq,
     for (size_t i = 0; err == API_OK && i < rq->nquery; i++)
         err = parse_query_one(&rq->query[i], allowed, &b, p, msg, msglen);
     if (err == API_OK)
-        err = parse_headers(rq, allowed, &b, p, msg, msglen);
+        err = codec_params_headers(rq, allowed, &b, p, msg, msglen);
     if (err != API_OK) {
         if (err == API_INTERNAL)
             snprintf(msg, msglen, "out of memory");

@@ -26,13 +26,33 @@ void api_call_cleanup(struct api_call *c)
     free(c->owner);
     free(c->client_token);
     free(c->idem_key);
+    codec_keys_cleanup(&c->keys);
     memset(c, 0, sizeof(*c));
+}
+
+bool api_call_is_multi(const struct api_call *c)
+{
+    return c->verb == API_VERB_ACQUIRE_MULTI ||
+           c->verb == API_VERB_RENEW_MULTI || c->verb == API_VERB_RELEASE_MULTI;
 }
 
 const char *api_call_token(const struct api_call *c)
 {
-    return c->verb == API_VERB_ACQUIRE && !c->reenter ? c->token
-                                                      : c->client_token;
+    return (c->verb == API_VERB_ACQUIRE && !c->reenter) ||
+                   c->verb == API_VERB_ACQUIRE_MULTI
+               ? c->token
+               : c->client_token;
+}
+
+void api_call_multi_req(const struct api_call *c, struct lock_multi_req *req)
+{
+    memset(req, 0, sizeof(*req));
+    req->n = c->keys.n;
+    req->keys = (const char *const *)c->keys.keys;
+    req->key_lens = c->keys.lens;
+    req->token = api_call_token(c);
+    req->owner = c->owner;
+    req->ttl_ms = c->ttl_ms;
 }
 
 void api_call_req(const struct api_call *c, struct lock_req *req)
@@ -54,8 +74,10 @@ bool api_call_new_grant(const struct api_call *c,
                         enum backend_result r,
                         const struct lock_grant *g)
 {
+    if (c->verb == API_VERB_ACQUIRE_MULTI)
+        return r == BACKEND_OK;
     return c->verb == API_VERB_ACQUIRE && !c->reenter && r == BACKEND_OK &&
-           !g->replay;
+           g != NULL && !g->replay;
 }
 
 void api_response_cleanup(struct api_response *resp)

@@ -22,8 +22,11 @@ enum api_verb {
     API_VERB_RENEW,
     API_VERB_RELEASE,
     API_VERB_INSPECT,
-    API_VERB_READYZ,  /* GET /readyz: no key */
-    API_VERB_METRICS, /* GET /metrics: no key */
+    API_VERB_READYZ,        /* GET /readyz: no key */
+    API_VERB_METRICS,       /* GET /metrics: no key */
+    API_VERB_ACQUIRE_MULTI, /* POST /locks: several keys, c->keys */
+    API_VERB_RENEW_MULTI,   /* PUT /locks */
+    API_VERB_RELEASE_MULTI, /* DELETE /locks */
 };
 
 struct api_call { /* a parsed request that needs the store, for the
@@ -42,10 +45,14 @@ struct api_call { /* a parsed request that needs the store, for the
     bool reenter; /* an acquire that named a token: the store's renew with
                      one more hold, answered 200 */
     bool all;     /* release: every hold */
+    struct api_keys keys; /* the multi verbs: owned, instead of key */
 };
 
 void api_call_cleanup(struct api_call *c); /* accepts zeroed */
 void api_response_cleanup(struct api_response *resp);
+
+/* True for the verbs on several keys at once (c->keys, not c->key). */
+bool api_call_is_multi(const struct api_call *c);
 
 /* The token the store call names: the fresh one or the client's. */
 const char *api_call_token(const struct api_call *c);
@@ -54,6 +61,10 @@ const char *api_call_token(const struct api_call *c);
  * ttl_ms, mode, limit, idem_key, reenter, all. A re-entry is run as a
  * renew (c->reenter), anything else by c->verb. */
 void api_call_req(const struct api_call *c, struct lock_req *req);
+
+/* The store request for a multi verb (strings borrowed from c): keys,
+ * token, owner, ttl_ms. */
+void api_call_multi_req(const struct api_call *c, struct lock_multi_req *req);
 
 /* True if c's grant, when OK, is one that no one held before the call: a
  * new acquire grant (not a re-entry, not a replay of an earlier grant).
@@ -90,6 +101,28 @@ void handle_call_reply(const struct api_config *cfg,
                        const struct lock_info *info,
                        int64_t held,
                        struct api_response *resp);
+/* POST, PUT or DELETE /locks (verb one of the multi verbs): API_OK and *c
+ * filled (the caller runs it and answers with handle_multi_reply()), or an
+ * error already written into resp: the codec's (codec_parse_multi()), 400
+ * invalid_parameter for an Idempotency-Key (not supported for several
+ * keys), 400 missing_token for a renew or release without a token, 501
+ * when the backend has no multi-key operations. */
+enum api_error handle_multi_parse(const struct api_config *cfg,
+                                  const struct api_request *rq,
+                                  enum api_verb verb,
+                                  struct api_call *c,
+                                  struct api_response *resp);
+/* The answer to a multi verb c once the store answered r with g: acquire
+ * 201 (409 lock_held with held and retry_after_ms on BACKEND_HELD), renew
+ * 200 (404 lock_not_found or 409 token_mismatch naming keys[g->bad]),
+ * release 200 {released, not_held} (404 lock_not_found when none was
+ * held), else the mapped error. ttl_ms is what is left of the grant now;
+ * a grant with nothing left is answered 503. */
+void handle_multi_reply(const struct api_config *cfg,
+                        const struct api_call *c,
+                        enum backend_result r,
+                        const struct lock_multi_grant *g,
+                        struct api_response *resp);
 void handle_healthz(struct api_response *resp);
 /* /readyz while the instance drains: 503 without asking the store. */
 void handle_readyz_draining(const struct api_config *cfg,

@@ -13,6 +13,8 @@
 #define LOCKS_PREFIX "/locks/"
 #define ALLOW_LOCKS  "GET, HEAD, POST, PUT, DELETE"
 #define ALLOW_OPS    "GET, HEAD"
+#define MULTI_PATH   "/locks"
+#define ALLOW_MULTI  "POST, PUT, DELETE"
 
 static bool is_get(const char *method)
 {
@@ -107,6 +109,48 @@ static enum api_action route_lock(const struct api_config *cfg,
     return API_ACTION_CALL;
 }
 
+/* POST, PUT and DELETE /locks: several keys at once. GET and HEAD stay
+ * "no such route" until the list of held keys arrives there. */
+static enum api_action route_multi(const struct api_config *cfg,
+                                   const struct api_request *rq,
+                                   struct api_response *resp,
+                                   struct api_call *call)
+{
+    const char *m = rq->method;
+    enum api_verb verb;
+
+    if (is_get(m)) {
+        codec_error(resp, API_NOT_FOUND, NULL);
+        return API_ACTION_REPLY;
+    }
+    if (strcmp(m, "POST") == 0) {
+        resp->route = API_ROUTE_ACQUIRE_MULTI;
+        verb = API_VERB_ACQUIRE_MULTI;
+    } else if (strcmp(m, "PUT") == 0) {
+        resp->route = API_ROUTE_RENEW_MULTI;
+        verb = API_VERB_RENEW_MULTI;
+    } else if (strcmp(m, "DELETE") == 0) {
+        resp->route = API_ROUTE_RELEASE_MULTI;
+        verb = API_VERB_RELEASE_MULTI;
+    } else {
+        not_allowed(resp, ALLOW_MULTI);
+        return API_ACTION_REPLY;
+    }
+    if (!authorized(cfg, rq)) {
+        codec_error(resp, API_UNAUTHORIZED, NULL);
+        resp->www_authenticate = true;
+        return API_ACTION_REPLY;
+    }
+    if (rq->shutting_down) {
+        codec_error(resp, API_SHUTTING_DOWN, NULL);
+        resp->retry_after = 1;
+        return API_ACTION_REPLY;
+    }
+    if (handle_multi_parse(cfg, rq, verb, call, resp) != API_OK)
+        return API_ACTION_REPLY;
+    return API_ACTION_CALL;
+}
+
 const char *router_path(const char *target)
 {
     static const char *const schemes[] = { "http://", "https://" };
@@ -151,6 +195,8 @@ enum api_action router_dispatch(const struct api_config *cfg,
     }
     if (strncmp(path, LOCKS_PREFIX, strlen(LOCKS_PREFIX)) == 0)
         return route_lock(cfg, rq, path, resp, call);
+    if (strcmp(path, MULTI_PATH) == 0)
+        return route_multi(cfg, rq, resp, call);
 
     if (strcmp(path, "/healthz") == 0)
         resp->route = API_ROUTE_HEALTHZ;

@@ -68,8 +68,9 @@ struct request { /* *req_cls: from the first call to completion */
     bool granted;    /* the store granted call (an acquire) */
     unsigned status; /* what was queued, for the log */
     enum api_route route;
-    struct api_call call; /* owned strings */
-    struct wq_waiter w;   /* req strings borrowed from call */
+    struct api_call call;            /* owned strings */
+    struct wq_waiter w;              /* req strings borrowed from call */
+    struct lock_multi_grant *mgrant; /* owned; the multi verbs' answer */
     /* for the response and the access log; every request keeps them, so
      * they are sized to fit (a waiter's footprint counts) */
     char *request_id; /* owned */
@@ -276,8 +277,12 @@ static enum MHD_Result answer_call(struct request *r)
         return queue_error(r, API_SHUTTING_DOWN, r->route);
     if (api_call_new_grant(&r->call, r->w.result, &r->w.grant))
         r->granted = true; /* released in completed() if never delivered */
-    handle_call_reply(r->srv->api, &r->call, r->w.result, &r->w.grant,
-                      &r->w.info, r->w.count, &resp);
+    if (api_call_is_multi(&r->call))
+        handle_multi_reply(r->srv->api, &r->call, r->w.result, r->mgrant,
+                           &resp);
+    else
+        handle_call_reply(r->srv->api, &r->call, r->w.result, &r->w.grant,
+                          &r->w.info, r->w.count, &resp);
     lock_info_clear(&r->w.info);
     resp.route = r->route;
     return queue(r, &resp);
@@ -286,15 +291,29 @@ static enum MHD_Result answer_call(struct request *r)
 static enum MHD_Result run_call(struct request *r)
 {
     static const enum wq_op ops[] = {
-        [API_VERB_ACQUIRE] = WQ_ACQUIRE, [API_VERB_RENEW] = WQ_RENEW,
-        [API_VERB_RELEASE] = WQ_RELEASE, [API_VERB_INSPECT] = WQ_INSPECT,
-        [API_VERB_READYZ] = WQ_PING,     [API_VERB_METRICS] = WQ_COUNT,
+        [API_VERB_ACQUIRE] = WQ_ACQUIRE,
+        [API_VERB_RENEW] = WQ_RENEW,
+        [API_VERB_RELEASE] = WQ_RELEASE,
+        [API_VERB_INSPECT] = WQ_INSPECT,
+        [API_VERB_READYZ] = WQ_PING,
+        [API_VERB_METRICS] = WQ_COUNT,
+        [API_VERB_ACQUIRE_MULTI] = WQ_ACQUIRE_MULTI,
+        [API_VERB_RENEW_MULTI] = WQ_RENEW_MULTI,
+        [API_VERB_RELEASE_MULTI] = WQ_RELEASE_MULTI,
     };
     struct wq_waiter *w = &r->w;
 
     memset(w, 0, sizeof(*w));
     /* a re-entry is the store's renew with one more hold: it never waits */
     w->op = r->call.reenter ? WQ_RENEW : ops[r->call.verb];
+    if (api_call_is_multi(&r->call)) {
+        /* only multi requests pay for the answer's room */
+        r->mgrant = malloc(sizeof(*r->mgrant));
+        if (r->mgrant == NULL)
+            return queue_error(r, API_INTERNAL, r->route);
+        api_call_multi_req(&r->call, &w->mreq);
+        w->mgrant = r->mgrant;
+    }
     api_call_req(&r->call, &w->req);
     w->wait_ms = r->call.reenter ? 0 : (int64_t)r->call.wait_ms;
     w->start_us = r->start_us;
@@ -470,7 +489,11 @@ static void on_completed(void *cls,
     *req_cls = NULL;
     dur = clock_mono_us() - r->start_us;
     if (r->granted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-        if (r->call.idem_key == NULL)
+        if (api_call_is_multi(&r->call)) {
+            struct lock_multi_req req;
+            api_call_multi_req(&r->call, &req);
+            waitq_orphan_multi(srv->q, &req);
+        } else if (r->call.idem_key == NULL)
             /* the client never got its grant: no lock may be held by
              * nobody */
             waitq_orphan(srv->q, r->call.key, r->call.key_len, r->call.token);
@@ -488,6 +511,7 @@ static void on_completed(void *cls,
                r->request_id);
     api_call_cleanup(&r->call);
     lock_info_clear(&r->w.info);
+    free(r->mgrant);
     free(r->body);
     free(r->path);
     free(r->request_id);

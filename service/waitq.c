@@ -15,8 +15,9 @@
  *
  * This file holds the jobs, the keys' FIFOs, the answers and the public
  * calls; the timer heap and the timer thread are in waitq_timers.c, the
- * workers and what a store answer means for a job in waitq_calls.c, and
- * what the three share in waitq_impl.h.
+ * workers and what a store answer means for a job in waitq_calls.c, the
+ * requests for several keys at once in waitq_multi.c, and what they share
+ * in waitq_impl.h.
  */
 #include "service/waitq.h"
 
@@ -89,7 +90,7 @@ struct wq_key *wq_key_get(struct waitq *q, const char *key, size_t len)
 
 void wq_key_free_if_idle(struct waitq *q, struct wq_key *k)
 {
-    if (k->head != NULL || k->running || k->queued)
+    if (k->head != NULL || k->running || k->queued || k->watchers != NULL)
         return;
     wq_timer_remove(q, &k->retry);
     keytab_remove(&q->keys, &k->ke);
@@ -142,12 +143,20 @@ static struct wq_job *job_new(const struct wq_waiter *w)
     return j;
 }
 
+void wq_job_mem_free(struct wq_job *j)
+{
+    free(j->multi);
+    free(j);
+}
+
 /* Free j, or leave it to the timer thread if an epoll_wait() that began
  * before j was unwatched may still return it. */
 void wq_free_job(struct waitq *q, struct wq_job *j)
 {
+    if (j->multi != NULL)
+        wq_multi_forget(q, j->multi);
     if (!j->watched) {
-        free(j);
+        wq_job_mem_free(j);
         return;
     }
     j->task.next = q->graveyard;
@@ -222,6 +231,10 @@ void wq_answer_unserved(struct waitq *q,
 
     if (w == NULL)
         return;
+    if (j->multi != NULL) {
+        wq_multi_answer_unserved(q, j, done);
+        return;
+    }
     if (j->key != NULL && j->key->held_until > held_until)
         held_until = j->key->held_until;
     if (w->shutting_down || j->op != WQ_ACQUIRE || !j->tried ||
@@ -253,6 +266,10 @@ void wq_unpark(struct waitq *q, struct wq_job *j, bool next_turn)
     j->key = NULL;
     if (next_turn && was_head && k->head != NULL)
         wq_timer_set(q, &k->retry, clock_mono_ms(), false);
+    if (k->head == NULL && k->watchers != NULL)
+        /* a multi-key waiter held back by this instance's waiters (a store
+         * without a queue) may go now; without them it costs one try */
+        wq_multi_poke(q, k);
     wq_key_free_if_idle(q, k);
 }
 
@@ -284,6 +301,13 @@ void wq_park(struct waitq *q, struct wq_job *j, struct wq_key *k)
     else
         k->head = j;
     k->tail = j;
+    wq_track(q, j);
+}
+
+/* j waits from now on: counted as a waiter, its client's socket watched
+ * for a hang-up. */
+void wq_track(struct waitq *q, struct wq_job *j)
+{
     if (!j->counted) {
         j->counted = true;
         atomic_fetch_add_explicit(&q->count, 1, memory_order_relaxed);
@@ -311,6 +335,8 @@ void waitq_notify(void *arg, const char *key, size_t key_len)
     k = do_key_find(q, key, key_len);
     if (k != NULL) /* kicks the timer thread if it is now the first */
         wq_timer_set(q, &k->retry, clock_mono_ms(), false);
+    if (k != NULL && k->watchers != NULL)
+        wq_multi_poke(q, k);
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -424,7 +450,7 @@ static enum wq_start start_inline(struct waitq *q,
     pthread_mutex_unlock(&q->mu);
     j->lw.deadline_ms = clock_wall_ms() + (start + w->wait_ms - now);
     j->req.waiter = &j->lw;
-    if (k == NULL) {
+    if (k == NULL || k->head == NULL) { /* a key may be only watched */
         if (try_inline(q, w, j, &g))
             return WQ_DONE;
         tried_now = true;
@@ -496,6 +522,9 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
         w->result = BACKEND_UNAVAILABLE;
         return WQ_DONE;
     }
+    if (w->op == WQ_ACQUIRE_MULTI || w->op == WQ_RENEW_MULTI ||
+        w->op == WQ_RELEASE_MULTI)
+        return wq_multi_start(q, w);
     if (inline_calls && !waits)
         return run_inline(q, w);
 
@@ -670,7 +699,7 @@ void waitq_free(struct waitq *q)
     }
     while ((t = wq_run_pop(q)) != NULL) /* owed calls nobody ran */
         if (!t->is_key)
-            free(CONTAINER_OF(t, struct wq_job, task));
+            wq_job_mem_free(CONTAINER_OF(t, struct wq_job, task));
     wq_free_graveyard(q);
     pthread_mutex_unlock(&q->mu);
     keytab_foreach(&q->keys, free_key, NULL);

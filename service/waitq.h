@@ -13,7 +13,10 @@
  * at the bound finishes in the background, and a grant nobody will receive
  * is released at once.
  *
- * Waiting acquires are parked in a FIFO per key. One timer thread answers
+ * Waiting acquires are parked in a FIFO per key. A waiting acquire of
+ * several keys at once takes no place in those FIFOs: it watches its keys
+ * and tries them all again whenever one is notified, or when the retry
+ * hint comes (service/waitq_multi.c). One timer thread answers
  * deadlines and hang-ups and never calls the store; it hands retries (on a
  * backend notification that the key may be free, or when the holder's TTL
  * is due) to the workers, at most one call per key at a time.
@@ -40,8 +43,11 @@ enum wq_op {
     WQ_RENEW,
     WQ_RELEASE,
     WQ_INSPECT,
-    WQ_PING,  /* readiness: result only */
-    WQ_COUNT, /* locks held: count */
+    WQ_PING,          /* readiness: result only */
+    WQ_COUNT,         /* locks held: count */
+    WQ_ACQUIRE_MULTI, /* several keys at once: mreq and mgrant */
+    WQ_RENEW_MULTI,
+    WQ_RELEASE_MULTI,
 };
 
 struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
@@ -49,6 +55,11 @@ struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
     enum wq_op op;
     struct lock_req req;                  /* strings borrowed until the
                                              answer; waiter is waitq's */
+    struct lock_multi_req mreq;           /* the multi ops' request, its
+                                             strings and arrays borrowed
+                                             until the answer */
+    struct lock_multi_grant *mgrant;      /* the multi ops: the caller's
+                                             storage for the answer */
     int64_t wait_ms;                      /* acquire: 0 = try once */
     int64_t start_us;                     /* monotonic us the request
                                              arrived; 0 = now */
@@ -61,7 +72,9 @@ struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
     enum backend_result result;
     struct lock_grant grant; /* acquire/renew OK: the grant (its ttl_ms is
                                 the store's; see backend_grant_left_ms());
-                                HELD: retry_ms */
+                                HELD: retry_ms. The multi ops answer in
+                                *mgrant instead (HELD: held and retry_ms
+                                from the last try) */
     struct lock_info info;   /* inspect OK */
     int64_t count;           /* WQ_COUNT: backend_held_count() */
     bool shutting_down;      /* answered because the instance is draining */
@@ -102,6 +115,10 @@ void waitq_orphan(struct waitq *q,
                   const char *key,
                   size_t key_len,
                   const char *token);
+
+/* The same for a multi-key grant: every key of req is released from
+ * req->token. Strings and arrays are copied. */
+void waitq_orphan_multi(struct waitq *q, const struct lock_multi_req *req);
 
 /* Answer every request in flight (result UNAVAILABLE, shutting_down set)
  * and every later waitq_start() at once; returns when all are answered. */

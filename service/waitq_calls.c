@@ -67,15 +67,13 @@ static void do_cleanup(struct waitq *q, struct wq_job *j, enum cleanup c)
  * by the client's count, and may be gone already. That is a 503; false,
  * so that the caller releases a grant nobody will hold.
  */
-static bool do_answer_grant(struct waitq *q,
-                            struct wq_job *j,
-                            const struct lock_grant *g,
-                            int64_t base_us,
-                            struct done_list *done)
+bool wq_grant_in_time(uint64_t ttl_ms, int64_t valid_until_us, int64_t base_us)
 {
+    struct lock_grant g = { .ttl_ms = ttl_ms,
+                            .valid_until_us = valid_until_us };
     int64_t now = clock_mono_us();
-    uint64_t left = backend_grant_left_ms(g, now);
-    int64_t slack = (int64_t)g->ttl_ms * 100; /* a tenth, in us */
+    uint64_t left = backend_grant_left_ms(&g, now);
+    int64_t slack = (int64_t)ttl_ms * 100; /* a tenth, in us */
 
     if (slack > WQ_ANSWER_SLACK_US)
         slack = WQ_ANSWER_SLACK_US;
@@ -83,6 +81,18 @@ static bool do_answer_grant(struct waitq *q,
         log_warn("waitq: the store answered too late (%lld ms after the "
                  "call, %llu ms of the lock left): answering 503",
                  (long long)((now - base_us) / 1000), (unsigned long long)left);
+        return false;
+    }
+    return true;
+}
+
+static bool do_answer_grant(struct waitq *q,
+                            struct wq_job *j,
+                            const struct lock_grant *g,
+                            int64_t base_us,
+                            struct done_list *done)
+{
+    if (!wq_grant_in_time(g->ttl_ms, g->valid_until_us, base_us)) {
         wq_answer(q, j, BACKEND_UNAVAILABLE, NULL, NULL, done);
         return false;
     }
@@ -186,6 +196,10 @@ do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done)
     enum backend_result r;
     uint64_t epoch;
 
+    if (j->multi != NULL) {
+        wq_multi_run_job(q, j, done);
+        return;
+    }
     if (j->cleanup != CLEAN_NONE) {
         do_cleanup(q, j, j->cleanup);
         return;

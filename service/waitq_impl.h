@@ -3,12 +3,15 @@
  * them: the job, key and queue structs, the timer kinds, and the functions
  * one file calls in another. Split from waitq.c so that each file reads in
  * one sitting: waitq.c (jobs, keys, parking, answers; the public calls),
- * waitq_timers.c (the timer heap and the timer thread) and waitq_calls.c
- * (the workers: store calls and what their answers mean for a job).
+ * waitq_timers.c (the timer heap and the timer thread), waitq_calls.c
+ * (the workers: store calls and what their answers mean for a job) and
+ * waitq_multi.c (requests for several keys at once).
  *
  * Every wq_*() below runs with q->mu held, like the do_*() helpers in each
- * file, except wq_done_wake() (after the mutex is dropped), wq_kick() (any
- * time), wq_call_store() (never under it) and the thread mains.
+ * file, except wq_done_wake() (after the mutex is dropped), wq_kick() and
+ * wq_grant_in_time() (any time), wq_call_store() and wq_multi_start()
+ * (never under it), wq_job_mem_free() (a job nobody else can reach) and
+ * the thread mains.
  */
 #ifndef SERVICE_WAITQ_IMPL_H
 #define SERVICE_WAITQ_IMPL_H
@@ -26,9 +29,13 @@
     2000                      /* retry at least this often: a lost \
                                  notification costs at most this */
 #define WQ_UNAVAILABLE_MS 200 /* retry pace while the backend is down */
-#define WQ_EVENTS         64
-#define WQ_IDLE_MS        1000 /* the timer thread looks at least this often */
-#define WQ_WORKERS_MAX    1024
+#define WQ_MULTI_UNKNOWN_MS                                       \
+    20 /* a multi-key waiter's first retry when the store gave no \
+          hint (held by queued waiters only): doubled each time,  \
+          up to WQ_RETRY_MAX_MS */
+#define WQ_EVENTS      64
+#define WQ_IDLE_MS     1000 /* the timer thread looks at least this often */
+#define WQ_WORKERS_MAX 1024
 /* What a grant must have left beyond the time since its request arrived:
  * the answer's way out through the HTTP stack and the network, and the
  * request's way in before lockd saw it. A tenth of the TTL, at most this. */
@@ -38,12 +45,14 @@ enum timer_kind {
     TIMER_WAIT_END, /* a job's wait runs out */
     TIMER_BOUND,    /* a job must be answered now */
     TIMER_RETRY,    /* a key's waiters are tried again */
+    TIMER_MRETRY,   /* a multi-key waiter tries its keys again */
 };
 
 enum cleanup {
     CLEAN_NONE = 0,
-    CLEAN_CANCEL,  /* give up the job's place in the store's queue */
-    CLEAN_RELEASE, /* release a grant nobody received */
+    CLEAN_CANCEL,        /* give up the job's place in the store's queue */
+    CLEAN_RELEASE,       /* release a grant nobody received */
+    CLEAN_RELEASE_MULTI, /* the same, for a multi-key grant */
 };
 
 #define CONTAINER_OF(p, type, member) \
@@ -54,6 +63,15 @@ struct wq_task { /* an entry of the run queue: a job or a key */
     bool is_key;
 };
 
+struct wq_multi;
+
+/* A multi-key waiter's link in one of its keys' watcher lists. */
+struct wq_watch {
+    struct wq_watch *prev, *next;
+    struct wq_key *key; /* NULL when not linked */
+    struct wq_multi *m;
+};
+
 struct wq_key {
     struct keytab_entry ke; /* ke.key points at key[] */
     struct wq_timer retry;
@@ -62,9 +80,28 @@ struct wq_key {
     bool running; /* a worker is trying its waiters */
     bool again;   /* a retry was due while running: once more at once */
     struct wq_job *head, *tail;
-    int64_t held_until; /* monotonic ms when the holder's TTL ends, as
-                           last seen; for retry_after_ms */
+    struct wq_watch *watchers; /* multi-key waiters on this key: no place
+                                  in the FIFO, told when it is notified */
+    int64_t held_until;        /* monotonic ms when the holder's TTL ends, as
+                                  last seen; for retry_after_ms */
     char key[];
+};
+
+/* The multi-key side of a job (ops WQ_*_MULTI), one allocation with the
+ * copies of the request's arrays and strings. */
+struct wq_multi {
+    struct wq_job *job;
+    struct lock_multi_req req; /* arrays and strings in this block */
+    struct wq_timer retry;     /* TIMER_MRETRY */
+    struct wq_watch *watch;    /* req.n links, in this block */
+    int64_t held_until;        /* monotonic ms when the first TTL among the
+                                  held keys ends, as last seen; 0 unknown */
+    uint64_t backoff_ms;       /* the next retry without a hint; 0: the
+                                  first */
+    bool watching;             /* watch[] linked into the keys */
+    bool again;                /* a retry came due while a try ran */
+    bool first_done;           /* the first try was made */
+    bool held[LOCK_MULTI_MAX]; /* the last try's held keys */
 };
 
 struct wq_job {
@@ -92,6 +129,7 @@ struct wq_job {
     bool tried;     /* the store answered HELD at least once */
     bool last_unavailable;
     enum cleanup cleanup;
+    struct wq_multi *multi; /* owned; the multi ops only, else NULL */
     char text[];
 };
 
@@ -148,6 +186,8 @@ void wq_answer_unserved(struct waitq *q,
 void wq_unpark(struct waitq *q, struct wq_job *j, bool next_turn);
 void wq_dispose(struct waitq *q, struct wq_job *j);
 void wq_park(struct waitq *q, struct wq_job *j, struct wq_key *k);
+void wq_track(struct waitq *q, struct wq_job *j);
+void wq_job_mem_free(struct wq_job *j); /* no mutex: j is nobody's */
 
 /* waitq_timers.c: the timer heap and the timer thread */
 void wq_timer_remove(struct waitq *q, struct wq_timer *t);
@@ -169,6 +209,17 @@ void wq_schedule_held(struct waitq *q,
                       int64_t now,
                       const struct lock_grant *g);
 void wq_run_key(struct waitq *q, struct wq_key *k, struct done_list *done);
+bool wq_grant_in_time(uint64_t ttl_ms, int64_t valid_until_us, int64_t base_us);
+
+/* waitq_multi.c: several keys at once */
+enum wq_start wq_multi_start(struct waitq *q, struct wq_waiter *w);
+void wq_multi_poke(struct waitq *q, struct wq_key *k);
+void wq_multi_fire(struct waitq *q, struct wq_multi *m, struct done_list *d);
+void wq_multi_run_job(struct waitq *q, struct wq_job *j, struct done_list *d);
+void wq_multi_answer_unserved(struct waitq *q,
+                              struct wq_job *j,
+                              struct done_list *done);
+void wq_multi_forget(struct waitq *q, struct wq_multi *m);
 void *wq_worker_main(void *arg);
 
 #endif /* SERVICE_WAITQ_IMPL_H */

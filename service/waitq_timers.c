@@ -116,7 +116,7 @@ void wq_free_graveyard(struct waitq *q)
     q->graveyard = NULL;
     for (; t != NULL; t = next) {
         next = t->next;
-        free(CONTAINER_OF(t, struct wq_job, task));
+        wq_job_mem_free(CONTAINER_OF(t, struct wq_job, task));
     }
 }
 
@@ -135,6 +135,10 @@ static void do_fire(struct waitq *q, struct wq_timer *t, struct done_list *done)
         } else {
             wq_key_free_if_idle(q, k);
         }
+        return;
+    }
+    if (t->kind == TIMER_MRETRY) {
+        wq_multi_fire(q, CONTAINER_OF(t, struct wq_multi, retry), done);
         return;
     }
     struct wq_job *j = t->kind == TIMER_WAIT_END

@@ -2,7 +2,8 @@
  * backends/memory/mem_int.h - the memory store's private state, shared by
  * its files: memory.c (the ops table and the decisions of acquire, renew,
  * release, inspect), holders.c (an entry's holders: grant, expiry, lookup,
- * removal) and sweep.c (open, close and the sweeper thread).
+ * removal), multi.c (several keys at once) and sweep.c (open, close and
+ * the sweeper thread).
  *
  * An entry exists while its key is held or has waiters. Its holders are
  * one array in logical order 0..nheld-1, by ascending fence (a grant
@@ -51,11 +52,20 @@ struct mem_entry {
     struct mem_holder first; /* holder 0, valid while nheld > 0 */
     struct mem_holder *more; /* owned: holders 1..nheld-1; NULL if none */
     struct mem_waiter *qhead, *qtail;
-    uint32_t nheld; /* holders now */
-    uint32_t limit; /* the key's limit while held SHARED; 0 = none */
-    uint8_t mode;   /* enum lock_mode while held */
+    uint32_t nheld;  /* holders now */
+    uint32_t limit;  /* the key's limit while held SHARED; 0 = none */
+    uint8_t mode;    /* enum lock_mode while held */
+    bool multi_wait; /* a multi-key acquire was refused for this key since
+                        the last notification: it keeps no place in the
+                        FIFO, so this is what gets it told of a change */
     char key[];
 };
+
+/* The shard of a key's hash; multi.c locks shards in ascending index. */
+static inline unsigned mem_shard_index(uint64_t hash)
+{
+    return (unsigned)((hash >> 58) % MEM_SHARDS);
+}
 
 struct mem_shard {
     pthread_mutex_t mu; /* guards tab and every entry in it */
@@ -109,6 +119,24 @@ do_mem_fill_info(struct mem_entry *e, int64_t now, struct lock_info *out);
 void mem_notify(struct mem_be *m, const char *key, size_t len);
 /* Free e if it has no holder and no waiter. */
 void do_mem_entry_free_if_idle(struct mem_shard *s, struct mem_entry *e);
+/* A new entry for key in s (no holder, no waiter), or NULL. */
+struct mem_entry *
+do_mem_entry_new(struct mem_shard *s, const char *key, size_t len, uint64_t h);
+/* Is a change to e that may let someone in (an expiry, a release, a place
+ * given up) to be notified: waiters queued, or a refused multi-key acquire
+ * (whose mark it clears: that notification is now on its way)? */
+bool do_mem_wake_due(struct mem_entry *e);
+
+/* multi.c: the multi-key ops of the table */
+enum backend_result mem_be_acquire_multi(struct backend *be,
+                                         const struct lock_multi_req *req,
+                                         struct lock_multi_grant *out);
+enum backend_result mem_be_renew_multi(struct backend *be,
+                                       const struct lock_multi_req *req,
+                                       struct lock_multi_grant *out);
+enum backend_result mem_be_release_multi(struct backend *be,
+                                         const struct lock_multi_req *req,
+                                         struct lock_multi_grant *out);
 
 /* sweep.c */
 void *mem_sweeper_main(void *arg);

@@ -29,7 +29,7 @@ extern const struct backend_ops memory_backend;
 
 static struct mem_shard *shard_of(struct mem_be *m, uint64_t hash)
 {
-    return &m->shards[(hash >> 58) % MEM_SHARDS];
+    return &m->shards[mem_shard_index(hash)];
 }
 
 void mem_notify(struct mem_be *m, const char *key, size_t len)
@@ -47,8 +47,18 @@ void do_mem_entry_free_if_idle(struct mem_shard *s, struct mem_entry *e)
     free(e);
 }
 
-static struct mem_entry *
-do_entry_new(struct mem_shard *s, const char *key, size_t len, uint64_t hash)
+bool do_mem_wake_due(struct mem_entry *e)
+{
+    bool due = e->qhead != NULL || e->multi_wait;
+
+    e->multi_wait = false;
+    return due;
+}
+
+struct mem_entry *do_mem_entry_new(struct mem_shard *s,
+                                   const char *key,
+                                   size_t len,
+                                   uint64_t hash)
 {
     struct mem_entry *e = calloc(1, sizeof(*e) + len + 1);
 
@@ -208,7 +218,7 @@ static enum backend_result do_acquire(struct mem_be *m,
     room = do_holders_allow(e, req);
     if (room && do_queue_allows(e, w, req)) {
         if (e == NULL) {
-            e = do_entry_new(s, req->key, req->key_len, hash);
+            e = do_mem_entry_new(s, req->key, req->key_len, hash);
             *ep = e;
         }
         if (e == NULL)
@@ -247,7 +257,7 @@ static enum backend_result mem_be_acquire(struct backend *be,
     pthread_mutex_lock(&s->mu);
     e = (struct mem_entry *)keytab_find(&s->tab, req->key, req->key_len, hash);
     if (e != NULL && do_mem_expire(m, e, now) > 0)
-        wake = e->qhead != NULL;
+        wake = do_mem_wake_due(e);
     r = do_acquire(m, s, &e, req, hash, now, out, &wake);
     if (r != BACKEND_OK && r != BACKEND_HELD && e != NULL)
         do_mem_entry_free_if_idle(s, e);
@@ -279,7 +289,7 @@ static enum backend_result do_find_held(struct mem_be *m,
     if (e == NULL)
         return BACKEND_NOT_FOUND;
     if (do_mem_expire(m, e, now) > 0)
-        *wake = e->qhead != NULL;
+        *wake = do_mem_wake_due(e);
     if (e->nheld == 0)
         return BACKEND_NOT_FOUND;
     i = do_mem_find_token(e, req->token);
@@ -357,7 +367,7 @@ static enum backend_result mem_be_release(struct backend *be,
         if (req->all || h->holds <= 1) {
             do_mem_unhold(m, e, i);
             out->holds = 0;
-            wake = e->qhead != NULL;
+            wake = do_mem_wake_due(e) || wake;
         } else {
             out->holds = --h->holds;
         }
@@ -386,7 +396,7 @@ static enum backend_result mem_be_inspect(struct backend *be,
     pthread_mutex_lock(&s->mu);
     e = (struct mem_entry *)keytab_find(&s->tab, key, key_len, hash);
     if (e != NULL && do_mem_expire(m, e, now) > 0)
-        wake = e->qhead != NULL;
+        wake = do_mem_wake_due(e);
     if (e != NULL && e->nheld > 0)
         r = do_mem_fill_info(e, now, out);
     else if (e != NULL)
@@ -415,6 +425,8 @@ static enum backend_result mem_be_cancel_wait(struct backend *be,
     e = w->entry;
     wake = do_leaving_wakes(e, w);
     do_unqueue(e, waiter);
+    /* the place may have kept a multi-key acquire out */
+    wake = (e->multi_wait && do_mem_wake_due(e)) || wake;
     do_mem_entry_free_if_idle(s, e);
     pthread_mutex_unlock(&s->mu);
     if (wake)
@@ -536,6 +548,9 @@ const struct backend_ops memory_backend = {
     .release = mem_be_release,
     .inspect = mem_be_inspect,
     .cancel_wait = mem_be_cancel_wait,
+    .acquire_multi = mem_be_acquire_multi,
+    .renew_multi = mem_be_renew_multi,
+    .release_multi = mem_be_release_multi,
     .ping = mem_be_ping,
     .held_count = mem_be_held_count,
     .close = mem_be_close,

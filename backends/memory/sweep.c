@@ -26,11 +26,11 @@ static void sweep_entry(struct keytab_entry *ke, void *arg)
     struct sweep *sw = arg;
     struct mem_entry *e = (struct mem_entry *)ke;
 
-    if (e->qhead != NULL && sw->nwake == MEM_SWEEP_BATCH)
+    if ((e->qhead != NULL || e->multi_wait) && sw->nwake == MEM_SWEEP_BATCH)
         return; /* no room to notify its waiters: the next pass expires it */
     if (do_mem_expire(sw->m, e, sw->now) == 0)
         return;
-    if (e->qhead != NULL) {
+    if (do_mem_wake_due(e)) {
         sw->wake[sw->nwake] = strndup(e->key, e->ke.key_len);
         if (sw->wake[sw->nwake] != NULL)
             sw->wake_len[sw->nwake++] = e->ke.key_len;

@@ -19,6 +19,7 @@
 #include "api/handlers.h"
 #include "api/router.h"
 #include "backends/backend.h"
+#include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/text.h"
 #include "tests/unit/check.h"
@@ -1108,6 +1109,23 @@ static void router_close(void)
     CHECK_MSG((got) <= (want) && (got) > (want)-50, "ttl_ms %lld, want %d", \
               (long long)(got), (want))
 
+/* A multi verb run once on the backend and answered. */
+static void run_multi_call(const struct api_call *c, struct api_response *resp)
+{
+    struct lock_multi_req req;
+    struct lock_multi_grant g;
+    enum backend_result br;
+
+    api_call_multi_req(c, &req);
+    if (c->verb == API_VERB_ACQUIRE_MULTI)
+        br = backend_acquire_multi(rcfg.backend, &req, &g);
+    else if (c->verb == API_VERB_RENEW_MULTI)
+        br = backend_renew_multi(rcfg.backend, &req, &g);
+    else
+        br = backend_release_multi(rcfg.backend, &req, &g);
+    handle_multi_reply(&rcfg, c, br, &g, resp);
+}
+
 static void run_call(const struct api_call *c, struct api_response *resp)
 {
     struct lock_req req = { 0 };
@@ -1136,6 +1154,11 @@ static void run_call(const struct api_call *c, struct api_response *resp)
     case API_VERB_READYZ:
         br = backend_ping(rcfg.backend);
         break;
+    case API_VERB_ACQUIRE_MULTI:
+    case API_VERB_RENEW_MULTI:
+    case API_VERB_RELEASE_MULTI:
+        run_multi_call(c, resp);
+        return;
     default:
         held = backend_held_count(rcfg.backend);
         br = BACKEND_OK;
@@ -2021,6 +2044,561 @@ static void test_reply_inspect_shapes(void)
         json_integer_value(json_object_get(json_array_get(hs, 0), "holds")), 2);
     reply_cleanup(&r);
     lock_info_clear(&info);
+}
+
+/* ---- several keys at once: POST, PUT and DELETE /locks ---- */
+
+/* A multi request through the router, run and answered: its Lock-Token
+ * (NULL: none) and Idempotency-Key (NULL: none) headers. */
+static void multi_request(struct reply *r,
+                          const char *method,
+                          const char *target,
+                          const char *body,
+                          const char *token,
+                          const char *idem)
+{
+    const char *tokens[2] = { token, NULL };
+    const char *idems[2] = { idem, NULL };
+    struct fake_req f;
+
+    memset(r, 0, sizeof(*r));
+    fake_init(&f, method, target, body, tokens);
+    fake_idem(&f, idems);
+    r->action = dispatch_run(&f.rq, &r->resp, &r->acq);
+    reply_parse(r);
+}
+
+/* The JSON array a as a comma-separated string, into buf. */
+static const char *list_str(json_t *a, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (!json_is_array(a)) {
+        snprintf(buf, cap, "(not an array)");
+        return buf;
+    }
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        if (i > 0)
+            cat(buf, cap, ",");
+        cat(buf, cap,
+            json_is_string(json_array_get(a, i))
+                ? json_string_value(json_array_get(a, i))
+                : "(not a string)");
+    }
+    return buf;
+}
+
+#define CHECK_LIST(a, want)                                        \
+    do {                                                           \
+        char list_[256];                                           \
+        CHECK_STR_EQ(list_str((a), list_, sizeof(list_)), (want)); \
+    } while (0)
+
+static json_t *err_obj(const struct reply *r)
+{
+    return json_object_get(r->json, "error");
+}
+
+/* The fence the single-key inspect shows for key (-1 when free). */
+static long long inspect_fence(const char *key, long long *ttl)
+{
+    char target[128];
+    struct reply r;
+    long long fence;
+
+    snprintf(target, sizeof(target), "/locks/%s", key);
+    request(&r, "GET", target, NULL, NULL, NULL);
+    fence = r.resp.status == 200 ? jint(&r, "fence") : -1;
+    if (ttl != NULL)
+        *ttl = jint(&r, "ttl_ms");
+    reply_cleanup(&r);
+    return fence;
+}
+
+static void test_parse_multi_reads_keys_in_order(void)
+{
+    const char *tokens[2] = { "tok-h", NULL };
+    struct fake_req f;
+    struct api_params p;
+    struct api_keys k;
+    char msg[512] = "";
+
+    fake_init(&f, "POST", "/locks",
+              "{\"owner\":\"pod-a\",\"keys\":[\"zeta\",\"a/b\",\"\\u00e9\"],"
+              "\"ttl_ms\":5000,\"wait_ms\":7}",
+              NULL);
+    CHECK_EQ_INT(codec_parse_multi(&f.rq,
+                                   API_P_TTL_MS | API_P_WAIT_MS | API_P_OWNER,
+                                   MAX_TTL, MAX_WAIT, &p, &k, msg, sizeof(msg)),
+                 API_OK);
+    CHECK_EQ_INT(k.n, 3);
+    if (k.n == 3) {
+        CHECK_STR_EQ(k.keys[0], "zeta");
+        CHECK_STR_EQ(k.keys[1], "a/b");
+        CHECK_STR_EQ(k.keys[2], "\xc3\xa9");
+        CHECK_EQ_INT(k.lens[0], 4);
+        CHECK_EQ_INT(k.lens[2], 2);
+    }
+    CHECK_EQ_U64(p.ttl_ms, 5000);
+    CHECK_EQ_U64(p.wait_ms, 7);
+    CHECK_STR_EQ(p.owner, "pod-a");
+    CHECK(!p.has_token);
+    codec_params_cleanup(&p);
+    codec_keys_cleanup(&k);
+    CHECK(k.keys == NULL && k.n == 0);
+
+    /* the token from the Lock-Token header; ttl_ms optional */
+    fake_init(&f, "PUT", "/locks", "{\"keys\":[\"a\"]}", tokens);
+    CHECK_EQ_INT(codec_parse_multi(&f.rq, API_P_TOKEN | API_P_TTL_MS, MAX_TTL,
+                                   MAX_WAIT, &p, &k, msg, sizeof(msg)),
+                 API_OK);
+    CHECK_STR_EQ(p.token, "tok-h");
+    CHECK(!p.has_ttl_ms);
+    CHECK_EQ_INT(k.n, 1);
+    codec_params_cleanup(&p);
+    codec_keys_cleanup(&k);
+}
+
+static void test_parse_multi_rejects_bad_requests(void)
+{
+    static char many[2048], long_key[700], max_key[700];
+    const struct {
+        const char *method, *target, *body, *token;
+        enum api_error want;
+        const char *says; /* a part of the message */
+    } cases[] = {
+        { "POST", "/locks", NULL, NULL, API_INVALID_PARAMETER, "'keys'" },
+        { "POST", "/locks", "{}", NULL, API_INVALID_PARAMETER, "'keys'" },
+        { "POST", "/locks", "{\"ttl_ms\":5}", NULL, API_INVALID_PARAMETER,
+          "'keys'" },
+        { "POST", "/locks", "[\"a\"]", NULL, API_INVALID_JSON, "object" },
+        { "POST", "/locks", "keys=a", NULL, API_INVALID_JSON, "JSON" },
+        { "POST", "/locks?ttl_ms=5", "{\"keys\":[\"a\"]}", NULL,
+          API_INVALID_PARAMETER, "ttl_ms" },
+        { "POST", "/locks?keys=a", "{\"keys\":[\"a\"]}", NULL,
+          API_INVALID_PARAMETER, "body" },
+        { "POST", "/locks", "{\"keys\":\"a\"}", NULL, API_INVALID_PARAMETER,
+          "array" },
+        { "POST", "/locks", "{\"keys\":{\"a\":1}}", NULL, API_INVALID_PARAMETER,
+          "array" },
+        { "POST", "/locks", "{\"keys\":[]}", NULL, API_INVALID_PARAMETER,
+          "not 0" },
+        { "POST", "/locks", many, NULL, API_INVALID_PARAMETER, "not 65" },
+        { "POST", "/locks", "{\"keys\":[\"a\",1]}", NULL, API_INVALID_PARAMETER,
+          "keys[1]" },
+        { "POST", "/locks", "{\"keys\":[\"a\",null]}", NULL,
+          API_INVALID_PARAMETER, "keys[1]" },
+        { "POST", "/locks", "{\"keys\":[\"a\",\"b\",\"a\"]}", NULL,
+          API_INVALID_PARAMETER, "keys[2] repeats keys[0]: \"a\"" },
+        { "POST", "/locks", "{\"keys\":[\"a\",\"\"]}", NULL, API_INVALID_KEY,
+          "keys[1]" },
+        { "POST", "/locks", "{\"keys\":[\"a\",\"b\",\"c\",\"x\\u0001\"]}", NULL,
+          API_INVALID_KEY, "keys[3]" },
+        { "POST", "/locks", "{\"keys\":[\"a\\u0000b\"]}", NULL, API_INVALID_KEY,
+          "keys[0]" },
+        { "POST", "/locks", "{\"keys\":[\"a\\u007f\"]}", NULL, API_INVALID_KEY,
+          "keys[0]" },
+        { "POST", "/locks", long_key, NULL, API_INVALID_KEY, "keys[1]" },
+        { "POST", "/locks", "{\"keys\":[\"a\"],\"mode\":\"shared\"}", NULL,
+          API_INVALID_PARAMETER, "'mode'" },
+        { "POST", "/locks", "{\"keys\":[\"a\"],\"limit\":2}", NULL,
+          API_INVALID_PARAMETER, "'limit'" },
+        { "POST", "/locks", "{\"keys\":[\"a\"],\"all\":true}", NULL,
+          API_INVALID_PARAMETER, "'all'" },
+        { "POST", "/locks", "{\"keys\":[\"a\"],\"token\":\"t\"}", NULL,
+          API_INVALID_PARAMETER, "'token'" },
+        { "POST", "/locks", "{\"keys\":[\"a\"],\"keys\":[\"b\"]}", NULL,
+          API_INVALID_PARAMETER, "twice" },
+        { "POST", "/locks", "{\"keys\":[\"a\"],\"ttl_ms\":0}", NULL,
+          API_INVALID_PARAMETER, "ttl_ms" },
+        { "POST", "/locks", "{\"keys\":[\"a\"],\"ttl_ms\":\"5\"}", NULL,
+          API_INVALID_PARAMETER, "ttl_ms" },
+        { "POST", "/locks", "{\"keys\":[\"a\"],\"wait_ms\":300001}", NULL,
+          API_INVALID_PARAMETER, "wait_ms" },
+        { "POST", "/locks", "{\"keys\":[\"a\"],\"owner\":5}", NULL,
+          API_INVALID_PARAMETER, "owner" },
+        { "POST", "/locks", "{\"keys\":[\"a\"]}", "tok", API_INVALID_PARAMETER,
+          "Lock-Token" },
+        { "PUT", "/locks", "{\"keys\":[\"a\"]}", NULL, API_MISSING_TOKEN,
+          "token" },
+        { "PUT", "/locks", "{\"keys\":[\"a\"],\"token\":\"\"}", NULL,
+          API_MISSING_TOKEN, "token" },
+        { "PUT", "/locks", "{\"keys\":[\"a\"],\"wait_ms\":5}", "tok",
+          API_INVALID_PARAMETER, "'wait_ms'" },
+        { "PUT", "/locks", "{\"keys\":[\"a\"],\"token\":\"tok\"}", "tok",
+          API_INVALID_PARAMETER, "twice" },
+        { "PUT", "/locks?token=tok", "{\"keys\":[\"a\"]}", NULL,
+          API_INVALID_PARAMETER, "token" },
+        { "PUT", "/locks", "{\"keys\":[]}", "tok", API_INVALID_PARAMETER,
+          "keys" },
+        { "DELETE", "/locks", NULL, "tok", API_INVALID_PARAMETER, "'keys'" },
+        { "DELETE", "/locks", "{\"keys\":[\"a\"],\"ttl_ms\":5}", "tok",
+          API_INVALID_PARAMETER, "'ttl_ms'" },
+        { "DELETE", "/locks", "{\"keys\":[\"a\"],\"all\":true}", "tok",
+          API_INVALID_PARAMETER, "'all'" },
+        { "DELETE", "/locks", "{\"keys\":[\"a\"]}", NULL, API_MISSING_TOKEN,
+          "token" },
+        { "DELETE", "/locks", "{\"keys\":[\"a\",\"a\"]}", "tok",
+          API_INVALID_PARAMETER, "repeats" },
+    };
+    struct reply r;
+
+    snprintf(many, sizeof(many), "{\"keys\":[");
+    for (int i = 0; i < 65; i++) {
+        char one[16];
+        snprintf(one, sizeof(one), "%s\"k%d\"", i > 0 ? "," : "", i);
+        cat(many, sizeof(many), one);
+    }
+    cat(many, sizeof(many), "]}");
+    snprintf(long_key, sizeof(long_key), "{\"keys\":[\"a\",\"%0513d\"]}", 0);
+    snprintf(max_key, sizeof(max_key), "{\"keys\":[\"a\",\"%0512d\"]}", 0);
+    router_open(NULL);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *e;
+        multi_request(&r, cases[i].method, cases[i].target, cases[i].body,
+                      cases[i].token, NULL);
+        e = err_obj(&r);
+        CHECK_MSG(r.action == API_ACTION_REPLY &&
+                      r.resp.status == api_error_status(cases[i].want),
+                  "case %zu (%s %s): action %d status %u", i, cases[i].method,
+                  cases[i].body != NULL ? cases[i].body : "(no body)", r.action,
+                  r.resp.status);
+        CHECK_MSG(err_code(&r) != NULL &&
+                      strcmp(err_code(&r), api_error_code(cases[i].want)) == 0,
+                  "case %zu: code %s, want %s", i,
+                  err_code(&r) != NULL ? err_code(&r) : "(none)",
+                  api_error_code(cases[i].want));
+        CHECK_MSG(json_string_value(json_object_get(e, "message")) != NULL &&
+                      strstr(json_string_value(json_object_get(e, "message")),
+                             cases[i].says) != NULL,
+                  "case %zu: message '%s' does not say '%s'", i,
+                  json_string_value(json_object_get(e, "message")),
+                  cases[i].says);
+        reply_cleanup(&r);
+    }
+    /* nothing was granted by any of them */
+    CHECK_EQ_INT(backend_held_count(rcfg.backend), 0);
+    /* the largest request is fine: 64 keys, a 512-byte key */
+    many[strlen(many) - 2] = '\0';
+    *strrchr(many, ',') = '\0';
+    cat(many, sizeof(many), "]}");
+    multi_request(&r, "POST", "/locks", many, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 201);
+    CHECK_EQ_INT(json_array_size(json_object_get(r.json, "keys")), 64);
+    CHECK_EQ_INT(json_object_size(json_object_get(r.json, "fences")), 64);
+    reply_cleanup(&r);
+    multi_request(&r, "POST", "/locks", max_key, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 201);
+    reply_cleanup(&r);
+    CHECK_EQ_INT(backend_held_count(rcfg.backend), 66);
+    router_close();
+}
+
+static void test_router_multi_grant_renew_release(void)
+{
+    struct reply r;
+    char token[API_TOKEN_LEN + 1] = "", body[256], list[256];
+    long long fb, fa, fc, ttl;
+    json_t *fences;
+
+    router_open(NULL);
+    /* a single grant first: the multi grant's fences come after it */
+    request(&r, "POST", "/locks/before", NULL, NULL, NULL);
+    fa = jint(&r, "fence");
+    reply_cleanup(&r);
+    multi_request(&r, "POST", "/locks",
+                  "{\"keys\":[\"b\",\"a\",\"c/1\"],\"ttl_ms\":5000,"
+                  "\"owner\":\"pod-m\"}",
+                  NULL, NULL);
+    CHECK_EQ_INT(r.action, API_ACTION_CALL);
+    CHECK_EQ_INT(r.resp.status, 201);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_ACQUIRE_MULTI);
+    CHECK_STR_EQ(api_route_names[r.resp.route], "acquire_multi");
+    CHECK_EQ_INT(json_object_size(r.json), 5);
+    CHECK_LIST(json_object_get(r.json, "keys"), "b,a,c/1");
+    CHECK(is_token(jstr(&r, "token")));
+    CHECK_STR_EQ(jstr(&r, "token"), r.acq.token);
+    CHECK_TTL_LEFT(jint(&r, "ttl_ms"), 5000);
+    CHECK(is_time(jstr(&r, "expires_at")));
+    fences = json_object_get(r.json, "fences");
+    CHECK_EQ_INT(json_object_size(fences), 3);
+    fb = json_integer_value(json_object_get(fences, "b"));
+    fc = json_integer_value(json_object_get(fences, "c/1"));
+    CHECK(fb > fa && fc > fa && fc < (1LL << 53));
+    /* each key is an ordinary exclusive lock with that fence */
+    CHECK_EQ_INT(inspect_fence("b", NULL), fb);
+    CHECK_EQ_INT(inspect_fence("c%2F1", NULL), fc);
+    fa = json_integer_value(json_object_get(fences, "a"));
+    CHECK_EQ_INT(inspect_fence("a", NULL), fa);
+    snprintf(token, sizeof(token), "%s", jstr(&r, "token"));
+    reply_cleanup(&r);
+
+    /* renew: header or body token, the same fences, the new TTL */
+    multi_request(&r, "PUT", "/locks",
+                  "{\"keys\":[\"a\",\"b\"],\"ttl_ms\":7000}", token, NULL);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_RENEW_MULTI);
+    CHECK_LIST(json_object_get(r.json, "keys"), "a,b");
+    CHECK_STR_EQ(jstr(&r, "token"), token);
+    CHECK_TTL_LEFT(jint(&r, "ttl_ms"), 7000);
+    CHECK_EQ_INT(json_integer_value(
+                     json_object_get(json_object_get(r.json, "fences"), "a")),
+                 fa);
+    reply_cleanup(&r);
+    snprintf(body, sizeof(body), "{\"keys\":[\"c/1\"],\"token\":\"%s\"}",
+             token);
+    multi_request(&r, "PUT", "/locks", body, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_TTL_LEFT(jint(&r, "ttl_ms"), 5000); /* its last TTL kept */
+    reply_cleanup(&r);
+
+    /* a key not held: 404 naming it, and nothing renewed */
+    multi_request(&r, "PUT", "/locks",
+                  "{\"keys\":[\"a\",\"nope\",\"b\"],\"ttl_ms\":60000}", token,
+                  NULL);
+    CHECK_EQ_INT(r.resp.status, 404);
+    CHECK_STR_EQ(err_code(&r), "lock_not_found");
+    CHECK_STR_EQ(json_string_value(json_object_get(err_obj(&r), "key")),
+                 "nope");
+    CHECK_CONTAINS(json_string_value(json_object_get(err_obj(&r), "message")),
+                   "\"nope\"");
+    reply_cleanup(&r);
+    inspect_fence("a", &ttl);
+    CHECK_MSG(ttl <= 7000, "a was renewed to %lld ms by a failed renew", ttl);
+    /* a key under another token: 409 naming it */
+    request(&r, "POST", "/locks/other", NULL, NULL, NULL);
+    reply_cleanup(&r);
+    multi_request(&r, "PUT", "/locks", "{\"keys\":[\"a\",\"other\"]}", token,
+                  NULL);
+    CHECK_EQ_INT(r.resp.status, 409);
+    CHECK_STR_EQ(err_code(&r), "token_mismatch");
+    CHECK_STR_EQ(json_string_value(json_object_get(err_obj(&r), "key")),
+                 "other");
+    reply_cleanup(&r);
+
+    /* release: what the token held, in order; then none: 404 */
+    multi_request(&r, "DELETE", "/locks",
+                  "{\"keys\":[\"b\",\"other\",\"zz\",\"a\"]}", token, NULL);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_RELEASE_MULTI);
+    CHECK_EQ_INT(json_object_size(r.json), 2);
+    CHECK_LIST(json_object_get(r.json, "released"), "b,a");
+    CHECK_LIST(json_object_get(r.json, "not_held"), "other,zz");
+    reply_cleanup(&r);
+    CHECK_EQ_INT(inspect_fence("a", NULL), -1);
+    CHECK(inspect_fence("other", NULL) > 0);
+    CHECK(inspect_fence("c%2F1", NULL) > 0);
+    multi_request(&r, "DELETE", "/locks", "{\"keys\":[\"a\",\"b\"]}", token,
+                  NULL);
+    CHECK_EQ_INT(r.resp.status, 404);
+    CHECK_STR_EQ(err_code(&r), "lock_not_found");
+    reply_cleanup(&r);
+    /* the last key goes back by the single-key release */
+    request(&r, "DELETE", "/locks/c%2F1", NULL, token, NULL);
+    CHECK_EQ_INT(r.resp.status, 200);
+    reply_cleanup(&r);
+    (void)list;
+    router_close();
+}
+
+static void test_router_multi_held_takes_nothing(void)
+{
+    struct reply r;
+    json_t *e;
+    long long ms;
+
+    router_open(NULL);
+    request(&r, "POST", "/locks/c?ttl_ms=3000", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 201);
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks/a?ttl_ms=9000", NULL, NULL, NULL);
+    reply_cleanup(&r);
+    multi_request(&r, "POST", "/locks", "{\"keys\":[\"d\",\"c\",\"e\",\"a\"]}",
+                  NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 409);
+    CHECK_STR_EQ(err_code(&r), "lock_held");
+    e = err_obj(&r);
+    CHECK_LIST(json_object_get(e, "held"), "c,a");
+    ms = json_integer_value(json_object_get(e, "retry_after_ms"));
+    CHECK_MSG(ms >= 1 && ms <= 3000, "retry_after_ms %lld", ms);
+    CHECK_EQ_INT(r.resp.retry_after, (ms + 999) / 1000);
+    CHECK_EQ_INT(json_object_size(e), 4);
+    reply_cleanup(&r);
+    /* none of the free keys was taken */
+    CHECK_EQ_INT(inspect_fence("d", NULL), -1);
+    CHECK_EQ_INT(inspect_fence("e", NULL), -1);
+    CHECK_EQ_INT(backend_held_count(rcfg.backend), 2);
+    router_close();
+}
+
+static void test_router_multi_routes_and_refusals(void)
+{
+    static const char *const others[] = { "PATCH", "OPTIONS", "TRACE", "post" };
+    struct reply r;
+    struct fake_req f;
+
+    router_open(AUTH);
+    /* GET and HEAD /locks are no route yet; other methods 405 */
+    request(&r, "GET", "/locks", NULL, NULL, "Bearer " AUTH);
+    CHECK_EQ_INT(r.resp.status, 404);
+    CHECK_STR_EQ(err_code(&r), "not_found");
+    reply_cleanup(&r);
+    request(&r, "HEAD", "/locks", NULL, NULL, "Bearer " AUTH);
+    CHECK_EQ_INT(r.resp.status, 404);
+    reply_cleanup(&r);
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        request(&r, others[i], "/locks", "{\"keys\":[\"a\"]}", NULL,
+                "Bearer " AUTH);
+        CHECK_EQ_INT(r.resp.status, 405);
+        CHECK_STR_EQ(err_code(&r), "method_not_allowed");
+        CHECK_STR_EQ(r.resp.allow, "POST, PUT, DELETE");
+        reply_cleanup(&r);
+    }
+    /* "/locks/" is still the empty key */
+    request(&r, "POST", "/locks/", "{\"keys\":[\"a\"]}", NULL, "Bearer " AUTH);
+    CHECK_STR_EQ(err_code(&r), "invalid_key");
+    reply_cleanup(&r);
+    /* the bearer is required, as on /locks/{key} */
+    request(&r, "POST", "/locks", "{\"keys\":[\"a\"]}", NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 401);
+    CHECK(r.resp.www_authenticate);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_ACQUIRE_MULTI);
+    reply_cleanup(&r);
+    request(&r, "DELETE", "/locks", "{\"keys\":[\"a\"]}", "t", "Bearer nope");
+    CHECK_EQ_INT(r.resp.status, 401);
+    reply_cleanup(&r);
+    /* no Idempotency-Key for several keys */
+    fake_init(&f, "POST", "/locks", "{\"keys\":[\"a\"]}", NULL);
+    fake_idem(&f, (const char *const[]){ "retry-1", NULL });
+    f.rq.authorization = "Bearer " AUTH;
+    memset(&r, 0, sizeof(r));
+    r.action = dispatch_run(&f.rq, &r.resp, &r.acq);
+    reply_parse(&r);
+    CHECK_EQ_INT(r.resp.status, 400);
+    CHECK_STR_EQ(err_code(&r), "invalid_parameter");
+    CHECK_CONTAINS(json_string_value(json_object_get(err_obj(&r), "message")),
+                   "not supported");
+    reply_cleanup(&r);
+    /* draining: 503 shutting_down before anything is parsed */
+    fake_init(&f, "PUT", "/locks", "junk", NULL);
+    f.rq.authorization = "Bearer " AUTH;
+    f.rq.shutting_down = true;
+    memset(&r, 0, sizeof(r));
+    r.action = dispatch_run(&f.rq, &r.resp, &r.acq);
+    reply_parse(&r);
+    CHECK_EQ_INT(r.resp.status, 503);
+    CHECK_STR_EQ(err_code(&r), "shutting_down");
+    CHECK_EQ_INT(r.resp.retry_after, 1);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_RENEW_MULTI);
+    reply_cleanup(&r);
+    CHECK_EQ_INT(backend_held_count(rcfg.backend), 0);
+    /* with the bearer it works */
+    request(&r, "POST", "/locks", "{\"keys\":[\"a\"]}", NULL, "Bearer " AUTH);
+    CHECK_EQ_INT(r.resp.status, 201);
+    reply_cleanup(&r);
+    router_close();
+}
+
+/* The answers the store's results make, without a store: the multi call
+ * of body (a POST, PUT or DELETE /locks) answered r with g. */
+static void multi_reply(const char *method,
+                        const char *body,
+                        enum backend_result r,
+                        const struct lock_multi_grant *g,
+                        struct reply *out)
+{
+    struct fake_req f;
+
+    memset(out, 0, sizeof(*out));
+    fake_init(&f, method, "/locks", body, (const char *const[]){ "tk", NULL });
+    if (strcmp(method, "POST") == 0)
+        f.rq.nlock_tokens = 0;
+    CHECK_EQ_INT(router_dispatch(&rcfg, &f.rq, &out->resp, &out->acq),
+                 API_ACTION_CALL);
+    api_response_cleanup(&out->resp);
+    handle_multi_reply(&rcfg, &out->acq, r, g, &out->resp);
+    reply_parse(out);
+}
+
+static void test_reply_multi_shapes(void)
+{
+    struct lock_multi_grant g;
+    struct reply r;
+
+    router_open(NULL);
+    /* a grant with nothing left is a 503, never a grant */
+    memset(&g, 0, sizeof(g));
+    g.ttl_ms = 1000;
+    g.valid_until_us = 1; /* long ago */
+    multi_reply("POST", "{\"keys\":[\"a\",\"b\"]}", BACKEND_OK, &g, &r);
+    CHECK_EQ_INT(r.resp.status, 503);
+    CHECK_STR_EQ(err_code(&r), "backend_unavailable");
+    CHECK_EQ_INT(r.resp.retry_after, 1);
+    reply_cleanup(&r);
+    /* ttl_ms is what is left, not the TTL */
+    g.ttl_ms = 10000;
+    g.valid_until_us = clock_mono_us() + 4000 * 1000;
+    g.fences[0] = 11;
+    g.fences[1] = 12;
+    g.expires_at_ms = 1795262400123LL;
+    multi_reply("POST", "{\"keys\":[\"a\",\"b\"]}", BACKEND_OK, &g, &r);
+    CHECK_EQ_INT(r.resp.status, 201);
+    CHECK_TTL_LEFT(jint(&r, "ttl_ms"), 4000);
+    CHECK_STR_EQ(jstr(&r, "expires_at"), "2026-11-21T12:00:00.123Z");
+    CHECK_EQ_INT(json_integer_value(
+                     json_object_get(json_object_get(r.json, "fences"), "b")),
+                 12);
+    reply_cleanup(&r);
+    /* held: Retry-After rounded up; no hint is 1 ms */
+    memset(&g, 0, sizeof(g));
+    g.retry_ms = 1200;
+    g.held[1] = true;
+    multi_reply("POST", "{\"keys\":[\"a\",\"b\"],\"wait_ms\":5}", BACKEND_HELD,
+                &g, &r);
+    CHECK_EQ_INT(r.resp.status, 409);
+    CHECK_EQ_INT(r.resp.retry_after, 2);
+    CHECK_EQ_INT(
+        json_integer_value(json_object_get(err_obj(&r), "retry_after_ms")),
+        1200);
+    CHECK_LIST(json_object_get(err_obj(&r), "held"), "b");
+    CHECK_CONTAINS(json_string_value(json_object_get(err_obj(&r), "message")),
+                   "waiting");
+    reply_cleanup(&r);
+    g.retry_ms = 0;
+    multi_reply("POST", "{\"keys\":[\"a\",\"b\"]}", BACKEND_HELD, &g, &r);
+    CHECK_EQ_INT(
+        json_integer_value(json_object_get(err_obj(&r), "retry_after_ms")), 1);
+    CHECK_EQ_INT(r.resp.retry_after, 1);
+    reply_cleanup(&r);
+    /* renew: the first key not held, by index */
+    memset(&g, 0, sizeof(g));
+    g.bad = 2;
+    multi_reply("PUT", "{\"keys\":[\"a\",\"b\",\"c\"]}", BACKEND_MISMATCH, &g,
+                &r);
+    CHECK_EQ_INT(r.resp.status, 409);
+    CHECK_STR_EQ(json_string_value(json_object_get(err_obj(&r), "key")), "c");
+    CHECK_CONTAINS(json_string_value(json_object_get(err_obj(&r), "message")),
+                   "keys[2] (\"c\")");
+    reply_cleanup(&r);
+    /* the store down: 503 with Retry-After, for each verb */
+    multi_reply("DELETE", "{\"keys\":[\"a\"]}", BACKEND_UNAVAILABLE, &g, &r);
+    CHECK_EQ_INT(r.resp.status, 503);
+    CHECK_STR_EQ(err_code(&r), "backend_unavailable");
+    CHECK_EQ_INT(r.resp.retry_after, 1);
+    reply_cleanup(&r);
+    multi_reply("PUT", "{\"keys\":[\"a\"]}", BACKEND_UNAVAILABLE, &g, &r);
+    CHECK_EQ_INT(r.resp.status, 503);
+    reply_cleanup(&r);
+    multi_reply("POST", "{\"keys\":[\"a\"]}", BACKEND_UNAVAILABLE, &g, &r);
+    CHECK_EQ_INT(r.resp.status, 503);
+    reply_cleanup(&r);
+    /* release: both lists, even when one is empty */
+    g.released[0] = g.released[1] = true;
+    multi_reply("DELETE", "{\"keys\":[\"x\",\"y\"]}", BACKEND_OK, &g, &r);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_LIST(json_object_get(r.json, "released"), "x,y");
+    CHECK_LIST(json_object_get(r.json, "not_held"), "");
+    reply_cleanup(&r);
+    router_close();
 }
 
 /* ---- data-driven cases: tests/data/requests/<case>/{request,expect} ----
@@ -2949,6 +3527,12 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_router_fills_the_store_request),
     CHECK_CASE(test_reply_kinds_answers),
     CHECK_CASE(test_reply_inspect_shapes),
+    CHECK_CASE(test_parse_multi_reads_keys_in_order),
+    CHECK_CASE(test_parse_multi_rejects_bad_requests),
+    CHECK_CASE(test_router_multi_grant_renew_release),
+    CHECK_CASE(test_router_multi_held_takes_nothing),
+    CHECK_CASE(test_router_multi_routes_and_refusals),
+    CHECK_CASE(test_reply_multi_shapes),
     CHECK_CASE(test_data_driven_requests),
     CHECK_CASE(test_torture_parse_params_fails_cleanly),
     CHECK_CASE(test_torture_codec_reply_and_error_fail_cleanly),

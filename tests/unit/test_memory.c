@@ -5,7 +5,8 @@
  * (BACKEND_CAP_QUEUE), notifications, and mutual exclusion under threads;
  * then the lock kinds: shared holders under a limit, FIFO across modes,
  * re-entry and its cap, idempotent replay, inspect's holder list, holders
- * expiring one by one, and readers and writers apart under threads.
+ * expiring one by one, and readers and writers apart under threads; and
+ * what only the memory store does for several keys at once.
  */
 #include "backends/backend.h"
 
@@ -1489,6 +1490,87 @@ static void test_mem_threads_keep_readers_and_writers_apart(void)
     memory_backend.close(be);
 }
 
+/* ---- several keys at once ---- */
+
+static enum backend_result
+macq(struct backend *be, const char *const *keys, size_t n, const char *tok)
+{
+    size_t lens[8];
+    struct lock_multi_req req = {
+        .n = n, .keys = keys, .key_lens = lens, .token = tok, .ttl_ms = 5000
+    };
+    struct lock_multi_grant out = { 0 };
+
+    for (size_t i = 0; i < n; i++)
+        lens[i] = strlen(keys[i]);
+    return memory_backend.acquire_multi(be, &req, &out);
+}
+
+static enum backend_result
+mrel(struct backend *be, const char *const *keys, size_t n, const char *tok)
+{
+    size_t lens[8];
+    struct lock_multi_req req = {
+        .n = n, .keys = keys, .key_lens = lens, .token = tok
+    };
+    struct lock_multi_grant out = { 0 };
+
+    for (size_t i = 0; i < n; i++)
+        lens[i] = strlen(keys[i]);
+    return memory_backend.release_multi(be, &req, &out);
+}
+
+/* A refused multi-key acquire keeps no place in the FIFO, yet the key's
+ * next release, expiry (with no traffic: the sweeper) or given-up place
+ * is notified, once; a key nobody was refused stays quiet. */
+static void test_mem_multi_refusal_is_notified(void)
+{
+    struct backend *be = open_mem();
+    static const char *const ks[] = { "mx", "my" };
+    static const char *const kq[] = { "mq" };
+    struct lock_waiter w = { .id = 1 };
+    struct lock_grant g;
+    int64_t t0;
+
+    CHECK_EQ_INT(acq(be, "my", TOK_A, NULL, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be, "my", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(notes_count("my"), 0);
+    /* held shared by two: the entry outlives the first release */
+    CHECK_EQ_INT(shr(be, "my", TOK_A, 0), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "my", TOK_C, 0), BACKEND_OK);
+    CHECK_EQ_INT(macq(be, ks, 2, TOK_B), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be, "my", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(notes_count("my"), 1);
+    CHECK_EQ_INT(shr(be, "my", TOK_A, 0), BACKEND_OK);
+    CHECK_EQ_INT(rel(be, "my", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(notes_count("my"), 1); /* told once */
+    CHECK_EQ_INT(rel(be, "my", TOK_C), BACKEND_OK);
+
+    /* expiry with no traffic */
+    CHECK_EQ_INT(acq(be, "mx", TOK_A, NULL, 50, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(macq(be, ks, 2, TOK_B), BACKEND_HELD);
+    t0 = check_mono_ms();
+    while (notes_count("mx") == 0 && check_mono_ms() - t0 < 2000)
+        check_sleep_ms(10);
+    CHECK_MSG(notes_count("mx") == 1, "%d notifications after %lld ms",
+              notes_count("mx"), (long long)(check_mono_ms() - t0));
+    CHECK_EQ_INT(macq(be, ks, 2, TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(mrel(be, ks, 2, TOK_B), BACKEND_OK);
+
+    /* the only waiter gives up its place on a free key */
+    CHECK_EQ_INT(acq(be, "mq", TOK_A, NULL, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "mq", TOK_B, NULL, 5000, &w, &g), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be, "mq", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(macq(be, kq, 1, TOK_C), BACKEND_HELD);
+    notes_clear();
+    CHECK_EQ_INT(cancel(be, "mq", &w), BACKEND_OK);
+    CHECK_EQ_INT(notes_count("mq"), 1);
+    CHECK_EQ_INT(macq(be, kq, 1, TOK_C), BACKEND_OK);
+    CHECK_EQ_INT(mrel(be, kq, 1, TOK_C), BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
+    memory_backend.close(be);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_mem_open_rejects_options),
     CHECK_CASE(test_mem_acquire_grants_then_held),
@@ -1517,6 +1599,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_mem_inspect_shows_holders_by_fence),
     CHECK_CASE(test_mem_shared_holders_expire_one_by_one),
     CHECK_CASE(test_mem_threads_keep_readers_and_writers_apart),
+    CHECK_CASE(test_mem_multi_refusal_is_notified),
 };
 
 int main(int argc, char **argv)

@@ -16,6 +16,7 @@
 
 #include "backends/backend.h"
 #include "lib/log.h"
+#include "lib/metrics.h"
 #include "tests/unit/check.h"
 
 #define GRANT_TARGET_MS 50  /* docs/API.md: a waiter is granted within 50 ms */
@@ -491,6 +492,467 @@ static void test_waitq_hung_up_waiter_never_gets_the_lock(void)
     client_cleanup(&c2);
 }
 
+/* ---- several keys at once ---- */
+
+struct mclient {
+    struct client c;
+    struct lock_multi_grant g;
+    char keys[8][16];
+    const char *kp[8];
+    size_t lens[8];
+};
+
+/* Start m on the comma-separated keys (at most 8), as the server does. */
+static enum wq_start mclient_start(struct env *e,
+                                   struct mclient *m,
+                                   const char *csv,
+                                   int64_t wait_ms,
+                                   uint64_t ttl_ms,
+                                   int fd)
+{
+    size_t n = 0;
+
+    client_init(&m->c, "", wait_ms, ttl_ms, fd);
+    memset(&m->g, 0xa5, sizeof(m->g)); /* waitq clears it */
+    for (const char *s = csv; *s != '\0' && n < 8; n++) {
+        size_t len = strcspn(s, ",");
+        snprintf(m->keys[n], sizeof(m->keys[n]), "%.*s", (int)len, s);
+        m->kp[n] = m->keys[n];
+        m->lens[n] = strlen(m->keys[n]);
+        s += len + (s[len] == ',');
+    }
+    m->c.w.op = WQ_ACQUIRE_MULTI;
+    m->c.w.mreq.n = n;
+    m->c.w.mreq.keys = m->kp;
+    m->c.w.mreq.key_lens = m->lens;
+    m->c.w.mreq.token = m->c.token;
+    m->c.w.mreq.ttl_ms = ttl_ms;
+    m->c.w.mgrant = &m->g;
+    return waitq_start(e->q, &m->c.w);
+}
+
+/* Give back every key m holds. */
+static enum backend_result mrelease(struct env *e, struct mclient *m)
+{
+    struct lock_multi_grant g;
+
+    return backend_release_multi(e->be, &m->c.w.mreq, &g);
+}
+
+/* True if key is free in the store. */
+static bool is_free(struct env *e, const char *key)
+{
+    struct lock_info info;
+    enum backend_result r = backend_inspect(e->be, key, strlen(key), &info);
+
+    lock_info_clear(&info);
+    return r == BACKEND_NOT_FOUND;
+}
+
+/* The token that holds key: its release with token is not a mismatch. */
+static bool holds(struct env *e, const char *key, const char *token)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = token, .ttl_ms = 0
+    };
+    struct lock_grant g;
+
+    return backend_renew(e->be, &req, &g) == BACKEND_OK;
+}
+
+/* Acquire calls the store has seen so far (the metrics' counter). */
+static long acquire_calls(void)
+{
+    size_t len;
+    char *text = metrics_render(-1, &len);
+    const char *p;
+    long n = -1;
+
+    if (text == NULL)
+        return -1;
+    p = strstr(text, "lockd_backend_operations_total{backend=\"memory\","
+                     "op=\"acquire\"} ");
+    if (p != NULL)
+        n = strtol(strchr(p, '}') + 2, NULL, 10);
+    free(text);
+    return n;
+}
+
+static void test_waitq_multi_granted_when_last_key_is_released(void)
+{
+    struct env e;
+    struct mclient m;
+    uint64_t fa, fb;
+    int64_t t0;
+
+    env_open(&e);
+    fa = hold(&e, "a", "holder-a", 10000);
+    fb = hold(&e, "b", "holder-b", 10000);
+    CHECK_EQ_INT(mclient_start(&e, &m, "a,b,c", 3000, 5000, -1), WQ_PARKED);
+    CHECK_EQ_INT(m.c.suspends, 1);
+    CHECK_EQ_INT(waitq_count(e.q), 1);
+    CHECK(!client_wait(&m.c, 50));
+    /* one key of two free: still waiting, and holding nothing */
+    CHECK_EQ_INT(release(&e, "a", "holder-a"), BACKEND_OK);
+    CHECK(!client_wait(&m.c, 150));
+    CHECK(is_free(&e, "a") && is_free(&e, "c"));
+    CHECK_EQ_INT(waitq_count(e.q), 1);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(release(&e, "b", "holder-b"), BACKEND_OK);
+    check_granted_soon(&m.c, t0, __LINE__);
+    CHECK(m.g.fences[0] > fa && m.g.fences[1] > fb && m.g.fences[2] > 0);
+    CHECK_EQ_U64(m.g.ttl_ms, 5000);
+    CHECK(m.g.valid_until_us > 0);
+    CHECK(holds(&e, "a", m.c.token) && holds(&e, "b", m.c.token) &&
+          holds(&e, "c", m.c.token));
+    CHECK_EQ_INT(waitq_count(e.q), 0);
+    CHECK_EQ_INT(mrelease(&e, &m), BACKEND_OK);
+    check_sleep_ms(20);
+    CHECK_EQ_INT(client_wakes(&m.c), 1);
+    env_close(&e);
+    client_cleanup(&m.c);
+}
+
+static void test_waitq_multi_woken_by_any_of_its_keys(void)
+{
+    static const char *const keys[] = { "x", "y", "z" };
+    struct env e;
+
+    env_open(&e);
+    for (int i = 0; i < 3; i++) {
+        struct mclient m;
+        int64_t t0;
+
+        hold(&e, keys[i], "holder", 10000);
+        CHECK_EQ_INT(mclient_start(&e, &m, "x,y,z", 3000, 5000, -1), WQ_PARKED);
+        CHECK(!client_wait(&m.c, 30));
+        t0 = check_mono_ms();
+        CHECK_EQ_INT(release(&e, keys[i], "holder"), BACKEND_OK);
+        check_granted_soon(&m.c, t0, __LINE__);
+        CHECK_EQ_INT(mrelease(&e, &m), BACKEND_OK);
+        client_cleanup(&m.c);
+    }
+    env_close(&e);
+}
+
+static void test_waitq_multi_granted_when_holder_expires(void)
+{
+    struct env e;
+    struct mclient m;
+    int64_t expires;
+
+    env_open(&e);
+    hold(&e, "q", "holder", 200);
+    expires = check_mono_ms() + 200;
+    CHECK_EQ_INT(mclient_start(&e, &m, "p,q", 3000, 5000, -1), WQ_PARKED);
+    CHECK(client_wait(&m.c, 3000));
+    CHECK_EQ_INT(m.c.w.result, BACKEND_OK);
+    CHECK_MSG(m.c.woke_at >= expires - 5, "granted %lld ms before expiry",
+              (long long)(expires - m.c.woke_at));
+    CHECK_MSG(m.c.woke_at - expires <= GRANT_LIMIT_MS,
+              "granted %lld ms after the holder's expiry",
+              (long long)(m.c.woke_at - expires));
+    if (m.c.woke_at - expires > GRANT_TARGET_MS)
+        slow_grants++;
+    CHECK_EQ_INT(mrelease(&e, &m), BACKEND_OK);
+    env_close(&e);
+    client_cleanup(&m.c);
+}
+
+static void test_waitq_multi_deadline_answers_the_held_keys(void)
+{
+    struct env e;
+    struct mclient m, once;
+    int64_t t0;
+
+    env_open(&e);
+    hold(&e, "b", "holder", 10000);
+    hold(&e, "d", "holder", 6000);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(mclient_start(&e, &m, "a,b,c,d", 150, 5000, -1), WQ_PARKED);
+    CHECK(client_wait(&m.c, 2000));
+    CHECK_EQ_INT(m.c.w.result, BACKEND_HELD);
+    CHECK_MSG(m.c.woke_at - t0 >= 140 && m.c.woke_at - t0 <= 1000,
+              "answered after %lld ms", (long long)(m.c.woke_at - t0));
+    CHECK(!m.g.held[0] && m.g.held[1] && !m.g.held[2] && m.g.held[3]);
+    CHECK_MSG(m.g.retry_ms >= 4000 && m.g.retry_ms <= 6000, "retry_ms %llu",
+              (unsigned long long)m.g.retry_ms);
+    CHECK(!m.c.w.shutting_down && !m.c.w.client_gone);
+    CHECK(is_free(&e, "a") && is_free(&e, "c"));
+    CHECK_EQ_INT(waitq_count(e.q), 0);
+    /* try once: answered at once, never parked, the same shape */
+    CHECK_EQ_INT(mclient_start(&e, &once, "c,d", 0, 5000, -1), WQ_DONE);
+    CHECK_EQ_INT(once.c.w.result, BACKEND_HELD);
+    CHECK(!once.g.held[0] && once.g.held[1]);
+    CHECK_EQ_INT(once.c.suspends, 0);
+    check_sleep_ms(20);
+    CHECK_EQ_INT(client_wakes(&m.c), 1);
+    env_close(&e);
+    client_cleanup(&m.c);
+    client_cleanup(&once.c);
+}
+
+static void test_waitq_multi_hang_up_leaves_no_held_key(void)
+{
+    struct env e;
+    struct mclient m;
+    int sv[2];
+    int64_t t0;
+
+    CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    env_open(&e);
+    hold(&e, "a", "holder", 10000);
+    CHECK_EQ_INT(mclient_start(&e, &m, "a,b", 5000, 5000, sv[0]), WQ_PARKED);
+    CHECK(!client_wait(&m.c, 30));
+    t0 = check_mono_ms();
+    close(sv[1]);
+    CHECK(client_wait(&m.c, 2000));
+    CHECK_MSG(m.c.woke_at - t0 <= 500, "noticed after %lld ms",
+              (long long)(m.c.woke_at - t0));
+    CHECK(m.c.w.client_gone);
+    CHECK(m.c.w.result != BACKEND_OK);
+    CHECK_EQ_INT(waitq_count(e.q), 0);
+    /* the keys free up: nobody takes them for the gone client */
+    CHECK_EQ_INT(release(&e, "a", "holder"), BACKEND_OK);
+    check_sleep_ms(100);
+    CHECK(is_free(&e, "a") && is_free(&e, "b"));
+    env_close(&e);
+    close(sv[0]);
+    CHECK_EQ_INT(client_wakes(&m.c), 1);
+    client_cleanup(&m.c);
+}
+
+/* The client hangs up just as the keys free: whichever wins, no key is
+ * left held by nobody. */
+static void test_waitq_multi_grant_racing_a_hang_up_is_released(void)
+{
+    enum {
+        ROUNDS = 40
+    };
+    struct env e;
+    int granted = 0;
+
+    env_open(&e);
+    for (int i = 0; i < ROUNDS; i++) {
+        struct mclient m;
+        int sv[2];
+
+        CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        hold(&e, "r1", "holder", 10000);
+        CHECK_EQ_INT(mclient_start(&e, &m, "r1,r2", 5000, 5000, sv[0]),
+                     WQ_PARKED);
+        if (i % 2 == 0) {
+            close(sv[1]);
+            CHECK_EQ_INT(release(&e, "r1", "holder"), BACKEND_OK);
+        } else {
+            CHECK_EQ_INT(release(&e, "r1", "holder"), BACKEND_OK);
+            close(sv[1]);
+        }
+        CHECK(client_wait(&m.c, 2000));
+        if (m.c.w.result == BACKEND_OK) {
+            granted++; /* the server would send it, or release it */
+            CHECK_EQ_INT(mrelease(&e, &m), BACKEND_OK);
+        }
+        /* the hang-up's cleanup may still be on its way */
+        for (int t = 0; t < 100 && !(is_free(&e, "r1") && is_free(&e, "r2"));
+             t++)
+            check_sleep_ms(5);
+        CHECK_MSG(is_free(&e, "r1") && is_free(&e, "r2"),
+                  "round %d: a key is held by nobody", i);
+        close(sv[0]);
+        client_cleanup(&m.c);
+    }
+    CHECK_EQ_INT(waitq_count(e.q), 0);
+    env_close(&e);
+    (void)granted;
+}
+
+static void test_waitq_multi_shutdown_answers_503(void)
+{
+    enum {
+        N = 6
+    };
+    struct env e;
+    struct mclient m[N];
+
+    env_open(&e);
+    hold(&e, "s", "holder", 10000);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ_INT(
+            mclient_start(&e, &m[i], i % 2 ? "s,t" : "u,s", 5000, 5000, -1),
+            WQ_PARKED);
+    CHECK_EQ_INT(waitq_count(e.q), N);
+    waitq_shutdown(e.q);
+    for (int i = 0; i < N; i++) {
+        CHECK(client_wait(&m[i].c, 1000));
+        CHECK_EQ_INT(m[i].c.w.result, BACKEND_UNAVAILABLE);
+        CHECK(m[i].c.w.shutting_down);
+    }
+    CHECK_EQ_INT(waitq_count(e.q), 0);
+    CHECK(is_free(&e, "t") && is_free(&e, "u"));
+    env_close(&e);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(client_wakes(&m[i].c), 1);
+        client_cleanup(&m[i].c);
+    }
+}
+
+/* A multi waiter keeps no place in the keys' FIFOs: the single waiter
+ * behind it in time is served first, and the FIFO is untouched. */
+static void test_waitq_multi_keeps_no_place_in_the_fifo(void)
+{
+    struct env e;
+    struct mclient m;
+    struct client s1, s2;
+    int64_t t0;
+
+    env_open(&e);
+    hold(&e, "f", "holder", 10000);
+    CHECK_EQ_INT(mclient_start(&e, &m, "f,g", 5000, 5000, -1), WQ_PARKED);
+    CHECK_EQ_INT(client_start(&e, &s1, "f", 5000, 5000, -1), WQ_PARKED);
+    CHECK_EQ_INT(client_start(&e, &s2, "f", 5000, 5000, -1), WQ_PARKED);
+    CHECK_EQ_INT(waitq_count(e.q), 3);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(release(&e, "f", "holder"), BACKEND_OK);
+    check_granted_soon(&s1, t0, __LINE__);
+    CHECK(!client_wait(&m.c, 50));
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(release(&e, "f", s1.token), BACKEND_OK);
+    check_granted_soon(&s2, t0, __LINE__);
+    CHECK_EQ_INT(client_wakes(&m.c), 0);
+    CHECK(is_free(&e, "g"));
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(release(&e, "f", s2.token), BACKEND_OK);
+    check_granted_soon(&m.c, t0, __LINE__);
+    CHECK_EQ_INT(mrelease(&e, &m), BACKEND_OK);
+    env_close(&e);
+    client_cleanup(&m.c);
+    client_cleanup(&s1);
+    client_cleanup(&s2);
+}
+
+/* Waiting is no busy loop: a key held for long costs a few store calls a
+ * second (the capped retry), not thousands. */
+static void test_waitq_multi_waiting_is_not_a_busy_loop(void)
+{
+    struct env e;
+    struct mclient m;
+    long before, calls;
+
+    env_open(&e);
+    hold(&e, "long", "holder", 60000);
+    before = acquire_calls();
+    CHECK_EQ_INT(mclient_start(&e, &m, "long,other", 1200, 5000, -1),
+                 WQ_PARKED);
+    CHECK(client_wait(&m.c, 3000));
+    CHECK_EQ_INT(m.c.w.result, BACKEND_HELD);
+    calls = acquire_calls() - before;
+    CHECK_MSG(calls >= 1 && calls <= 4, "%ld store calls in 1.2 s of waiting",
+              calls);
+    env_close(&e);
+    client_cleanup(&m.c);
+}
+
+/* Overlapping multi-key and single-key waiters on a few keys: nobody
+ * deadlocks, everyone is granted, nothing stays held. */
+static void test_waitq_multi_overlapping_waiters_all_granted(void)
+{
+    enum {
+        NM = 8,
+        NS = 4
+    };
+    static const char *const sets[NM] = { "k1,k2",    "k2,k3",      "k3,k4",
+                                          "k4,k1",    "k1,k3",      "k2,k4",
+                                          "k1,k2,k3", "k4,k3,k2,k1" };
+    static const char *const singles[NS] = { "k1", "k2", "k3", "k4" };
+    struct env e;
+    struct mclient m[NM];
+    struct client s[NS];
+    bool done_m[NM] = { false }, done_s[NS] = { false };
+    int left = NM + NS;
+    int64_t until;
+
+    env_open(&e);
+    for (int i = 0; i < NS; i++)
+        hold(&e, singles[i], "holder", 10000);
+    for (int i = 0; i < NM; i++)
+        CHECK_EQ_INT(mclient_start(&e, &m[i], sets[i], 8000, 5000, -1),
+                     WQ_PARKED);
+    for (int i = 0; i < NS; i++)
+        CHECK_EQ_INT(client_start(&e, &s[i], singles[i], 8000, 5000, -1),
+                     WQ_PARKED);
+    for (int i = 0; i < NS; i++)
+        CHECK_EQ_INT(release(&e, singles[i], "holder"), BACKEND_OK);
+    until = check_mono_ms() + 8000;
+    while (left > 0 && check_mono_ms() < until) {
+        for (int i = 0; i < NM; i++)
+            if (!done_m[i] && client_wakes(&m[i].c) > 0) {
+                CHECK_EQ_INT(m[i].c.w.result, BACKEND_OK);
+                CHECK_EQ_INT(mrelease(&e, &m[i]), BACKEND_OK);
+                done_m[i] = true;
+                left--;
+            }
+        for (int i = 0; i < NS; i++)
+            if (!done_s[i] && client_wakes(&s[i]) > 0) {
+                CHECK_EQ_INT(s[i].w.result, BACKEND_OK);
+                CHECK_EQ_INT(release(&e, singles[i], s[i].token), BACKEND_OK);
+                done_s[i] = true;
+                left--;
+            }
+        check_sleep_ms(2);
+    }
+    CHECK_MSG(left == 0, "%d waiters never granted", left);
+    CHECK_EQ_INT(waitq_count(e.q), 0);
+    for (int i = 0; i < NS; i++)
+        CHECK(is_free(&e, singles[i]));
+    env_close(&e);
+    for (int i = 0; i < NM; i++)
+        client_cleanup(&m[i].c);
+    for (int i = 0; i < NS; i++)
+        client_cleanup(&s[i]);
+}
+
+/* Renew and release of several keys, and a try-once acquire, answered on
+ * the caller's thread (memory never waits on I/O). */
+static void test_waitq_multi_renew_and_release_run_at_once(void)
+{
+    struct env e;
+    struct mclient m, r;
+
+    env_open(&e);
+    CHECK_EQ_INT(mclient_start(&e, &m, "n1,n2", 0, 5000, -1), WQ_DONE);
+    CHECK_EQ_INT(m.c.w.result, BACKEND_OK);
+    CHECK(m.g.fences[0] > 0 && m.g.fences[1] > 0);
+    /* renew with m's token */
+    client_init(&r.c, "", 0, 0, -1);
+    r.c.w.op = WQ_RENEW_MULTI;
+    r.c.w.mreq = m.c.w.mreq;
+    r.c.w.mreq.ttl_ms = 9000;
+    r.c.w.mgrant = &r.g;
+    CHECK_EQ_INT(waitq_start(e.q, &r.c.w), WQ_DONE);
+    CHECK_EQ_INT(r.c.w.result, BACKEND_OK);
+    CHECK_EQ_U64(r.g.ttl_ms, 9000);
+    CHECK_EQ_U64(r.g.fences[1], m.g.fences[1]);
+    client_cleanup(&r.c);
+    client_init(&r.c, "", 0, 0, -1);
+    r.c.w.op = WQ_RELEASE_MULTI;
+    r.c.w.mreq = m.c.w.mreq;
+    r.c.w.mgrant = &r.g;
+    CHECK_EQ_INT(waitq_start(e.q, &r.c.w), WQ_DONE);
+    CHECK_EQ_INT(r.c.w.result, BACKEND_OK);
+    CHECK(r.g.released[0] && r.g.released[1]);
+    CHECK_EQ_INT(waitq_start(e.q, &r.c.w), WQ_DONE);
+    CHECK_EQ_INT(r.c.w.result, BACKEND_NOT_FOUND);
+    /* a grant nobody received goes back */
+    CHECK_EQ_INT(mclient_start(&e, &m, "n1,n2", 0, 5000, -1), WQ_DONE);
+    CHECK_EQ_INT(m.c.w.result, BACKEND_OK);
+    waitq_orphan_multi(e.q, &m.c.w.mreq);
+    CHECK(is_free(&e, "n1") && is_free(&e, "n2"));
+    env_close(&e);
+    client_cleanup(&m.c);
+    client_cleanup(&r.c);
+}
+
 static void test_waitq_grants_were_prompt(void)
 {
     /* docs/API.md's 50 ms target (the hard limit per grant is
@@ -536,11 +998,26 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_waitq_shutdown_answers_everyone),
     CHECK_CASE(test_waitq_hang_up_leaves_queue),
     CHECK_CASE(test_waitq_hung_up_waiter_never_gets_the_lock),
+    CHECK_CASE(test_waitq_multi_granted_when_last_key_is_released),
+    CHECK_CASE(test_waitq_multi_woken_by_any_of_its_keys),
+    CHECK_CASE(test_waitq_multi_granted_when_holder_expires),
+    CHECK_CASE(test_waitq_multi_deadline_answers_the_held_keys),
+    CHECK_CASE(test_waitq_multi_hang_up_leaves_no_held_key),
+    CHECK_CASE(test_waitq_multi_grant_racing_a_hang_up_is_released),
+    CHECK_CASE(test_waitq_multi_shutdown_answers_503),
+    CHECK_CASE(test_waitq_multi_keeps_no_place_in_the_fifo),
+    CHECK_CASE(test_waitq_multi_waiting_is_not_a_busy_loop),
+    CHECK_CASE(test_waitq_multi_overlapping_waiters_all_granted),
+    CHECK_CASE(test_waitq_multi_renew_and_release_run_at_once),
     CHECK_CASE(test_waitq_grants_were_prompt),
 };
 
 int main(int argc, char **argv)
 {
+    static const char *const routes[] = { "other" };
+    static const char *const ops[] = { "acquire" }; /* the one counted */
+
     log_setup(LOG_LEVEL_ERROR, LOG_FORMAT_TEXT);
+    metrics_setup("test", "memory", routes, 1, ops, 1);
     return CHECK_MAIN(cases);
 }
