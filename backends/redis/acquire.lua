@@ -20,16 +20,7 @@ local idem = ARGV[12]
 local not_after = ARGV[13]
 local now = clock()
 if now > tonumber(not_after) then return {-2} end
-local grace = 1000
 local h = redis.sha1hex(token)
-
--- a place in the queue: 'deadline' (exclusive) or 'deadline s limit'
-local function place(v)
-  if not v then return 0, nil end
-  local dl, l = string.match(v, '^(%d+) s (%d+)$')
-  if dl then return tonumber(dl), l end
-  return tonumber(v) or 0, nil
-end
 
 local function leave_queue()
   if uid == '' then return end
@@ -108,14 +99,7 @@ end
 if shared and cur[2] and cur[3] ~= limit then return {-3} end
 
 -- drop the dead places at the head, take or keep ours
-local head = redis.call('LINDEX', queue_key, 0)
-while head do
-  local dl = place(redis.call('HGET', deadlines_key, head))
-  if dl + grace >= now then break end
-  redis.call('LPOP', queue_key)
-  redis.call('HDEL', deadlines_key, head)
-  head = redis.call('LINDEX', queue_key, 0)
-end
+local head = live_head(queue_key, deadlines_key, now)
 if uid ~= '' then
   local left = tonumber(wait_left)
   if redis.call('HEXISTS', deadlines_key, uid) == 0 then

@@ -58,6 +58,7 @@ int redis_cancel_run(struct redis_be *be,
     redis_arg_key(be, &a, REDIS_BE_CAN_QUEUE, "queue:", key, key_len);
     redis_arg_key(be, &a, REDIS_BE_CAN_DEADLINES, "qdl:", key, key_len);
     redis_arg_key(be, &a, REDIS_BE_CAN_LOCK, "lock:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_CAN_MWAIT, "mwait:", key, key_len);
     redis_arg(&a, REDIS_BE_CAN_WAITER, id, strlen(id));
     redis_arg(&a, REDIS_BE_CAN_CHANNEL, be->channel, strlen(be->channel));
     redis_arg(&a, REDIS_BE_CAN_KEY, key, key_len);

@@ -27,9 +27,17 @@
  *   P "queue:{" K "}"   list of waiter ids, first come first served
  *   P "qdl:{" K "}"     hash waiter id -> its deadline (Redis's unix ms),
  *                       followed by " s " limit for a shared waiter
- *   channel P "released:" db   PUBLISHed with K by every release
+ *   P "mwait:{" K "}"   string, set with a PX expiry by a multi-key acquire
+ *                       that found K held: a multi-key waiter keeps no
+ *                       place in the queue, so while it lives a release of
+ *                       K (or its queue's last cancel) is published too
+ *   channel P "released:" db   PUBLISHed with K by a release someone waits
+ *                       for (a queued waiter, or the mwait mark)
  * P and the fixed words around K make the mapping injective: K is what is
- * left after stripping them, and "lock:", "exp:" and "fence:" never collide.
+ * left after stripping them, and the kinds ("lock:", "exp:", ...) never
+ * collide. Several keys at once (multi.c) are one script over all their
+ * Redis keys, so they must live on one Redis: true of the one primary
+ * this adapter speaks to.
  *
  * Keys reach the operations through the wrappers of backends/backend.c,
  * which let through only 1..LOCK_KEY_MAX bytes (backend_key_ok()): no
@@ -336,6 +344,7 @@ static enum backend_result redis_release(struct backend *b,
     redis_arg_key(be, &a, REDIS_BE_REL_LOCK, "lock:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "queue:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_EXP, "exp:", req->key, req->key_len);
+    redis_arg_key(be, &a, REDIS_BE_REL_MWAIT, "mwait:", req->key, req->key_len);
     redis_arg(&a, REDIS_BE_REL_TOKEN, req->token, strlen(req->token));
     redis_arg(&a, REDIS_BE_REL_ALL, req->all ? "1" : "0", 1);
     redis_arg(&a, REDIS_BE_REL_CHANNEL, be->channel, strlen(be->channel));
@@ -419,6 +428,9 @@ const struct backend_ops redis_backend = {
     .release = redis_release,
     .inspect = redis_inspect,
     .cancel_wait = redis_cancel_wait,
+    .acquire_multi = redis_acquire_multi,
+    .renew_multi = redis_renew_multi,
+    .release_multi = redis_release_multi,
     .ping = redis_ping,
     .held_count = NULL,
     .close = redis_close,

@@ -9,6 +9,7 @@
  *   conn.c        one hiredis context per worker thread, reconnects,
  *                 back-off, availability logging
  *   scripts.c     the Lua scripts: loading, EVALSHA, NOSCRIPT, not-after
+ *   multi.c       several keys at once: one script over all of them
  *   inspect.c     inspect.lua's reply into a struct lock_info
  *   queue.c       a waiter's place in a key's queue, failed cancels
  *   subscriber.c  the thread that hears releases through other instances
@@ -44,10 +45,13 @@
 #define REDIS_BE_LOG_EVERY_MS       1000 /* rate limit of repeated warnings */
 #define REDIS_BE_INSTANCE_BYTES     8    /* random bytes of an instance id */
 #define REDIS_BE_WAITER_MAX         48   /* instance id ':' waiter id */
-#define REDIS_BE_GRACE_MS           1000 /* acquire.lua's grace */
-#define REDIS_BE_TRASH_MAX          4096 /* failed cancels kept to retry */
-#define REDIS_BE_TRASH_EVERY_MS     100  /* how often they are retried */
-/* prefix + "fence:{" + key + "}", the longest kind */
+#define REDIS_BE_GRACE_MS           1000 /* holders.lua's grace */
+/* how long a key a multi-key acquire found held stays marked beyond the
+ * retry hint: the waiter's next try comes by then and marks it again */
+#define REDIS_BE_MARK_MS        5000
+#define REDIS_BE_TRASH_MAX      4096 /* failed cancels kept to retry */
+#define REDIS_BE_TRASH_EVERY_MS 100  /* how often they are retried */
+/* prefix + "fence:{" + key + "}", the longest kind (with "mwait:") */
 #define REDIS_BE_KEYBUF (REDIS_BE_PREFIX_MAX + 8 + LOCK_KEY_MAX + 1)
 
 /* ---- the scripts and their arguments ---- */
@@ -58,6 +62,9 @@ enum redis_script {
     REDIS_BE_SCRIPT_RELEASE,
     REDIS_BE_SCRIPT_INSPECT,
     REDIS_BE_SCRIPT_CANCEL,
+    REDIS_BE_SCRIPT_ACQUIRE_MULTI, /* KEYS and ARGV: see multi.c */
+    REDIS_BE_SCRIPT_RENEW_MULTI,
+    REDIS_BE_SCRIPT_RELEASE_MULTI,
     REDIS_BE_SCRIPT_COUNT,
 };
 
@@ -103,6 +110,7 @@ enum redis_release_arg {
     REDIS_BE_REL_LOCK, /* KEYS */
     REDIS_BE_REL_QUEUE,
     REDIS_BE_REL_EXP,
+    REDIS_BE_REL_MWAIT, /* marked while a multi-key acquire waits */
     REDIS_BE_REL_NKEYS,
     REDIS_BE_REL_TOKEN = REDIS_BE_REL_NKEYS, /* ARGV */
     REDIS_BE_REL_ALL,                        /* "1": every hold */
@@ -122,6 +130,7 @@ enum redis_cancel_arg {
     REDIS_BE_CAN_QUEUE, /* KEYS */
     REDIS_BE_CAN_DEADLINES,
     REDIS_BE_CAN_LOCK,
+    REDIS_BE_CAN_MWAIT,
     REDIS_BE_CAN_NKEYS,
     REDIS_BE_CAN_WAITER = REDIS_BE_CAN_NKEYS, /* ARGV */
     REDIS_BE_CAN_CHANNEL,
@@ -250,6 +259,15 @@ int redis_scripts_recv(redisContext *c,
                        size_t errlen);
 /* Set argument i of a to s[0..n). */
 void redis_arg(struct redis_args *a, int i, const char *s, size_t n);
+/* Write be's name of kind "{" key "}" into buf (room for
+ * redis_key_len(be, kind, key_len) bytes; no NUL): its length. */
+size_t redis_key_name(const struct redis_be *be,
+                      const char *kind,
+                      const char *key,
+                      size_t key_len,
+                      char *buf);
+size_t
+redis_key_len(const struct redis_be *be, const char *kind, size_t key_len);
 /* Set key argument i of a to be's name of kind "{" key "}". */
 void redis_arg_key(const struct redis_be *be,
                    struct redis_args *a,
@@ -262,6 +280,16 @@ void redis_arg_key(const struct redis_be *be,
 redisReply *redis_script_run(struct redis_be *be,
                              enum redis_script s,
                              struct redis_args *a);
+/* The same for a script of any length: argv[3 .. 3 + nargs) and argl hold
+ * its nkeys KEYS then its ARGV, and both have room for 3 + nargs + 1
+ * entries (the command, the digest and the KEYS count go first, a
+ * stamped script's not-after time last). */
+redisReply *redis_script_argv(struct redis_be *be,
+                              enum redis_script s,
+                              int nkeys,
+                              int nargs,
+                              const char **argv,
+                              size_t *argl);
 /* True if r is an array whose element i is an integer. */
 bool redis_reply_is_int(const redisReply *r, size_t i);
 
@@ -273,6 +301,18 @@ enum backend_result redis_inspect_run(struct redis_be *be,
                                       const char *key,
                                       size_t key_len,
                                       struct lock_info *out);
+
+/* ---- multi.c: backend_ops' acquire_multi, renew_multi, release_multi ---- */
+
+enum backend_result redis_acquire_multi(struct backend *b,
+                                        const struct lock_multi_req *req,
+                                        struct lock_multi_grant *out);
+enum backend_result redis_renew_multi(struct backend *b,
+                                      const struct lock_multi_req *req,
+                                      struct lock_multi_grant *out);
+enum backend_result redis_release_multi(struct backend *b,
+                                        const struct lock_multi_req *req,
+                                        struct lock_multi_grant *out);
 
 /* ---- queue.c ---- */
 

@@ -30,12 +30,15 @@
 
 #include "lib/clock.h"
 
-/* LOCK_HOLDS_MAX is written into renew.lua as holds_max */
-_Static_assert(LOCK_HOLDS_MAX == 1000000, "renew.lua's holds_max");
+/* LOCK_HOLDS_MAX is written into holders.lua as holds_max, and
+ * REDIS_BE_GRACE_MS as grace */
+_Static_assert(LOCK_HOLDS_MAX == 1000000, "holders.lua's holds_max");
+_Static_assert(REDIS_BE_GRACE_MS == 1000, "holders.lua's grace");
 
-/* holders.lua holds the helpers (clock, holder records, reaping) that
- * acquire, renew, release and inspect start with: its text goes before
- * theirs. */
+/* holders.lua holds the helpers (clock, holder records, reaping, the
+ * queue's head) and the per-key steps (renew, release) that every script
+ * but cancel starts with: its text goes before theirs, so a multi-key
+ * script does to each key exactly what the single-key one does. */
 
 /*
  * acquire: {-2}: run after lockd gave up on it, nothing done.
@@ -73,8 +76,9 @@ static const char renew_lua[] =
     ;
 
 /* release: {1, holds left}, {0} free, {-1} another token. Published when
- * a holder went and someone waits: every waiter, on any instance, has a
- * place in the queue. */
+ * a holder went and someone waits: every single-key waiter, on any
+ * instance, has a place in the queue, and a multi-key waiter marks the
+ * keys it waits for (acquire_multi). */
 static const char release_lua[] =
 #include "backends/redis/holders.lua.h"
 /* then the script */
@@ -94,6 +98,36 @@ static const char inspect_lua[] =
  * wait, tells them. The number of places removed. */
 static const char cancel_lua[] =
 #include "backends/redis/cancel.lua.h"
+    ;
+
+/*
+ * acquire_multi: {-2} too late, nothing done; {1, ttl, expires_at (the
+ * earliest), fence of each key} all granted, as acquire grants each (a
+ * retry finds its own token and gets the same fences); {0, retry_ms (0:
+ * only queued waiters), index of each held key} nothing granted, and the
+ * held keys marked for the waiter that keeps no place (REDIS_BE_MARK_MS).
+ */
+static const char acquire_multi_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script */
+#include "backends/redis/acquire_multi.lua.h"
+    ;
+
+/* renew_multi: {-2} too late; {1, ttl (the least), expires_at (the
+ * earliest), fence of each key}; {0, index} that key is free, {-1, index}
+ * held by others, for the first key the token does not hold, and nothing
+ * renewed. */
+static const char renew_multi_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script */
+#include "backends/redis/renew_multi.lua.h"
+    ;
+
+/* release_multi: {1, index of each key released}, {0} none was held. */
+static const char release_multi_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script */
+#include "backends/redis/release_multi.lua.h"
     ;
 
 static const struct redis_script_def {
@@ -117,6 +151,15 @@ static const struct redis_script_def {
     [REDIS_BE_SCRIPT_CANCEL] = { cancel_lua, sizeof(cancel_lua) - 1,
                                  REDIS_BE_CAN_NKEYS, REDIS_BE_CAN_NARGS,
                                  false },
+    /* as many KEYS and ARGV as the request has keys: set by the caller */
+    [REDIS_BE_SCRIPT_ACQUIRE_MULTI] = { acquire_multi_lua,
+                                        sizeof(acquire_multi_lua) - 1, 0, 0,
+                                        true },
+    [REDIS_BE_SCRIPT_RENEW_MULTI] = { renew_multi_lua,
+                                      sizeof(renew_multi_lua) - 1, 0, 0, true },
+    [REDIS_BE_SCRIPT_RELEASE_MULTI] = { release_multi_lua,
+                                        sizeof(release_multi_lua) - 1, 0, 0,
+                                        false },
 };
 
 /* ---- loading ---- */
@@ -165,17 +208,20 @@ void redis_arg(struct redis_args *a, int i, const char *s, size_t n)
     a->len[i] = n;
 }
 
-/* Build prefix kind "{" key "}" into buf (REDIS_BE_KEYBUF bytes). The
- * prefix and the fixed words around the key make the mapping injective
- * (see redis.c). */
-void redis_arg_key(const struct redis_be *be,
-                   struct redis_args *a,
-                   int i,
-                   const char *kind,
-                   const char *key,
-                   size_t key_len)
+size_t
+redis_key_len(const struct redis_be *be, const char *kind, size_t key_len)
 {
-    char *buf = a->keys[i];
+    return be->prefix_len + strlen(kind) + key_len + 2;
+}
+
+/* prefix kind "{" key "}": the prefix and the fixed words around the key
+ * make the mapping injective (see redis.c). */
+size_t redis_key_name(const struct redis_be *be,
+                      const char *kind,
+                      const char *key,
+                      size_t key_len,
+                      char *buf)
+{
     size_t kl = strlen(kind), n = 0;
 
     memcpy(buf + n, be->prefix, be->prefix_len);
@@ -186,7 +232,20 @@ void redis_arg_key(const struct redis_be *be,
     memcpy(buf + n, key, key_len);
     n += key_len;
     buf[n++] = '}';
-    redis_arg(a, i, buf, n);
+    return n;
+}
+
+/* Into a->keys[i], REDIS_BE_KEYBUF bytes: room for the longest kind. */
+void redis_arg_key(const struct redis_be *be,
+                   struct redis_args *a,
+                   int i,
+                   const char *kind,
+                   const char *key,
+                   size_t key_len)
+{
+    size_t n = redis_key_name(be, kind, key, key_len, a->keys[i]);
+
+    redis_arg(a, i, a->keys[i], n);
 }
 
 bool redis_reply_is_int(const redisReply *r, size_t i)
@@ -246,37 +305,37 @@ static redisReply *redis_script_checked(struct redis_be *be, redisReply *r)
 }
 
 /*
- * Run script s with its KEYS and ARGV from a and, when it is stamped, a
+ * Run script s with its KEYS and ARGV in argv and, when it is stamped, a
  * last argument: the not-after time in Redis's clock. A stamped script
  * that answers "too late" in time means our idea of Redis's clock is off:
  * it is measured again and the script run once more.
  */
-redisReply *
-redis_script_run(struct redis_be *be, enum redis_script s, struct redis_args *a)
+redisReply *redis_script_argv(struct redis_be *be,
+                              enum redis_script s,
+                              int nkeys,
+                              int nargs,
+                              const char **argv,
+                              size_t *argl)
 {
     const struct redis_script_def *def = &redis_scripts[s];
-    const char *argv[3 + REDIS_BE_ARGS_MAX + 1];
-    size_t argl[3 + REDIS_BE_ARGS_MAX + 1];
-    char nk[4], stamp[24];
+    char nk[16], stamp[24];
     struct redis_conn *cn = redis_conn_get(be);
     redisReply *r;
-    int total = 3 + def->nargs + (def->stamped ? 1 : 0);
+    int total = 3 + nargs + (def->stamped ? 1 : 0);
 
     if (cn == NULL)
         return NULL;
-    snprintf(nk, sizeof(nk), "%d", def->nkeys);
+    snprintf(nk, sizeof(nk), "%d", nkeys);
     argv[2] = nk;
     argl[2] = strlen(nk);
-    memcpy(argv + 3, a->v, (size_t)def->nargs * sizeof(argv[0]));
-    memcpy(argl + 3, a->len, (size_t)def->nargs * sizeof(argl[0]));
     for (int attempt = 0;; attempt++) {
         if (redis_conn_ready(be, cn) != 0)
             return NULL;
         if (def->stamped) {
             snprintf(stamp, sizeof(stamp), "%lld",
                      (long long)(clock_mono_ms() + be->cmd_ms + cn->offset_ms));
-            argv[3 + def->nargs] = stamp;
-            argl[3 + def->nargs] = strlen(stamp);
+            argv[3 + nargs] = stamp;
+            argl[3 + nargs] = strlen(stamp);
         }
         r = redis_script_eval(be, cn, s, total, argv, argl);
         if (r == NULL)
@@ -296,4 +355,16 @@ redis_script_run(struct redis_be *be, enum redis_script s, struct redis_args *a)
         }
     }
     return redis_script_checked(be, r);
+}
+
+redisReply *
+redis_script_run(struct redis_be *be, enum redis_script s, struct redis_args *a)
+{
+    const struct redis_script_def *def = &redis_scripts[s];
+    const char *argv[3 + REDIS_BE_ARGS_MAX + 1];
+    size_t argl[3 + REDIS_BE_ARGS_MAX + 1];
+
+    memcpy(argv + 3, a->v, (size_t)def->nargs * sizeof(argv[0]));
+    memcpy(argl + 3, a->len, (size_t)def->nargs * sizeof(argl[0]));
+    return redis_script_argv(be, s, def->nkeys, def->nargs, argv, argl);
 }

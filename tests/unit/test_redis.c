@@ -981,6 +981,414 @@ static void test_held_count_is_unknown(void)
     CHECK(redis_backend.held_count == NULL);
 }
 
+/* ---- several keys at once ---- */
+
+/* A multi-key request over keys (NULL-terminated); the key lengths live
+ * in the returned request's own static array. */
+static struct lock_multi_req
+mreq(const char *const *keys, const char *tok, const char *owner, uint64_t ttl)
+{
+    static size_t lens[LOCK_MULTI_MAX];
+    struct lock_multi_req req = { .keys = keys,
+                                  .key_lens = lens,
+                                  .token = tok,
+                                  .owner = owner,
+                                  .ttl_ms = ttl };
+
+    while (keys[req.n] != NULL) {
+        lens[req.n] = strlen(keys[req.n]);
+        req.n++;
+    }
+    return req;
+}
+
+static enum backend_result m_acquire(struct backend *be,
+                                     const char *const *keys,
+                                     const char *tok,
+                                     uint64_t ttl,
+                                     struct lock_multi_grant *g)
+{
+    struct lock_multi_req req = mreq(keys, tok, NULL, ttl);
+
+    memset(g, 0, sizeof(*g));
+    return redis_backend.acquire_multi(be, &req, g);
+}
+
+static enum backend_result m_renew(struct backend *be,
+                                   const char *const *keys,
+                                   const char *tok,
+                                   uint64_t ttl,
+                                   struct lock_multi_grant *g)
+{
+    struct lock_multi_req req = mreq(keys, tok, NULL, ttl);
+
+    memset(g, 0, sizeof(*g));
+    return redis_backend.renew_multi(be, &req, g);
+}
+
+static enum backend_result m_release(struct backend *be,
+                                     const char *const *keys,
+                                     const char *tok,
+                                     struct lock_multi_grant *g)
+{
+    struct lock_multi_req req = mreq(keys, tok, NULL, 0);
+
+    memset(g, 0, sizeof(*g));
+    return redis_backend.release_multi(be, &req, g);
+}
+
+/* The calls of command name (lower case) since the last CONFIG RESETSTAT,
+ * from INFO commandstats; 0 if none. */
+static long long cmd_calls(const char *name)
+{
+    redisReply *r = raw("INFO %s", "commandstats");
+    char want[64];
+    const char *at;
+    long long n = 0;
+
+    snprintf(want, sizeof(want), "cmdstat_%s:calls=", name);
+    if (r != NULL && r->type == REDIS_REPLY_STRING &&
+        (at = strstr(r->str, want)) != NULL)
+        n = strtoll(at + strlen(want), NULL, 10);
+    freeReplyObject(r);
+    return n;
+}
+
+static void reset_stats(void)
+{
+    freeReplyObject(raw("CONFIG %s", "RESETSTAT"));
+}
+
+static void test_multi_ops_are_one_script_each(void)
+{
+    const char *keys[] = { "ms1", "ms2", "ms3", "ms4", NULL };
+    struct lock_multi_grant g;
+
+    reset_stats();
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_renew(be_main, keys, TOK_A, 6000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_B, 5000, &g), BACKEND_HELD);
+    CHECK_EQ_INT(m_release(be_main, keys, TOK_A, &g), BACKEND_OK);
+    /* one EVALSHA each, whatever the number of keys */
+    CHECK_EQ_INT(cmd_calls("evalsha"), 4);
+    CHECK_EQ_INT(cmd_calls("eval"), 0);
+    /* Redis lost its scripts: EVAL once, then EVALSHA again */
+    freeReplyObject(raw("SCRIPT %s", "FLUSH"));
+    reset_stats();
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_release(be_main, keys, TOK_A, &g), BACKEND_OK);
+    CHECK_EQ_INT(cmd_calls("eval"), 2);
+}
+
+/* The fields of a hash, sorted, joined by ',', values of t and f out. */
+static void hash_fields(const char *lock_key, char *out, size_t len)
+{
+    redisReply *r = raw("HKEYS %s", lock_key);
+    char *f[16];
+    size_t n = 0, at = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; r != NULL && i < r->elements && n < 16; i++)
+        f[n++] = r->element[i]->str;
+    for (size_t i = 1; i < n; i++) /* insertion sort: a handful */
+        for (size_t j = i; j > 0 && strcmp(f[j - 1], f[j]) > 0; j--) {
+            char *t = f[j];
+            f[j] = f[j - 1];
+            f[j - 1] = t;
+        }
+    for (size_t i = 0; i < n; i++)
+        at += (size_t)snprintf(out + at, len - at, "%s%s", i ? "," : "", f[i]);
+    freeReplyObject(r);
+}
+
+static void test_multi_grant_is_the_single_key_layout(void)
+{
+    const char *keys[] = { "ml1", "ml2 {x}", NULL };
+    struct lock_multi_req req = mreq(keys, TOK_A, "pod-m", 5000);
+    struct lock_multi_grant g, h;
+    struct lock_grant s, ref;
+    struct lock_info info;
+    char fields[128], ref_fields[128];
+    redisReply *t1, *t2;
+    uint32_t n;
+
+    /* the same fence counter as single grants */
+    CHECK_EQ_INT(acq(be_main, "ml1", TOK_B, 5000, &s), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "ml1", TOK_B), BACKEND_OK);
+    memset(&g, 0, sizeof(g));
+    CHECK_EQ_INT(redis_backend.acquire_multi(be_main, &req, &g), BACKEND_OK);
+    CHECK(g.fences[0] > s.fence);
+    CHECK_EQ_INT(g.ttl_ms, 5000);
+    CHECK(g.expires_at_ms > clock_wall_ms() + 4000);
+    t1 = raw("GET %s", "lockd:fence:{ml1}");
+    CHECK(t1 != NULL && t1->type == REDIS_REPLY_STRING &&
+          strtoull(t1->str, NULL, 10) == g.fences[0]);
+    freeReplyObject(t1);
+    /* a single grant of the same token and owner writes the same fields */
+    CHECK_EQ_INT(acq_full(be_main, "mlref", TOK_A, "pod-m", 5000, NULL, &ref),
+                 BACKEND_OK);
+    hash_fields("lockd:lock:{mlref}", ref_fields, sizeof(ref_fields));
+    hash_fields("lockd:lock:{ml2 {x}}", fields, sizeof(fields));
+    CHECK(strcmp(fields, ref_fields) == 0);
+    CHECK(strcmp(fields, "f,o,t,ttl") == 0);
+    t1 = raw("HGET %s t", "lockd:lock:{mlref}");
+    t2 = raw("HGET %s t", "lockd:lock:{ml2 {x}}");
+    CHECK(t1 != NULL && t2 != NULL && t1->type == REDIS_REPLY_STRING &&
+          t2->type == REDIS_REPLY_STRING && strcmp(t1->str, t2->str) == 0);
+    freeReplyObject(t1);
+    freeReplyObject(t2);
+    CHECK(raw_int("PTTL lockd:lock:{%s}", "ml1") > 4000);
+    CHECK_EQ_INT(rel(be_main, "mlref", TOK_A), BACKEND_OK);
+    /* the retry of a grant whose answer was lost: the same fences */
+    CHECK_EQ_INT(redis_backend.acquire_multi(be_main, &req, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.fences[0], g.fences[0]);
+    CHECK_EQ_INT(h.fences[1], g.fences[1]);
+    /* each key is an ordinary exclusive lock for the single-key ops */
+    CHECK_EQ_INT(acq(be_main, "ml1", TOK_B, 5000, &s), BACKEND_HELD);
+    CHECK_EQ_INT(ren(be_main, "ml1", TOK_A, 3000, &s), BACKEND_OK);
+    CHECK_EQ_INT(s.fence, g.fences[0]);
+    CHECK_EQ_INT(reenter(be_main, "ml1", TOK_A, &s), BACKEND_OK);
+    CHECK_EQ_INT(s.holds, 2);
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "ml2 {x}", 7, &info),
+                 BACKEND_OK);
+    CHECK_EQ_INT(info.fence, g.fences[1]);
+    CHECK_EQ_INT(info.holds, 1);
+    CHECK(info.has_owner && strcmp(info.owner, "pod-m") == 0);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(rel_holds(be_main, "ml1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(rel_holds(be_main, "ml1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(rel(be_main, "ml2 {x}", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "ml1", TOK_B, 5000, &s), BACKEND_OK);
+    CHECK(s.fence > g.fences[0]);
+    CHECK_EQ_INT(rel(be_main, "ml1", TOK_B), BACKEND_OK);
+}
+
+static void test_multi_held_key_or_queue_changes_nothing(void)
+{
+    const char *keys[] = { "mh1", "mh2", "mh3", "mh4", NULL };
+    struct lock_waiter w = waiter(501);
+    struct lock_multi_grant g;
+    struct lock_grant s;
+    uint32_t n;
+
+    CHECK_EQ_INT(acq(be_main, "mh1", TOK_B, 3000, &s), BACKEND_OK);
+    CHECK_EQ_INT(shr("mh3", TOK_C, 0, NULL, &s), BACKEND_OK);
+    /* mh4: free, but a waiter is queued */
+    CHECK_EQ_INT(acq(be_main, "mh4", TOK_D, 5000, &s), BACKEND_OK);
+    CHECK_EQ_INT(exc("mh4", TOK_E, &w, &s), BACKEND_HELD);
+    CHECK_EQ_INT(rel(be_main, "mh4", TOK_D), BACKEND_OK);
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_HELD);
+    CHECK(g.held[0] && !g.held[1] && g.held[2] && g.held[3]);
+    CHECK(g.retry_ms > 2000 && g.retry_ms <= 3000); /* mh1's, the first */
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "mh2"), 0);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "mh2"), 0);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "mh4"), 0);
+    /* the held keys are marked for the waiter that keeps no place */
+    CHECK(raw_int("PTTL lockd:mwait:{%s}", "mh1") > 3000);
+    CHECK(raw_int("PTTL lockd:mwait:{%s}", "mh4") > 3000);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:mwait:{%s}", "mh2"), 0);
+    /* only queued: no holder's TTL to tell */
+    {
+        const char *q[] = { "mh2", "mh4", NULL };
+        CHECK_EQ_INT(m_acquire(be_main, q, TOK_A, 5000, &g), BACKEND_HELD);
+        CHECK(!g.held[0] && g.held[1]);
+        CHECK_EQ_INT(g.retry_ms, 0);
+    }
+    CHECK_EQ_INT(exc("mh4", TOK_E, &w, &s), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "mh4", TOK_E), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "mh1", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(rel_holds(be_main, "mh3", TOK_C, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_release(be_main, keys, TOK_A, &g), BACKEND_OK);
+}
+
+static void test_multi_expired_holders_are_gone_by_redis_clock(void)
+{
+    const char *keys[] = { "me1", "me2", NULL };
+    const char *third[] = { "me3", NULL };
+    struct lock_multi_grant g;
+    struct lock_grant s;
+    uint32_t n;
+
+    CHECK_EQ_INT(acq(be_main, "me1", TOK_B, 60, &s), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "me3", TOK_C, LOCK_SHARED, 0, NULL, 60, NULL, &s),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "me3", TOK_D, LOCK_SHARED, 0, NULL, 5000, NULL, &s),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "me2", TOK_C, LOCK_SHARED, 0, NULL, 60, NULL, &s),
+        BACKEND_OK);
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_HELD);
+    check_sleep_ms(150);
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_OK);
+    CHECK(g.fences[1] > s.fence);
+    /* the shared holder's record and expiry went with it */
+    CHECK_EQ_INT(raw_int("EXISTS lockd:exp:{%s}", "me2"), 0);
+    CHECK_EQ_INT(m_release(be_main, keys, TOK_A, &g), BACKEND_OK);
+    /* an expired shared holder beside a live one is reaped: the hint is
+     * the live one's TTL */
+    CHECK_EQ_INT(m_acquire(be_main, third, TOK_A, 5000, &g), BACKEND_HELD);
+    CHECK(g.retry_ms > 4000 && g.retry_ms <= 5000);
+    CHECK_EQ_INT(raw_int("ZCARD lockd:exp:{%s}", "me3"), 1);
+    CHECK_EQ_INT(rel_holds(be_main, "me3", TOK_D, false, &n), BACKEND_OK);
+}
+
+static void test_multi_renew_and_release_in_redis(void)
+{
+    const char *keys[] = { "mr1", "mr2", "mr3", NULL };
+    const char *gone[] = { "mr4", NULL };
+    struct lock_multi_grant g, h;
+    struct lock_grant s;
+
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 2000, &g), BACKEND_OK);
+    CHECK_EQ_INT(ren(be_main, "mr3", TOK_A, 1000, &s), BACKEND_OK);
+    /* 0: each key's own last TTL; the least is told */
+    CHECK_EQ_INT(m_renew(be_main, keys, TOK_A, 0, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.ttl_ms, 1000);
+    CHECK(raw_int("PTTL lockd:lock:{%s}", "mr1") > 1500);
+    CHECK(raw_int("PTTL lockd:lock:{%s}", "mr3") <= 1000);
+    CHECK_EQ_INT(h.fences[2], g.fences[2]);
+    /* one key lost: nothing renewed */
+    CHECK_EQ_INT(rel(be_main, "mr2", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(m_renew(be_main, keys, TOK_A, 60000, &h), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(h.bad, 1);
+    CHECK(raw_int("PTTL lockd:lock:{%s}", "mr1") <= 2000);
+    CHECK_EQ_INT(acq(be_main, "mr2", TOK_B, 5000, &s), BACKEND_OK);
+    CHECK_EQ_INT(m_renew(be_main, keys, TOK_A, 60000, &h), BACKEND_MISMATCH);
+    CHECK_EQ_INT(h.bad, 1);
+    CHECK(raw_int("PTTL lockd:lock:{%s}", "mr3") <= 1000);
+    /* release: the token's keys only, every hold */
+    CHECK_EQ_INT(reenter(be_main, "mr1", TOK_A, &s), BACKEND_OK);
+    CHECK_EQ_INT(m_release(be_main, keys, TOK_A, &h), BACKEND_OK);
+    CHECK(h.released[0] && !h.released[1] && h.released[2]);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "mr1"), 0);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "mr2"), 1);
+    CHECK_EQ_INT(m_release(be_main, keys, TOK_A, &h), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(m_release(be_main, gone, TOK_A, &h), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(rel(be_main, "mr2", TOK_B), BACKEND_OK);
+}
+
+static void test_multi_waiter_hears_releases_through_others(void)
+{
+    struct backend *other = be_open(url, NULL, NULL); /* tells no one */
+    const char *keys[] = { "mn1", "mn2", "mn3", NULL };
+    const char *pair[] = { "mn1", "mn2", NULL };
+    struct lock_waiter w = waiter(511);
+    struct lock_multi_grant g;
+    struct lock_grant s;
+
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    /* a single-key release, with nobody queued */
+    CHECK_EQ_INT(acq(other, "mn1", TOK_B, 5000, &s), BACKEND_OK);
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_HELD);
+    notes_watch("mn1", 3);
+    CHECK_EQ_INT(rel(other, "mn1", TOK_B), BACKEND_OK);
+    CHECK(notes_watched(2000) > 0);
+    /* a multi-key release */
+    CHECK_EQ_INT(m_acquire(other, pair, TOK_B, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_HELD);
+    notes_watch("mn2", 3);
+    CHECK_EQ_INT(m_release(other, pair, TOK_B, &g), BACKEND_OK);
+    CHECK(notes_watched(2000) > 0);
+    /* a free key whose last queued waiter gives up */
+    CHECK_EQ_INT(acq(other, "mn3", TOK_B, 5000, &s), BACKEND_OK);
+    CHECK_EQ_INT(acq_w(other, "mn3", TOK_C, &w, &s), BACKEND_HELD);
+    CHECK_EQ_INT(rel(other, "mn3", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_HELD);
+    CHECK(g.held[2]);
+    notes_watch("mn3", 3);
+    CHECK_EQ_INT(redis_backend.cancel_wait(other, "mn3", 3, &w), BACKEND_OK);
+    CHECK(notes_watched(2000) > 0);
+    notes_watch("", 0);
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_release(be_main, keys, TOK_A, &g), BACKEND_OK);
+    redis_backend.close(other);
+}
+
+static void test_multi_exhausted_fence_grants_none(void)
+{
+    const char *keys[] = { "mf1", "mf2", NULL };
+    struct lock_multi_grant g;
+    redisReply *r;
+
+    r = raw("SET %s 9007199254740991", "lockd:fence:{mf2}");
+    freeReplyObject(r);
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g),
+                 BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "mf1"), 0);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "mf1"), 0);
+    CHECK_EQ_INT(raw_int("DEL lockd:fence:{%s}", "mf2"), 1);
+}
+
+static void test_multi_sixty_four_longest_keys(void)
+{
+    static char names[LOCK_MULTI_MAX][LOCK_KEY_MAX + 1];
+    const char *keys[LOCK_MULTI_MAX + 1];
+    struct lock_multi_grant g;
+    struct lock_grant s;
+
+    for (int i = 0; i < LOCK_MULTI_MAX; i++) {
+        memset(names[i], 'k', LOCK_KEY_MAX);
+        snprintf(names[i], 8, "%06d", i);
+        names[i][6] = 'k';
+        keys[i] = names[i];
+    }
+    keys[LOCK_MULTI_MAX] = NULL;
+    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_OK);
+    CHECK(g.fences[LOCK_MULTI_MAX - 1] > 0);
+    CHECK_EQ_INT(acq(be_main, names[63], TOK_B, 5000, &s), BACKEND_HELD);
+    CHECK_EQ_INT(m_renew(be_main, keys, TOK_A, 6000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_release(be_main, keys, TOK_A, &g), BACKEND_OK);
+    CHECK(g.released[0] && g.released[LOCK_MULTI_MAX - 1]);
+}
+
+static void test_multi_stalled_redis_answers_unavailable_grants_none(void)
+{
+    char u[160];
+    struct backend *be;
+    const char *keys[] = { "mst1", "mst2", "mst3", NULL };
+    struct lock_multi_grant g;
+    int64_t t0;
+
+    snprintf(u, sizeof(u), "%s?timeout_ms=300", url);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(m_acquire(be, keys, TOK_B, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_release(be, keys, TOK_B, &g), BACKEND_OK);
+    testsrv_signal(&srv, SIGSTOP);
+    for (int i = 0; i < 3; i++) {
+        t0 = clock_mono_ms();
+        CHECK_EQ_INT(m_acquire(be, keys, TOK_A, 5000, &g), BACKEND_UNAVAILABLE);
+        CHECK(clock_mono_ms() - t0 < 900);
+    }
+    CHECK_EQ_INT(m_renew(be, keys, TOK_A, 0, &g), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(m_release(be, keys, TOK_A, &g), BACKEND_UNAVAILABLE);
+    testsrv_signal(&srv, SIGCONT);
+    /* the scripts queued in Redis's sockets ran on resuming; answered
+     * UNAVAILABLE, they must have granted nothing, not even in part (this
+     * connection's command comes after them) */
+    for (int i = 0; i < 3; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "lockd:lock:{%s}", keys[i]);
+        CHECK_EQ_INT(raw_int("EXISTS %s", k), 0);
+    }
+    t0 = clock_mono_ms();
+    while (clock_mono_ms() - t0 < 3000 &&
+           m_acquire(be, keys, TOK_C, 5000, &g) != BACKEND_OK)
+        check_sleep_ms(50);
+    CHECK(g.fences[0] > 0);
+    CHECK_EQ_INT(m_release(be, keys, TOK_C, &g), BACKEND_OK);
+    redis_backend.close(be);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_open_succeeds_while_redis_is_down),
@@ -1007,6 +1415,15 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_inspect_shows_the_first_hundred_holders),
     CHECK_CASE(test_shared_holders_expire_one_by_one),
     CHECK_CASE(test_held_count_is_unknown),
+    CHECK_CASE(test_multi_ops_are_one_script_each),
+    CHECK_CASE(test_multi_grant_is_the_single_key_layout),
+    CHECK_CASE(test_multi_held_key_or_queue_changes_nothing),
+    CHECK_CASE(test_multi_expired_holders_are_gone_by_redis_clock),
+    CHECK_CASE(test_multi_renew_and_release_in_redis),
+    CHECK_CASE(test_multi_waiter_hears_releases_through_others),
+    CHECK_CASE(test_multi_exhausted_fence_grants_none),
+    CHECK_CASE(test_multi_sixty_four_longest_keys),
+    CHECK_CASE(test_multi_stalled_redis_answers_unavailable_grants_none),
     CHECK_CASE(test_stopped_redis_answers_unavailable_in_time),
     CHECK_CASE(test_restart_keeps_holders_and_fences),
 };

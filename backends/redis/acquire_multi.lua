@@ -1,0 +1,92 @@
+-- acquire_multi: n keys EXCLUSIVE under one token, all of them or none.
+-- KEYS: six per lockd key, in the request's order (rk() names them).
+-- ARGV by name, in the order lockd sends them; the n lockd keys (for
+-- PUBLISH) come before the not-after time.
+local token = ARGV[1]
+local ttl_ms = ARGV[2]
+local has_owner = ARGV[3] == '1'
+local owner = ARGV[4]
+local channel = ARGV[5]
+local mark_ms = tonumber(ARGV[6])
+local n = #KEYS / 6
+local not_after = ARGV[7 + n]
+local now = clock()
+if now > tonumber(not_after) then return {-2} end
+local h = redis.sha1hex(token)
+
+-- key i's Redis keys: 1 lock, 2 fence, 3 queue, 4 qdl, 5 exp, 6 mwait
+local function rk(i, j) return KEYS[(i - 1) * 6 + j] end
+
+-- (1) each key as the single acquire finds it: expired shared holders
+-- reaped, dead places dropped; held by a holder or by a queued waiter (a
+-- multi-key acquire never goes before one), or ours already: a retry
+-- whose reply was lost gets its grant again
+local held, mine, retry = {}, {}, 0
+for i = 1, n do
+  local lock_key, exp_key = rk(i, 1), rk(i, 5)
+  local cur = redis.call('HMGET', lock_key, 't', 'm')
+  local reaped = false
+  if cur[2] then
+    reaped = reap(lock_key, exp_key, now)
+    if reaped then cur = redis.call('HMGET', lock_key, 't', 'm') end
+  end
+  local head = live_head(rk(i, 3), rk(i, 4), now)
+  if reaped and head then redis.call('PUBLISH', channel, ARGV[6 + i]) end
+  if cur[1] == h then
+    mine[i] = true
+  elseif cur[1] or cur[2] or head then
+    held[#held + 1] = i
+    if cur[1] or cur[2] then
+      local left = first_left(lock_key, exp_key, cur[1], now)
+      if retry == 0 or left < retry then retry = left end
+    end
+  end
+end
+
+-- (2) held: nothing granted. Each held key is marked, so that its release
+-- or its queue's last cancel is published (release_one(), cancel.lua)
+-- although this waiter keeps no place; its next try, at the retry hint
+-- at the latest, comes before the mark goes and sets it again.
+if held[1] then
+  local out = {0, retry}
+  for _, i in ipairs(held) do
+    local mk = rk(i, 6)
+    if redis.call('PTTL', mk) < retry + mark_ms then
+      redis.call('SET', mk, '1', 'PX', retry + mark_ms)
+    end
+    out[#out + 1] = i - 1
+  end
+  return out
+end
+
+-- (3) grant every key as the single acquire grants one. The counters are
+-- read first: an exhausted one must stop the grant before any write.
+for i = 1, n do
+  if not mine[i] then
+    local f = tonumber(redis.call('GET', rk(i, 2)) or '0')
+    if f >= 9007199254740991 then
+      return redis.error_reply('ERR lockd fence counter exhausted')
+    end
+  end
+end
+local ttl = tonumber(ttl_ms)
+local out = {1, ttl, now + ttl}
+for i = 1, n do
+  local lock_key = rk(i, 1)
+  if mine[i] then
+    out[3 + i] = tonumber(redis.call('HGET', lock_key, 'f'))
+    local left = first_left(lock_key, nil, true, now)
+    if now + left < out[3] then out[3] = now + left end
+  else
+    local f = redis.call('INCR', rk(i, 2))
+    local fs = string.format('%.0f', f)
+    if has_owner then
+      redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner)
+    else
+      redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms)
+    end
+    redis.call('PEXPIRE', lock_key, ttl_ms)
+    out[3 + i] = f
+  end
+end
+return out

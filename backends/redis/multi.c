@@ -1,0 +1,292 @@
+/*
+ * backends/redis/multi.c - several keys at once on Redis: acquire_multi,
+ * renew_multi and release_multi, each one script (acquire_multi.lua,
+ * renew_multi.lua, release_multi.lua) over every Redis key of every lockd
+ * key it names, so Redis runs it as one atomic step: no other call sees
+ * some keys changed and others not, and two of them (or one and a
+ * single-key script) never wait on each other. The scripts do to each key
+ * what the single-key ones do (the steps in holders.lua), in the same
+ * layout (redis.c), so a key granted here is an ordinary exclusive lock
+ * afterwards. Apart from redis.c because of the arguments: as many as the
+ * request has keys, built on the heap.
+ */
+#include "backends/redis/redis_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One multi-key script call's arguments, laid out as redis_script_argv()
+ * takes them. */
+struct redis_margs {
+    const char **v; /* owned array; the strings are the caller's or in
+                       names */
+    size_t *len;    /* owned */
+    char *names;    /* owned: the Redis key names, back to back */
+    int nkeys;
+    int nargs; /* KEYS and ARGV so far */
+};
+
+/* The Redis keys of each lockd key, in the order each script reads them
+ * (its rk() or KEYS offsets); ARGV follow them, as each op pushes them. */
+static const char *const acquire_kinds[] = {
+    "lock:", "fence:", "queue:", "qdl:", "exp:", "mwait:", NULL
+};
+static const char *const renew_kinds[] = { "lock:", "exp:", NULL };
+static const char *const release_kinds[] = { "lock:", "queue:", "exp:",
+                                             "mwait:", NULL };
+
+/* ---- arguments ---- */
+
+static void redis_margs_free(struct redis_margs *m)
+{
+    free(m->v);
+    free(m->len);
+    free(m->names);
+    memset(m, 0, sizeof(*m));
+}
+
+static void redis_margs_push(struct redis_margs *m, const char *s, size_t n)
+{
+    m->v[3 + m->nargs] = s;
+    m->len[3 + m->nargs] = n;
+    m->nargs++;
+}
+
+/* The lockd keys themselves, as ARGV (what PUBLISH sends). */
+static void redis_margs_push_keys(struct redis_margs *m,
+                                  const struct lock_multi_req *req)
+{
+    for (size_t i = 0; i < req->n; i++)
+        redis_margs_push(m, req->keys[i], req->key_lens[i]);
+}
+
+/* Room for the KEYS (each kind for each key of req, key by key) and
+ * nargv ARGV, and the KEYS set: 0, or -1 out of memory. */
+static int redis_margs_init(const struct redis_be *be,
+                            const struct lock_multi_req *req,
+                            const char *const *kinds,
+                            size_t nargv,
+                            struct redis_margs *m)
+{
+    size_t nkinds = 0, bytes = 0, slots, at = 0;
+
+    memset(m, 0, sizeof(*m));
+    while (kinds[nkinds] != NULL)
+        nkinds++;
+    for (size_t i = 0; i < req->n; i++)
+        for (size_t k = 0; k < nkinds; k++)
+            bytes += redis_key_len(be, kinds[k], req->key_lens[i]);
+    /* the command, the digest and the KEYS count first; the stamp last */
+    slots = 3 + req->n * nkinds + nargv + 1;
+    m->v = calloc(slots, sizeof(*m->v));
+    m->len = calloc(slots, sizeof(*m->len));
+    m->names = malloc(bytes);
+    if (m->v == NULL || m->len == NULL || m->names == NULL) {
+        redis_margs_free(m);
+        return -1;
+    }
+    for (size_t i = 0; i < req->n; i++)
+        for (size_t k = 0; k < nkinds; k++) {
+            size_t n = redis_key_name(be, kinds[k], req->keys[i],
+                                      req->key_lens[i], m->names + at);
+            redis_margs_push(m, m->names + at, n);
+            at += n;
+        }
+    m->nkeys = m->nargs;
+    return 0;
+}
+
+/* Run script s with m, which is freed: the reply, or NULL (Redis is
+ * unavailable or the script failed; logged). */
+static redisReply *
+redis_margs_run(struct redis_be *be, enum redis_script s, struct redis_margs *m)
+{
+    redisReply *r = redis_script_argv(be, s, m->nkeys, m->nargs, m->v, m->len);
+
+    redis_margs_free(m);
+    return r;
+}
+
+/* ---- replies ---- */
+
+/* True if r is an array of integers whose first is status. */
+static bool redis_multi_ints(const redisReply *r, long long status)
+{
+    if (!redis_reply_is_int(r, 0) || r->element[0]->integer != status)
+        return false;
+    for (size_t i = 1; i < r->elements; i++)
+        if (!redis_reply_is_int(r, i))
+            return false;
+    return true;
+}
+
+/* {1, ttl, expires_at, fence of each of the n keys} (acquire, renew) into
+ * out: true, or false if it is not that (out untouched). */
+static bool redis_multi_grant_fill(const redisReply *r,
+                                   size_t n,
+                                   struct lock_multi_grant *out)
+{
+    if (!redis_multi_ints(r, 1) || r->elements != 3 + n ||
+        r->element[1]->integer <= 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        long long f = r->element[3 + i]->integer;
+        if (f <= 0 || (uint64_t)f > LOCK_FENCE_MAX)
+            return false;
+    }
+    out->ttl_ms = (uint64_t)r->element[1]->integer;
+    out->expires_at_ms = r->element[2]->integer;
+    for (size_t i = 0; i < n; i++)
+        out->fences[i] = (uint64_t)r->element[3 + i]->integer;
+    return true;
+}
+
+/* True if the integers of r from element from on are indexes of the n
+ * keys. */
+static bool redis_multi_indexes(const redisReply *r, size_t from, size_t n)
+{
+    for (size_t i = from; i < r->elements; i++)
+        if (r->element[i]->integer < 0 ||
+            (unsigned long long)r->element[i]->integer >= n)
+            return false;
+    return true;
+}
+
+/* {0, retry_ms, index of each held key} into out: true, or false (out
+ * untouched). */
+static bool redis_multi_held_fill(const redisReply *r,
+                                  size_t n,
+                                  struct lock_multi_grant *out)
+{
+    if (!redis_multi_ints(r, 0) || r->elements < 3 || r->elements > 2 + n ||
+        r->element[1]->integer < 0 || !redis_multi_indexes(r, 2, n))
+        return false;
+    out->retry_ms = (uint64_t)r->element[1]->integer;
+    for (size_t i = 2; i < r->elements; i++)
+        out->held[r->element[i]->integer] = true;
+    return true;
+}
+
+/* ---- the operations ---- */
+
+/* A reply that is none of what the script sends: nothing is known, so
+ * nothing is told (out zeroed), never a grant. */
+static enum backend_result redis_multi_odd(struct redis_be *be,
+                                           const char *what,
+                                           struct lock_multi_grant *out)
+{
+    memset(out, 0, sizeof(*out));
+    redis_warn(be, what, "unexpected reply");
+    return BACKEND_UNAVAILABLE;
+}
+
+/*
+ * Stamped like the single acquire: a script Redis runs after lockd gave
+ * up on it (a stalled Redis resuming) does nothing, and a resend after a
+ * closed connection finds its own token on every key and is answered the
+ * same grant. A grant whose answer is lost otherwise stays until its TTL,
+ * under a token nobody has, as a single grant would.
+ */
+enum backend_result redis_acquire_multi(struct backend *b,
+                                        const struct lock_multi_req *req,
+                                        struct lock_multi_grant *out)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    const char *owner = req->owner != NULL ? req->owner : "";
+    struct redis_margs m;
+    char ttl[24], mark[24];
+    redisReply *r;
+    enum backend_result res = BACKEND_UNAVAILABLE;
+
+    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    snprintf(mark, sizeof(mark), "%d", REDIS_BE_MARK_MS);
+    if (redis_margs_init(be, req, acquire_kinds, 6 + req->n, &m) != 0)
+        return BACKEND_NO_MEMORY;
+    redis_margs_push(&m, req->token, strlen(req->token));
+    redis_margs_push(&m, ttl, strlen(ttl));
+    redis_margs_push(&m, req->owner != NULL ? "1" : "0", 1);
+    redis_margs_push(&m, owner, strlen(owner));
+    redis_margs_push(&m, be->channel, strlen(be->channel));
+    redis_margs_push(&m, mark, strlen(mark));
+    redis_margs_push_keys(&m, req);
+    r = redis_margs_run(be, REDIS_BE_SCRIPT_ACQUIRE_MULTI, &m);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    if (redis_multi_grant_fill(r, req->n, out))
+        res = BACKEND_OK;
+    else if (redis_multi_held_fill(r, req->n, out))
+        res = BACKEND_HELD;
+    else
+        res = redis_multi_odd(be, "acquire_multi", out);
+    freeReplyObject(r);
+    return res;
+}
+
+enum backend_result redis_renew_multi(struct backend *b,
+                                      const struct lock_multi_req *req,
+                                      struct lock_multi_grant *out)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    struct redis_margs m;
+    char ttl[24];
+    redisReply *r;
+    enum backend_result res = BACKEND_UNAVAILABLE;
+
+    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    if (redis_margs_init(be, req, renew_kinds, 2, &m) != 0)
+        return BACKEND_NO_MEMORY;
+    redis_margs_push(&m, req->token, strlen(req->token));
+    redis_margs_push(&m, ttl, strlen(ttl));
+    r = redis_margs_run(be, REDIS_BE_SCRIPT_RENEW_MULTI, &m);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    if (redis_multi_grant_fill(r, req->n, out)) {
+        res = BACKEND_OK;
+    } else if ((redis_multi_ints(r, 0) || redis_multi_ints(r, -1)) &&
+               r->elements == 2 && redis_multi_indexes(r, 1, req->n)) {
+        res =
+            r->element[0]->integer == 0 ? BACKEND_NOT_FOUND : BACKEND_MISMATCH;
+        out->bad = (size_t)r->element[1]->integer;
+    } else {
+        res = redis_multi_odd(be, "renew_multi", out);
+    }
+    freeReplyObject(r);
+    return res;
+}
+
+/* Each key released wakes this instance's waiters at once; the published
+ * message (when someone waits) wakes them again and every other
+ * instance's. */
+enum backend_result redis_release_multi(struct backend *b,
+                                        const struct lock_multi_req *req,
+                                        struct lock_multi_grant *out)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    struct redis_margs m;
+    redisReply *r;
+    enum backend_result res = BACKEND_OK;
+
+    if (redis_margs_init(be, req, release_kinds, 2 + req->n, &m) != 0)
+        return BACKEND_NO_MEMORY;
+    redis_margs_push(&m, req->token, strlen(req->token));
+    redis_margs_push(&m, be->channel, strlen(be->channel));
+    redis_margs_push_keys(&m, req);
+    r = redis_margs_run(be, REDIS_BE_SCRIPT_RELEASE_MULTI, &m);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    if (redis_multi_ints(r, 0) && r->elements == 1) {
+        res = BACKEND_NOT_FOUND;
+    } else if (redis_multi_ints(r, 1) && r->elements >= 2 &&
+               r->elements <= 1 + req->n && redis_multi_indexes(r, 1, req->n)) {
+        for (size_t i = 1; i < r->elements; i++)
+            out->released[r->element[i]->integer] = true;
+    } else {
+        res = redis_multi_odd(be, "release_multi", out);
+    }
+    freeReplyObject(r);
+    for (size_t i = 0; res == BACKEND_OK && i < req->n; i++)
+        if (out->released[i] && be->hooks.notify != NULL)
+            be->hooks.notify(be->hooks.arg, req->keys[i], req->key_lens[i]);
+    return res;
+}
