@@ -46,6 +46,7 @@ void zk_call_unref(struct zk_call *c)
     pthread_mutex_destroy(&c->mu);
     free(c->data);
     free(c->kids);
+    free(c->extra);
     free(c);
 }
 
@@ -98,6 +99,36 @@ void zk_call_on_data(int rc,
     zk_call_finish(c, rc);
 }
 
+/* An owned copy of a listing: one block, the pointers then the names.
+ * ZOK (*out NULL for none), or ZSYSTEMERROR without memory. */
+static int
+zk_kids_copy(const struct String_vector *strings, char ***out, int *n_out)
+{
+    size_t n, total = 0;
+    char **kids, *p;
+
+    *out = NULL;
+    *n_out = 0;
+    if (strings == NULL || strings->count <= 0)
+        return ZOK;
+    n = (size_t)strings->count;
+    for (size_t i = 0; i < n; i++)
+        total += strlen(strings->data[i]) + 1;
+    kids = malloc(n * sizeof(char *) + total);
+    if (kids == NULL)
+        return ZSYSTEMERROR;
+    p = (char *)(kids + n);
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(strings->data[i]) + 1;
+        memcpy(p, strings->data[i], l);
+        kids[i] = p;
+        p += l;
+    }
+    *out = kids;
+    *n_out = (int)n;
+    return ZOK;
+}
+
 void zk_call_on_kids(int rc,
                      const struct String_vector *strings,
                      const struct Stat *stat,
@@ -105,24 +136,8 @@ void zk_call_on_kids(int rc,
 {
     struct zk_call *c = (struct zk_call *)(uintptr_t)data;
 
-    if (rc == ZOK && strings != NULL && strings->count > 0) {
-        size_t n = (size_t)strings->count, total = 0;
-        for (size_t i = 0; i < n; i++)
-            total += strlen(strings->data[i]) + 1;
-        c->kids = malloc(n * sizeof(char *) + total);
-        if (c->kids == NULL) {
-            rc = ZSYSTEMERROR;
-        } else {
-            char *p = (char *)(c->kids + n);
-            for (size_t i = 0; i < n; i++) {
-                size_t l = strlen(strings->data[i]) + 1;
-                memcpy(p, strings->data[i], l);
-                c->kids[i] = p;
-                p += l;
-            }
-            c->nkids = (int)n;
-        }
-    }
+    if (rc == ZOK)
+        rc = zk_kids_copy(strings, &c->kids, &c->nkids);
     if (rc == ZOK && stat != NULL)
         c->stat = *stat;
     zk_call_finish(c, rc);
@@ -267,6 +282,33 @@ void zk_batch_on_data(int rc,
     zk_batch_unref(b);
 }
 
+void zk_batch_on_kids(int rc,
+                      const struct String_vector *strings,
+                      const struct Stat *stat,
+                      const void *data)
+{
+    struct zk_batch_slot *s = (struct zk_batch_slot *)(uintptr_t)data;
+    struct zk_batch *b = s->b;
+    char **kids = NULL;
+    int n = 0;
+
+    if (rc == ZOK)
+        rc = zk_kids_copy(strings, &kids, &n);
+    pthread_mutex_lock(&b->mu);
+    s->rc = rc;
+    s->done = true;
+    if (rc == ZOK) {
+        if (stat != NULL)
+            s->stat = *stat;
+        s->kids = kids;
+        s->nkids = n;
+    }
+    b->pending--;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    zk_batch_unref(b);
+}
+
 void zk_batch_wait(struct zk_batch *b, int64_t deadline)
 {
     pthread_mutex_lock(&b->mu);
@@ -287,8 +329,10 @@ void zk_batch_unref(struct zk_batch *b)
     pthread_mutex_unlock(&b->mu);
     if (left > 0)
         return;
-    for (size_t i = 0; i < b->n; i++)
+    for (size_t i = 0; i < b->n; i++) {
         free(b->slots[i].data);
+        free(b->slots[i].kids);
+    }
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     free(b);

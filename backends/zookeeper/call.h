@@ -46,10 +46,13 @@ struct zk_call {
     char paths[ZK_MULTI_MAX][ZK_PATH_MAX];
     char buf[ZK_DATA_MAX];
     char gbuf[ZK_GROUP_MAX];
+    void *extra; /* owned: a multi of several keys keeps its results and
+                    stats here (bulk.c), written at completion */
 };
 
-/* Many gets at once (a shared key's holders): sent back to back, waited
- * for together, so they cost one round trip. */
+/* Many gets or listings at once (a shared key's holders, the keys of a
+ * multi-key call): sent back to back, waited for together, so they cost
+ * one round trip. */
 struct zk_batch_slot {
     struct zk_batch *b;
     int rc;
@@ -57,6 +60,8 @@ struct zk_batch_slot {
     struct Stat stat;
     char *data; /* owned copy */
     int data_len;
+    char **kids; /* a listing's names: owned, one block */
+    int nkids;
 };
 
 struct zk_batch {
@@ -71,13 +76,18 @@ struct zk_batch {
 
 /* A batch of n slots with the caller's reference; NULL without memory. */
 struct zk_batch *zk_batch_new(size_t n);
-/* Before sending slot i's zoo_aget (data = &b->slots[i]): count it. */
+/* Before sending slot i's zoo_aget or zoo_aget_children2 (data =
+ * &b->slots[i]): count it. */
 void zk_batch_sent(struct zk_batch *b);
 /* After a zoo_aget for slot i that returned rc != ZOK: no completion. */
 void zk_batch_not_sent(struct zk_batch *b, int i, int rc);
 void zk_batch_on_data(int rc,
                       const char *value,
                       int value_len,
+                      const struct Stat *stat,
+                      const void *data);
+void zk_batch_on_kids(int rc,
+                      const struct String_vector *strings,
                       const struct Stat *stat,
                       const void *data);
 /* Wait until every call sent is answered or deadline (monotonic ms). */

@@ -12,6 +12,9 @@
  *   kinds.c      what a round checks first: idempotent replays, limits
  *   shared.c     shared holders: s<token> nodes and their group h
  *   holders.c    renew (re-entry), release and inspect of a holder
+ *   multi.c      several keys at once: acquire_multi
+ *   multi_hold.c several keys at once: renew_multi, release_multi
+ *   bulk.c       the reads of several keys at once, and a multi of any size
  *   store.c      every request lockd sends: one-call wrappers and the
  *                recipe's multis
  *   keeper.c     the keeper thread: session, reconnect, the server's
@@ -263,6 +266,64 @@ struct zk_look {
     size_t nms;
     bool ms_read;
 };
+
+/* What a round of a multi-key call saw of one key (multi.c, multi_hold.c);
+ * zeroed at the start of every round. */
+struct zk_mlook {
+    bool node;            /* the key's node was listed */
+    bool has_h;           /* h was read */
+    bool parsed;          /* and is lockd's */
+    struct zk_holder h;   /* h: a holder, or a shared key's group */
+    struct Stat st;       /* h's */
+    bool member;          /* the token is a shared holder: m, in group h */
+    struct zk_member m;   /* its s<token> */
+    bool alone;           /* nothing listed but what a release drops */
+    bool held;            /* acquire: a holder or a queued waiter */
+    bool mine;            /* renew, release: held by the token */
+    int64_t left;         /* acquire: what is left of the holders; 0:
+                             unknown or none */
+    struct zk_holder now; /* renew: the holder's new data */
+    char data[ZK_DATA_MAX];
+    size_t len;
+    char gdata[ZK_GROUP_MAX]; /* release from a group: its new data */
+    size_t glen;
+    int stat; /* the stat of the round's set op on the holder */
+};
+
+/* One key of a multi-key call. */
+struct zk_mkey {
+    struct zk_paths p;
+    char tpath[ZK_PATH_MAX]; /* p.parent + "/" + p.marker ("" for none) */
+    char spath[ZK_PATH_MAX]; /* p.parent + "/" + p.member ("" for none) */
+    struct zk_mlook l;
+};
+
+/* A multi-key call: its keys, handle and deadline. */
+struct zk_multi {
+    struct zk_be *be;
+    struct zk_conn *cn;
+    const struct lock_multi_req *req;
+    struct zk_mkey *keys; /* owned: req->n of them, in req's order */
+    size_t n;
+    int64_t dl; /* monotonic ms */
+};
+
+/* One multi over several keys, of any size (bulk.c): its results and the
+ * set ops' stats live in the call, which a late completion writes into. */
+struct zk_big {
+    struct zk_call *c;
+    zoo_op_t *ops;            /* owned */
+    size_t *key;              /* owned: the key index of each op */
+    zoo_op_result_t *results; /* in c->extra */
+    struct Stat *stats;       /* in c->extra */
+    int n, nstats, cap;
+    bool sent;
+};
+
+/* What zk_read_keys() asks of each key. */
+#define ZK_READ_LIST  0x1u /* its node's children: slot 2i */
+#define ZK_READ_WATCH 0x2u /* ... with a watch that notifies the key */
+#define ZK_READ_H     0x4u /* h's data: slot 2i + 1 */
 
 /* A round's step that has not answered: go on with the round. Answers are
  * >= -1 (BACKEND_*, or -1: look again). */
@@ -530,6 +591,49 @@ enum backend_result zk_be_inspect(struct backend *b,
                                   const char *key,
                                   size_t key_len,
                                   struct lock_info *out);
+
+/* ---- bulk.c: several keys at once ------------------------------------- */
+
+int zk_read_keys(struct zk_be *be,
+                 struct zk_conn *cn,
+                 const struct zk_mkey *keys,
+                 size_t n,
+                 unsigned what,
+                 int64_t dl,
+                 struct zk_batch **out);
+int zk_big_init(struct zk_big *b, int cap);
+void zk_big_cleanup(struct zk_big *b);
+void zk_big_create(
+    struct zk_big *b, size_t k, const char *path, const char *data, size_t len);
+void zk_big_delete(struct zk_big *b, size_t k, const char *path, int version);
+void zk_big_check(struct zk_big *b, size_t k, const char *path, int version);
+int zk_big_set(struct zk_big *b,
+               size_t k,
+               const char *path,
+               const char *data,
+               size_t len,
+               int version);
+int zk_big_run(struct zk_conn *cn,
+               struct zk_big *b,
+               int64_t dl,
+               size_t *failed_key);
+enum backend_result zk_multi_open(struct zk_multi *m,
+                                  struct zk_be *be,
+                                  const struct lock_multi_req *req);
+void zk_multi_close(struct zk_multi *m);
+void zk_multi_reset(struct zk_multi *m);
+
+/* ---- multi.c, multi_hold.c: the multi-key operations ------------------- */
+
+enum backend_result zk_be_acquire_multi(struct backend *b,
+                                        const struct lock_multi_req *req,
+                                        struct lock_multi_grant *out);
+enum backend_result zk_be_renew_multi(struct backend *b,
+                                      const struct lock_multi_req *req,
+                                      struct lock_multi_grant *out);
+enum backend_result zk_be_release_multi(struct backend *b,
+                                        const struct lock_multi_req *req,
+                                        struct lock_multi_grant *out);
 
 /* ---- own.c: grants made here ------------------------------------------ */
 

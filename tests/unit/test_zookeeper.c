@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -135,6 +136,42 @@ static void raw_holder(zhandle_t *zh,
     CHECK_EQ_INT(raw_node(zh, path, NULL), ZOK);
 }
 
+enum zkm_op {
+    ZKM_ACQUIRE,
+    ZKM_RENEW,
+    ZKM_RELEASE,
+};
+
+/* A multi-key call over keys (NULL-terminated); g is zeroed first. */
+static enum backend_result zkm(struct backend *be,
+                               enum zkm_op op,
+                               const char *const *keys,
+                               const char *tok,
+                               const char *owner,
+                               uint64_t ttl,
+                               struct lock_multi_grant *g)
+{
+    size_t lens[LOCK_MULTI_MAX], n = 0;
+    struct lock_multi_req req;
+
+    while (keys[n] != NULL && n < LOCK_MULTI_MAX) {
+        lens[n] = strlen(keys[n]);
+        n++;
+    }
+    req = (struct lock_multi_req){ .n = n,
+                                   .keys = keys,
+                                   .key_lens = lens,
+                                   .token = tok,
+                                   .owner = owner,
+                                   .ttl_ms = ttl };
+    memset(g, 0, sizeof(*g));
+    if (op == ZKM_ACQUIRE)
+        return zookeeper_backend.acquire_multi(be, &req, g);
+    if (op == ZKM_RENEW)
+        return zookeeper_backend.renew_multi(be, &req, g);
+    return zookeeper_backend.release_multi(be, &req, g);
+}
+
 /* ---- lock kinds ---- */
 
 static enum backend_result
@@ -175,6 +212,8 @@ static void test_open_rejects_bad_urls(void)
 
 static void test_down_store_answers_unavailable_at_once(void)
 {
+    static const char *const keys[] = { "k", "l", NULL };
+    struct lock_multi_grant mg;
     char u[128];
     struct lock_grant g;
     struct lock_info info = { 0 };
@@ -197,6 +236,12 @@ static void test_down_store_answers_unavailable_at_once(void)
     CHECK_EQ_INT(zookeeper_backend.inspect(be, "k", 1, &info),
                  BACKEND_UNAVAILABLE);
     CHECK_EQ_INT(zookeeper_backend.ping(be), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zkm(be, ZKM_ACQUIRE, keys, TOK_A, NULL, 1000, &mg),
+                 BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zkm(be, ZKM_RENEW, keys, TOK_A, NULL, 1000, &mg),
+                 BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(zkm(be, ZKM_RELEASE, keys, TOK_A, NULL, 0, &mg),
+                 BACKEND_UNAVAILABLE);
     CHECK_MSG(check_mono_ms() - t0 < 100, "answers took %lld ms",
               (long long)(check_mono_ms() - t0));
     zookeeper_backend.close(be);
@@ -1099,6 +1144,484 @@ static void test_concurrent_shared_grants_keep_the_limit(void)
     zookeeper_backend.close(other);
 }
 
+/* ---- several keys at once ---- */
+
+/* A key's node: /lockd/locks/k<base64url(key), unpadded>. */
+static void key_node(const char *key, char *out, size_t cap)
+{
+    static const char tab[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const unsigned char *k = (const unsigned char *)key;
+    size_t n = strlen(key), o = (size_t)snprintf(out, cap, "/lockd/locks/k");
+
+    for (size_t i = 0; i < n && o + 5 < cap; i += 3) {
+        uint32_t v = (uint32_t)k[i] << 16 |
+                     (i + 1 < n ? (uint32_t)k[i + 1] << 8 : 0) |
+                     (i + 2 < n ? k[i + 2] : 0);
+        out[o++] = tab[v >> 18 & 63];
+        out[o++] = tab[v >> 12 & 63];
+        if (i + 1 < n)
+            out[o++] = tab[v >> 6 & 63];
+        if (i + 2 < n)
+            out[o++] = tab[v & 63];
+    }
+    out[o] = '\0';
+}
+
+/* key's h as a single exclusive grant writes it: data "lockd2 x <ttl>
+ * <tok> <grant_by> 1 0\n\n<owner>", its marker beside it, nothing else
+ * under the key's node; *st its stat. */
+static void check_single_layout(zhandle_t *zh,
+                                const char *key,
+                                const char *tok,
+                                uint64_t ttl,
+                                const char *owner,
+                                struct Stat *st)
+{
+    char parent[256], path[320], data[512], head[128], tail[160];
+    struct String_vector kids = { 0 };
+    int len = sizeof(data) - 1;
+
+    key_node(key, parent, sizeof(parent));
+    snprintf(path, sizeof(path), "%s/h", parent);
+    CHECK_EQ_INT(zoo_get(zh, path, 0, data, &len, st), ZOK);
+    data[len > 0 ? len : 0] = '\0';
+    snprintf(head, sizeof(head), "lockd2 x %llu %s ", (unsigned long long)ttl,
+             tok);
+    snprintf(tail, sizeof(tail), " 1 0\n\n%s", owner);
+    CHECK_MSG(strncmp(data, head, strlen(head)) == 0, "%s: %s", key, data);
+    CHECK_MSG(strlen(data) > strlen(tail) &&
+                  strcmp(data + strlen(data) - strlen(tail), tail) == 0,
+              "%s: %s", key, data);
+    snprintf(path, sizeof(path), "%s/t%s", parent, tok);
+    CHECK_EQ_INT(zoo_exists(zh, path, 0, NULL), ZOK);
+    CHECK_EQ_INT(zoo_get_children(zh, parent, 0, &kids), ZOK);
+    CHECK_EQ_INT(kids.count, 2);
+    deallocate_String_vector(&kids);
+}
+
+/* A multi grant writes on every key what a single grant writes, so every
+ * single-key call works on each key afterwards; its fences pass every
+ * earlier grant's; a release drops the key nodes nobody waits on. */
+static void test_multi_grant_writes_the_single_layout(void)
+{
+    static const char *const keys[] = { "m/a", "m/b", "m/c", NULL };
+    char parent[256];
+    struct lock_multi_grant mg, mr;
+    struct lock_grant g, old;
+    struct lock_info info = { 0 };
+    struct Stat st;
+    uint32_t left = 0;
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    /* m/b: a node left empty (its lockd gone, say): deleted and made
+     * again in the multi; m/c: granted and released before */
+    key_node("m/b", parent, sizeof(parent));
+    CHECK_EQ_INT(raw_node(zh, parent, NULL), ZOK);
+    CHECK_EQ_INT(acq(be_main, "m/c", TOK_A, 5000, &old), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "m/c", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_B, "multi", 5000, &mg),
+                 BACKEND_OK);
+    CHECK_EQ_U64(mg.ttl_ms, 5000);
+    CHECK(mg.expires_at_ms > clock_wall_ms() + 4000);
+    CHECK(mg.fences[2] > old.fence);
+    for (int i = 0; i < 3; i++) {
+        check_single_layout(zh, keys[i], TOK_B, 5000, "multi", &st);
+        CHECK_EQ_U64(mg.fences[i], (uint64_t)st.czxid);
+        CHECK_EQ_INT(
+            zookeeper_backend.inspect(be_main, keys[i], strlen(keys[i]), &info),
+            BACKEND_OK);
+        CHECK_EQ_U64(info.fence, mg.fences[i]);
+        CHECK_STR_EQ(info.owner, "multi");
+        CHECK_EQ_INT(info.holds, 1);
+        lock_info_clear(&info);
+    }
+    /* each key is an ordinary exclusive lock */
+    CHECK_EQ_INT(acq(be_main, "m/a", TOK_A, 5000, &g), BACKEND_HELD);
+    CHECK(g.retry_ms > 4000 && g.retry_ms <= 5000);
+    CHECK_EQ_INT(ren(be_main, "m/a", TOK_B, 8000, &g), BACKEND_OK);
+    CHECK_EQ_U64(g.fence, mg.fences[0]);
+    CHECK_EQ_INT(reenter(be_main, "m/c", TOK_B, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.holds, 2);
+    CHECK_EQ_INT(rel_holds(be_main, "m/c", TOK_B, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(left, 1);
+    /* TTL 0: each key keeps its own; the answer is the least */
+    CHECK_EQ_INT(zkm(be_main, ZKM_RENEW, keys, TOK_B, NULL, 0, &mr),
+                 BACKEND_OK);
+    CHECK_EQ_U64(mr.ttl_ms, 5000);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_U64(mr.fences[i], mg.fences[i]);
+    CHECK_EQ_INT(rel(be_main, "m/a", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RELEASE, keys, TOK_B, NULL, 0, &mr),
+                 BACKEND_OK);
+    CHECK(!mr.released[0] && mr.released[1] && mr.released[2]);
+    for (int i = 0; i < 3; i++) {
+        key_node(keys[i], parent, sizeof(parent));
+        CHECK_MSG(zoo_exists(zh, parent, 0, NULL) == ZNONODE, "%s", keys[i]);
+    }
+    CHECK_EQ_INT(zkm(be_main, ZKM_RELEASE, keys, TOK_B, NULL, 0, &mr),
+                 BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_C, NULL, 5000, &mr),
+                 BACKEND_OK);
+    for (int i = 0; i < 3; i++)
+        CHECK(mr.fences[i] > mg.fences[i]);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RELEASE, keys, TOK_C, NULL, 0, &mr),
+                 BACKEND_OK);
+    zookeeper_close(zh);
+}
+
+/* What inject_hook() does: once, when it hears trigger, queue a waiter
+ * under parent through zh (another session). */
+static struct {
+    pthread_mutex_t mu;
+    zhandle_t *zh;
+    const char *trigger;
+    char parent[256];
+    char made[320];
+    bool armed;
+} inj = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static void inject_hook(void *arg, const char *key, size_t len)
+{
+    char path[320];
+
+    (void)arg;
+    pthread_mutex_lock(&inj.mu);
+    if (inj.armed && len == strlen(inj.trigger) &&
+        memcmp(key, inj.trigger, len) == 0) {
+        inj.armed = false;
+        snprintf(path, sizeof(path), "%s/wffffffffffffffff-1-%lld-", inj.parent,
+                 (long long)clock_wall_ms() + 60000);
+        if (zoo_create(inj.zh, path, "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                       ZOO_EPHEMERAL_SEQUENTIAL, inj.made,
+                       sizeof(inj.made)) != ZOK)
+            inj.made[0] = '\0';
+    }
+    pthread_mutex_unlock(&inj.mu);
+}
+
+/* The multi is the check: a waiter that queues on w/y after the call read
+ * it free (here: while it reaps w/x's expired holder, which notifies w/x)
+ * fails the whole grant, and neither key is taken. */
+static void test_multi_waiter_after_the_read_fails_the_whole_grant(void)
+{
+    static const char *const keys[] = { "w/x", "w/y", NULL };
+    char xnode[256], path[320];
+    struct lock_multi_grant mg;
+    struct lock_info info = { 0 };
+    struct backend *be;
+    struct Stat st;
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    be = be_open(url, inject_hook, NULL);
+    CHECK(be != NULL);
+    if (be == NULL) {
+        zookeeper_close(zh);
+        return;
+    }
+    key_node("w/x", xnode, sizeof(xnode));
+    CHECK_EQ_INT(raw_node(zh, xnode, NULL), ZOK);
+    raw_holder(zh, xnode, TOK_A, 1, 0, &st);
+    key_node("w/y", inj.parent, sizeof(inj.parent));
+    CHECK_EQ_INT(raw_node(zh, inj.parent, NULL), ZOK); /* empty, as read */
+    check_sleep_ms(20);                                /* w/x expired */
+    pthread_mutex_lock(&inj.mu);
+    inj.zh = zh;
+    inj.trigger = "w/x";
+    inj.armed = true;
+    pthread_mutex_unlock(&inj.mu);
+    CHECK_EQ_INT(zkm(be, ZKM_ACQUIRE, keys, TOK_B, NULL, 5000, &mg),
+                 BACKEND_HELD);
+    CHECK(inj.made[0] != '\0');
+    CHECK(!mg.held[0] && mg.held[1]);
+    CHECK_EQ_U64(mg.retry_ms, 0); /* a waiter only: unknown */
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(zookeeper_backend.inspect(be, keys[i], 3, &info),
+                     BACKEND_NOT_FOUND);
+        lock_info_clear(&info);
+    }
+    snprintf(path, sizeof(path), "%s/h", inj.parent);
+    CHECK_EQ_INT(zoo_exists(zh, path, 0, NULL), ZNONODE);
+    CHECK_EQ_INT(zoo_delete(zh, inj.made, -1), ZOK);
+    CHECK_EQ_INT(zkm(be, ZKM_ACQUIRE, keys, TOK_B, NULL, 5000, &mg),
+                 BACKEND_OK);
+    CHECK_EQ_INT(zkm(be, ZKM_RELEASE, keys, TOK_B, NULL, 0, &mg), BACKEND_OK);
+    zookeeper_backend.close(be);
+    zookeeper_close(zh);
+}
+
+/* ZooKeeper tells only those who watch: a HELD answer leaves watches that
+ * notify this instance when a held key's holder leaves (released through
+ * another instance) or its waiters do. */
+static void test_multi_held_keys_notify_when_they_free(void)
+{
+    static const char *const keys[] = { "n/0", "n/1", "n/2", NULL };
+    char parent[256], path[320], made[320];
+    struct lock_multi_grant mg;
+    struct lock_grant g;
+    struct backend *other = NULL;
+    zhandle_t *zh = raw_open();
+
+    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0),
+                 BACKEND_OK);
+    if (zh == NULL || other == NULL) {
+        zookeeper_backend.close(other);
+        if (zh != NULL)
+            zookeeper_close(zh);
+        return;
+    }
+    CHECK_EQ_INT(acq(other, "n/1", TOK_A, 5000, &g), BACKEND_OK);
+    key_node("n/2", parent, sizeof(parent));
+    CHECK_EQ_INT(raw_node(zh, parent, NULL), ZOK);
+    snprintf(path, sizeof(path), "%s/wffffffffffffffff-7-%lld-", parent,
+             (long long)clock_wall_ms() + 60000);
+    CHECK_EQ_INT(zoo_create(zh, path, "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                            ZOO_EPHEMERAL_SEQUENTIAL, made, sizeof(made)),
+                 ZOK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_B, NULL, 5000, &mg),
+                 BACKEND_HELD);
+    CHECK(!mg.held[0] && mg.held[1] && mg.held[2]);
+    CHECK(mg.retry_ms > 4000 && mg.retry_ms <= 5000);
+    notes_watch("n/1", 3);
+    CHECK_EQ_INT(rel(other, "n/1", TOK_A), BACKEND_OK);
+    CHECK_MSG(notes_watched(3000) >= 1, "the release was not heard");
+    notes_watch("n/2", 3);
+    CHECK_EQ_INT(zoo_delete(zh, made, -1), ZOK);
+    CHECK_MSG(notes_watched(3000) >= 1, "the waiter's leaving was not heard");
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_B, NULL, 5000, &mg),
+                 BACKEND_OK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RELEASE, keys, TOK_B, NULL, 0, &mg),
+                 BACKEND_OK);
+    zookeeper_backend.close(other);
+    zookeeper_close(zh);
+}
+
+/* A renew of several keys is one multi: when one key is not the token's,
+ * no key's holder is written at all. A release leaves the node of a key
+ * someone waits on, and that waiter's turn comes. */
+static void test_multi_renew_writes_nothing_unless_all_held(void)
+{
+    static const char *const mine[] = { "r/a", "r/b", NULL };
+    static const char *const with_c[] = { "r/a", "r/c", "r/b", NULL };
+    static const char *const with_d[] = { "r/a", "r/b", "r/d", NULL };
+    char parent[256], path[320];
+    struct lock_multi_grant mg, mr;
+    struct lock_waiter w = { .id = 31 };
+    struct lock_grant g;
+    struct Stat before, after;
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    key_node("r/a", parent, sizeof(parent));
+    snprintf(path, sizeof(path), "%s/h", parent);
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, mine, TOK_A, NULL, 5000, &mg),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "r/c", TOK_B, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(zoo_exists(zh, path, 0, &before), ZOK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RENEW, with_c, TOK_A, NULL, 9000, &mr),
+                 BACKEND_MISMATCH);
+    CHECK_EQ_INT(mr.bad, 1);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RENEW, with_d, TOK_A, NULL, 9000, &mr),
+                 BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(mr.bad, 2);
+    CHECK_EQ_INT(zoo_exists(zh, path, 0, &after), ZOK);
+    CHECK_EQ_INT(after.version, before.version);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RENEW, mine, TOK_A, NULL, 9000, &mr),
+                 BACKEND_OK);
+    CHECK_EQ_U64(mr.ttl_ms, 9000);
+    CHECK_EQ_INT(zoo_exists(zh, path, 0, &after), ZOK);
+    CHECK_EQ_INT(after.version, before.version + 1);
+    /* r/b has a waiter: its node stays for it */
+    w.deadline_ms = clock_wall_ms() + 10000;
+    CHECK_EQ_INT(acq_wait(be_main, "r/b", TOK_C, 5000, &w, &g), BACKEND_HELD);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RELEASE, with_c, TOK_A, NULL, 0, &mr),
+                 BACKEND_OK);
+    CHECK(mr.released[0] && !mr.released[1] && mr.released[2]);
+    CHECK_EQ_INT(zoo_exists(zh, parent, 0, NULL), ZNONODE);
+    key_node("r/b", parent, sizeof(parent));
+    CHECK_EQ_INT(raw_waiters(zh, parent), 1);
+    CHECK_EQ_INT(acq_wait(be_main, "r/b", TOK_C, 5000, &w, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "r/b", TOK_C), BACKEND_OK);
+    CHECK_EQ_INT(ren(be_main, "r/c", TOK_B, 0, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "r/c", TOK_B), BACKEND_OK);
+    zookeeper_close(zh);
+}
+
+/* A shared holder holds a key against a multi grant; a token that holds
+ * keys shared and exclusive renews and releases them all at once, and
+ * the other shared holders stay. */
+static void test_multi_calls_with_shared_holders(void)
+{
+    static const char *const keys[] = { "s/1", "s/2", NULL };
+    struct lock_multi_grant mg;
+    struct lock_info info = { 0 };
+    struct lock_grant g;
+
+    CHECK_EQ_INT(shr("s/1", TOK_A, 0, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("s/1", TOK_B, 0, &g), BACKEND_OK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_C, NULL, 5000, &mg),
+                 BACKEND_HELD);
+    CHECK(mg.held[0] && !mg.held[1]);
+    CHECK(mg.retry_ms > 4000 && mg.retry_ms <= 5000);
+    CHECK_EQ_INT(acq(be_main, "s/2", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RENEW, keys, TOK_A, NULL, 7000, &mg),
+                 BACKEND_OK);
+    CHECK_EQ_U64(mg.ttl_ms, 7000);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RELEASE, keys, TOK_A, NULL, 0, &mg),
+                 BACKEND_OK);
+    CHECK(mg.released[0] && mg.released[1]);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "s/1", 3, &info),
+                 BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 1);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "s/2", 3, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(rel(be_main, "s/1", TOK_B), BACKEND_OK);
+}
+
+/* A grant is answered only while every instance would call it held: with
+ * a TTL of 1 ms none of it is surely left when the answer comes, so the
+ * multi grant is a 503, never a 201, and its holders are freed at once. */
+static void test_multi_grant_answered_too_late_is_freed(void)
+{
+    static const char *const keys[] = { "late/1", "late/2", NULL };
+    char parent[256], path[320];
+    struct lock_multi_grant mg;
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_A, NULL, 1, &mg),
+                 BACKEND_UNAVAILABLE);
+    for (int i = 0; i < 2; i++) {
+        key_node(keys[i], parent, sizeof(parent));
+        snprintf(path, sizeof(path), "%s/h", parent);
+        CHECK_MSG(zoo_exists(zh, path, 0, NULL) == ZNONODE, "%s", keys[i]);
+        snprintf(path, sizeof(path), "%s/t" TOK_A, parent);
+        CHECK_MSG(zoo_exists(zh, path, 0, NULL) == ZNONODE, "%s", keys[i]);
+    }
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_B, NULL, 5000, &mg),
+                 BACKEND_OK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RENEW, keys, TOK_B, NULL, 1, &mg),
+                 BACKEND_UNAVAILABLE);
+    check_sleep_ms(10); /* past the 1 ms and the clock's slack */
+    CHECK_EQ_INT(zkm(be_main, ZKM_RELEASE, keys, TOK_B, NULL, 0, &mg),
+                 BACKEND_NOT_FOUND);
+    zookeeper_close(zh);
+}
+
+/* The largest request: 64 keys of LOCK_KEY_MAX bytes in one multi (about
+ * 400 kB, under ZooKeeper's 1 MB jute.maxbuffer). */
+static void test_multi_of_64_longest_keys(void)
+{
+    static char names[LOCK_MULTI_MAX][LOCK_KEY_MAX + 1];
+    const char *keys[LOCK_MULTI_MAX + 1];
+    struct lock_multi_grant mg;
+    int64_t t0;
+
+    for (int i = 0; i < LOCK_MULTI_MAX; i++) {
+        memset(names[i], 'a' + i % 26, LOCK_KEY_MAX);
+        snprintf(names[i], 8, "%02d/", i);
+        names[i][3] = 'z';
+        names[i][LOCK_KEY_MAX] = '\0';
+        keys[i] = names[i];
+    }
+    keys[LOCK_MULTI_MAX] = NULL;
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_A, "o", 5000, &mg),
+                 BACKEND_OK);
+    printf("  64 keys of 512 bytes: acquire %lld ms\n",
+           (long long)(check_mono_ms() - t0));
+    for (int i = 0; i < LOCK_MULTI_MAX; i++)
+        CHECK(mg.fences[i] > 0);
+    CHECK_EQ_INT(zkm(be_main, ZKM_ACQUIRE, keys, TOK_B, NULL, 5000, &mg),
+                 BACKEND_HELD);
+    CHECK(mg.held[0] && mg.held[LOCK_MULTI_MAX - 1]);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RENEW, keys, TOK_A, NULL, 6000, &mg),
+                 BACKEND_OK);
+    CHECK_EQ_INT(zkm(be_main, ZKM_RELEASE, keys, TOK_A, NULL, 0, &mg),
+                 BACKEND_OK);
+    for (int i = 0; i < LOCK_MULTI_MAX; i++)
+        CHECK(mg.released[i]);
+}
+
+/* Several instances take overlapping sets of keys (and single keys) at
+ * once: a key is never held twice, and nobody waits on anybody. */
+static struct {
+    atomic_int owners[4];
+    atomic_int overlaps;
+    atomic_int grants;
+    atomic_int errors;
+} race;
+
+struct multi_racer {
+    struct backend *be;
+    int id;
+};
+
+static const char *const race_keys[4] = { "x/0", "x/1", "x/2", "x/3" };
+
+static void *multi_racer(void *arg)
+{
+    struct multi_racer *r = arg;
+    char tok[40];
+    struct lock_multi_grant mg;
+    const char *keys[3] = { race_keys[r->id % 3], race_keys[r->id % 3 + 1],
+                            NULL };
+
+    for (int round = 0; round < 30; round++) {
+        enum backend_result res;
+        snprintf(tok, sizeof(tok), "%08x%08x%016x", (unsigned)r->id,
+                 (unsigned)round, 0xabcdu);
+        res = zkm(r->be, ZKM_ACQUIRE, keys, tok, NULL, 5000, &mg);
+        if (res == BACKEND_HELD)
+            continue;
+        if (res != BACKEND_OK) {
+            atomic_fetch_add(&race.errors, 1);
+            continue;
+        }
+        atomic_fetch_add(&race.grants, 1);
+        for (int k = 0; k < 2; k++)
+            if (atomic_fetch_add(&race.owners[r->id % 3 + k], 1) != 0)
+                atomic_fetch_add(&race.overlaps, 1);
+        check_sleep_ms(5);
+        for (int k = 0; k < 2; k++)
+            atomic_fetch_sub(&race.owners[r->id % 3 + k], 1);
+        if (zkm(r->be, ZKM_RELEASE, keys, tok, NULL, 0, &mg) != BACKEND_OK)
+            atomic_fetch_add(&race.errors, 1);
+    }
+    return NULL;
+}
+
+static void test_multi_overlapping_grants_never_share_a_key(void)
+{
+    struct backend *other = NULL;
+    struct multi_racer rs[4];
+    pthread_t th[4];
+
+    CHECK_EQ_INT(zookeeper_backend.open(url, NULL, &other, NULL, 0),
+                 BACKEND_OK);
+    if (other == NULL)
+        return;
+    memset(&race, 0, sizeof(race));
+    for (int i = 0; i < 4; i++) {
+        rs[i] = (struct multi_racer){ .be = i % 2 ? other : be_main, .id = i };
+        pthread_create(&th[i], NULL, multi_racer, &rs[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ_INT(atomic_load(&race.overlaps), 0);
+    CHECK_EQ_INT(atomic_load(&race.errors), 0);
+    CHECK(atomic_load(&race.grants) > 0);
+    printf("  %d grants of 120 tries\n", atomic_load(&race.grants));
+    zookeeper_backend.close(other);
+}
+
 static const struct check_case offline[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_down_store_answers_unavailable_at_once),
@@ -1128,6 +1651,14 @@ static const struct check_case online[] = {
     CHECK_CASE(test_inspect_lists_shared_holders_by_fence),
     CHECK_CASE(test_shared_holders_expire_one_by_one),
     CHECK_CASE(test_concurrent_shared_grants_keep_the_limit),
+    CHECK_CASE(test_multi_grant_writes_the_single_layout),
+    CHECK_CASE(test_multi_waiter_after_the_read_fails_the_whole_grant),
+    CHECK_CASE(test_multi_held_keys_notify_when_they_free),
+    CHECK_CASE(test_multi_renew_writes_nothing_unless_all_held),
+    CHECK_CASE(test_multi_calls_with_shared_holders),
+    CHECK_CASE(test_multi_grant_answered_too_late_is_freed),
+    CHECK_CASE(test_multi_of_64_longest_keys),
+    CHECK_CASE(test_multi_overlapping_grants_never_share_a_key),
     CHECK_CASE(test_restart_answers_unavailable_then_recovers),
 };
 
