@@ -849,7 +849,7 @@ def busy_key_rounds(ld, a, b, clients, rounds, wait_ms, hold=0.010, pause=0.010)
 def multi_busy_key(ctx):
     ld = ctx.lockd
     figures = []
-    for clients, rounds, wait_ms in ((1, 10, 3000), (4, 4, 1500)):
+    for clients, rounds, wait_ms in ((1, 10, 3000), (2, 6, 1500), (4, 4, 1500)):
         a, b = ctx.key("mbusy-a"), ctx.key("mbusy-b")
         delays, timeouts, busy = busy_key_rounds(ld, a, b, clients, rounds, wait_ms)
         if delays:
