@@ -142,7 +142,7 @@ static enum mysql_attempt mysql_acquire_held(struct mysql_conn *c,
 
 /* An insert of the key row that found no stripe row: the stripes are
  * missing (tables made by hand without them); made again if we may. */
-static enum mysql_attempt mysql_acquire_no_stripe(struct mysql_conn *c)
+enum mysql_attempt mysql_acquire_no_stripe(struct mysql_conn *c)
 {
     log_error("mysql: the stripe rows of %s_seq are missing", c->be->table);
     atomic_store(&c->be->schema_ok, false);
@@ -152,8 +152,7 @@ static enum mysql_attempt mysql_acquire_no_stripe(struct mysql_conn *c)
 
 /* A fence from the counter, taken under the key row's lock: after the
  * commit of every earlier grant of the key, so above its fence. */
-static enum mysql_attempt mysql_acquire_fence(struct mysql_conn *c,
-                                              uint64_t *fence)
+enum mysql_attempt mysql_acquire_fence(struct mysql_conn *c, uint64_t *fence)
 {
     struct mysql_run_info info;
     unsigned err;

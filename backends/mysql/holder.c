@@ -50,7 +50,7 @@ static enum mysql_attempt mysql_settle_unmatched(struct mysql_conn *c,
 
 /* The key's expiry := its last holder's (shared holders, after one left or
  * was renewed shorter). */
-static enum mysql_attempt mysql_key_fix(struct mysql_conn *c, MYSQL_BIND *key)
+enum mysql_attempt mysql_key_fix(struct mysql_conn *c, MYSQL_BIND *key)
 {
     MYSQL_BIND p[2] = { *key, *key };
     struct mysql_run_info info;
@@ -150,8 +150,7 @@ enum mysql_attempt mysql_event_add(struct mysql_conn *c, MYSQL_BIND *key)
 
 /* The holder's row goes; then its expired fellows, the key's expiry (its
  * last live holder's) and the key row itself if none is left. */
-static enum mysql_attempt mysql_release_holder(struct mysql_conn *c,
-                                               MYSQL_BIND *kt)
+enum mysql_attempt mysql_release_holder(struct mysql_conn *c, MYSQL_BIND *kt)
 {
     struct mysql_run_info info;
     uint64_t reaped;

@@ -1,8 +1,9 @@
 /*
  * backends/mysql/mysql.c - lock store on MySQL or MariaDB (MariaDB
  * Connector/C): the ops table, open() and close(), ping and held_count.
- * The operations are in acquire.c and holder.c; what the other files of
- * the adapter hold is listed in mysql_int.h.
+ * The operations are in acquire.c and holder.c, those on several keys at
+ * once in multi.c and multi_holder.c; what the other files of the adapter
+ * hold is listed in mysql_int.h.
  *
  * A row per held key (mode, limit, the last expiry of its holders) and a
  * row per holder (token, fence, TTL, holds, owner, Idempotency-Key), keyed
@@ -214,6 +215,46 @@ static enum backend_result mysql_be_inspect(struct backend *base,
     return mysql_run_op((struct mysql_be *)base, mysql_inspect_attempt, &a);
 }
 
+static enum backend_result
+mysql_be_acquire_multi(struct backend *base,
+                       const struct lock_multi_req *req,
+                       struct lock_multi_grant *out)
+{
+    struct mysql_multi_arg a;
+
+    mysql_multi_init(&a, req, out, base->call_timeout_ms);
+    return mysql_run_op((struct mysql_be *)base, mysql_acquire_multi_attempt,
+                        &a);
+}
+
+static enum backend_result
+mysql_be_renew_multi(struct backend *base,
+                     const struct lock_multi_req *req,
+                     struct lock_multi_grant *out)
+{
+    struct mysql_multi_arg a;
+
+    mysql_multi_init(&a, req, out, base->call_timeout_ms);
+    return mysql_run_op((struct mysql_be *)base, mysql_renew_multi_attempt, &a);
+}
+
+static enum backend_result
+mysql_be_release_multi(struct backend *base,
+                       const struct lock_multi_req *req,
+                       struct lock_multi_grant *out)
+{
+    struct mysql_be *be = (struct mysql_be *)base;
+    struct mysql_multi_arg a;
+    enum backend_result r;
+
+    mysql_multi_init(&a, req, out, base->call_timeout_ms);
+    r = mysql_run_op(be, mysql_release_multi_attempt, &a);
+    for (size_t i = 0; r == BACKEND_OK && i < req->n; i++)
+        if (out->released[i] && be->hooks.notify != NULL)
+            be->hooks.notify(be->hooks.arg, req->keys[i], req->key_lens[i]);
+    return r;
+}
+
 static enum backend_result mysql_be_ping(struct backend *base)
 {
     return mysql_run_op((struct mysql_be *)base, mysql_ping_attempt, NULL);
@@ -244,6 +285,9 @@ const struct backend_ops mysql_backend = {
     .release = mysql_be_release,
     .inspect = mysql_be_inspect,
     .cancel_wait = NULL,
+    .acquire_multi = mysql_be_acquire_multi,
+    .renew_multi = mysql_be_renew_multi,
+    .release_multi = mysql_be_release_multi,
     .ping = mysql_be_ping,
     .held_count = mysql_be_held_count,
     .close = mysql_be_close,

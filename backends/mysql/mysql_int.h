@@ -7,6 +7,8 @@
  *   mysql.c  the ops table: open/close, ping, held_count
  *   acquire.c  acquire(), both modes, and Idempotency-Key replays
  *   holder.c   renew(), release() and inspect(): one holder's rows
+ *   multi.c    acquire_multi(), and what the multi-key calls share
+ *   multi_holder.c  renew_multi() and release_multi()
  *   conn.c   per-thread connections, prepared statements, transactions,
  *            retries and back-off (mysql_run_op)
  *   bg.c     the background thread: release events, reaping
@@ -223,6 +225,63 @@ enum mysql_attempt mysql_inspect_attempt(struct mysql_conn *c,
                                          enum backend_result *res);
 /* Append an event for key (a holder left) inside the open transaction. */
 enum mysql_attempt mysql_event_add(struct mysql_conn *c, MYSQL_BIND *key);
+
+/* Steps the single-key operations share with the multi-key ones, each
+ * inside the open transaction (ended on failure). acquire.c: the stripe
+ * rows are missing (rolls back, FAILED); a fence from the counter, taken
+ * once the key's row is locked. holder.c: the key's expiry := its last
+ * holder's; a holder leaves (kt: key and token binds), with its expired
+ * fellows and, when none is left, the key's row. */
+enum mysql_attempt mysql_acquire_no_stripe(struct mysql_conn *c);
+enum mysql_attempt mysql_acquire_fence(struct mysql_conn *c, uint64_t *fence);
+enum mysql_attempt mysql_key_fix(struct mysql_conn *c, MYSQL_BIND *key);
+enum mysql_attempt mysql_release_holder(struct mysql_conn *c, MYSQL_BIND *kt);
+
+/* ---- multi.c, multi_holder.c: several keys in one transaction ---- */
+
+/* A multi-key call's arguments through mysql_run_op(). */
+struct mysql_multi_arg {
+    const struct lock_multi_req *req;
+    struct lock_multi_grant *out;
+    size_t ord[LOCK_MULTI_MAX]; /* req's indexes by ascending key bytes:
+                                   the order its key rows are locked in */
+    int64_t deadline_ms;        /* monotonic: past it, give up (rolled
+                                   back, UNAVAILABLE) */
+};
+
+/* Fill a for req and out, with a deadline timeout_ms from now. */
+void mysql_multi_init(struct mysql_multi_arg *a,
+                      const struct lock_multi_req *req,
+                      struct lock_multi_grant *out,
+                      int64_t timeout_ms);
+/* The keys at sorted positions from..n-1 into p[0..LOCK_MULTI_MAX) (a
+ * statement's list of keys), the other slots NULL; lens: the caller's
+ * storage for their lengths. */
+void mysql_multi_bind_keys(const struct mysql_multi_arg *a,
+                           size_t from,
+                           MYSQL_BIND *p,
+                           unsigned long *lens);
+/* The key at sorted position i, bound into *b (len: its storage). */
+void mysql_multi_bind_key(const struct mysql_multi_arg *a,
+                          size_t i,
+                          MYSQL_BIND *b,
+                          unsigned long *len);
+/* req's index of key[0..len), or LOCK_MULTI_MAX if it is none of req's. */
+size_t mysql_multi_find(const struct mysql_multi_arg *a,
+                        const char *key,
+                        unsigned long len);
+/* True, with the transaction rolled back, once the call is out of time. */
+bool mysql_multi_late(struct mysql_conn *c, const struct mysql_multi_arg *a);
+
+enum mysql_attempt mysql_acquire_multi_attempt(struct mysql_conn *c,
+                                               void *arg,
+                                               enum backend_result *res);
+enum mysql_attempt mysql_renew_multi_attempt(struct mysql_conn *c,
+                                             void *arg,
+                                             enum backend_result *res);
+enum mysql_attempt mysql_release_multi_attempt(struct mysql_conn *c,
+                                               void *arg,
+                                               enum backend_result *res);
 
 /* ---- bg.c ---- */
 

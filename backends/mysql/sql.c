@@ -61,6 +61,15 @@
     "(254, 0), (255, 0)"
 /* clang-format on */
 
+/* LOCK_MULTI_MAX parameters, for a list of keys: one prepared statement
+ * serves every n (the unused ones are NULL, which matches no row). */
+#define Q8       "?, ?, ?, ?, ?, ?, ?, ?"
+#define KEYS_MAX Q8 ", " Q8 ", " Q8 ", " Q8 ", " Q8 ", " Q8 ", " Q8 ", " Q8
+/* The stripes of LOCK_MULTI_MAX keys (NULL for NULL). */
+#define S1          STRIPE ", "
+#define S8          S1 S1 S1 S1 S1 S1 S1 S1
+#define STRIPES_MAX S8 S8 S8 S8 S8 S8 S8 S1 S1 S1 S1 S1 S1 S1 STRIPE
+
 /* The greatest hold count (LOCK_HOLDS_MAX, backends/backend.h). */
 #define HOLDS_MAX "1000000"
 
@@ -219,6 +228,33 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
        MariaDB >= 10.2.4 and MySQL 8 (it is persistent), but older servers
        restart it at MAX(id) + 1 */
     STMT(FENCE_TRIM, "DELETE FROM @F WHERE id < ? LIMIT ?"),
+    /* Every stripe row of the keys, locked in ascending id order whatever
+       the plan (a range, or a scan of all 130 rows): an UPDATE at READ
+       COMMITTED reads a row another transaction has locked
+       semi-consistently and waits only for the rows it matches. Nothing
+       changes (v = v), so nothing is written. */
+    STMT(STRIPES, "UPDATE @S SET v = v WHERE id IN (" STRIPES_MAX ")"),
+    /* the keys held now, each with the time until its first holder
+       expires (a key row without holder rows: a lock of an older lockd,
+       its own expiry); a plain read, no lock */
+    STMT(MULTI_HELD,
+         "SELECT k.lock_key, COALESCE((SELECT MIN(h.expires_at) FROM @H AS h"
+         " WHERE h.lock_key = k.lock_key AND h.expires_at > " NOW_MS "),"
+         " k.expires_at) - " NOW_MS " FROM @T AS k"
+         " WHERE k.lock_key IN (" KEYS_MAX ") AND k.expires_at + 0 > " NOW_MS),
+    /* after renewing them: the rows are ours, read as they now are */
+    STMT(MULTI_READ,
+         "SELECT h.lock_key, h.fence, h.ttl_ms, h.expires_at, k.mode"
+         " FROM @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key"
+         " WHERE k.lock_key IN (" KEYS_MAX ") AND h.token = ?"),
+    /* as SETTLE, for several keys: key row live; the token's holds (NULL:
+       not a live holder); keys without a row are free */
+    STMT(MULTI_SETTLE,
+         "SELECT k.lock_key, k.expires_at > " NOW_MS ", h.holds FROM @T AS k"
+         " LEFT JOIN @H AS h ON h.lock_key = k.lock_key AND h.token = ?"
+         " AND h.expires_at > " NOW_MS " WHERE k.lock_key IN (" KEYS_MAX ")"),
+    /* n event ids in one step: the last of them is returned */
+    STMT(EVENT_BUMP_N, "UPDATE @S SET v = LAST_INSERT_ID(v + ?) WHERE id = 2"),
 };
 
 /* The schema (deploy/mysql/schema.sql), run once per process while the
@@ -373,6 +409,7 @@ const struct mysql_sql mysql_sql_session_idle = {
 };
 
 _Static_assert(LOCK_HOLDS_MAX == 1000000, "HOLDS_MAX");
+_Static_assert(LOCK_MULTI_MAX == 64, "KEYS_MAX and STRIPES_MAX");
 _Static_assert(ARRAY_LEN(mysql_sql_schema) == MYSQL_SQL_SCHEMA_N,
                "MYSQL_SQL_SCHEMA_N");
 _Static_assert(ARRAY_LEN(mysql_sql_probe) == MYSQL_SQL_PROBE_N,

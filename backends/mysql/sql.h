@@ -49,6 +49,13 @@ enum mysql_stmt_id {
     MYSQL_ST_EVENT_TRIM,
     MYSQL_ST_FENCE_TOP,  /* the highest committed fence row */
     MYSQL_ST_FENCE_TRIM, /* fence rows below it */
+    /* several keys at once (multi.c); a list of keys has LOCK_MULTI_MAX
+       slots, the unused ones NULL */
+    MYSQL_ST_STRIPES,      /* lock the keys' stripe rows, by ascending id */
+    MYSQL_ST_MULTI_HELD,   /* the live ones among the keys, TTL left */
+    MYSQL_ST_MULTI_READ,   /* a token's holder rows of the keys */
+    MYSQL_ST_MULTI_SETTLE, /* why a renew matched nothing, per key */
+    MYSQL_ST_EVENT_BUMP_N, /* the next n event ids at once */
     MYSQL_ST_COUNT,
 };
 

@@ -88,7 +88,9 @@ INSERT IGNORE INTO lockd_locks_seq (id, v) VALUES (1, 0), (2, 0);
 -- (128 + CRC32(key) % 128) before it inserts the key's row in
 -- lockd_locks, so two inserts of one key never run at once: InnoDB's
 -- duplicate check on a key row just deleted takes gap locks, which would
--- deadlock them. These rows are never changed or deleted.
+-- deadlock them. A multi-key acquire locks the stripe rows of all its keys,
+-- by ascending id, before any key row. These rows are never changed or
+-- deleted.
 INSERT IGNORE INTO lockd_locks_seq (id, v) VALUES
     (128, 0), (129, 0), (130, 0), (131, 0), (132, 0), (133, 0), (134, 0), (135, 0),
     (136, 0), (137, 0), (138, 0), (139, 0), (140, 0), (141, 0), (142, 0), (143, 0),

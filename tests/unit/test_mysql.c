@@ -1263,6 +1263,661 @@ static void test_kinds_release_of_a_shared_holder_notifies(void)
     CHECK_EQ_INT(rel(be_main, "sh-note", TOK_B), BACKEND_OK);
 }
 
+/* ---- several keys at once ---- */
+
+/* A multi-key request over keys[0..n) (their lengths by strlen). */
+struct mreq {
+    size_t lens[LOCK_MULTI_MAX];
+    struct lock_multi_req req;
+};
+
+static const struct lock_multi_req *mreq_make(struct mreq *m,
+                                              const char *const *keys,
+                                              size_t n,
+                                              const char *tok,
+                                              uint64_t ttl)
+{
+    for (size_t i = 0; i < n; i++)
+        m->lens[i] = strlen(keys[i]);
+    m->req = (struct lock_multi_req){
+        .n = n, .keys = keys, .key_lens = m->lens, .token = tok, .ttl_ms = ttl
+    };
+    return &m->req;
+}
+
+static enum backend_result macq(struct backend *be,
+                                const char *const *keys,
+                                size_t n,
+                                const char *tok,
+                                uint64_t ttl,
+                                struct lock_multi_grant *g)
+{
+    struct mreq m;
+
+    return backend_acquire_multi(be, mreq_make(&m, keys, n, tok, ttl), g);
+}
+
+static enum backend_result mren(struct backend *be,
+                                const char *const *keys,
+                                size_t n,
+                                const char *tok,
+                                uint64_t ttl,
+                                struct lock_multi_grant *g)
+{
+    struct mreq m;
+
+    return backend_renew_multi(be, mreq_make(&m, keys, n, tok, ttl), g);
+}
+
+static enum backend_result mrel(struct backend *be,
+                                const char *const *keys,
+                                size_t n,
+                                const char *tok,
+                                struct lock_multi_grant *g)
+{
+    struct mreq m;
+
+    return backend_release_multi(be, mreq_make(&m, keys, n, tok, 0), g);
+}
+
+/* Each key of a multi grant has the rows a single exclusive grant makes:
+ * a key row (mode 0, no token) and one holder row (holds 1, owner, fence,
+ * the key row's expiry), so the single-key calls work on it; fences come
+ * from the one counter, after every earlier grant of the key. */
+static void test_multi_grant_rows_are_single_grants(void)
+{
+    static const char *const keys[] = { "mg-b", "mg-a", "mg-c" };
+    struct lock_grant g, r;
+    struct lock_multi_grant mg;
+    struct lock_info info;
+    struct mreq m;
+    const struct lock_multi_req *req;
+
+    CHECK_EQ_INT(acq(be_main, "mg-a", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "mg-a", TOK_A), BACKEND_OK);
+    req = mreq_make(&m, keys, 3, TOK_B, 8000);
+    m.req.owner = "multi-owner";
+    CHECK_EQ_INT(backend_acquire_multi(be_main, req, &mg), BACKEND_OK);
+    CHECK(mg.fences[1] > g.fence);
+    CHECK(mg.fences[0] != mg.fences[1] && mg.fences[1] != mg.fences[2] &&
+          mg.fences[0] != mg.fences[2]);
+    /* taken in key order: mg-a, mg-b, mg-c */
+    CHECK(mg.fences[1] < mg.fences[0] && mg.fences[0] < mg.fences[2]);
+    CHECK_EQ_INT(mg.ttl_ms, 8000);
+    CHECK(mg.expires_at_ms > clock_wall_ms() + 6000);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks k"
+                          " JOIN lockd.lockd_locks_holders h"
+                          " ON h.lock_key = k.lock_key"
+                          " WHERE k.lock_key LIKE 'mg-%' AND k.mode = 0"
+                          " AND k.lim = 0 AND k.token = '' AND k.ttl_ms = 8000"
+                          " AND h.token = '" TOK_B "' AND h.holds = 1"
+                          " AND h.owner = 'multi-owner' AND h.idem IS NULL"
+                          " AND h.ttl_ms = 8000"
+                          " AND h.expires_at = k.expires_at"),
+                 3);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks_holders"
+                          " WHERE lock_key LIKE 'mg-%'"),
+                 3);
+    CHECK_EQ_INT(root_sql("SELECT MIN(expires_at) FROM lockd.lockd_locks"
+                          " WHERE lock_key LIKE 'mg-%'"),
+                 mg.expires_at_ms);
+    /* each key is an ordinary exclusive lock */
+    CHECK_EQ_INT(insp(be_main, "mg-c", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.fence, mg.fences[2]);
+    CHECK(info.has_owner && strcmp(info.owner, "multi-owner") == 0);
+    CHECK_EQ_INT(info.mode, LOCK_EXCLUSIVE);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(acq(be_main, "mg-b", TOK_A, 5000, &g), BACKEND_HELD);
+    CHECK_EQ_INT(reenter(be_main, "mg-b", TOK_B, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 2);
+    CHECK_EQ_INT(r.fence, mg.fences[0]);
+    CHECK_EQ_INT(ren(be_main, "mg-a", TOK_B, 20000, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.fence, mg.fences[1]);
+    CHECK_EQ_INT(rel(be_main, "mg-c", TOK_B), BACKEND_OK);
+    /* the rest in one go: every hold of mg-b too */
+    CHECK_EQ_INT(mrel(be_main, keys, 3, TOK_B, &mg), BACKEND_OK);
+    CHECK(mg.released[0] && mg.released[1] && !mg.released[2]);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
+                          " WHERE lock_key LIKE 'mg-%'"),
+                 0);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks_holders"
+                          " WHERE lock_key LIKE 'mg-%'"),
+                 0);
+    CHECK_EQ_INT(mrel(be_main, keys, 3, TOK_B, &mg), BACKEND_NOT_FOUND);
+}
+
+/* HELD changes nothing: no key row made or taken over, no fence drawn;
+ * held[] names every held key, the one found under its row lock and those
+ * after it, and retry_ms is the first holder's TTL, a shared key's too. */
+static void test_multi_held_changes_nothing(void)
+{
+    static const char *const keys[] = { "mh-4", "mh-1", "mh-2", "mh-3",
+                                        "mh-5" };
+    struct lock_grant f, g;
+    struct lock_multi_grant mg;
+
+    CHECK_EQ_INT(acq(be_main, "mh-2", TOK_A, 9000, &g), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "mh-4", TOK_A, 0, 60000, &g), BACKEND_OK);
+    CHECK_EQ_INT(shared(be_main, "mh-4", TOK_B, 0, 4000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "mh-5", TOK_A, 50, &g), BACKEND_OK);
+    check_sleep_ms(100); /* mh-5's row stays, expired */
+    CHECK_EQ_INT(acq(be_main, "mh-f", TOK_A, 5000, &f), BACKEND_OK);
+    CHECK_EQ_INT(macq(be_main, keys, 5, TOK_C, 5000, &mg), BACKEND_HELD);
+    CHECK(mg.held[0] && !mg.held[1] && mg.held[2] && !mg.held[3] &&
+          !mg.held[4]);
+    CHECK(mg.retry_ms > 2500 && mg.retry_ms <= 4000);
+    /* the counter did not move (a rolled-back draw would skip one) */
+    CHECK_EQ_INT(acq(be_main, "mh-g", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.fence, f.fence + 1);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
+                          " WHERE lock_key IN ('mh-1', 'mh-3')"),
+                 0);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
+                          " WHERE lock_key = 'mh-5' AND ttl_ms = 50"),
+                 1);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks_holders"
+                          " WHERE token = '" TOK_C "'"),
+                 0);
+    /* the first key in key order held: the others are read, not locked */
+    CHECK_EQ_INT(macq(be_main, keys + 1, 2, TOK_C, 5000, &mg), BACKEND_HELD);
+    CHECK(!mg.held[0] && mg.held[1]);
+    CHECK(mg.retry_ms > 7000 && mg.retry_ms <= 9000);
+    CHECK_EQ_INT(rel(be_main, "mh-f", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "mh-g", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "mh-2", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "mh-4", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "mh-4", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(macq(be_main, keys, 5, TOK_C, 5000, &mg), BACKEND_OK);
+    CHECK_EQ_INT(mrel(be_main, keys, 5, TOK_C, &mg), BACKEND_OK);
+}
+
+/* renew_multi renews all or none; the first key in request order not held
+ * by the token is named, whatever the order the rows are locked in. */
+static void test_multi_renew_all_or_nothing(void)
+{
+    static const char *const keys[] = { "mr-c", "mr-b", "mr-a" };
+    struct lock_grant g;
+    struct lock_multi_grant mg, rg;
+    long long exp_a;
+
+    CHECK_EQ_INT(macq(be_main, keys, 2, TOK_A, 5000, &mg), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "mr-a", TOK_B, 5000, &g), BACKEND_OK);
+    exp_a = root_sql("SELECT expires_at FROM lockd.lockd_locks_holders"
+                     " WHERE lock_key = 'mr-c'");
+    /* mr-a (locked first) is another's, mr-b's holder is right */
+    CHECK_EQ_INT(mren(be_main, keys, 3, TOK_A, 30000, &rg), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rg.bad, 2);
+    CHECK_EQ_INT(root_sql("SELECT expires_at FROM lockd.lockd_locks_holders"
+                          " WHERE lock_key = 'mr-c'"),
+                 exp_a);
+    CHECK_EQ_INT(rel(be_main, "mr-a", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(mren(be_main, keys, 3, TOK_A, 30000, &rg), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(rg.bad, 2);
+    CHECK_EQ_INT(mren(be_main, keys + 1, 2, TOK_B, 0, &rg), BACKEND_MISMATCH);
+    CHECK_EQ_INT(rg.bad, 0);
+    CHECK_EQ_INT(mren(be_main, keys, 2, TOK_A, 30000, &rg), BACKEND_OK);
+    CHECK_EQ_INT(rg.fences[0], mg.fences[0]);
+    CHECK_EQ_INT(rg.fences[1], mg.fences[1]);
+    CHECK_EQ_INT(rg.ttl_ms, 30000);
+    CHECK(rg.expires_at_ms > mg.expires_at_ms + 20000);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks k"
+                          " JOIN lockd.lockd_locks_holders h"
+                          " ON h.lock_key = k.lock_key"
+                          " WHERE k.lock_key IN ('mr-b', 'mr-c')"
+                          " AND h.expires_at = k.expires_at"
+                          " AND h.ttl_ms = 30000"),
+                 2);
+    CHECK_EQ_INT(mren(be_main, keys, 2, TOK_A, 0, &rg), BACKEND_OK);
+    CHECK_EQ_INT(rg.ttl_ms, 30000);
+    CHECK_EQ_INT(mrel(be_main, keys, 2, TOK_A, &mg), BACKEND_OK);
+}
+
+/* release_multi writes one event per released key, in one transaction:
+ * another instance hears of each. */
+static void test_multi_release_notifies_other_instances(void)
+{
+    static const char *const keys[] = { "mn-1", "mn-2", "mn-3" };
+    struct backend *other = open_be_hooked(url, NULL);
+    struct lock_multi_grant mg;
+    long long ev0;
+
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    check_sleep_ms(200); /* be_main's watcher has read where events stand */
+    CHECK_EQ_INT(macq(other, keys, 2, TOK_A, 5000, &mg), BACKEND_OK);
+    ev0 = root_sql("SELECT v FROM lockd.lockd_locks_seq WHERE id = 2");
+    notes_watch("mn-2", 4);
+    CHECK_EQ_INT(mrel(other, keys, 3, TOK_A, &mg), BACKEND_OK);
+    CHECK(mg.released[0] && mg.released[1] && !mg.released[2]);
+    CHECK(notes_watched(2000) >= 1);
+    CHECK_EQ_INT(root_sql("SELECT v FROM lockd.lockd_locks_seq WHERE id = 2"),
+                 ev0 + 2);
+    CHECK_EQ_INT(
+        root_sql("SELECT COUNT(*) FROM lockd.lockd_locks_events"
+                 " WHERE id > (SELECT v FROM lockd.lockd_locks_seq"
+                 " WHERE id = 2) - 2 AND lock_key IN ('mn-1', 'mn-2')"),
+        2);
+    notes_watch("", 0);
+    mysql_backend.close(other);
+}
+
+/* The most keys a request may name, some of the longest size: each call
+ * one transaction well within the call timeout (2 s by default). */
+static void test_multi_most_keys_in_time(void)
+{
+    static char names[LOCK_MULTI_MAX][LOCK_KEY_MAX + 1];
+    const char *keys[LOCK_MULTI_MAX];
+    struct lock_multi_grant mg;
+    int64_t t0, took[3];
+
+    for (int i = 0; i < LOCK_MULTI_MAX; i++) {
+        if (i % 8 == 0) { /* 512 bytes, differing in the last one */
+            memset(names[i], 'w', LOCK_KEY_MAX);
+            names[i][LOCK_KEY_MAX - 1] = (char)('a' + i / 8);
+            names[i][LOCK_KEY_MAX] = '\0';
+        } else {
+            snprintf(names[i], sizeof(names[i]), "most-%02d", i);
+        }
+        keys[i] = names[i];
+    }
+    CHECK_EQ_INT(mysql_backend.ping(be_main), BACKEND_OK); /* connected */
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(macq(be_main, keys, LOCK_MULTI_MAX, TOK_A, 10000, &mg),
+                 BACKEND_OK);
+    took[0] = check_mono_ms() - t0;
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(mren(be_main, keys, LOCK_MULTI_MAX, TOK_A, 20000, &mg),
+                 BACKEND_OK);
+    took[1] = check_mono_ms() - t0;
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(mrel(be_main, keys, LOCK_MULTI_MAX, TOK_A, &mg), BACKEND_OK);
+    took[2] = check_mono_ms() - t0;
+    printf("  %d keys: acquire %lld ms, renew %lld ms, release %lld ms\n",
+           LOCK_MULTI_MAX, (long long)took[0], (long long)took[1],
+           (long long)took[2]);
+    for (int i = 0; i < 3; i++)
+        CHECK(took[i] < 1000);
+    for (int i = 0; i < LOCK_MULTI_MAX; i++)
+        CHECK(mg.released[i]);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
+                          " WHERE lock_key LIKE 'most-%' OR lock_key LIKE"
+                          " 'wwww%'"),
+                 0);
+}
+
+/* ---- the deadlock test: multi-key calls in opposite orders beside
+ * single-key ones, on keys whose stripes cross ---- */
+
+/* MySQL's CRC32() (zlib's), for the stripe of a key. */
+static uint32_t crc32_of(const char *s)
+{
+    uint32_t c = 0xffffffffu;
+
+    for (; *s != '\0'; s++) {
+        c ^= (unsigned char)*s;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0xedb88320u : c >> 1;
+    }
+    return ~c;
+}
+
+#define DL_KEYS    4
+#define DL_THREADS 10
+#define DL_MS      3000
+
+struct dl {
+    pthread_mutex_t mu;
+    char keys[DL_KEYS][24]; /* ascending; stripes of 0 and 3, 1 and 2 equal */
+    int excl[DL_KEYS], sh[DL_KEYS];
+    int violations, errors, unavailable, multi_grants, single_grants, held;
+};
+
+struct dl_arg {
+    struct dl *d;
+    struct backend *be;
+    int id;
+};
+
+/* Keys k0 < k1 < k2 < k3 with stripe(k0) == stripe(k3) and stripe(k1) ==
+ * stripe(k2) != stripe(k0): a multi-key acquire of {k0, k1} against one of
+ * {k2, k3} deadlocks if stripes are not all taken first. */
+static void dl_pick_keys(struct dl *d)
+{
+    enum {
+        N = 2000
+    };
+    static uint32_t st[N];
+
+    for (int i = 0; i < N; i++) {
+        char k[24];
+        snprintf(k, sizeof(k), "dl-%04d", i); /* name order = i order */
+        st[i] = crc32_of(k) % 128;
+    }
+    for (int a = 0; a < N; a++) {
+        int z = a + 1;
+        while (z < N && st[z] != st[a])
+            z++;
+        for (int b = a + 1; b < z; b++) {
+            for (int c = b + 1; c < z; c++) {
+                if (st[b] != st[c])
+                    continue;
+                snprintf(d->keys[0], sizeof(d->keys[0]), "dl-%04d", a);
+                snprintf(d->keys[1], sizeof(d->keys[1]), "dl-%04d", b);
+                snprintf(d->keys[2], sizeof(d->keys[2]), "dl-%04d", c);
+                snprintf(d->keys[3], sizeof(d->keys[3]), "dl-%04d", z);
+                return;
+            }
+        }
+    }
+}
+
+/* Record the outcome of one call; true if it was OK. */
+static bool dl_count(struct dl *d, enum backend_result r)
+{
+    if (r == BACKEND_OK)
+        return true;
+    pthread_mutex_lock(&d->mu);
+    if (r == BACKEND_HELD)
+        d->held++;
+    else
+        d->errors++;
+    if (r == BACKEND_UNAVAILABLE)
+        d->unavailable++;
+    pthread_mutex_unlock(&d->mu);
+    return false;
+}
+
+static void dl_enter(struct dl *d, const int *ks, int n, bool excl)
+{
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; i < n; i++) {
+        int k = ks[i];
+        if (d->excl[k] != 0 || (excl && d->sh[k] != 0))
+            d->violations++;
+        if (excl)
+            d->excl[k]++;
+        else
+            d->sh[k]++;
+    }
+    if (n > 1)
+        d->multi_grants++;
+    else
+        d->single_grants++;
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void dl_leave(struct dl *d, const int *ks, int n, bool excl)
+{
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; i < n; i++) {
+        if (excl)
+            d->excl[ks[i]]--;
+        else
+            d->sh[ks[i]]--;
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* One multi-key round: 2 to 4 of the keys, in a random order; a renew
+ * now and then; all released at once. A renew or release sometimes names
+ * one more key, which the token does not hold (another's, or free). */
+static void dl_multi(struct dl_arg *a, const char *tok, unsigned *seed)
+{
+    struct dl *d = a->d;
+    static const int sets[][DL_KEYS + 1] = {
+        { 0, 1, -1 },       { 2, 3, -1 },       { 3, 2, -1 },
+        { 1, 0, -1 },       { 3, 0, -1 },       { 1, 2, -1 },
+        { 0, 1, 2, 3, -1 }, { 3, 2, 1, 0, -1 }, { 2, 0, 3, 1, -1 },
+        { 3, 1, -1 },       { 0, 2, -1 },
+    };
+    const int *set = sets[rand_r(seed) % (sizeof(sets) / sizeof(sets[0]))];
+    const char *keys[DL_KEYS];
+    struct lock_multi_grant mg;
+    enum backend_result r;
+    size_t n = 0, more;
+
+    while (set[n] >= 0) {
+        keys[n] = d->keys[set[n]];
+        n++;
+    }
+    if (!dl_count(d, macq(a->be, keys, n, tok, 10000, &mg)))
+        return;
+    dl_enter(d, set, (int)n, true);
+    more = n;
+    if (n < DL_KEYS && rand_r(seed) % 2 == 0) { /* a key it does not hold */
+        for (int k = 0; k < DL_KEYS && more == n; k++) {
+            bool in = false;
+            for (size_t i = 0; i < n; i++)
+                in = in || set[i] == k;
+            if (!in)
+                keys[more++] = d->keys[k];
+        }
+    }
+    if (rand_r(seed) % 2 == 0) {
+        r = mren(a->be, keys, more, tok, 0, &mg);
+        if (more > n && (r == BACKEND_NOT_FOUND || r == BACKEND_MISMATCH))
+            r = mg.bad == n ? BACKEND_OK : BACKEND_INVALID;
+        (void)dl_count(d, r);
+    }
+    dl_leave(d, set, (int)n, true); /* before the release: never late */
+    r = mrel(a->be, keys, more, tok, &mg);
+    for (size_t i = 0; r == BACKEND_OK && i < more; i++)
+        if (mg.released[i] != (i < n))
+            r = BACKEND_INVALID;
+    (void)dl_count(d, r);
+}
+
+/* One single-key round: exclusive or shared, a renew now and then. */
+static void dl_single(struct dl_arg *a, const char *tok, unsigned *seed)
+{
+    struct dl *d = a->d;
+    int k = (int)(rand_r(seed) % DL_KEYS);
+    bool excl = rand_r(seed) % 3 != 0;
+    struct lock_grant g;
+    uint32_t left;
+
+    if (!dl_count(d, excl ? acq(a->be, d->keys[k], tok, 10000, &g)
+                          : shared(a->be, d->keys[k], tok, 2, 10000, &g)))
+        return;
+    dl_enter(d, &k, 1, excl);
+    if (rand_r(seed) % 2 == 0)
+        (void)dl_count(d, ren(a->be, d->keys[k], tok, 0, &g));
+    dl_leave(d, &k, 1, excl);
+    (void)dl_count(d, rel_holds(a->be, d->keys[k], tok, true, &left));
+}
+
+static void *dl_thread(void *arg)
+{
+    struct dl_arg *a = arg;
+    unsigned seed = (unsigned)a->id * 104729u + 7;
+    char tok[40];
+    int64_t end = check_mono_ms() + DL_MS;
+
+    for (int round = 0; check_mono_ms() < end; round++) {
+        /* a fresh token per grant, as lockd makes them */
+        snprintf(tok, sizeof(tok), "%08x%024x", (unsigned)a->id + 0x200,
+                 (unsigned)round);
+        if (a->id % 2 == 0)
+            dl_multi(a, tok, &seed);
+        else
+            dl_single(a, tok, &seed);
+    }
+    return NULL;
+}
+
+static long long innodb_deadlocks(void)
+{
+    return root_sql("SELECT VARIABLE_VALUE FROM information_schema"
+                    ".GLOBAL_STATUS WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'");
+}
+
+/* Multi-key acquires on overlapping key sets in opposite orders (and on
+ * keys whose stripes cross), with renews and releases, beside single-key
+ * acquires of both modes, renews and releases of the same keys, through
+ * two instances: no InnoDB deadlock at all (one would be retried, or end
+ * as UNAVAILABLE), no error, and never two holders where one may be. */
+static void test_multi_no_deadlock_under_contention(void)
+{
+    struct backend *other = open_be(url);
+    struct dl d = { .mu = PTHREAD_MUTEX_INITIALIZER };
+    struct dl_arg args[DL_THREADS];
+    pthread_t t[DL_THREADS];
+    int started = 0;
+    long long dl0, dl1;
+
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    dl_pick_keys(&d);
+    CHECK(d.keys[1][0] != '\0');
+    printf("  keys %s %s %s %s, stripes %u %u %u %u\n", d.keys[0], d.keys[1],
+           d.keys[2], d.keys[3], 128 + crc32_of(d.keys[0]) % 128,
+           128 + crc32_of(d.keys[1]) % 128, 128 + crc32_of(d.keys[2]) % 128,
+           128 + crc32_of(d.keys[3]) % 128);
+    dl0 = innodb_deadlocks();
+    for (int i = 0; i < DL_THREADS; i++) {
+        args[i] = (struct dl_arg){ &d, i % 4 < 2 ? be_main : other, i };
+        if (pthread_create(&t[i], NULL, dl_thread, &args[i]) != 0)
+            break;
+        started++;
+    }
+    CHECK_EQ_INT(started, DL_THREADS);
+    for (int i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
+    dl1 = innodb_deadlocks();
+    printf("  %d multi-key and %d single-key grants, %d held, %d errors "
+           "(%d unavailable) in %d ms on %d threads; %lld deadlocks\n",
+           d.multi_grants, d.single_grants, d.held, d.errors, d.unavailable,
+           DL_MS, DL_THREADS, dl1 - dl0);
+    if (dl1 != dl0)
+        print_last_deadlock();
+    CHECK_EQ_INT(d.violations, 0);
+    CHECK_EQ_INT(d.unavailable, 0);
+    CHECK_EQ_INT(d.errors, 0);
+    CHECK(dl0 >= 0 && dl1 == dl0);
+    CHECK(d.multi_grants > 10 && d.single_grants > 10);
+    for (int k = 0; k < DL_KEYS; k++) {
+        struct lock_info info;
+        CHECK_EQ_INT(insp(be_main, d.keys[k], &info), BACKEND_NOT_FOUND);
+    }
+    mysql_backend.close(other);
+}
+
+/* A root transaction holding key's row for ms, then committing. */
+struct row_holder {
+    const char *key;
+    int ms;
+    int rc; /* 0 once it held the row */
+};
+
+static void *row_holder_thread(void *arg)
+{
+    struct row_holder *h = arg;
+    MYSQL *db = testsrv_mariadb_root(&srv);
+    char sql[200];
+
+    h->rc = -1;
+    if (db == NULL)
+        return NULL;
+    snprintf(sql, sizeof(sql),
+             "SELECT 1 FROM lockd.lockd_locks WHERE lock_key = '%s'"
+             " FOR UPDATE",
+             h->key);
+    if (mysql_query(db, "BEGIN") == 0 && mysql_query(db, sql) == 0) {
+        MYSQL_RES *r = mysql_store_result(db);
+        if (r != NULL)
+            mysql_free_result(r);
+        h->rc = 0;
+        check_sleep_ms(h->ms);
+        (void)mysql_query(db, "COMMIT");
+    }
+    mysql_close(db);
+    return NULL;
+}
+
+/* A multi-key call that meets one slow row lock after another, none of
+ * them long enough to time out, gives up (rolled back, UNAVAILABLE) once
+ * its time (the URL's timeouts) is up, instead of running past it. */
+static void test_multi_gives_up_when_out_of_time(void)
+{
+    static const char *const keys[] = { "mt-1", "mt-2", "mt-3", "mt-4" };
+    struct row_holder h1 = { "mt-2", 700, -1 }, h2 = { "mt-3", 1400, -1 };
+    pthread_t t1, t2;
+    struct lock_multi_grant mg;
+    struct backend *be;
+    char u[400];
+    int64_t t0, took;
+
+    snprintf(u, sizeof(u), "%s?read_timeout_ms=1000&write_timeout_ms=1000",
+             url);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(mysql_backend.ping(be), BACKEND_OK); /* the tables exist */
+    /* free rows to hold (as a release by an older lockd leaves them) */
+    CHECK(root_sql("INSERT INTO lockd.lockd_locks (lock_key, token, fence,"
+                   " ttl_ms, expires_at) VALUES ('mt-2', '', 0, 0, 0),"
+                   " ('mt-3', '', 0, 0, 0)") == 0);
+    CHECK(pthread_create(&t1, NULL, row_holder_thread, &h1) == 0);
+    CHECK(pthread_create(&t2, NULL, row_holder_thread, &h2) == 0);
+    check_sleep_ms(150);
+    CHECK(h1.rc == 0 && h2.rc == 0);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(macq(be, keys, 4, TOK_A, 10000, &mg), BACKEND_UNAVAILABLE);
+    took = check_mono_ms() - t0;
+    printf("  gave up after %lld ms\n", (long long)took);
+    CHECK(took >= 1000 && took < 2000);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks_holders"
+                          " WHERE lock_key LIKE 'mt-%'"),
+                 0);
+    CHECK_EQ_INT(macq(be, keys, 4, TOK_A, 10000, &mg), BACKEND_OK);
+    CHECK_EQ_INT(mrel(be, keys, 4, TOK_A, &mg), BACKEND_OK);
+    mysql_backend.close(be);
+}
+
+/* A stopped server: UNAVAILABLE in time, and no key was granted. */
+static void test_multi_stopped_mysql_answers_unavailable(void)
+{
+    static const char *const keys[] = { "ms-2", "ms-1" };
+    struct lock_multi_grant mg;
+    struct lock_grant g;
+    struct backend *be;
+    char u[400];
+    int64_t t0, took;
+
+    snprintf(u, sizeof(u),
+             "%s?connect_timeout_ms=1000&read_timeout_ms=1000"
+             "&write_timeout_ms=1000",
+             url);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(macq(be, keys, 2, TOK_A, 60000, &mg), BACKEND_OK);
+    testsrv_signal(&srv, SIGSTOP);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(macq(be, keys, 2, TOK_B, 60000, &mg), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(mren(be, keys, 2, TOK_A, 0, &mg), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(mrel(be, keys, 2, TOK_A, &mg), BACKEND_UNAVAILABLE);
+    took = check_mono_ms() - t0;
+    printf("  three calls on a stopped server: %lld ms\n", (long long)took);
+    CHECK(took < 3 * 3500);
+    testsrv_signal(&srv, SIGCONT);
+    for (int i = 0; i < 40; i++) {
+        if (mysql_backend.ping(be) == BACKEND_OK)
+            break;
+        check_sleep_ms(100);
+    }
+    CHECK_EQ_INT(acq(be, "ms-1", TOK_C, 5000, &g), BACKEND_HELD);
+    CHECK_EQ_INT(mrel(be, keys, 2, TOK_A, &mg), BACKEND_OK);
+    CHECK(mg.released[0] && mg.released[1]);
+    mysql_backend.close(be);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_open_succeeds_while_mysql_is_down),
@@ -1287,12 +1942,20 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_kinds_holders_expire_one_by_one),
     CHECK_CASE(test_kinds_release_of_a_shared_holder_notifies),
     CHECK_CASE(test_kinds_mixed_threads_exclude_without_deadlocks),
+    CHECK_CASE(test_multi_grant_rows_are_single_grants),
+    CHECK_CASE(test_multi_held_changes_nothing),
+    CHECK_CASE(test_multi_renew_all_or_nothing),
+    CHECK_CASE(test_multi_release_notifies_other_instances),
+    CHECK_CASE(test_multi_most_keys_in_time),
+    CHECK_CASE(test_multi_no_deadlock_under_contention),
+    CHECK_CASE(test_multi_gives_up_when_out_of_time),
     CHECK_CASE(test_fences_outlive_the_backend),
     CHECK_CASE(test_dropped_tables_are_made_again),
     CHECK_CASE(test_old_schema_upgrade_gives_larger_fences),
     CHECK_CASE(test_pre_kinds_schema_upgrade_keeps_locks),
     CHECK_CASE(test_reaper_removes_expired_rows),
     CHECK_CASE(test_stopped_mysql_answers_unavailable_in_time),
+    CHECK_CASE(test_multi_stopped_mysql_answers_unavailable),
     CHECK_CASE(test_restart_keeps_holders_and_fences),
 };
 

@@ -28,6 +28,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "backends/backend.h"
 #include "backends/mysql/sql.h"
 #include "tests/unit/check.h"
 
@@ -564,6 +565,32 @@ static void test_expand_replaces_placeholders_only(void)
     free(s);
 }
 
+/* The multi-key statements take a list of exactly LOCK_MULTI_MAX keys
+ * (backends/mysql/multi.c binds that many parameters, and one more for the
+ * token where there is one): a statement with fewer would read past the
+ * binds, one with more would fail on every call. */
+static void test_multi_statements_take_every_key(void)
+{
+    static const struct {
+        enum mysql_stmt_id id;
+        int params;
+    } want[] = {
+        { MYSQL_ST_STRIPES, LOCK_MULTI_MAX },
+        { MYSQL_ST_MULTI_HELD, LOCK_MULTI_MAX },
+        { MYSQL_ST_MULTI_READ, LOCK_MULTI_MAX + 1 },
+        { MYSQL_ST_MULTI_SETTLE, LOCK_MULTI_MAX + 1 },
+    };
+
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        const struct mysql_sql *st = &mysql_sql_stmts[want[i].id];
+        int n = 0;
+        for (const char *p = st->text; *p != '\0'; p++)
+            n += *p == '?';
+        verdict(n == want[i].params, "%s: %d parameters, want %d", st->name, n,
+                want[i].params);
+    }
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_schema_file_has_tables_and_columns),
     CHECK_CASE(test_created_tables_match_schema_file),
@@ -572,6 +599,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_session_statements_name_no_table),
     CHECK_CASE(test_every_statement_has_name_and_text),
     CHECK_CASE(test_expand_replaces_placeholders_only),
+    CHECK_CASE(test_multi_statements_take_every_key),
 };
 
 int main(int argc, char **argv)
