@@ -59,13 +59,13 @@ static void do_cleanup(struct waitq *q, struct wq_job *j, enum cleanup c)
 }
 
 /*
- * Answer the grant (or renewal) g for j, if it is of use. A client counts
- * the TTL from when it sent the request (since base_us: the request's
- * arrival, or for a waiter's retry the retry's store call), so a grant
- * with no more left than the time since then, plus the slack for the
- * request's and the answer's way (WQ_ANSWER_SLACK_US), has nothing left
- * by the client's count, and may be gone already. That is a 503; false,
- * so that the caller releases a grant nobody will hold.
+ * Whether a grant (or renewal) of ttl_ms, valid until valid_until_us, is of
+ * use to its client. A client counts the TTL from when it sent the request
+ * (since base_us: the request's arrival, or for a waiter's retry the
+ * retry's store call), so a grant with no more left than the time since
+ * then, plus the slack for the request's and the answer's way
+ * (WQ_ANSWER_SLACK_US), has nothing left by the client's count, and may be
+ * gone already: false (logged), to be answered 503 and released.
  */
 bool wq_grant_in_time(uint64_t ttl_ms, int64_t valid_until_us, int64_t base_us)
 {
@@ -86,6 +86,8 @@ bool wq_grant_in_time(uint64_t ttl_ms, int64_t valid_until_us, int64_t base_us)
     return true;
 }
 
+/* Answer the grant g for j if it is of use (see wq_grant_in_time()), else
+ * 503; false then, so that the caller releases a grant nobody will hold. */
 static bool do_answer_grant(struct waitq *q,
                             struct wq_job *j,
                             const struct lock_grant *g,

@@ -326,8 +326,11 @@ static void do_after_try(struct waitq *q,
             do_answer(q, j, r, g, done); /* the store's answer as it is */
         else if (j->w != NULL && !j->wait_over && !q->stopping)
             do_answer(q, j, BACKEND_NO_MEMORY, NULL, done);
-        else
+        else {
+            if (j->w != NULL && q->stopping)
+                j->w->shutting_down = true; /* draining: a 503 */
             wq_multi_answer_unserved(q, j, done);
+        }
         wq_dispose(q, j);
         return;
     }

@@ -3435,6 +3435,15 @@ static void test_torture_router_fails_cleanly(void)
           "invalid_parameter" },
         { "POST", "/locks/x", "{\"ttl_ms\":5,\"owner\":\"me\"}", NULL, 0,
           NULL }, /* 0: parsed into an acquire to run */
+        { "PUT", "/locks", "{\"keys\":[\"held\",\"x\"]}", "nope", 409,
+          "token_mismatch" },
+        { "DELETE", "/locks", "{\"keys\":[\"x\",\"held\"]}", "nope", 404,
+          "lock_not_found" },
+        { "POST", "/locks", "{\"keys\":[\"held\",\"y\"],\"ttl_ms\":9}", NULL,
+          409, "lock_held" },
+        { "POST", "/locks", "{\"keys\":[\"a\",\"b\",\"a\"]}", NULL, 400,
+          "invalid_parameter" },
+        { "PATCH", "/locks", NULL, NULL, 405, "method_not_allowed" },
     };
     struct reply r;
 
@@ -3490,6 +3499,65 @@ static void test_torture_router_fails_cleanly(void)
     router_close();
 }
 
+/* The multi-key answers under failing allocations: 500, or all of it. */
+static void test_torture_multi_replies_fail_cleanly(void)
+{
+    struct fake_req f;
+    struct api_params p;
+    struct api_keys k;
+    struct lock_multi_grant g;
+    char msg[256];
+    long n500 = 0;
+
+    fake_init(&f, "POST", "/locks", "{\"keys\":[\"a\",\"b/c\",\"d\"]}", NULL);
+    CHECK_EQ_INT(codec_parse_multi(&f.rq, API_P_TTL_MS, MAX_TTL, MAX_WAIT, &p,
+                                   &k, msg, sizeof(msg)),
+                 API_OK);
+    memset(&g, 0, sizeof(g));
+    g.fences[1] = 7;
+    g.held[1] = g.released[0] = true;
+    g.retry_ms = 10;
+    torture_install();
+    for (int what = 0; what < 4; what++) {
+        for (int rest = 0; rest <= 1; rest++) {
+            long n;
+            for (n = 1; n < 10000; n++) {
+                struct api_response resp = { 0 };
+                static const unsigned want[] = { 201, 409, 404, 200 };
+                static const size_t members[] = { 5, 1, 1, 2 };
+                json_t *root;
+                torture_begin(n, rest);
+                if (what == 0)
+                    codec_multi_grant(&resp, 201, &k, "tok", &g, 1000);
+                else if (what == 1)
+                    codec_multi_held(&resp, &k, &g, true);
+                else if (what == 2)
+                    codec_multi_bad_key(&resp, API_LOCK_NOT_FOUND, &k, 1);
+                else
+                    codec_multi_released(&resp, &k, &g);
+                torture_end();
+                n500 += resp.status == 500;
+                check_torture_body(&resp, want[what], NULL, false, n);
+                root = json_loadb(resp.body, resp.len, 0, NULL);
+                CHECK_MSG(resp.status == 500 ||
+                              json_object_size(root) == members[what],
+                          "answer %d run %ld: part of the body is lost", what,
+                          n);
+                json_decref(root);
+                torture_free_body(&resp);
+                check_no_leak(n, "multi reply");
+                if (failures == 0)
+                    break;
+            }
+            CHECK_MSG(n > 1 && n < 10000, "answer %d: %ld runs", what, n);
+        }
+    }
+    torture_uninstall();
+    CHECK(n500 > 0);
+    codec_params_cleanup(&p);
+    codec_keys_cleanup(&k);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_decode_key_accepts_plain_and_escaped),
     CHECK_CASE(test_decode_key_rejects_bad_escapes),
@@ -3537,6 +3605,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_torture_parse_params_fails_cleanly),
     CHECK_CASE(test_torture_codec_reply_and_error_fail_cleanly),
     CHECK_CASE(test_torture_router_fails_cleanly),
+    CHECK_CASE(test_torture_multi_replies_fail_cleanly),
     CHECK_CASE(test_torture_reply_body_is_json),
     CHECK_CASE(test_torture_parse_never_alters_values),
 };

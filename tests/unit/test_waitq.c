@@ -40,6 +40,11 @@ struct client {
 
 static int token_seq;
 static int slow_grants; /* grants slower than GRANT_TARGET_MS, reported */
+/* Run the memory store as a network store is run: every call on a worker,
+ * the connection suspended meanwhile, hang-ups and deadlines racing the
+ * calls (memory's calls run on any thread; only the wait queue's path
+ * changes). */
+static bool net_mode;
 
 static void env_open(struct env *e)
 {
@@ -52,6 +57,8 @@ static void env_open(struct env *e)
     hooks.arg = e->q;
     CHECK_EQ_INT(backend_open("memory://", &hooks, &e->be, err, sizeof(err)),
                  BACKEND_OK);
+    if (net_mode)
+        e->be->call_timeout_ms = 1000;
     CHECK_EQ_INT(waitq_bind(e->q, e->be, 2), 0);
 }
 
@@ -531,6 +538,35 @@ static enum wq_start mclient_start(struct env *e,
     return waitq_start(e->q, &m->c.w);
 }
 
+/* Start a request that does not wait (op, on m's keys) and return its
+ * result once answered, whether at once or through wake(). */
+static enum backend_result
+mclient_run(struct env *e, struct mclient *m, enum wq_op op, uint64_t ttl_ms)
+{
+    struct mclient r;
+    enum wq_start st;
+
+    client_init(&r.c, "", 0, ttl_ms, -1);
+    r.c.w.op = op;
+    r.c.w.mreq = m->c.w.mreq;
+    r.c.w.mreq.ttl_ms = ttl_ms;
+    r.c.w.mgrant = &m->g;
+    st = waitq_start(e->q, &r.c.w);
+    CHECK(st == WQ_DONE || client_wait(&r.c, 3000));
+    CHECK_EQ_INT(r.c.suspends, st == WQ_PARKED ? 1 : 0);
+    client_cleanup(&r.c);
+    return r.c.w.result;
+}
+
+/* Wait up to 1 s for n waiters to be parked (a network store's first try
+ * is a worker's: it parks a moment after waitq_start()). */
+static void wait_parked(struct env *e, int64_t n)
+{
+    for (int t = 0; t < 200 && waitq_count(e->q) != n; t++)
+        check_sleep_ms(5);
+    CHECK_EQ_INT(waitq_count(e->q), n);
+}
+
 /* Give back every key m holds. */
 static enum backend_result mrelease(struct env *e, struct mclient *m)
 {
@@ -590,7 +626,7 @@ static void test_waitq_multi_granted_when_last_key_is_released(void)
     fb = hold(&e, "b", "holder-b", 10000);
     CHECK_EQ_INT(mclient_start(&e, &m, "a,b,c", 3000, 5000, -1), WQ_PARKED);
     CHECK_EQ_INT(m.c.suspends, 1);
-    CHECK_EQ_INT(waitq_count(e.q), 1);
+    wait_parked(&e, 1);
     CHECK(!client_wait(&m.c, 50));
     /* one key of two free: still waiting, and holding nothing */
     CHECK_EQ_INT(release(&e, "a", "holder-a"), BACKEND_OK);
@@ -680,11 +716,14 @@ static void test_waitq_multi_deadline_answers_the_held_keys(void)
     CHECK(!m.c.w.shutting_down && !m.c.w.client_gone);
     CHECK(is_free(&e, "a") && is_free(&e, "c"));
     CHECK_EQ_INT(waitq_count(e.q), 0);
-    /* try once: answered at once, never parked, the same shape */
-    CHECK_EQ_INT(mclient_start(&e, &once, "c,d", 0, 5000, -1), WQ_DONE);
+    /* try once: answered at once (memory: never parked), the same shape */
+    if (mclient_start(&e, &once, "c,d", 0, 5000, -1) == WQ_PARKED)
+        CHECK(net_mode && client_wait(&once.c, 2000));
     CHECK_EQ_INT(once.c.w.result, BACKEND_HELD);
     CHECK(!once.g.held[0] && once.g.held[1]);
-    CHECK_EQ_INT(once.c.suspends, 0);
+    CHECK_MSG(once.g.retry_ms >= 4000 && once.g.retry_ms <= 6000,
+              "retry_ms %llu", (unsigned long long)once.g.retry_ms);
+    CHECK_EQ_INT(once.c.suspends, net_mode ? 1 : 0);
     check_sleep_ms(20);
     CHECK_EQ_INT(client_wakes(&m.c), 1);
     env_close(&e);
@@ -781,7 +820,7 @@ static void test_waitq_multi_shutdown_answers_503(void)
         CHECK_EQ_INT(
             mclient_start(&e, &m[i], i % 2 ? "s,t" : "u,s", 5000, 5000, -1),
             WQ_PARKED);
-    CHECK_EQ_INT(waitq_count(e.q), N);
+    wait_parked(&e, N);
     waitq_shutdown(e.q);
     for (int i = 0; i < N; i++) {
         CHECK(client_wait(&m[i].c, 1000));
@@ -810,8 +849,9 @@ static void test_waitq_multi_keeps_no_place_in_the_fifo(void)
     hold(&e, "f", "holder", 10000);
     CHECK_EQ_INT(mclient_start(&e, &m, "f,g", 5000, 5000, -1), WQ_PARKED);
     CHECK_EQ_INT(client_start(&e, &s1, "f", 5000, 5000, -1), WQ_PARKED);
+    wait_parked(&e, 2); /* s1's place is taken before s2 asks */
     CHECK_EQ_INT(client_start(&e, &s2, "f", 5000, 5000, -1), WQ_PARKED);
-    CHECK_EQ_INT(waitq_count(e.q), 3);
+    wait_parked(&e, 3);
     t0 = check_mono_ms();
     CHECK_EQ_INT(release(&e, "f", "holder"), BACKEND_OK);
     check_granted_soon(&s1, t0, __LINE__);
@@ -912,46 +952,173 @@ static void test_waitq_multi_overlapping_waiters_all_granted(void)
         client_cleanup(&s[i]);
 }
 
-/* Renew and release of several keys, and a try-once acquire, answered on
- * the caller's thread (memory never waits on I/O). */
-static void test_waitq_multi_renew_and_release_run_at_once(void)
+/* On a store without a queue of its own (MySQL), this instance's parked
+ * single-key waiters go first: a multi-key acquire on a key they wait for
+ * is held without asking the store, try-once or waiting, and goes once
+ * they have left. The memory store with its queue capability hidden from
+ * the wait queue stands in for such a store. */
+static void test_waitq_multi_never_passes_local_waiters_without_queue(void)
 {
+    static struct backend_ops noqueue;
     struct env e;
-    struct mclient m, r;
+    struct client w;
+    struct mclient once, m, free_keys;
+    long calls;
+    int64_t t0;
 
     env_open(&e);
-    CHECK_EQ_INT(mclient_start(&e, &m, "n1,n2", 0, 5000, -1), WQ_DONE);
+    noqueue = *e.be->ops;
+    noqueue.caps &= ~BACKEND_CAP_QUEUE;
+    e.be->ops = &noqueue;
+    hold(&e, "a", "holder", 10000);
+    CHECK_EQ_INT(client_start(&e, &w, "a", 5000, 5000, -1), WQ_PARKED);
+    calls = acquire_calls();
+    CHECK_EQ_INT(mclient_start(&e, &once, "b,a", 0, 5000, -1), WQ_DONE);
+    CHECK_EQ_INT(once.c.w.result, BACKEND_HELD);
+    CHECK(!once.g.held[0] && once.g.held[1]);
+    CHECK_EQ_INT(acquire_calls() - calls, 0); /* the store was not asked */
+    CHECK_EQ_INT(mclient_start(&e, &m, "a,b", 5000, 5000, -1), WQ_PARKED);
+    CHECK_EQ_INT(acquire_calls() - calls, 0);
+    /* keys nobody waits for here go to the store as ever */
+    CHECK_EQ_INT(mclient_start(&e, &free_keys, "c,d", 0, 5000, -1), WQ_DONE);
+    CHECK_EQ_INT(free_keys.c.w.result, BACKEND_OK);
+    CHECK_EQ_INT(acquire_calls() - calls, 1);
+    /* the single waiter first, then the multi-key one */
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(release(&e, "a", "holder"), BACKEND_OK);
+    check_granted_soon(&w, t0, __LINE__);
+    CHECK_EQ_INT(client_wakes(&m.c), 0);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(release(&e, "a", w.token), BACKEND_OK);
+    check_granted_soon(&m.c, t0, __LINE__);
+    CHECK_EQ_INT(mrelease(&e, &m), BACKEND_OK);
+    CHECK_EQ_INT(mrelease(&e, &free_keys), BACKEND_OK);
+    env_close(&e);
+    client_cleanup(&w);
+    client_cleanup(&once.c);
+    client_cleanup(&m.c);
+    client_cleanup(&free_keys.c);
+}
+
+/* ... and when those waiters leave without the key (their wait ran out),
+ * the multi-key waiter asks the store at once, so that the holder's
+ * release reaches it promptly. */
+static void test_waitq_multi_tries_when_local_waiters_leave(void)
+{
+    static struct backend_ops noqueue;
+    struct env e;
+    struct client w;
+    struct mclient m;
+    int64_t t0;
+
+    env_open(&e);
+    noqueue = *e.be->ops;
+    noqueue.caps &= ~BACKEND_CAP_QUEUE;
+    e.be->ops = &noqueue;
+    hold(&e, "a", "holder", 10000);
+    CHECK_EQ_INT(client_start(&e, &w, "a", 100, 5000, -1), WQ_PARKED);
+    CHECK_EQ_INT(mclient_start(&e, &m, "a,b", 5000, 5000, -1), WQ_PARKED);
+    CHECK(client_wait(&w, 2000));
+    CHECK_EQ_INT(w.w.result, BACKEND_HELD);
+    check_sleep_ms(50);
+    CHECK_EQ_INT(client_wakes(&m.c), 0);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(release(&e, "a", "holder"), BACKEND_OK);
+    check_granted_soon(&m.c, t0, __LINE__);
+    CHECK_EQ_INT(mrelease(&e, &m), BACKEND_OK);
+    env_close(&e);
+    client_cleanup(&w);
+    client_cleanup(&m.c);
+}
+
+/* A grant that comes too late for its client (by the client's count, from
+ * when it sent the request) is answered 503 and released at once, as one
+ * that races a hang-up or the deadline is: no key is left held by nobody.
+ * On the network stores' path, whose first try is a worker's. */
+static void test_waitq_multi_late_grant_is_released(void)
+{
+    struct env e;
+    struct mclient m;
+
+    net_mode = true;
+    env_open(&e);
+    client_init(&m.c, "", 0, 0, -1);
+    m.c.w.start_us = check_mono_ms() * 1000 - 6000 * 1000; /* sent 6 s ago */
+    m.c.w.wait_ms = 10000;
+    m.kp[0] = "late1";
+    m.kp[1] = "late2";
+    m.lens[0] = m.lens[1] = 5;
+    m.c.w.op = WQ_ACQUIRE_MULTI;
+    m.c.w.mreq.n = 2;
+    m.c.w.mreq.keys = m.kp;
+    m.c.w.mreq.key_lens = m.lens;
+    m.c.w.mreq.token = m.c.token;
+    m.c.w.mreq.ttl_ms = 5000; /* less than the 6 s the client counted */
+    m.c.w.mgrant = &m.g;
+    CHECK_EQ_INT(waitq_start(e.q, &m.c.w), WQ_PARKED);
+    CHECK(client_wait(&m.c, 2000));
+    CHECK_EQ_INT(m.c.w.result, BACKEND_UNAVAILABLE);
+    for (int t = 0; t < 100 && !is_free(&e, "late1"); t++)
+        check_sleep_ms(5);
+    CHECK(is_free(&e, "late1") && is_free(&e, "late2"));
+    env_close(&e);
+    net_mode = false;
+    client_cleanup(&m.c);
+}
+
+/* Renew and release of several keys, and a try-once acquire: on memory
+ * answered on the caller's thread, never parked. */
+static void test_waitq_multi_renew_and_release(void)
+{
+    struct env e;
+    struct mclient m;
+    uint64_t f1;
+
+    env_open(&e);
+    if (mclient_start(&e, &m, "n1,n2", 0, 5000, -1) == WQ_PARKED)
+        CHECK(net_mode && client_wait(&m.c, 2000));
     CHECK_EQ_INT(m.c.w.result, BACKEND_OK);
     CHECK(m.g.fences[0] > 0 && m.g.fences[1] > 0);
-    /* renew with m's token */
-    client_init(&r.c, "", 0, 0, -1);
-    r.c.w.op = WQ_RENEW_MULTI;
-    r.c.w.mreq = m.c.w.mreq;
-    r.c.w.mreq.ttl_ms = 9000;
-    r.c.w.mgrant = &r.g;
-    CHECK_EQ_INT(waitq_start(e.q, &r.c.w), WQ_DONE);
-    CHECK_EQ_INT(r.c.w.result, BACKEND_OK);
-    CHECK_EQ_U64(r.g.ttl_ms, 9000);
-    CHECK_EQ_U64(r.g.fences[1], m.g.fences[1]);
-    client_cleanup(&r.c);
-    client_init(&r.c, "", 0, 0, -1);
-    r.c.w.op = WQ_RELEASE_MULTI;
-    r.c.w.mreq = m.c.w.mreq;
-    r.c.w.mgrant = &r.g;
-    CHECK_EQ_INT(waitq_start(e.q, &r.c.w), WQ_DONE);
-    CHECK_EQ_INT(r.c.w.result, BACKEND_OK);
-    CHECK(r.g.released[0] && r.g.released[1]);
-    CHECK_EQ_INT(waitq_start(e.q, &r.c.w), WQ_DONE);
-    CHECK_EQ_INT(r.c.w.result, BACKEND_NOT_FOUND);
+    f1 = m.g.fences[1];
+    CHECK_EQ_INT(mclient_run(&e, &m, WQ_RENEW_MULTI, 9000), BACKEND_OK);
+    CHECK_EQ_U64(m.g.ttl_ms, 9000);
+    CHECK_EQ_U64(m.g.fences[1], f1);
+    CHECK_EQ_INT(mclient_run(&e, &m, WQ_RELEASE_MULTI, 0), BACKEND_OK);
+    CHECK(m.g.released[0] && m.g.released[1]);
+    CHECK_EQ_INT(mclient_run(&e, &m, WQ_RELEASE_MULTI, 0), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(mclient_run(&e, &m, WQ_RENEW_MULTI, 0), BACKEND_NOT_FOUND);
+    CHECK_EQ_U64(m.g.bad, 0);
+    client_cleanup(&m.c);
     /* a grant nobody received goes back */
-    CHECK_EQ_INT(mclient_start(&e, &m, "n1,n2", 0, 5000, -1), WQ_DONE);
+    if (mclient_start(&e, &m, "n1,n2", 0, 5000, -1) == WQ_PARKED)
+        CHECK(net_mode && client_wait(&m.c, 2000));
     CHECK_EQ_INT(m.c.w.result, BACKEND_OK);
     waitq_orphan_multi(e.q, &m.c.w.mreq);
+    for (int t = 0; t < 100 && !is_free(&e, "n1"); t++)
+        check_sleep_ms(5); /* a network store's release is a worker's */
     CHECK(is_free(&e, "n1") && is_free(&e, "n2"));
     env_close(&e);
     client_cleanup(&m.c);
-    client_cleanup(&r.c);
 }
+
+/* The multi-key cases again, on the network stores' path. */
+#define NET_CASE(name)           \
+    static void name##_net(void) \
+    {                            \
+        net_mode = true;         \
+        name();                  \
+        net_mode = false;        \
+    }
+NET_CASE(test_waitq_multi_granted_when_last_key_is_released)
+NET_CASE(test_waitq_multi_woken_by_any_of_its_keys)
+NET_CASE(test_waitq_multi_granted_when_holder_expires)
+NET_CASE(test_waitq_multi_deadline_answers_the_held_keys)
+NET_CASE(test_waitq_multi_hang_up_leaves_no_held_key)
+NET_CASE(test_waitq_multi_grant_racing_a_hang_up_is_released)
+NET_CASE(test_waitq_multi_shutdown_answers_503)
+NET_CASE(test_waitq_multi_keeps_no_place_in_the_fifo)
+NET_CASE(test_waitq_multi_overlapping_waiters_all_granted)
+NET_CASE(test_waitq_multi_renew_and_release)
 
 static void test_waitq_grants_were_prompt(void)
 {
@@ -1008,7 +1175,20 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_waitq_multi_keeps_no_place_in_the_fifo),
     CHECK_CASE(test_waitq_multi_waiting_is_not_a_busy_loop),
     CHECK_CASE(test_waitq_multi_overlapping_waiters_all_granted),
-    CHECK_CASE(test_waitq_multi_renew_and_release_run_at_once),
+    CHECK_CASE(test_waitq_multi_renew_and_release),
+    CHECK_CASE(test_waitq_multi_late_grant_is_released),
+    CHECK_CASE(test_waitq_multi_never_passes_local_waiters_without_queue),
+    CHECK_CASE(test_waitq_multi_tries_when_local_waiters_leave),
+    CHECK_CASE(test_waitq_multi_granted_when_last_key_is_released_net),
+    CHECK_CASE(test_waitq_multi_woken_by_any_of_its_keys_net),
+    CHECK_CASE(test_waitq_multi_granted_when_holder_expires_net),
+    CHECK_CASE(test_waitq_multi_deadline_answers_the_held_keys_net),
+    CHECK_CASE(test_waitq_multi_hang_up_leaves_no_held_key_net),
+    CHECK_CASE(test_waitq_multi_grant_racing_a_hang_up_is_released_net),
+    CHECK_CASE(test_waitq_multi_shutdown_answers_503_net),
+    CHECK_CASE(test_waitq_multi_keeps_no_place_in_the_fifo_net),
+    CHECK_CASE(test_waitq_multi_overlapping_waiters_all_granted_net),
+    CHECK_CASE(test_waitq_multi_renew_and_release_net),
     CHECK_CASE(test_waitq_grants_were_prompt),
 };
 
