@@ -5,7 +5,8 @@
  * backends/redis/NAME.lua, embedded at build time (the Makefile turns each
  * into $(GEN)/backends/redis/NAME.lua.h, one C string literal); here they
  * are loaded on each new connection, run with EVALSHA (EVAL when Redis
- * lost them) and, for acquire and renew, stamped with a not-after time.
+ * lost them) and, for acquire and renew (of one key or several), stamped
+ * with a not-after time.
  *
  * The token never reaches Redis's memory in clear: the hash keeps
  * sha1hex(token), and tokens are compared as digests. A grant made with an
@@ -17,11 +18,12 @@
  * %.0f: Lua numbers are doubles, exact below 2^53, and %.0f never switches
  * to exponent notation.
  *
- * Acquire and renew carry a not-after time in Redis's clock: the moment
- * lockd stops waiting for the reply. A Redis that was stopped or stalled
- * still runs the commands queued in its socket once it resumes; without
- * this, an acquire answered 503 would then grant the key to a token nobody
- * has, and the key would stay held until its TTL.
+ * Acquire and renew (and their multi-key forms) carry a not-after time in
+ * Redis's clock: the moment lockd stops waiting for the reply. A Redis
+ * that was stopped or stalled still runs the commands queued in its socket
+ * once it resumes; without this, an acquire answered 503 would then grant
+ * the key to a token nobody has, and the key would stay held until its
+ * TTL.
  */
 #include "backends/redis/redis_int.h"
 
