@@ -27,7 +27,8 @@
  *
  * A grant creates h; only the lowest waiter may do so, in one multi that
  * also deletes its waiter node, and a try-once acquire only when nobody
- * waits (on a free key, one multi that also makes the key's node). Each
+ * waits (on a free key, one multi that also makes the key's node; several
+ * keys at once likewise, in one multi over all of them: multi.c). Each
  * waiter watches only its predecessor (the lowest one watches h). Holders
  * are persistent, so a lock outlives the session of the lockd that granted
  * it; every instance reaps an expired h (delete with version check) and
