@@ -9,6 +9,9 @@
  *   pairs      each client acquires its own key and releases it, again and
  *              again: pairs/s and acquire/release latency percentiles.
  *              With -P etcd: lease grant + lock (= acquire) and unlock.
+ *              With -M n: n keys of its own at once (POST and DELETE
+ *              /locks with "keys"), a pair being one multi-key acquire and
+ *              its release.
  *   contended  every client acquires ONE key with ?wait_ms and releases it
  *              at once (or after -h microseconds): grants/s, hand-off
  *              latency (release sent -> next grant received), wait per
@@ -40,6 +43,7 @@
 
 #define IN_CAP  8192
 #define OUT_CAP 1024
+#define MULTI_MAX 16 /* -M: keys per multi-key request (bodies fit OUT_CAP) */
 #define KEY_CAP 160
 #define TOK_CAP 96
 
@@ -126,6 +130,7 @@ static struct {
     int pid;            /* server pid for VmRSS, 0 = none */
     bool no_body;
     const char *extra; /* lockd: more acquire body fields (-m) */
+    int multi;         /* pairs: keys per multi-key request, 0 = one key */
 } o = {
     .host = "127.0.0.1",
     .port = 8080,
@@ -145,6 +150,7 @@ static struct {
     .pid = 0,
     .no_body = false,
     .extra = NULL,
+    .multi = 0,
 };
 
 static struct sockaddr_in srv_addr;
@@ -281,8 +287,71 @@ static void req_lockd_acquire(struct conn *c, long wait_ms)
     c->state = ST_ACQ;
 }
 
+/* The JSON array of c's -M keys: its key with "-0", "-1", ... appended. */
+static void multi_keys(const struct conn *c, char *out, size_t cap)
+{
+    size_t len = 0;
+
+    out[len++] = '[';
+    for (int i = 0; i < o.multi; i++) {
+        int n = snprintf(out + len, cap - len, "%s\"%s-%d\"", i ? "," : "",
+                         c->key, i);
+
+        if (n < 0 || (size_t)n >= cap - len - 1) {
+            fprintf(stderr, "loadgen: -M keys too long\n");
+            exit(1);
+        }
+        len += (size_t)n;
+    }
+    out[len++] = ']';
+    out[len] = '\0';
+}
+
+/* POST /locks with every -M key: the body only, no wait (pairs). */
+static void req_lockd_acquire_multi(struct conn *c)
+{
+    char keys[OUT_CAP / 2];
+    char body[OUT_CAP / 2 + 64];
+    int n;
+
+    multi_keys(c, keys, sizeof keys);
+    n = snprintf(body, sizeof body, "{\"keys\":%s,\"ttl_ms\":%ld}", keys,
+                 o.ttl_ms);
+    if (n < 0 || (size_t)n >= sizeof body)
+        exit(1);
+    set_out(c, snprintf(c->out, sizeof c->out,
+                        "POST /locks HTTP/1.1\r\nHost: %s:%d\r\n"
+                        "Content-Type: application/json\r\n"
+                        "Content-Length: %d\r\n\r\n%s",
+                        o.host, o.port, n, body));
+    c->state = ST_ACQ;
+}
+
+static void req_lockd_release_multi(struct conn *c)
+{
+    char keys[OUT_CAP / 2];
+    char body[OUT_CAP / 2 + TOK_CAP + 32];
+    int n;
+
+    multi_keys(c, keys, sizeof keys);
+    n = snprintf(body, sizeof body, "{\"keys\":%s,\"token\":\"%s\"}", keys,
+                 c->token);
+    if (n < 0 || (size_t)n >= sizeof body)
+        exit(1);
+    set_out(c, snprintf(c->out, sizeof c->out,
+                        "DELETE /locks HTTP/1.1\r\nHost: %s:%d\r\n"
+                        "Content-Type: application/json\r\n"
+                        "Content-Length: %d\r\n\r\n%s",
+                        o.host, o.port, n, body));
+    c->state = ST_REL;
+}
+
 static void req_lockd_release(struct conn *c)
 {
+    if (o.multi > 0) {
+        req_lockd_release_multi(c);
+        return;
+    }
     set_out(c, snprintf(c->out, sizeof c->out,
                         "DELETE %s%s HTTP/1.1\r\nHost: %s:%d\r\n"
                         "Lock-Token: %s\r\n\r\n",
@@ -372,6 +441,8 @@ static int start_cycle(struct worker *w, struct conn *c, uint64_t now)
     if (o.proto == PROTO_ETCD) {
         c->t_acq = now;
         req_etcd_lease(c);
+    } else if (o.multi > 0) {
+        req_lockd_acquire_multi(c);
     } else {
         req_lockd_acquire(c, o.sc == SC_CONTENDED ? o.wait_ms : 0);
     }
@@ -860,9 +931,11 @@ static void run_pairs(void)
     bench_samples_sort(&all.wait);
     bench_samples_sort(&all.handoff);
     printf("{\"scenario\":\"%s\",\"proto\":\"%s\",\"clients\":%d,"
-           "\"threads\":%d,\"seconds\":%.3f,\"hold_ms\":%.3f,",
+           "\"threads\":%d,\"seconds\":%.3f,\"hold_ms\":%.3f,"
+           "\"keys_per_op\":%d,",
            o.sc == SC_CONTENDED ? "contended" : "pairs", proto_name(),
-           o.clients, t, o.seconds, (double)o.hold_us / 1000.0);
+           o.clients, t, o.seconds, (double)o.hold_us / 1000.0,
+           o.multi > 0 ? o.multi : 1);
     if (o.sc == SC_CONTENDED) {
         uint64_t gmin = UINT64_MAX;
         uint64_t gmax = 0;
@@ -1133,7 +1206,8 @@ static void usage(void)
             "  [-d seconds] [-W warmup-seconds] [-x key-prefix]\n"
             "  [-u path-prefix] [-T ttl-ms] [-w wait-ms] [-k keys]\n"
             "  [-n waiters] [-r server-pid] [-h hold-us] [-B (no body)]\n"
-            "  [-m EXTRA (lockd: more acquire body fields, e.g. \"mode\":\"shared\")]\n");
+            "  [-m EXTRA (lockd: more acquire body fields, e.g. \"mode\":\"shared\")]\n"
+            "  [-M keys (pairs: that many keys at once on /locks, 1..16)]\n");
     exit(2);
 }
 
@@ -1141,7 +1215,7 @@ int main(int argc, char **argv)
 {
     int ch;
 
-    while ((ch = getopt(argc, argv, "H:p:P:s:c:t:d:W:x:u:T:w:k:n:r:h:Bm:")) != -1) {
+    while ((ch = getopt(argc, argv, "H:p:P:s:c:t:d:W:x:u:T:w:k:n:r:h:Bm:M:")) != -1) {
         switch (ch) {
         case 'H':
             o.host = optarg;
@@ -1213,6 +1287,11 @@ int main(int argc, char **argv)
                 usage();
             o.extra = optarg;
             break;
+        case 'M':
+            o.multi = (int)strtol(optarg, NULL, 10);
+            if (o.multi < 1 || o.multi > MULTI_MAX)
+                usage();
+            break;
         default:
             usage();
         }
@@ -1221,6 +1300,10 @@ int main(int argc, char **argv)
         usage();
     if (o.proto == PROTO_ETCD && o.sc != SC_PAIRS) {
         fprintf(stderr, "loadgen: etcd supports the pairs scenario only\n");
+        return 2;
+    }
+    if (o.multi > 0 && (o.proto != PROTO_LOCKD || o.sc != SC_PAIRS)) {
+        fprintf(stderr, "loadgen: -M is for lockd's pairs scenario only\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);

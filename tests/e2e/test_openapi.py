@@ -41,6 +41,7 @@ BACKENDS = ("memory", "redis", "zookeeper", "mysql")
 
 # The contract's routes and methods (docs/API.md plus the decided Allow lists).
 ROUTES = {
+    "/locks": {"post", "put", "delete"},
     "/locks/{key}": {"get", "head", "post", "put", "delete"},
     "/healthz": {"get", "head"},
     "/readyz": {"get", "head"},
@@ -134,18 +135,19 @@ def answer_errors(spec, method, path, resp):
     """What the document does not allow in one live answer: its status,
     headers and body (oaschema), and its error code among the examples of
     the response that documents it. 405s and unknown routes are answered
-    by components.responses.MethodNotAllowed and RouteNotFound."""
+    by components.responses.MethodNotAllowed and RouteNotFound; so is a
+    404 for a method a documented path does not serve yet (GET /locks)."""
     comps = spec.doc["components"]["responses"]
     tmpl = spec.route(path)
     where = "%s %s -> %d" % (method.upper(), path[:80], resp.status)
-    if tmpl is None or (resp.status == 405 and spec.operation(tmpl, method) is None):
-        name = "RouteNotFound" if tmpl is None else "MethodNotAllowed"
+    if tmpl is None or (resp.status in (404, 405) and spec.operation(tmpl, method) is None):
+        name = "RouteNotFound" if tmpl is None or resp.status == 404 else "MethodNotAllowed"
         r = comps[name]
-        want = 404 if tmpl is None else 405
+        want = 404 if name == "RouteNotFound" else 405
         if resp.status != want:
             return ["%s: want %d (%s)" % (where, want, name)]
         errs = spec.check_answer(r, method, resp.headers, resp.body, where)
-        if tmpl is not None:
+        if tmpl is not None and want == 405:
             allow = {m.strip() for m in (resp.header("Allow") or "").split(",") if m.strip()}
             if allow != documented_allow(spec, tmpl):
                 errs.append("%s: Allow %r, documented %s" % (where, resp.header("Allow"),
@@ -314,6 +316,7 @@ def check_document(spec, table):
     for path in ("/healthz", "/readyz", "/metrics"):
         for m in ROUTES[path]:
             eq(spec.op(path, m).get("security"), [], "%s %s security" % (m.upper(), path))
+    check_multi_document(spec)
 
     # the validator used below is not vacuous
     grant = spec.resolve({"$ref": "#/components/schemas/Grant"})
@@ -355,6 +358,71 @@ def check_document(spec, table):
     for name, ex in by_backend.items():
         eq(ex.get("fifo"), fifo[name], "/readyz example of %s: fifo (the caps in backends/%s/)"
            % (name, name))
+
+
+def check_multi_document(spec):
+    """/locks: the statuses and codes each multi-key operation documents,
+    strict bodies with the contract's fields and nothing from the query,
+    Lock-Token on renew and release only, optional bearer auth; a validator
+    that tells a good multi-key grant and release from bad ones."""
+    need = {
+        ("post", 201): None, ("post", 400): {"invalid_key", "invalid_json", "invalid_parameter"},
+        ("post", 401): {"unauthorized"}, ("post", 409): {"lock_held"}, ("post", 413): {"body_too_large"},
+        ("post", 503): {"backend_unavailable", "shutting_down"},
+        ("put", 200): None, ("put", 404): {"lock_not_found"}, ("put", 409): {"token_mismatch"},
+        ("delete", 200): None, ("delete", 404): {"lock_not_found"},
+    }
+    for m in ("put", "delete"):
+        need.update({(m, 400): {"invalid_key", "invalid_json", "invalid_parameter", "missing_token"},
+                     (m, 401): {"unauthorized"}, (m, 413): {"body_too_large"},
+                     (m, 503): {"backend_unavailable", "shutting_down"}})
+    for (m, status), codes in need.items():
+        r = spec.response("/locks", m, status)
+        check(r is not None, "%s /locks: %d not documented" % (m.upper(), status))
+        if codes:
+            eq(codes - spec.error_codes(r), set(), "%s /locks %d: codes not documented" % (m.upper(), status))
+    eq(spec.response("/locks", "delete", 409), None, "DELETE /locks documents no 409 (a key not held is not_held)")
+    check("Retry-After" in (spec.response("/locks", "post", 409).get("headers") or {}), "POST /locks 409: Retry-After")
+    held = spec.examples(spec.response("/locks", "post", 409)["content"]["application/json"])
+    check(held and all(isinstance(ex["error"].get("held"), list) for ex in held), "POST /locks 409 examples: held")
+    for status, code in ((404, "lock_not_found"), (409, "token_mismatch")):
+        exs = spec.examples(spec.response("/locks", "put", status)["content"]["application/json"])
+        check(exs and all(isinstance(ex["error"].get("key"), str) for ex in exs),
+              "PUT /locks %d examples: error.key" % status)
+    fields = {"post": {"keys", "ttl_ms", "wait_ms", "owner"}, "put": {"keys", "token", "ttl_ms"},
+              "delete": {"keys", "token"}}
+    for m, want in fields.items():
+        op = spec.op("/locks", m)
+        what = "%s /locks" % m.upper()
+        ps = [spec.resolve(p) for p in spec.doc["paths"]["/locks"].get("parameters", []) + op.get("parameters", [])]
+        eq({p["name"] for p in ps if p["in"] == "query"}, set(), what + ": query parameters (body only)")
+        eq({p["name"] for p in ps if p["in"] == "header"}, {"X-Request-Id"} | ({"Lock-Token"} if m != "post" else set()),
+           what + ": headers")
+        rb = op.get("requestBody") or {}
+        check(rb.get("required") is True, what + ": the body is required")
+        schema = spec.resolve(rb["content"]["application/json"]["schema"])
+        eq(schema.get("additionalProperties"), False, what + " body: additionalProperties")
+        eq(set(schema["properties"]), want, what + " body fields")
+        eq(schema.get("required"), ["keys"], what + " body: required")
+        keys = spec.resolve(schema["properties"]["keys"])
+        eq((keys.get("type"), keys.get("minItems"), keys.get("maxItems"), keys.get("uniqueItems")),
+           ("array", 1, 64, True), what + ": keys")
+        eq(spec.resolve(keys["items"]), spec.resolve({"$ref": "#/components/schemas/Key"}), what + ": keys items")
+        sec = op.get("security")
+        check(sec and {"bearerAuth": []} in sec and {} in sec, what + ": optional bearer")
+    grant = spec.resolve({"$ref": "#/components/schemas/MultiGrant"})
+    good = {"keys": ["a", "b"], "token": "0" * 32, "fences": {"a": 3, "b": 1}, "ttl_ms": 1,
+            "expires_at": "2026-11-21T12:00:30.123Z"}
+    eq(spec.validate(good, grant), [], "validator on a good multi-key grant")
+    for bad in ({**good, "fences": {"a": "3"}}, {**good, "fences": {"a": 0}}, {**good, "keys": []},
+                {**good, "keys": ["a"] * 65}, {**good, "key": "a"}, {**good, "mode": "exclusive"},
+                {k: v for k, v in good.items() if k != "fences"}, {**good, "token": "x"}):
+        check(spec.validate(bad, grant), "validator accepted the multi-key grant %r" % bad)
+    rel = spec.resolve({"$ref": "#/components/schemas/MultiReleased"})
+    eq(spec.validate({"released": ["a"], "not_held": []}, rel), [], "validator on a good multi-key release")
+    for bad in ({"released": [], "not_held": ["a"]}, {"released": ["a"]}, {"released": ["a"], "not_held": [],
+                                                                           "holds": 0}):
+        check(spec.validate(bad, rel), "validator accepted the multi-key release %r" % bad)
 
 
 def config_flags(markdown):
@@ -456,10 +524,14 @@ def openapi_matches_lockd(ctx):
     rid = "openapi-%d" % int(time.time() * 1000)
     eq(ld.request("GET", "/healthz", headers={"X-Request-Id": rid}).header("X-Request-Id"), rid, "X-Request-Id echo")
 
+    # several keys at once
+    conforms_multi(spec, ld, ctx)
+
     # 405 with Allow = the documented methods; 404 not_found for other paths
     comps = spec.doc["components"]["responses"]
-    for path, real in ((L, "/locks/" + k), ("/healthz", "/healthz"), ("/readyz", "/readyz"), ("/metrics", "/metrics")):
-        for method in ("PATCH", "OPTIONS") if path == L else ("PATCH", "POST"):
+    for path, real in ((L, "/locks/" + k), ("/locks", "/locks"), ("/healthz", "/healthz"), ("/readyz", "/readyz"),
+                       ("/metrics", "/metrics")):
+        for method in {L: ("PATCH", "OPTIONS"), "/locks": ("PATCH", "OPTIONS")}.get(path, ("PATCH", "POST")):
             r = ld.request(method, real)
             eq(r.status, 405, "%s %s status" % (method, real))
             eq(spec.validate(r.json, comps["MethodNotAllowed"]["content"]["application/json"]["schema"]), [],
@@ -468,7 +540,8 @@ def openapi_matches_lockd(ctx):
             allow = {m.strip() for m in (r.header("Allow") or "").split(",") if m.strip()}
             eq(allow, documented_allow(spec, path), "%s %s Allow" % (method, real))
             check(r.header("X-Request-Id"), "405 X-Request-Id")
-    for real in ("/locks", "/nope", "/healthz/x"):
+    # GET /locks is no route until the list of held keys comes there
+    for real in ("/locks", "/nope", "/healthz/x", "/locksx"):
         r = ld.request("GET", real)
         eq((r.status, r.error_code()), (404, "not_found"), "GET %s" % real)
         eq(spec.validate(r.json, comps["RouteNotFound"]["content"]["application/json"]["schema"]), [], real)
@@ -480,12 +553,44 @@ def openapi_matches_lockd(ctx):
     la = ctx.new_lockd(args=["--auth-token-file", tok_file])
     k2 = ctx.key("openapi-auth")
     conforms(spec, la.request("POST", "/locks/" + k2), L, "post", 401, "unauthorized")
+    conforms(spec, la.request("POST", "/locks", {"keys": [k2]}), "/locks", "post", 401, "unauthorized")
     conforms(spec, la.request("GET", "/locks/" + k2, headers={"Authorization": "Bearer wrong"}), L, "get", 401,
              "unauthorized")
     r = conforms(spec, la.request("POST", "/locks/" + k2, headers={"Authorization": "Bearer s3cret-openapi"}),
                  L, "post", 201)
     conforms(spec, la.request("GET", "/healthz"), "/healthz", "get", 200)
     conforms(spec, la.request("GET", "/readyz"), "/readyz", "get", 200)
+
+
+def conforms_multi(spec, ld, ctx):
+    """POST, PUT and DELETE /locks: every status the contract names, each
+    fitting the document, with exactly the documented fields."""
+    M = "/locks"
+    a, b, c = ctx.key("oa-ma"), ctx.key("oa-mb"), ctx.key("oa-mc")
+    r = conforms(spec, ld.request("POST", M, {"keys": [b, a], "ttl_ms": 5000, "owner": "openapi/multi"}), M, "post",
+                 201)
+    eq(set(r.json), set(spec.schema_of(M, "post", 201)["required"]), "multi-key 201 body keys")
+    eq(r.json["keys"], [b, a], "granted keys in request order")
+    tok = r.json["token"]
+    r = conforms(spec, ld.request("POST", M, {"keys": [c, a]}), M, "post", 409, "lock_held")
+    eq(r.json["error"].get("held"), [a], "held")
+    eq(r.header("Retry-After"), str(max(1, math.ceil(r.json["error"]["retry_after_ms"] / 1000.0))), "Retry-After")
+    r = conforms(spec, ld.request("PUT", M, {"keys": [a, b], "ttl_ms": 4000}, {"Lock-Token": tok}), M, "put", 200)
+    eq(set(r.json), set(spec.schema_of(M, "put", 200)["required"]), "multi-key renew body keys")
+    r = conforms(spec, ld.request("PUT", M, {"keys": [a, c, b], "token": tok}), M, "put", 404, "lock_not_found")
+    eq(r.json["error"].get("key"), c, "error.key")
+    conforms(spec, ld.request("PUT", M, {"keys": [a]}), M, "put", 400, "missing_token")
+    conforms(spec, ld.request("DELETE", M, {"keys": [a], "token": ""}), M, "delete", 400, "missing_token")
+    conforms(spec, ld.request("POST", M + "?ttl_ms=5", {"keys": [c]}), M, "post", 400, "invalid_parameter")
+    conforms(spec, ld.request("POST", M, {"keys": [c, c]}), M, "post", 400, "invalid_parameter")
+    r = conforms(spec, ld.request("POST", M, {"keys": [c, ""]}), M, "post", 400, "invalid_key")
+    check("keys[1]" in r.json["error"]["message"], "invalid_key names keys[1]: %r" % r.json)
+    conforms(spec, ld.request("POST", M, b"[]"), M, "post", 400, "invalid_json")
+    conforms(spec, ld.request("DELETE", M, b"{" + b" " * 9000 + b"}"), M, "delete", 413, "body_too_large")
+    r = conforms(spec, ld.request("DELETE", M, {"keys": [a, c, b], "token": tok}), M, "delete", 200)
+    eq(r.json, {"released": [a, b], "not_held": [c]}, "multi-key release body")
+    conforms(spec, ld.request("DELETE", M, {"keys": [a, b]}, {"Lock-Token": tok}), M, "delete", 404,
+             "lock_not_found")
 
 
 # ------------------------------------------------------------ live answers
@@ -586,6 +691,57 @@ def live_kinds(ld, ctx, ask, other):
     ask(ld, "release the replayed grant", "DELETE", L + ki, None, {"Lock-Token": g1.json["token"]}, status=200)
 
 
+def live_multi(ld, ctx, ask, other):
+    """Several keys at once through ask(): grants, refusals naming the held
+    keys, renews all or nothing naming error.key, releases of full and
+    partial sets, and each 400; other is a token that holds none of them."""
+    M = "/locks"
+    a, b, c = ctx.key("oa-ma"), ctx.key("oa-mb"), ctx.key("oa-mc")
+    g = ask(ld, "multi-key grant", "POST", M, {"keys": [a, b], "ttl_ms": 5000, "owner": "pod-a/worker-3"},
+            status=201)
+    tok = g.json["token"]
+    ask(ld, "multi-key grant of one key, defaults", "POST", M, {"keys": [c]}, status=201)
+    ask(ld, "multi-key grant, waiting for free keys", "POST", M,
+        {"keys": [ctx.key("oa-mw"), ctx.key("oa-mw")], "wait_ms": 1000, "ttl_ms": 1000}, status=201)
+    ask(ld, "multi-key, keys held", "POST", M, {"keys": [c, ctx.key("oa-mx"), a]}, status=409, code="lock_held")
+    ask(ld, "multi-key, held after a wait", "POST", M, {"keys": [b], "wait_ms": 150}, status=409, code="lock_held")
+    ask(ld, "inspect a key of a multi-key grant", "GET", "/locks/" + a, status=200)
+    ask(ld, "multi-key renew, header", "PUT", M, {"keys": [b, a], "ttl_ms": 6000}, {"Lock-Token": tok}, status=200)
+    ask(ld, "multi-key renew, body, each key's TTL", "PUT", M, {"keys": [a, b], "token": tok}, status=200)
+    ask(ld, "multi-key renew, a key not held", "PUT", M, {"keys": [a, ctx.key("oa-my"), b], "token": tok},
+        status=404, code="lock_not_found")
+    ask(ld, "multi-key renew, a key held by another", "PUT", M, {"keys": [a, c], "token": tok}, status=409,
+        code="token_mismatch")
+    ask(ld, "multi-key renew, another token", "PUT", M, {"keys": [a]}, {"Lock-Token": other}, status=409,
+        code="token_mismatch")
+    ask(ld, "single renew of a key of a multi-key grant", "PUT", "/locks/" + b, None, {"Lock-Token": tok},
+        status=200)
+    for what, method, body, headers, code in (
+            ("a query parameter", "POST", {"keys": [a]}, None, "invalid_parameter"),
+            ("an unknown field", "POST", {"keys": [a], "mode": "shared"}, None, "invalid_parameter"),
+            ("keys empty", "POST", {"keys": []}, None, "invalid_parameter"),
+            ("keys not an array", "POST", {"keys": a}, None, "invalid_parameter"),
+            ("a repeated key", "POST", {"keys": [a, b, a]}, None, "invalid_parameter"),
+            ("a number among the keys", "PUT", {"keys": [a, 1]}, {"Lock-Token": tok}, "invalid_parameter"),
+            ("an Idempotency-Key", "POST", {"keys": [a]}, {"Idempotency-Key": "oa-1"}, "invalid_parameter"),
+            ("token twice", "DELETE", {"keys": [a], "token": tok}, {"Lock-Token": tok}, "invalid_parameter"),
+            ("an empty key", "POST", {"keys": [a, ""]}, None, "invalid_key"),
+            ("a control character in a key", "DELETE", {"keys": ["x\u0001"]}, {"Lock-Token": tok}, "invalid_key"),
+            ("no token", "PUT", {"keys": [a]}, None, "missing_token"),
+            ("an empty token", "DELETE", {"keys": [a], "token": ""}, None, "missing_token"),
+            ("an array body", "DELETE", b"[]", {"Lock-Token": tok}, "invalid_json"),
+            ("junk", "POST", b"keys=a", None, "invalid_json")):
+        query = "?wait_ms=0" if what == "a query parameter" else ""
+        ask(ld, "multi-key, " + what, method, M + query, body, headers, status=400, code=code)
+    for m in ("POST", "PUT", "DELETE"):
+        ask(ld, "multi-key, body too large", m, M, b"{" + b" " * 9000 + b"}", status=413, code="body_too_large")
+    ask(ld, "multi-key release, a partial set", "DELETE", M, {"keys": [a, ctx.key("oa-mz")], "token": tok},
+        status=200)
+    ask(ld, "multi-key release, header", "DELETE", M, {"keys": [b]}, {"Lock-Token": tok}, status=200)
+    ask(ld, "multi-key release, none held", "DELETE", M, {"keys": [a, b], "token": tok}, status=404,
+        code="lock_not_found")
+
+
 def live_answers(ctx):
     """Many requests across every route and error case on the backend under
     test; returns [Answer]. Each request's status (and error code) is
@@ -631,6 +787,7 @@ def live_answers(ctx):
     ask(ld, "Lock-Token on acquire: a re-entry", "POST", L + k, None, {"Lock-Token": tok}, status=200)
     ask(ld, "release one of two holds", "DELETE", L + k, None, {"Lock-Token": tok}, status=200)
     live_kinds(ld, ctx, ask, tok)
+    live_multi(ld, ctx, ask, tok)
     ask(ld, "wait_ms on renew", "PUT", L + k, {"token": tok, "wait_ms": 1}, status=400, code="invalid_parameter")
     ask(ld, "query on inspect", "GET", L + k + "?wait_ms=1", status=400, code="invalid_parameter")
     ask(ld, "array body", "POST", L + k, b"[]", status=400, code="invalid_json")
@@ -662,11 +819,12 @@ def live_answers(ctx):
     ask(ld, "readyz HEAD", "HEAD", "/readyz", status=200)
     ask(ld, "metrics", "GET", "/metrics", status=200)
     ask(ld, "metrics HEAD", "HEAD", "/metrics", status=200)
-    for path, methods in ((L + k, ("PATCH", "OPTIONS", "TRACE")), ("/healthz", ("POST", "DELETE")),
-                          ("/readyz", ("PUT",)), ("/metrics", ("POST",))):
+    for path, methods in ((L + k, ("PATCH", "OPTIONS", "TRACE")), ("/locks", ("PATCH", "OPTIONS", "TRACE")),
+                          ("/healthz", ("POST", "DELETE")), ("/readyz", ("PUT",)), ("/metrics", ("POST",))):
         for m in methods:
             ask(ld, "method not allowed", m, path, status=405, code="method_not_allowed")
-    for path in ("/locks", "/nope", "/healthz/x", "/"):
+    ask(ld, "no such route (yet), HEAD", "HEAD", "/locks", status=404)
+    for path in ("/locks", "/nope", "/healthz/x", "/", "/locksx"):
         ask(ld, "no such route", "GET", path, status=404, code="not_found")
 
     # ---- HTTP's edges, sent as raw bytes: answered by lockd, in JSON
@@ -693,6 +851,8 @@ def live_answers(ctx):
             "invalid_parameter")
     for m in ("POST", "PUT", "DELETE", "GET"):
         ask_raw("folded header line", m, L + ke, b"X-A: a\r\n b\r\n", 400, "bad_request")
+    for m in ("POST", "PUT", "DELETE"):
+        ask_raw("folded header line, several keys", m, "/locks", b"X-A: a\r\n b\r\n", 400, "bad_request")
     ask_raw("absolute-form target", "GET", "http://127.0.0.1:%d/healthz" % ld.port, b"", 200)
     ask_raw("absolute-form target", "GET", "HTTP://h" + L + ke, b"", 200)
     ask_raw("CONNECT", "CONNECT", "/healthz", b"", 405, "method_not_allowed")
@@ -709,6 +869,8 @@ def live_answers(ctx):
         code="unauthorized")
     ask(la, "no credentials, release", "DELETE", L + ka, status=401, code="unauthorized")
     ask(la, "no credentials, HEAD", "HEAD", L + ka, status=401)
+    for m in ("POST", "PUT", "DELETE"):
+        ask(la, "no credentials, several keys", m, "/locks", {"keys": [ka]}, status=401, code="unauthorized")
     auth = {"Authorization": "Bearer s3cret-live"}
     g = ask(la, "authorized grant", "POST", L + ka, None, auth, status=201)
     ask(la, "authorized release", "DELETE", L + ka, None, dict(auth, **{"Lock-Token": g.json["token"]}),
@@ -732,10 +894,10 @@ def live_answers(ctx):
             first = lc.client(timeout=10)
             time.sleep(0.1)
         ask(lc, "the one connection", "GET", "/healthz", status=200, client=first)
-        for path in ("/healthz", L + ctx.key("oa-cap")):
-            r = parse_raw(harness.raw(lc.port, ("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode()))
+        for method, path in (("GET", "/healthz"), ("GET", L + ctx.key("oa-cap")), ("POST", "/locks")):
+            r = parse_raw(harness.raw(lc.port, ("%s %s HTTP/1.1\r\nHost: x\r\n\r\n" % (method, path)).encode()))
             check(r is not None, "no answer to a connection over the per-address cap")
-            out.append(Answer("over the per-address cap", "GET", path, r))
+            out.append(Answer("over the per-address cap", method, path, r))
             eq((r.status, r.error_code()), (429, "too_many_requests"), "over the per-address cap")
     finally:
         first.close()
@@ -747,34 +909,42 @@ def live_answers(ctx):
     for m, h in (("POST", None), ("PUT", hdr), ("DELETE", hdr), ("GET", None), ("HEAD", None)):
         ask(lu, "store unreachable", m, L + ku, None, h, status=503,
             code=None if m == "HEAD" else "backend_unavailable")
+    for m, h in (("POST", None), ("PUT", hdr), ("DELETE", hdr)):
+        ask(lu, "store unreachable, several keys", m, "/locks", {"keys": [ku, ku + "-2"]}, h, status=503,
+            code="backend_unavailable")
     ask(lu, "store unreachable", "GET", "/readyz", status=503)
     ask(lu, "store unreachable", "HEAD", "/readyz", status=503)
     ask(lu, "store unreachable", "GET", "/healthz", status=200)
     ask(lu, "store unreachable", "GET", "/metrics")
 
-    # ---- shutdown: a parked waiter is answered 503 shutting_down
+    # ---- shutdown: parked waiters (one key, several keys) are answered 503 shutting_down
     ls = ctx.new_lockd()
     kd = ctx.key("oa-drain")
     ask(ls, "holder before shutdown", "POST", L + kd, {"ttl_ms": 30000}, status=201)
-    waiter = {}
+    waiters = [("waiter at shutdown", L + kd, {"wait_ms": 20000}),
+               ("multi-key waiter at shutdown", "/locks", {"keys": [ctx.key("oa-drain"), kd], "wait_ms": 20000})]
+    got = {}
 
-    def wait():
+    def wait(label, path, body):
         try:
-            waiter["resp"] = ls.request("POST", L + kd, {"wait_ms": 20000}, timeout=15)
+            got[label] = ls.request("POST", path, body, timeout=15)
         except (OSError, http.client.HTTPException) as e:
-            waiter["error"] = e
+            got[label + " error"] = e
 
     keep = ls.client(timeout=10)
-    t = threading.Thread(target=wait, daemon=True)
+    ts = [threading.Thread(target=wait, args=w, daemon=True) for w in waiters]
     try:
         ask(ls, "kept alive", "GET", "/healthz", status=200, client=keep)
-        t.start()
+        for t in ts:
+            t.start()
         time.sleep(0.4)
         ls.signal(signal.SIGTERM)
-        t.join(10)
-        check("resp" in waiter, "the waiter got no answer after SIGTERM: %r" % waiter.get("error"))
-        out.append(Answer("waiter at shutdown", "POST", L + kd, waiter["resp"]))
-        eq((waiter["resp"].status, waiter["resp"].error_code()), (503, "shutting_down"), "waiter at shutdown")
+        for t in ts:
+            t.join(10)
+        for label, path, _ in waiters:
+            check(label in got, "the %s got no answer after SIGTERM: %r" % (label, got.get(label + " error")))
+            out.append(Answer(label, "POST", path, got[label]))
+            eq((got[label].status, got[label].error_code()), (503, "shutting_down"), label)
         try:
             ask(ls, "readyz while draining", "GET", "/readyz", status=503, client=keep)
         except (OSError, http.client.HTTPException, socket.timeout):
@@ -822,12 +992,27 @@ def enum_leaves(spec, inst, schema, where="$"):
     return out
 
 
-def shape(v):
-    """v's keys and JSON types, recursively (values dropped)."""
+def flat_schema(spec, schema):
+    """schema resolved, with its allOf parts merged in (its own keys win)."""
+    out = dict(spec.resolve(schema or {}))
+    for sub in out.pop("allOf", []):
+        out = {**flat_schema(spec, sub), **out}
+    return out
+
+
+def shape(v, spec=None, schema=None):
+    """v's keys and JSON types, recursively (values dropped). Under a schema
+    that is a map (additionalProperties, no properties: a multi-key
+    grant's fences) the keys are data, so only the values' types count."""
+    schema = flat_schema(spec, schema) if spec is not None else {}
     if isinstance(v, dict):
-        return {k: shape(x) for k, x in v.items()}
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        if not props and isinstance(extra, dict):
+            return {"*": sorted({json.dumps(shape(x, spec, extra)) for x in v.values()})}
+        return {k: shape(x, spec, props.get(k)) for k, x in v.items()}
     if isinstance(v, list):
-        return [shape(v[0])] if v else []
+        return [shape(v[0], spec, schema.get("items"))] if v else []
     return oaschema._json_type(v)  # noqa: SLF001 - same module family
 
 
@@ -890,7 +1075,8 @@ def openapi_examples_match_live(ctx):
             continue
         want_enums = enum_leaves(spec, value, media["schema"])
         match = [a for a in cands if enum_leaves(spec, a.resp.json, media["schema"]) == want_enums]
-        if any(shape(a.resp.json) == shape(value) for a in match):
+        want_shape = shape(value, spec, media["schema"])
+        if any(shape(a.resp.json, spec, media["schema"]) == want_shape for a in match):
             checked += 1
             continue
         code = want_enums.get("$.error.code")

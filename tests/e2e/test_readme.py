@@ -17,7 +17,9 @@ output must have the shape of the README's:
   item by item), the same JSON types and the same values, except those
   that differ from run to run: token, fence,
   ttl_ms, retry_after_ms and expires_at (which must still be a 32-hex
-  token, a positive integer, an RFC 3339 time);
+  token, a positive integer, an RFC 3339 time), and the values of fences
+  (a multi-key grant's fence by key: the same keys, each a positive
+  integer);
 - any other line (a status printed by curl -w, ...): the same text.
 
 Needs bash, curl and sed.
@@ -44,6 +46,9 @@ VARYING = {
     "ttl_ms": None,
     "retry_after_ms": None,
 }
+# Objects whose keys are fixed but whose values differ from run to run
+# (each a positive integer): a multi-key grant's fences, by key.
+VARYING_MAPS = ("fences",)
 
 
 def readme_session(path=README):
@@ -108,6 +113,11 @@ def shape_errors(want, got, where):
 
 
 def value_errors(key, want, got, where):
+    if key in VARYING_MAPS and isinstance(want, dict) and isinstance(got, dict):
+        if set(want) != set(got):
+            return ["%s: keys %s, README has %s" % (where, sorted(got), sorted(want))]
+        return ["%s.%s: %s is not a positive integer" % (where, k, json.dumps(v)) for k, v in got.items()
+                if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
     if isinstance(want, dict):
         return shape_errors(want, got, where)
     if isinstance(want, list) and isinstance(got, list):
