@@ -364,9 +364,12 @@ struct backend_ops {
      * the notify hook names one of the keys or the retry hint comes).
      * Otherwise nothing changes. OK: fences[i], ttl_ms, expires_at_ms.
      * HELD: held[i] for each key that has a holder or a queued waiter,
-     * retry_ms. A store whose notifications reach only the waiters that
-     * asked for them (ZooKeeper watches) arranges, on HELD, that a later
-     * release, expiry or dequeue of each held key notifies this instance.
+     * retry_ms. The store arranges, on HELD, that a later release,
+     * expiry or dequeue of each held key notifies this instance, though
+     * the multi-key request keeps no place in its queue: where wake-ups
+     * reach only those who asked (ZooKeeper watches), or where a release
+     * notifies only while someone is queued (memory, Redis), it marks
+     * the held keys (a watch, a flag, a short-lived mark key).
      * UNAVAILABLE, NO_MEMORY. May be NULL in an adapter that has none
      * (the wrappers answer INVALID).
      */

@@ -465,7 +465,8 @@ FAMILIES = {
     "lockd_backend_errors_total": ("counter", {"backend", "op"}),
     "lockd_backend_operation_duration_seconds": ("histogram", {"backend", "op"}),
 }
-ROUTES = {"acquire", "renew", "release", "inspect", "healthz", "readyz", "metrics", "other"}
+ROUTES = {"acquire", "renew", "release", "inspect", "acquire_multi", "renew_multi", "release_multi",
+          "healthz", "readyz", "metrics", "other"}
 
 
 def scrape(lockd):

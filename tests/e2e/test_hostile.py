@@ -368,7 +368,9 @@ def hostile_keys(ctx):
         http_case("DELETE /healthz", "DELETE", "/healthz", None, None, J(405, "method_not_allowed")),
         http_case("POST /metrics", "POST", "/metrics", b"x" * 100, None, J(405, "method_not_allowed")),
         http_case("GET /locks", "GET", "/locks", None, None, J(404, "not_found")),
-        http_case("DELETE /locks", "DELETE", "/locks", None, {"Lock-Token": canary.token}, J(404, "not_found")),
+        # the multi-key release: without a body it names no keys
+        http_case("DELETE /locks", "DELETE", "/locks", None, {"Lock-Token": canary.token},
+                  J(400, "invalid_parameter")),
         http_case("GET /../../etc/passwd", "GET", "/../../etc/passwd", None, None, J(404, "not_found")),
         http_case("GET /locks/../../etc/passwd", "GET", "/locks/../../etc/passwd", None, None,
                   J(404, "lock_not_found")),
