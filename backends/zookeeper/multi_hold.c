@@ -162,9 +162,14 @@ static int zk_mren_round(struct zk_multi *m, struct lock_multi_grant *out)
     return rc;
 }
 
-enum backend_result zk_be_renew_multi(struct backend *b,
-                                      const struct lock_multi_req *req,
-                                      struct lock_multi_grant *out)
+/* Run round (a renew or a release round) until it answers, within the
+ * call's deadline and ZK_MAX_ROUNDS: a version that moved under a round
+ * makes it look again. */
+static enum backend_result
+zk_mhold_rounds(struct backend *b,
+                const struct lock_multi_req *req,
+                struct lock_multi_grant *out,
+                int (*round)(struct zk_multi *, struct lock_multi_grant *))
 {
     struct zk_multi m;
     enum backend_result r = zk_multi_open(&m, (struct zk_be *)b, req);
@@ -173,7 +178,7 @@ enum backend_result zk_be_renew_multi(struct backend *b,
         return r;
     r = BACKEND_UNAVAILABLE;
     for (int i = 0; i < ZK_MAX_ROUNDS && clock_mono_ms() < m.dl; i++) {
-        int rr = zk_mren_round(&m, out);
+        int rr = round(&m, out);
         if (rr >= 0) {
             r = (enum backend_result)rr;
             break;
@@ -181,6 +186,13 @@ enum backend_result zk_be_renew_multi(struct backend *b,
     }
     zk_multi_close(&m);
     return r;
+}
+
+enum backend_result zk_be_renew_multi(struct backend *b,
+                                      const struct lock_multi_req *req,
+                                      struct lock_multi_grant *out)
+{
+    return zk_mhold_rounds(b, req, out, zk_mren_round);
 }
 
 /* ---- release ----------------------------------------------------------- */
@@ -286,19 +298,5 @@ enum backend_result zk_be_release_multi(struct backend *b,
                                         const struct lock_multi_req *req,
                                         struct lock_multi_grant *out)
 {
-    struct zk_multi m;
-    enum backend_result r = zk_multi_open(&m, (struct zk_be *)b, req);
-
-    if (r != BACKEND_OK)
-        return r;
-    r = BACKEND_UNAVAILABLE;
-    for (int i = 0; i < ZK_MAX_ROUNDS && clock_mono_ms() < m.dl; i++) {
-        int rr = zk_mrel_round(&m, out);
-        if (rr >= 0) {
-            r = (enum backend_result)rr;
-            break;
-        }
-    }
-    zk_multi_close(&m);
-    return r;
+    return zk_mhold_rounds(b, req, out, zk_mrel_round);
 }
