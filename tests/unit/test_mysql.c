@@ -1810,7 +1810,7 @@ static void test_multi_no_deadlock_under_contention(void)
 struct row_holder {
     const char *key;
     int ms;
-    int rc; /* 0 once it held the row */
+    _Atomic int rc; /* 0 once it held the row (read while it runs) */
 };
 
 static void *row_holder_thread(void *arg)
