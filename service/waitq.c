@@ -551,7 +551,6 @@ void waitq_orphan(struct waitq *q,
                   const char *token)
 {
     struct wq_waiter w = { .op = WQ_RELEASE };
-    struct wq_job *j;
 
     w.req.key = key;
     w.req.key_len = key_len;
@@ -565,13 +564,17 @@ void waitq_orphan(struct waitq *q,
                  backend_result_str(r));
         return;
     }
-    j = job_new(&w);
+    wq_push_cleanup(q, job_new(&w), CLEAN_RELEASE);
+}
+
+void wq_push_cleanup(struct waitq *q, struct wq_job *j, enum cleanup c)
+{
     if (j == NULL) {
         log_warn("waitq: out of memory: a grant nobody received stays "
                  "until its TTL");
         return;
     }
-    j->cleanup = CLEAN_RELEASE;
+    j->cleanup = c;
     pthread_mutex_lock(&q->mu);
     j->queued = true;
     wq_run_push(q, &j->task);

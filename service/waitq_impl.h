@@ -169,6 +169,9 @@ struct done_list {
 
 /* waitq.c: the run queue, keys, jobs, parking and answers */
 void wq_run_push(struct waitq *q, struct wq_task *t);
+/* Queue j (NULL: out of memory, logged) for the store call c that no
+ * client waits for: the release of a grant nobody received. */
+void wq_push_cleanup(struct waitq *q, struct wq_job *j, enum cleanup c);
 struct wq_task *wq_run_pop(struct waitq *q);
 struct wq_key *wq_key_get(struct waitq *q, const char *key, size_t len);
 void wq_key_free_if_idle(struct waitq *q, struct wq_key *k);

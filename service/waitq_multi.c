@@ -532,7 +532,6 @@ void waitq_orphan_multi(struct waitq *q, const struct lock_multi_req *req)
 {
     struct wq_waiter w = { .op = WQ_RELEASE_MULTI, .mreq = *req };
     struct lock_multi_grant g;
-    struct wq_job *j;
 
     if (q->be->call_timeout_ms <= 0) {
         enum backend_result r = backend_release_multi(q->be, req, &g);
@@ -541,15 +540,5 @@ void waitq_orphan_multi(struct waitq *q, const struct lock_multi_req *req)
                  backend_result_str(r));
         return;
     }
-    j = multi_job_new(&w);
-    if (j == NULL) {
-        log_warn("waitq: out of memory: a multi-key grant nobody received "
-                 "stays until its TTL");
-        return;
-    }
-    j->cleanup = CLEAN_RELEASE_MULTI;
-    pthread_mutex_lock(&q->mu);
-    j->queued = true;
-    wq_run_push(q, &j->task);
-    pthread_mutex_unlock(&q->mu);
+    wq_push_cleanup(q, multi_job_new(&w), CLEAN_RELEASE_MULTI);
 }
