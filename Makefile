@@ -1,5 +1,5 @@
 # lockd - distributed locks as an HTTP/JSON service.
-# `make` builds build/lockd; `make run` and `make test` install what is
+# `make` builds build/lockd and build/lockctl; `make run` and `make test` install what is
 # missing first (see `make deps`). SANITIZE=address (ASan+UBSan) or
 # SANITIZE=thread build apart, in build-address/ and build-thread/; any
 # other build goes apart with BUILD=dir, e.g. make CC=clang BUILD=build-clang.
@@ -17,6 +17,9 @@ CFLAGS   += -std=c11 -D_DEFAULT_SOURCE -D_GNU_SOURCE -DTHREADED -I. $(WARN) \
             -DLOCKD_VERSION='"$(VERSION)"' \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lzookeeper_mt -lpthread -lm
+# lockctl, the command-line client (cli/), links libcurl and jansson only.
+CFLAGS   += $(shell pkg-config --cflags libcurl 2>/dev/null)
+CLI_LDLIBS := $(shell pkg-config --libs libcurl jansson 2>/dev/null) -lpthread -lm
 SAN_address := -fsanitize=address,undefined -fno-sanitize-recover=all
 SAN_thread  := -fsanitize=thread
 ifdef SANITIZE
@@ -43,18 +46,24 @@ LIBOBJS  := $(filter-out $(BUILD)/service/main.o,$(OBJS))
 # $(GEN)/backends/x/y.lua.h, one C string literal to #include.
 EMBED    := $(foreach a,$(ADAPTERS),$(wildcard backends/$(a)/*.lua))
 EMBEDDED := $(patsubst %,$(GEN)/%.h,$(EMBED))
+# lockctl: cli/*.c on the leaf library lib/ (tests/check_arrows.py).
+CLI_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard cli/*.c))
+LIB_OBJS := $(filter $(BUILD)/lib/%,$(OBJS))
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNITS    := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRCS))
 
 FORMATTED := $(wildcard lib/*.[ch] api/*.[ch] service/*.[ch] backends/*.[ch] \
-              backends/*/*.[ch] tests/unit/*.[ch])
+              backends/*/*.[ch] cli/*.[ch] tests/unit/*.[ch])
 
 .PHONY: FORCE all run test unit e2e deps deps-build deps-bench bench image clean format format-check
 
-all: $(BUILD)/lockd
+all: $(BUILD)/lockd $(BUILD)/lockctl
 
 $(BUILD)/lockd: $(OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/lockctl: $(CLI_OBJS) $(LIB_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LDLIBS)
 
 $(OBJS): | $(GEN)/adapters.h $(EMBEDDED)
 
@@ -78,7 +87,7 @@ $(GEN)/%.lua.h: %.lua
 
 FORCE:
 
--include $(OBJS:.o=.d) $(UNITS:=.d)
+-include $(OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(UNITS:=.d)
 
 # Build dependencies only: enough for `make` and `make run`.
 deps-build:
@@ -95,10 +104,10 @@ deps-bench:
 # on to its child when a user kills make's PID reaches lockd (else lockd
 # kept running, orphaned, on its port).
 run: deps-build
-	$(MAKE) $(BUILD)/lockd
+	$(MAKE) all
 	exec $(BUILD)/lockd --backend memory:// --listen $${LOCKD_LISTEN:-127.0.0.1:8080}
 
-unit: $(BUILD)/lockd $(UNITS)
+unit: $(BUILD)/lockd $(BUILD)/lockctl $(UNITS)
 
 # The test command: unit tests, then the end-to-end suite on every backend
 # against real servers started on loopback. Ends with "N passed, N failed".

@@ -1,12 +1,13 @@
 #!/bin/sh
 # Installs the Debian 12 packages lockd needs that are missing; a no-op when
-# all are present. Groups: build (compile and run), test (servers and tools
-# for `make test`, and clang and clang-format for .ci/run's checks), bench
-# (etcd for `make bench`).
+# all are present. Groups: build (compile and run lockd and lockctl), test
+# (servers and tools for `make test`, Go and Node.js for the client helpers'
+# tests, and clang and clang-format for .ci/run's checks), bench (etcd for
+# `make bench`).
 set -eu
 
-pkgs_build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libhiredis-dev libzookeeper-mt-dev default-libmysqlclient-dev"
-pkgs_test="python3 python3-yaml curl procps redis-server zookeeper mariadb-server faketime yamllint shellcheck clang clang-format"
+pkgs_build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libhiredis-dev libzookeeper-mt-dev default-libmysqlclient-dev libcurl4-gnutls-dev"
+pkgs_test="python3 python3-yaml curl procps redis-server zookeeper mariadb-server faketime yamllint shellcheck clang clang-format golang-go nodejs"
 pkgs_bench="etcd-server etcd-client redis-tools"
 
 want=""

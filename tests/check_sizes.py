@@ -15,7 +15,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PARTS = ("lib", "backends", "api", "service")
+PARTS = ("lib", "backends", "api", "service", "cli")
 MAX_FILE, MAX_FUNC = 800, 80
 # a function definition: a line at column 0 that is not a comment, macro or
 # declaration and is followed (maybe over several lines) by "{" at column 0

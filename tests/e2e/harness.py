@@ -26,6 +26,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOCKD_BIN = os.environ.get("LOCKD_BIN", os.path.join(ROOT, "build", "lockd"))
+# lockctl, the command-line client, is built beside lockd (same build dir,
+# so the ASan and TSan runs test their own lockctl).
+LOCKCTL_BIN = os.path.join(os.path.dirname(LOCKD_BIN), "lockctl")
 
 SCENARIOS = []
 
