@@ -29,6 +29,8 @@ import harness
 from client import expect_free, expect_held, expect_json, path, release
 from harness import check, eq
 
+# absolute: run's children work in their own directories
+LOCKCTL = os.path.abspath(harness.LOCKCTL_BIN)
 MEMORY = ["memory"]
 SHARED = ["memory", "redis"]
 
@@ -49,7 +51,7 @@ def url_of(ld):
 
 def ctl(ld, *args, env=None, timeout=20.0, url=True):
     """Run lockctl to its end: (exit code, stdout, stderr)."""
-    cmd = [harness.LOCKCTL_BIN] + (["--url", url_of(ld)] if url else []) + list(args)
+    cmd = [LOCKCTL] + (["--url", url_of(ld)] if url else []) + list(args)
     p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        env=base_env(env), timeout=timeout)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
@@ -77,7 +79,7 @@ class Run:
         self.dir = os.path.join(ctx.tmpdir, "run-%d-%d" % (os.getpid(), int(time.monotonic() * 1e6)))
         os.makedirs(self.dir)
         self.script = "echo $$ > %s/pgid; %s" % (sh_quote(self.dir), script)
-        cmd = ([harness.LOCKCTL_BIN, "--url", url_of(ld), "run"] + list(key_args) + list(extra)
+        cmd = ([LOCKCTL, "--url", url_of(ld), "run"] + list(key_args) + list(extra)
                + ["--", "sh", "-c", self.script])
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -217,7 +219,7 @@ def test_env_format(ctx):
               'printf "%%s\\n" "$LOCKD_KEY" "$LOCKD_TOKEN" "$LOCKD_FENCE" "$LOCKD_TTL_MS" "$LOCKD_EXPIRES_AT"; '
               '%s --url %s renew %s --ttl 50s -q; '
               'eval "$(%s --url %s inspect %s --format env)"; echo "$LOCKD_HELD $LOCKD_TTL_MS"'
-              % ((harness.LOCKCTL_BIN, url_of(ld), sh_quote(key)) * 3))
+              % ((LOCKCTL, url_of(ld), sh_quote(key)) * 3))
     p = subprocess.run(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        env=base_env(), timeout=20)
     eq(p.returncode, 0, "sh script (stderr %r)" % p.stderr)
@@ -294,7 +296,7 @@ def test_idempotent(ctx):
     rc, _, err = ctl(ld, "acquire", key, "--wait", "3s")
     eq(rc, 3, "acquire without --idempotent on a closed port (stderr %r)" % err)
     check(time.monotonic() - t0 < 1.5, "no retry without --idempotent")
-    p = subprocess.Popen([harness.LOCKCTL_BIN, "--url", url_of(ld), "acquire", key, "--idempotent",
+    p = subprocess.Popen([LOCKCTL, "--url", url_of(ld), "acquire", key, "--idempotent",
                           "--wait", "4s", "--ttl", "20s"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=base_env())
     try:
