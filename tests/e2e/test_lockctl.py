@@ -21,6 +21,9 @@ too. Keys always come from ctx.key().
 
 import json
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import time
@@ -435,6 +438,8 @@ def test_run_env(ctx):
         check(len(lines[1]) == 32, "LOCKD_TOKEN %r" % lines[1])
         check(int(lines[3]) <= 10000 and int(lines[3]) > 9000, "LOCKD_TTL_MS %r" % lines[3])
         eq(lines[4], url_of(ld), "LOCKD_URL")
+        fds = sorted(os.listdir("/proc/%d/fd" % run.pgid()))
+        eq(fds, ["0", "1", "2"], "the child's fds: none of lockctl's")
         check(held["ttl_ms"] > 5000, "held")
         # the child's token is the lock's: a renew with it works
         r = ld.request("PUT", path(key), headers={"Lock-Token": lines[1]})
@@ -445,6 +450,25 @@ def test_run_env(ctx):
         expect_free(ctx, key, "after the child exited")
     finally:
         run.kill()
+
+
+@harness.scenario("lockctl: run on several keys holds them all with one token and gives the child "
+                  "LOCKD_KEYS and LOCKD_FENCES", backends=MEMORY)
+def test_run_multi(ctx):
+    ld, a, b = ctx.lockd, ctx.key("run-a"), ctx.key("run-b")
+    run = Run(ctx, ld, [a, b, "--ttl", "1s"],
+              'printf "%s\\n%s\\n" "$LOCKD_KEYS" "$LOCKD_FENCES" > env.tmp; mv env.tmp env; sleep 1.5')
+    try:
+        keys, fences = run.wait_file("env").splitlines()
+        eq(json.loads(keys), [a, b], "LOCKD_KEYS")
+        fences = json.loads(fences)
+        eq(run.finish(), 0, "exit code (stderr %r)" % run.err)
+        check(run.proc.returncode == 0, "renewed through 1.5 s")
+    finally:
+        run.kill()
+    for k in (a, b):
+        expect_free(ctx, k, "after the child exited")
+    check(set(fences) == {a, b}, "LOCKD_FENCES %r" % fences)
 
 
 @harness.scenario("lockctl: run renews a 1 s lock through a 5 s child: still held at the end, same fence",
@@ -526,6 +550,32 @@ def test_run_lockd_stopped(ctx):
         run.kill()
 
 
+@harness.scenario("lockctl: run renews through a kill -9 and restart of lockd: on a persistent store it keeps "
+                  "the lock (same fence), on memory:// it finds it gone and exits 75", backends=SHARED)
+def test_run_lockd_restart(ctx):
+    ld = ctx.new_lockd()
+    key = ctx.key("run")
+    run = Run(ctx, ld, [key, "--ttl", "3s", "--grace", "1s"],
+              'echo "$LOCKD_FENCE" > fence; sleep 2.5')
+    try:
+        fence = int(run.wait_file("fence"))
+        ld.kill9()
+        time.sleep(1.2)  # the renew due at 1 s finds nobody listening: retried
+        ld.start()
+        if ctx.backend == "memory":
+            eq(run.finish(10), 75, "exit code once the restarted lockd forgot the lock (stderr %r)" % run.err)
+            check("lost the lock on %s: lockd answered 404 lock_not_found" % key in run.err, "stderr %r" % run.err)
+            return
+        r = ld.request("GET", path(key))
+        eq(expect_json(r, 200, "inspect after the restart")["fence"], fence, "the same grant")
+        eq(run.finish(10), 0, "exit code (stderr %r)" % run.err)
+        eq(run.err, "", "stderr")
+        r = ld.request("GET", path(key))
+        eq(r.status, 404, "released through the restarted instance: %r" % r)
+    finally:
+        run.kill()
+
+
 @harness.scenario("lockctl: SIGTERM to run goes to the child's group; the lock is released after it exits",
                   backends=MEMORY)
 def test_run_forwards(ctx):
@@ -541,6 +591,87 @@ def test_run_forwards(ctx):
         expect_free(ctx, key, "after SIGTERM to lockctl")
     finally:
         run.kill()
+
+
+def read_pty(fd, want, deadline):
+    """What the terminal shows until the regex want matches it (or the
+    deadline)."""
+    out = b""
+    while not re.search(want, out) and time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: every slave end is closed
+                break
+            if not chunk:
+                break
+            out += chunk
+    return out
+
+
+def job_control_shell(exe, argv, env):
+    """What an interactive shell does for a foreground job: exe in a process
+    group of its own, given the terminal, waited for (a stop counts as a
+    failure: 98), then the terminal taken back. Returns the job's exit
+    code."""
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    job = os.fork()
+    if job == 0:
+        os.setpgid(0, 0)
+        os.tcsetpgrp(0, os.getpid())
+        signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+        os.execve(exe, argv, env)
+    os.setpgid(job, job)
+    os.tcsetpgrp(0, job)
+    _, st = os.waitpid(job, os.WUNTRACED)
+    os.tcsetpgrp(0, os.getpgrp())
+    if os.WIFSTOPPED(st):
+        os.killpg(job, signal.SIGKILL)
+        return 98
+    return os.waitstatus_to_exitcode(st)
+
+
+@harness.scenario("lockctl: run on a terminal hands the foreground to the child, which reads from it, "
+                  "and takes it back", backends=MEMORY)
+def test_run_terminal(ctx):
+    ld, key = ctx.lockd, ctx.key("run")
+    script = 'set -- $(cat /proc/$$/stat); echo "pg=$5 tpg=$8"; read x; echo "got $x"'
+    argv = [LOCKCTL, "--url", url_of(ld), "run", key, "--", "sh", "-c", script]
+    env = base_env()
+    pid, fd = pty.fork()
+    if pid == 0:  # the session leader on a new terminal, as a login shell would be
+        try:
+            os._exit(job_control_shell(LOCKCTL, argv, env))
+        finally:
+            os._exit(99)
+    status = None
+    try:
+        deadline = time.monotonic() + 10
+        out = read_pty(fd, rb"tpg=\d+\r?\n", deadline)
+        m = re.search(rb"pg=(\d+) tpg=(\d+)", out)
+        check(m is not None, "the child's line on the terminal: %r" % out)
+        eq(m.group(1), m.group(2), "the child's group is the terminal's foreground group (terminal showed %r)" % out)
+        os.write(fd, b"hello\n")
+        out = read_pty(fd, rb"got hello", deadline)
+        check(b"got hello" in out, "the child read the terminal: %r" % out)
+        while time.monotonic() < deadline and status is None:
+            p, st = os.waitpid(pid, os.WNOHANG)
+            if p == pid:
+                status = st
+            else:
+                time.sleep(0.02)
+        check(status is not None, "lockctl ended (it took the terminal back without being stopped)")
+        eq(os.waitstatus_to_exitcode(status), 0, "lockctl's exit code")
+        expect_free(ctx, key)
+    finally:
+        if status is None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        os.close(fd)
 
 
 @harness.scenario("lockctl: run passes exit codes 0, 3 and 42 and a death by SIGKILL (137) through; "
