@@ -123,9 +123,10 @@ int cmds_acquire(const struct opts *o,
     int64_t backoff = BACKOFF_FIRST_MS, delay;
     struct http_call *c;
 
+    *out = NULL;
     if (o->idempotent) {
         if (random_hex(idem, 16) != 0)
-            return *out = NULL, EXIT_INTERNAL;
+            return EXIT_INTERNAL;
         idem_key = idem;
     }
     for (;;) {
@@ -134,7 +135,7 @@ int cmds_acquire(const struct opts *o,
         c = acquire_call(o, conf, idem_key, left,
                          tmo < end - now ? tmo : end - now);
         if (c == NULL)
-            return *out = NULL, EXIT_INTERNAL;
+            return EXIT_INTERNAL;
         http_call_perform(c);
         if (!o->idempotent || !cmds_transient(c))
             break;

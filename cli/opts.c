@@ -482,7 +482,10 @@ int opts_parse(struct opts *o, int argc, char **argv)
     optind = 1;
     /* "-": words come back in order as option 1, so the command may sit
      * anywhere among the options; "--" ends them. */
-    while ((c = getopt_long(argc, argv, "-qhV", long_opts, NULL)) != -1) {
+    for (;;) {
+        c = getopt_long(argc, argv, "-qhV", long_opts, NULL);
+        if (c == -1)
+            break;
         if (c == 'h') {
             fputs(help_text, stdout);
             return EXIT_OK;

@@ -302,10 +302,14 @@ static int turn(struct run *r)
         return -1;
     if (curl_multi_perform(r->multi, &running) != CURLM_OK)
         return -1;
-    while ((m = curl_multi_info_read(r->multi, &running)) != NULL)
+    for (;;) {
+        m = curl_multi_info_read(r->multi, &running);
+        if (m == NULL)
+            break;
         if (m->msg == CURLMSG_DONE && r->renew != NULL &&
             m->easy_handle == r->renew->easy)
             renew_done(r, m->data.result);
+    }
     read_signals(r);
     return 0;
 }
