@@ -340,10 +340,11 @@ class Lock:
 
     def release(self):
         """Stop renewing and DELETE the lock, once. Returns True when lockd
-        confirmed the release (or the lock was already gone), False when
-        the lock was lost or lockd stayed unreachable for a short while (the
-        lock then ends at its TTL). Raises LockdError if lockd refuses the
-        request itself (400, 401, 403)."""
+        confirmed the release (a 404 or 409 on a retry: the first try got
+        through), False when there was nothing to release (lost, released
+        already, its TTL passed unnoticed) or lockd stayed unreachable for
+        RELEASE_RETRY seconds (the lock then ends at its TTL). Raises
+        LockdError if lockd refuses the request itself (400, 401, 403)."""
         with self._mutex:
             if self._done or self.token is None:
                 return False
