@@ -293,6 +293,12 @@ class Lock:
             raise LockLost(self.lost_reason)
 
     def _renew_loop(self):
+        try:
+            self._renew_until_done()
+        except Exception as e:  # noqa: BLE001 - a dead renewer must not look like a held lock
+            self._set_lost("renewer failed: %r" % (e,))
+
+    def _renew_until_done(self):
         while True:
             with self._mutex:
                 next_at = self._deadline - self.ttl_ms / 1000.0 * 2 / 3
@@ -320,8 +326,9 @@ class Lock:
                 pause = None
             else:
                 if r.status == 200:
+                    ttl_ms = int(r.json["ttl_ms"])
                     with self._mutex:
-                        self.ttl_ms = int(r.json["ttl_ms"])
+                        self.ttl_ms = ttl_ms
                         self._deadline = sent + self.ttl_ms / 1000.0
                     return True
                 if not _transient(r.status):
