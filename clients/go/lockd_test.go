@@ -304,7 +304,9 @@ func TestLockdRestartWhileHeld(t *testing.T) {
 	key := newKey("restart")
 	l := acquire(t, key, s.opts(5*time.Second))
 	defer l.Release(context.Background())
-	time.Sleep(200 * time.Millisecond)
+	/* down across the first renew (due at 5/3 s): it meets a draining
+	   lockd (503) or none (connection refused) and must keep trying */
+	time.Sleep(1400 * time.Millisecond)
 	s.stop()
 	time.Sleep(time.Second)
 	s.start()
