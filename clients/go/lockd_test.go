@@ -318,13 +318,25 @@ func TestLockdRestartWhileHeld(t *testing.T) {
 		}
 		return
 	}
-	time.Sleep(2500 * time.Millisecond) /* more than one renew interval */
+	restarted := time.Now()
+	for end := restarted.Add(3 * time.Second); !renewedSince(l, restarted); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no renew got through within 3 s of the restart (err %v)", l.Err())
+		}
+	}
 	notLost(t, l)
 	s.expectHeld(t, key, l.Fence())
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	s.expectFree(t, key)
+}
+
+// renewedSince says whether a renew of l was sent after t and succeeded.
+func renewedSince(l *Lock, t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline.Add(-l.ttl).After(t)
 }
 
 // 4b. lockd down longer than the TTL (any store): lost by the deadline, and
