@@ -225,10 +225,7 @@ func Acquire(ctx context.Context, key string, opts Options) (*Lock, error) {
 		body["wait_ms"] = wait.Milliseconds()
 		sent := time.Now()
 		a, err := c.do(ctx, http.MethodPost, key, hdr, body, wait+c.timeout)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if err == nil && (a.status == 201 || a.status == 200) {
+		if err == nil && (a.status == 201 || a.status == 200) { /* even if ctx just ended */
 			base := sent
 			if wait > 0 { /* granted at an unseen moment of the wait */
 				if r := time.Now().Add(-answerAllowance); r.After(base) {
@@ -236,6 +233,9 @@ func Acquire(ctx context.Context, key string, opts Options) (*Lock, error) {
 				}
 			}
 			return newLock(c, key, ttl, opts.OnLost, a, base)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
 		if err == nil && !transient(a.status) {
 			return nil, answerError(a)
