@@ -340,7 +340,8 @@ func renewedSince(l *Lock, t time.Time) bool {
 }
 
 // 4b. lockd down longer than the TTL (any store): lost by the deadline, and
-// not before the TTL left at the stop was nearly used up.
+// not before the TTL left at the stop was nearly used up. An acquire made
+// while it is down gets the lock once it is back.
 func TestLockdDownPastTTL(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -359,6 +360,31 @@ func TestLockdDownPastTTL(t *testing.T) {
 	}
 	if !errors.Is(l.Err(), ErrExpired) {
 		t.Fatalf("Err() = %v, want ErrExpired", l.Err())
+	}
+
+	/* a waiting acquire while lockd is down retries until it is back */
+	type result struct {
+		l   *Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		o := s.opts(5 * time.Second)
+		o.Wait = 5 * time.Second
+		l, err := Acquire(context.Background(), key, o)
+		got <- result{l, err}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	s.start()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("acquire across the restart: %v", r.err)
+		}
+		defer r.l.Release(context.Background())
+		s.expectHeld(t, key, r.l.Fence())
+	case <-time.After(5 * time.Second):
+		t.Fatal("acquire across the restart: no answer within 5 s")
 	}
 }
 
