@@ -389,8 +389,8 @@ func (l *Lock) lose(cause error) error {
 	l.mu.Lock()
 	l.err = err
 	l.mu.Unlock()
+	l.cancel() /* first: whoever sees Lost() closed finds Context() ended */
 	close(l.lost)
-	l.cancel()
 	return err
 }
 
