@@ -1,0 +1,3 @@
+module lockd/client
+
+go 1.19
