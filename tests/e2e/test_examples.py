@@ -535,3 +535,67 @@ def t_fenced_write(ctx):
         eq(r.returncode, 11, "write.sh to a missing row (stderr %r)" % r.stderr)
     finally:
         db.drop()
+
+
+# ---------------------------------------------------------------- sidecar worker loop
+
+def worker_loop_script():
+    """The worker container's sh -c script of deployment-sidecar.yaml."""
+    for _, pod in pod_specs(load_yaml(read(SIDECAR))):
+        for c in pod.get("containers") or []:
+            body = shell_body(argv_of(c))
+            if body is not None and lockctl_calls(argv_of(c)):
+                return body
+    raise Fail("deployment-sidecar.yaml has no worker loop")
+
+
+@scenario("examples: the sidecar Deployment's worker loop, two at once, runs one batch at a time and "
+          "stops on SIGTERM leaving the lock free", backends=["memory"])
+def t_worker_loop(ctx):
+    ld = ctx.lockd
+    body = worker_loop_script()
+    for old in ("/usr/local/bin/lockctl", SIDECAR_URL):
+        check(old in body, "the worker loop does not name %s" % old)
+    body = body.replace("/usr/local/bin/lockctl", harness.LOCKCTL_BIN).replace(SIDECAR_URL, lockd_url(ld))
+    log = os.path.join(ctx.tmpdir, "batches-%d" % ld.port)
+    batch = 'echo "start $POD_NAME $LOCKD_FENCE" >>"$W"; sleep 0.3; echo "end $POD_NAME" >>"$W"'
+    procs = []
+    try:
+        for pod in ("pod-a", "pod-b"):
+            env = script_env({"POD_NAME": pod, "BATCH": batch, "W": log})
+            procs.append(subprocess.Popen(["/bin/sh", "-c", body], env=env, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          start_new_session=True))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            lines = read(log).splitlines() if os.path.exists(log) else []
+            if len({ln.split()[1] for ln in lines if ln.startswith("end ")}) == 2 and len(lines) >= 8:
+                break
+            time.sleep(0.1)
+        for p in procs:
+            p.send_signal(15)
+        outs = []
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=15)[0])
+            except subprocess.TimeoutExpired:
+                raise Fail("a worker loop still runs 15 s after SIGTERM")
+        lines = read(log).splitlines()
+        check(len(lines) >= 4, "too few batches in 10 s: %r (output: %r)" % (lines, outs))
+        fences = []
+        for i, ln in enumerate(lines):
+            if i % 2 == 0:
+                check(ln.startswith("start "), "batches overlap: line %d is %r in %r" % (i, ln, lines))
+                fences.append(int(ln.split()[2]))
+            else:
+                check(ln == "end " + lines[i - 1].split()[1], "batches overlap: line %d is %r in %r"
+                      % (i, ln, lines))
+        eq(fences, sorted(set(fences)), "the batches' fences (one grant each, increasing)")
+        check({ln.split()[1] for ln in lines} == {"pod-a", "pod-b"}, "one pod never ran a batch: %r" % lines)
+        r = inspect(ld, "worker/batch")
+        eq(r.status, 404, "worker/batch after both loops stopped: %r" % r)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait(5)
