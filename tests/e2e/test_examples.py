@@ -607,3 +607,41 @@ def t_worker_loop(ctx):
             if p.poll() is None:
                 os.killpg(p.pid, 9)
                 p.wait(5)
+
+
+# ---------------------------------------------------------------- the CronJob's command
+
+def cronjob_argv(url, body):
+    """The CronJob container's command line, run here: lockctl from the
+    build, url for the shared service, $(POD_NAME) expanded as Kubernetes
+    would, and body for the report's script."""
+    for _, pod in pod_specs(load_yaml(read(CRONJOB))):
+        for c in pod.get("containers") or []:
+            argv = argv_of(c)
+            if lockctl_calls(argv) == [argv]:
+                check(argv[-3:-1] == ["/bin/sh", "-c"], "the CronJob's command does not end in sh -c SCRIPT")
+                argv = [url if a == SHARED_URL else "cronjob-pod" if a == "$(POD_NAME)" else a for a in argv]
+                return [harness.LOCKCTL_BIN] + argv[1:-1] + [body]
+    raise Fail("cronjob.yaml: no container runs lockctl")
+
+
+@scenario("examples: the CronJob's command runs the report when the lock is free and succeeds without "
+          "running it when another cluster holds the lock", backends=["memory"])
+def t_cronjob_command(ctx):
+    ld = ctx.lockd
+    work = os.path.join(ctx.tmpdir, "cronjob-work-%d" % ld.port)
+    argv = cronjob_argv(lockd_url(ld), 'echo "ran $LOCKD_FENCE" >>"$W"')
+    env = script_env({"W": work})
+    r = run(argv, env=env, timeout=30)
+    eq(r.returncode, 0, "the CronJob's command with the lock free (stderr: %s)" % r.stderr.strip())
+    check(read(work).startswith("ran "), "the report did not run: %r" % read(work))
+    eq(inspect(ld, "nightly-report").status, 404, "the lock after the report")
+    held = ld.request("POST", "/locks/nightly-report", {"ttl_ms": 10000, "owner": "other-cluster"})
+    eq(held.status, 201, "the other cluster's acquire")
+    try:
+        r = run(argv, env=env, timeout=30)
+        eq(r.returncode, 0, "the CronJob's command with the lock held elsewhere (stderr: %s)" % r.stderr.strip())
+        check("held" in r.stderr, "lockctl did not say the lock is held: %r" % r.stderr)
+        eq(read(work).count("ran "), 1, "reports run (the held run must not run it)")
+    finally:
+        ld.request("DELETE", "/locks/nightly-report", None, {"Lock-Token": held.json["token"]})
