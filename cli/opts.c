@@ -448,7 +448,8 @@ static int check_command(struct opts *o)
         o->shared = o->mode_given = true; /* a limit makes a semaphore */
     if (o->limit > 0 && !o->shared)
         return usage("%s: --limit needs shared mode", name);
-    if (multi && (o->shared || o->limit > 0 || o->token != NULL))
+    if (multi && (o->shared || o->limit > 0 ||
+                  (o->token != NULL && o->cmd == CMD_ACQUIRE)))
         return usage("%s: --shared, --limit and --token take one KEY", name);
     if ((o->idempotent || o->idem_key != NULL) && multi)
         return usage("%s: several keys have no idempotent form", name);
