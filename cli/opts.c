@@ -388,6 +388,10 @@ static int take_option(struct opts *o, int c, const char *arg)
     return EXIT_USAGE;
 }
 
+/* run renews its lock every third of the TTL: a short TTL frees the key
+ * soon after a crash of lockctl's host and costs three renews per TTL. */
+#define RUN_DEFAULT_TTL_MS 15000
+
 static void set_defaults(struct opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -467,6 +471,8 @@ static int check_command(struct opts *o)
     }
     if (o->cmd == CMD_RUN && o->token != NULL)
         return usage("%s: --token is not for run", name);
+    if (o->cmd == CMD_RUN && o->ttl_ms <= 0)
+        o->ttl_ms = RUN_DEFAULT_TTL_MS; /* renewed, so short is cheap */
     return -1;
 }
 

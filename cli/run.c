@@ -381,8 +381,13 @@ int run_main(const struct opts *o, const struct http_conf *conf)
 
     output_keys_label(o, r.label, sizeof r.label);
     rc = take_lock(&r);
-    if (rc != EXIT_OK)
+    /* not granted: rc says why, and --exit-held may make that 0 */
+    if (r.token == NULL)
         goto out;
+    if (rc != EXIT_OK) {
+        cmds_release_retrying(o, conf, r.token, RELEASE_BUDGET_MS);
+        goto out;
+    }
     if (start_child(&r) != 0) {
         fprintf(stderr, "lockctl: cannot start %s: %s\n", o->child_argv[0],
                 strerror(errno));

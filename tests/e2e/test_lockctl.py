@@ -704,8 +704,20 @@ def test_run_held(ctx):
     check("held by another holder" in err, "stderr %r" % err)
     rc, _, err = ctl(ld, "run", key, "--exit-held", "9", "--", "touch", marker)
     eq(rc, 9, "--exit-held 9 (stderr %r)" % err)
+    # 0, as a cron job that treats "someone else has it" as success uses
+    rc, _, err = ctl(ld, "run", key, "--exit-held", "0", "--", "touch", marker)
+    eq(rc, 0, "--exit-held 0 (stderr %r)" % err)
     check(not os.path.exists(marker), "the child never started")
     expect_held(ctx, key, fence=g["fence"])
+
+
+@harness.scenario("lockctl: run's lock has a 15 s TTL unless --ttl says otherwise", backends=MEMORY)
+def test_run_default_ttl(ctx):
+    ld, key = ctx.lockd, ctx.key("run/ttl")
+    rc, out, err = ctl(ld, "run", key, "--", "sh", "-c", 'echo "$LOCKD_TTL_MS"')
+    eq(rc, 0, "exit code (stderr %r)" % err)
+    ttl = int(out.strip())
+    check(14000 < ttl <= 15000, "LOCKD_TTL_MS %d, want about 15000" % ttl)
 
 
 @harness.scenario("lockctl: two runs with --wait on one key (through two lockd instances on a shared store) "
