@@ -170,7 +170,7 @@ class Lock {
     this.#requestTimeoutMs = requestTimeoutMs;
     this.#onLost = onLost;
     this.#deadline = sentAt + grant.ttl_ms;
-    this.#schedule();
+    this.#schedule(sentAt);
   }
 
   /** Aborted, with a LockLostError as its reason, when the lock is lost. */
@@ -182,14 +182,19 @@ class Lock {
     return this.#lostCtl.signal.aborted;
   }
 
-  /* The renew timer stays ref'd: a script that holds a lock keeps renewing it. */
-  #schedule() {
+  /*
+   * Renews ttl/3 after the last grant or renew was sent (at once if a slow
+   * answer took longer). The timer stays ref'd: a script that holds a lock
+   * keeps renewing it.
+   */
+  #schedule(sentAt) {
+    const delay = sentAt + this.ttlMs / 3 - now();
     this.#timer = setTimeout(() => {
       this.#timer = null;
       this.#renew().catch((err) => {
         if (!this.#stopCtl.signal.aborted) this.#lose(`renewer failed: ${err}`);
       });
-    }, this.ttlMs / 3);
+    }, Math.max(0, delay));
   }
 
   #margin() {
@@ -227,7 +232,7 @@ class Lock {
       if (res.status === 200 && Number.isInteger(res.json?.ttl_ms)) {
         this.ttlMs = res.json.ttl_ms;
         this.#deadline = sentAt + res.json.ttl_ms;
-        this.#schedule();
+        this.#schedule(sentAt);
         return;
       }
       const err = errorOf(res, "renew");
