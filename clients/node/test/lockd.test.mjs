@@ -377,6 +377,12 @@ describe(`lockd client (${BACKEND})`, () => {
     await assert.rejects(acquire(key, { url, waitMs: 300 }), LockHeldError);
     const took = now() - t0;
     assert.ok(took >= 250 && took < 300 + SLACK_MS + 500, `a 300 ms wait took ${took} ms`);
+    /* the caller's signal gives up a waiting acquire */
+    const ctl = new AbortController();
+    const t1 = now();
+    setTimeout(() => ctl.abort(new Error("enough")), 200);
+    await assert.rejects(acquire(key, { url, waitMs: 5000, signal: ctl.signal }), { message: "enough" });
+    assert.ok(now() - t1 < 200 + SLACK_MS, `aborted after ${now() - t1} ms`);
     await holder.release();
   });
 
@@ -399,6 +405,31 @@ describe(`lockd client (${BACKEND})`, () => {
     await Promise.all([worker(), worker(), worker()]);
     assert.equal(fences.length, 15);
     for (let i = 1; i < fences.length; i++) assert.ok(fences[i] > fences[i - 1], `fences ${fences}`);
+  });
+
+  test("8. nothing of the helper keeps a process alive after release or loss", async () => {
+    const url = JSON.stringify(shared.url);
+    /* a's renew would be due in 10 s, b's in 300 ms: b is lost then (404) */
+    const script = `
+      import { acquire } from ${JSON.stringify(new URL("../lockd.mjs", import.meta.url).href)};
+      const key = process.argv[1];
+      const a = await acquire(key, { url: ${url}, ttlMs: 30000 });
+      await a.release();
+      const b = await acquire(key, { url: ${url}, ttlMs: 900 });
+      b.signal.addEventListener("abort", () => console.log("lost"));
+      await fetch(${url} + "/locks/" + key, { method: "DELETE", headers: { "Lock-Token": b.token } });`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script, newKey("exit")], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    try {
+      assert.equal(await within(exited, 3000, "the child's exit"), 0);
+      assert.equal(out.trim(), "lost");
+    } finally {
+      child.kill("SIGKILL");
+    }
   });
 
   test("auth: the bearer token from the option or LOCKD_AUTH_TOKEN_FILE", async () => {
