@@ -5,7 +5,8 @@
  * is unset. Tests that stop lockd get a lockd of their own. They run one
  * after the other: run at once they took 4 s instead of 10, but a busy
  * 2-core machine then stalled this process past a 1 s TTL now and then.
- * lockd's output goes to LOCKD_TEST_LOGDIR (default: a temp dir).
+ * lockd's output goes to LOCKD_TEST_LOGDIR, which is kept (by default to a
+ * temp dir removed at the end).
  *
  *   LOCKD_BIN=build/lockd node --test clients/node/test/
  */
@@ -170,6 +171,7 @@ describe(`lockd client (${BACKEND})`, () => {
   after(async () => {
     await Promise.allSettled(locks.map((l) => l.release()));
     for (const s of [...servers]) await s.stop();
+    if (!process.env.LOCKD_TEST_LOGDIR) fs.rmSync(LOGDIR, { recursive: true, force: true });
   });
 
   /* it() that skips without LOCKD_BIN; each test is bounded in time. */
