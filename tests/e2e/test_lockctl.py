@@ -35,7 +35,7 @@ from harness import check, eq
 # absolute: run's children work in their own directories
 LOCKCTL = os.path.abspath(harness.LOCKCTL_BIN)
 MEMORY = ["memory"]
-SHARED = ["memory", "redis"]
+SHARED = ["memory", "redis", "zookeeper", "mysql"]
 
 
 # ---------------------------------------------------------------- helpers
