@@ -30,6 +30,7 @@ import time
 
 import harness
 from client import expect_free, expect_held, expect_json, path, release
+from multi import ensure_server_up
 from harness import check, eq
 
 # absolute: run's children work in their own directories
@@ -314,6 +315,39 @@ def test_idempotent(ctx):
     g = json.loads(out)
     r = ld.request("GET", path(key))
     eq(expect_json(r, 200, "inspect")["fence"], g["fence"], "the grant lockctl printed holds the key")
+
+
+@harness.scenario("lockctl: while the store is down lockd answers a try-once acquire 503: it exits 3 at once, "
+                  "and with --idempotent retries (Retry-After) until the store is back and prints the grant",
+                  backends=["redis"])
+def test_idempotent_503(ctx):
+    key = ctx.key("ctl503")
+    ctx.server.kill9()
+    p = None
+    try:
+        t0 = time.monotonic()
+        # try-once (no --wait): lockd answers 503 at once (a waiting acquire
+        # would be retried by lockd itself until its wait ends)
+        rc, out, err = ctl(ctx.lockd, "acquire", key)
+        eq(rc, 3, "acquire answered 503 without --idempotent (stdout %r, stderr %r)" % (out, err))
+        check(time.monotonic() - t0 < 3.0, "no retry without --idempotent: %.1f s" % (time.monotonic() - t0))
+        check(json.loads(out)["error"]["code"] == "backend_unavailable", "the 503's body on stdout: %r" % out)
+        p = subprocess.Popen([LOCKCTL, "--url", url_of(ctx.lockd), "acquire", key, "--idempotent",
+                              "--timeout", "10s", "--ttl", "20s"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=base_env())
+        time.sleep(1.5)
+        if p.poll() is not None:
+            raise harness.Fail("--idempotent gave up while the store was down: %r" % (p.communicate(),))
+        ctx.server.restart()
+        out, err = p.communicate(timeout=15)
+    finally:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.communicate()
+        ensure_server_up(ctx)
+    eq(p.returncode, 0, "--idempotent acquire once the store is back (stderr %r)" % err)
+    g = json.loads(out)
+    eq(expect_held(ctx, key)["fence"], g["fence"], "the grant lockctl printed holds the key")
 
 
 @harness.scenario("lockctl: without the right --auth-token-file lockd's auth exits 6, with it 0",
