@@ -47,7 +47,8 @@ struct run {
     pid_t child;
     int status;
     bool reaped, lost, killed, tty;
-    int64_t kill_at; /* mono ms: SIGKILL to the group, once lost */
+    bool draining;   /* the command exited, processes of its group did not */
+    int64_t kill_at; /* mono ms: SIGKILL to the group, once lost/draining */
 };
 
 static int64_t margin(const struct run *r)
@@ -165,6 +166,9 @@ static int start_child(struct run *r)
     r->tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
     if (r->tty)
         signal(SIGTTOU, SIG_IGN);
+    /* orphans of the command come to lockctl, which reaps them: its group
+     * is empty once all are gone, and no zombie keeps it alive */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     fflush(NULL);
     r->child = fork();
     if (r->child < 0)
@@ -261,7 +265,7 @@ static void read_signals(struct run *r)
     struct signalfd_siginfo si;
 
     while (read(r->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo != SIGCHLD && !r->reaped)
+        if (si.ssi_signo != SIGCHLD && (!r->reaped || r->draining))
             kill(-r->child, (int)si.ssi_signo);
     }
 }
@@ -275,9 +279,9 @@ static int poll_timeout(const struct run *r, int64_t now)
         t = min64(t, r->deadline - margin(r) - now);
         if (r->renew == NULL)
             t = min64(t, r->next_renew - now);
-    } else if (!r->killed) {
-        t = min64(t, r->kill_at - now);
     }
+    if ((r->lost || r->draining) && !r->killed)
+        t = min64(t, r->kill_at - now);
     return t < 0 ? 0 : (int)t;
 }
 
@@ -293,7 +297,7 @@ static int turn(struct run *r)
         lose(r, "lockd unreachable and the TTL is about to pass");
     else if (!r->lost && r->renew == NULL && now >= r->next_renew)
         start_renew(r, now);
-    else if (r->lost && !r->killed && now >= r->kill_at) {
+    if ((r->lost || r->draining) && !r->killed && now >= r->kill_at) {
         kill(-r->child, SIGKILL);
         r->killed = true;
     }
@@ -314,7 +318,31 @@ static int turn(struct run *r)
     return 0;
 }
 
-/* Step 3: until the child exits. 0, or -1 when the loop broke. */
+/* Whether any process (a zombie too) is left in the command's group. */
+static bool group_alive(const struct run *r)
+{
+    return kill(-r->child, 0) == 0 || errno == EPERM;
+}
+
+/* The command exited: what it left running in its group (a job put in the
+ * background, say) would go on unlocked after the release, so it gets
+ * SIGTERM, SIGKILL after --grace, while the lock is still renewed. */
+static void start_draining(struct run *r)
+{
+    fprintf(stderr,
+            "lockctl: %s: the command exited and left processes in its "
+            "group; stopping them before the release\n",
+            r->label);
+    r->draining = true;
+    if (!r->lost) {
+        kill(-r->child, SIGTERM);
+        kill(-r->child, SIGCONT);
+        r->kill_at = clock_mono_ms() + r->o->grace_ms;
+    }
+}
+
+/* Step 3: until the child, and every process of its group, has exited.
+ * 0, or -1 when the loop broke. */
 static int hold(struct run *r)
 {
     pid_t p;
@@ -324,13 +352,21 @@ static int hold(struct run *r)
         return -1;
     r->backoff = BACKOFF_FIRST_MS;
     for (;;) {
-        p = waitpid(r->child, &r->status, WNOHANG);
-        if (p == r->child) {
-            r->reaped = true;
-            return 0;
+        if (!r->reaped) {
+            p = waitpid(r->child, &r->status, WNOHANG);
+            if (p == r->child)
+                r->reaped = true;
+            else if (p < 0 && errno != EINTR)
+                return -1;
         }
-        if (p < 0 && errno != EINTR)
-            return -1;
+        if (r->reaped) {
+            while (waitpid(-1, NULL, WNOHANG) > 0)
+                ; /* orphans handed to lockctl (the subreaper) */
+            if (!group_alive(r))
+                return 0;
+            if (!r->draining)
+                start_draining(r);
+        }
         if (turn(r) != 0)
             return -1;
     }

@@ -724,6 +724,51 @@ def test_run_exit_codes(ctx):
     expect_free(ctx, key, "after a missing command")
 
 
+def pid_gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@harness.scenario("lockctl: what the command leaves running in its group is stopped (SIGTERM, SIGKILL after "
+                  "--grace) while the lock is still held, and only then released", backends=MEMORY)
+def test_run_leftovers(ctx):
+    ld, key = ctx.lockd, ctx.key("run/left")
+    pidfile = os.path.join(ctx.tmpdir, "left-%s" % key.replace("/", "_"))
+    # a background job that ends on SIGTERM
+    rc, _, err = ctl(ld, "run", key, "--grace", "5s", "--", "sh", "-c",
+                     'sleep 30 & echo $! > "$0"; exit 7', pidfile)
+    eq(rc, 7, "the command's status (stderr %r)" % err)
+    check("left processes in its group" in err, "stderr %r" % err)
+    check(pid_gone(int(open(pidfile).read())), "the background sleep outlived lockctl")
+    expect_free(ctx, key)
+    # one that ignores SIGTERM: SIGKILL after --grace, the lock held until then
+    os.unlink(pidfile)
+    p = subprocess.Popen([LOCKCTL, "--url", url_of(ld), "run", key, "--grace", "1500ms", "--", "sh", "-c",
+                          'trap "" TERM; sleep 30 & echo $! > "$0.tmp"; mv "$0.tmp" "$0"; exit 0', pidfile],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=base_env())
+    try:
+        deadline = time.monotonic() + 5
+        while not os.path.exists(pidfile) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        time.sleep(0.5)
+        check(p.poll() is None, "lockctl exited before the SIGTERM-proof leftover was gone")
+        expect_held(ctx, key)
+        out, err = p.communicate(timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    eq(p.returncode, 0, "exit code (stderr %r)" % err)
+    check(1.0 <= took < 4.0, "SIGKILL after the 1.5 s grace: lockctl ended %.2f s after the command" % took)
+    check(pid_gone(int(open(pidfile).read())), "the SIGTERM-proof sleep outlived lockctl")
+    expect_free(ctx, key)
+
+
 @harness.scenario("lockctl: run exits --exit-held without starting the child when the key stays held past --wait",
                   backends=MEMORY)
 def test_run_held(ctx):
