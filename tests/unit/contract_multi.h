@@ -493,6 +493,7 @@ struct mt {
     int owner[MT_KEYS]; /* thread id + 1 holding the key; 0: free */
     uint64_t last_fence[MT_KEYS];
     int overlaps, fence_errors, errors, starved, grants, multi_grants;
+    int64_t t0; /* when the case began: the diagnostics' time base */
 };
 
 struct mt_thread {
@@ -557,6 +558,50 @@ static size_t mt_pick(struct mt *t, unsigned *seed, int *idx, const char **keys)
     return n;
 }
 
+static const char *const mt_op_names[] = { "acquire", "multi acquire",
+                                           "multi renew", "release",
+                                           "multi release" };
+
+/* An op answered neither OK nor (acquiring) HELD: count it, and say which
+ * op, what it answered and on which keys. */
+static void mt_erred(struct mt *t,
+                     int id,
+                     int op,
+                     enum backend_result r,
+                     const char *const *keys,
+                     size_t n)
+{
+    char list[MT_MAXN * 16] = "";
+
+    for (size_t i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+                 i > 0 ? " " : "", keys[i]);
+    mt_count(t, &t->errors);
+    printf("  +%lld ms thread %d: %s of [%s] answered %s\n",
+           (long long)(check_mono_ms() - t->t0), id, mt_op_names[op], list,
+           backend_result_str(r));
+    fflush(stdout);
+}
+
+/* A thread gave up on keys after retrying HELD: what the store says of
+ * each of them now. */
+static void mt_stuck(
+    struct mt *t, int id, struct backend *be, const char *const *keys, size_t n)
+{
+    printf("  +%lld ms thread %d gave up on %zu key(s):\n",
+           (long long)(check_mono_ms() - t->t0), id, n);
+    for (size_t i = 0; i < n; i++) {
+        struct lock_info in = { 0 };
+        enum backend_result r =
+            backend_inspect(be, keys[i], strlen(keys[i]), &in);
+        printf("    %s: %s, fence %llu, ttl left %llu ms, holders %u\n",
+               keys[i], backend_result_str(r), (unsigned long long)in.fence,
+               (unsigned long long)in.ttl_ms, in.holder_count);
+        lock_info_clear(&in);
+    }
+    fflush(stdout);
+}
+
 /* One round: take the keys (retrying HELD), check and give them back. */
 static int mt_round(
     struct mt *t, int id, struct backend *be, unsigned *seed, const char *tok)
@@ -578,24 +623,27 @@ static int mt_round(
         if (r == BACKEND_OK)
             break;
         if (r != BACKEND_HELD) {
-            mt_count(t, &t->errors);
+            mt_erred(t, id, n == 1 ? 0 : 1, r, keys, n);
             return -1;
         }
         usleep(200 + (unsigned)rand_r(seed) % 1000);
     }
-    if (r != BACKEND_OK)
+    if (r != BACKEND_OK) {
+        mt_stuck(t, id, be, keys, n);
         return -1;
+    }
     mt_took(t, id, idx, n, n == 1 ? &g.fence : m.fences);
     usleep(300);
-    if (n > 1 && multi_on(be, MULTI_RENEW, keys, n, tok, 0, &m) != BACKEND_OK)
-        mt_count(t, &t->errors);
+    if (n > 1 &&
+        (r = multi_on(be, MULTI_RENEW, keys, n, tok, 0, &m)) != BACKEND_OK)
+        mt_erred(t, id, 2, r, keys, n);
     mt_giving_back(t, id, idx, n);
     if (n == 1)
         r = rel_on(be, keys[0], strlen(keys[0]), tok);
     else
         r = multi_on(be, MULTI_RELEASE, keys, n, tok, 0, &m);
     if (r != BACKEND_OK)
-        mt_count(t, &t->errors);
+        mt_erred(t, id, n == 1 ? 3 : 4, r, keys, n);
     return 0;
 }
 
@@ -637,6 +685,7 @@ static void test_multi_threads_never_overlap_nor_deadlock(void)
     if (!multi_ops_present())
         return;
     memset(&t, 0, sizeof(t));
+    t.t0 = t0;
     memcpy(t.keys, keys, sizeof(keys));
     pthread_mutex_init(&t.mu, NULL);
     t.be[0] = t.be[1] = cur->be;
