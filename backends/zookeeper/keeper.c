@@ -381,9 +381,10 @@ static void zk_sweep_key(struct zk_be *be, struct zk_conn *cn, const char *name)
              * none) */
             bool mine = has_h && (!parsed ||
                                   (!h.group && strcmp(kid + 1, h.token) == 0));
+            /* only while no h exists: the listing may be older than a
+             * new grant under the same token, whose marker this is */
             if (!mine &&
-                zk_child_path(p.parent, kid, path, sizeof(path)) == 0 &&
-                ((rc = zk_delete(cn, path, -1, dl)) == ZOK || rc == ZNONODE))
+                ((rc = zk_drop_stray(cn, &p, kid, dl)) == ZOK || rc == ZNONODE))
                 continue;
             live++;
         } else if (zk_parse_waiter(kid, &k) == 0 && k.deadline < now &&

@@ -184,7 +184,13 @@ static int zk_macq_kids(struct zk_macq *a,
         if (name[0] == 't' || name[0] == 's') {
             if (h_listed || k->l.has_h)
                 continue; /* h's, or a member of its group */
-            rc = zk_macq_drop_kid(a, k, name);
+            /* only while no h exists: it may be a new grant's by now */
+            rc = zk_drop_stray(a->m.cn, &k->p, name, a->m.dl);
+            if (rc == ZNODEEXISTS)
+                return -1; /* granted since our read: look again */
+            if (rc != ZOK && rc != ZNONODE)
+                return zk_unavailable("reap node", rc);
+            continue;
         } else if (zk_parse_waiter(name, &kid) == 0 && kid.deadline < now) {
             rc = zk_macq_drop_kid(a, k, name);
         } else {

@@ -350,6 +350,43 @@ int zk_drop_checked(struct zk_conn *cn,
     return rc;
 }
 
+/*
+ * Delete child name (a marker t<token> or a shared holder s<token> listed
+ * without h) of p's key node, only while h does not exist: one multi that
+ * creates h and deletes it again before deleting name, so it fails with
+ * ZNODEEXISTS when a holder is there by now. A listing that showed name
+ * without h may be stale: the key released and granted again since, under
+ * the same token (a client may reuse one), and name is then the new
+ * grant's; deleting it would leave h without its marker, which no release,
+ * renew or reap can delete (each checks the marker): the key held for
+ * ever. ZOK, ZNONODE (name or the key's node gone), ZNODEEXISTS (a holder:
+ * name may be its), or the store's code.
+ */
+int zk_drop_stray(struct zk_conn *cn,
+                  const struct zk_paths *p,
+                  const char *name,
+                  int64_t dl)
+{
+    struct zk_call *c = zk_call_new();
+    int rc, i;
+
+    if (c == NULL)
+        return ZSYSTEMERROR;
+    if (zk_path_copy(c->paths[0], p->hpath) != 0 ||
+        zk_child_path(p->parent, name, c->paths[1], ZK_PATH_MAX) != 0)
+        return zk_multi_bad(c);
+    zoo_create_op_init(&c->ops[0], c->paths[0], NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                       ZOO_PERSISTENT, NULL, 0);
+    zoo_delete_op_init(&c->ops[1], c->paths[0], -1);
+    zoo_delete_op_init(&c->ops[2], c->paths[1], -1);
+    rc = zk_call_wait(
+        c, zoo_amulti(cn->zh, 3, c->ops, c->results, zk_call_on_void, c), dl);
+    if (rc != ZOK && (i = zk_call_multi_failed(c, 3)) >= 0)
+        rc = c->results[i].err;
+    zk_call_unref(c);
+    return rc;
+}
+
 int zk_delete_prefixed(struct zk_conn *cn,
                        const char *parent,
                        const char *prefix,

@@ -466,6 +466,10 @@ int zk_drop_checked(struct zk_conn *cn,
                     int version,
                     bool with_parent,
                     int64_t dl);
+int zk_drop_stray(struct zk_conn *cn,
+                  const struct zk_paths *p,
+                  const char *name,
+                  int64_t dl);
 int zk_grant_shared(struct zk_conn *cn,
                     const struct zk_paths *p,
                     const struct zk_share_ops *o,

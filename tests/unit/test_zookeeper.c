@@ -1515,6 +1515,88 @@ static void test_multi_grant_answered_too_late_is_freed(void)
     zookeeper_close(zh);
 }
 
+/* What regrant_hook() does: once, when it hears key "sw/x" (the sweep
+ * reaping its expired holder), grant it again to the same token through
+ * zh, as a client reusing its token would, between the sweep's listing
+ * and its dropping of markers it judged stray. */
+static struct {
+    pthread_mutex_t mu;
+    zhandle_t *zh;
+    char parent[256];
+    bool armed, fired;
+} regr = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static void regrant_hook(void *arg, const char *key, size_t len)
+{
+    char path[320], data[128];
+
+    (void)arg;
+    pthread_mutex_lock(&regr.mu);
+    if (regr.armed && len == 4 && memcmp(key, "sw/x", 4) == 0) {
+        regr.armed = false;
+        snprintf(data, sizeof(data), "lockd1 60000 %s %lld", TOK_A,
+                 (long long)clock_wall_ms() + 60000);
+        snprintf(path, sizeof(path), "%s/h", regr.parent);
+        regr.fired = raw_node(regr.zh, path, data) == ZOK;
+        snprintf(path, sizeof(path), "%s/t%s", regr.parent, TOK_A);
+        regr.fired = raw_node(regr.zh, path, NULL) == ZOK && regr.fired;
+    }
+    pthread_mutex_unlock(&regr.mu);
+}
+
+/* The sweep lists a key's node, then reads h, then drops the markers it
+ * judged stray: by then the listed marker may be a new grant's (the same
+ * token, the key granted again). Dropping it left h without its marker,
+ * which no release, renew or reap can delete: the key held for ever. */
+static void test_sweep_never_drops_the_marker_of_a_new_grant(void)
+{
+    char mpath[320], hpath[320];
+    struct backend *be;
+    struct Stat st;
+    bool fired = false;
+    zhandle_t *zh = raw_open();
+
+    if (zh == NULL)
+        return;
+    be = be_open(url, regrant_hook, NULL);
+    CHECK(be != NULL);
+    key_node("sw/x", regr.parent, sizeof(regr.parent));
+    snprintf(hpath, sizeof(hpath), "%s/h", regr.parent);
+    snprintf(mpath, sizeof(mpath), "%s/t%s", regr.parent, TOK_A);
+    /* the main handle's keeper sweeps too: try until ours reaps it */
+    for (int i = 0; be != NULL && i < 8 && !fired; i++) {
+        if (zoo_exists(zh, hpath, 0, NULL) == ZNONODE) {
+            zoo_delete(zh, mpath, -1);
+            raw_node(zh, regr.parent, NULL); /* a sweep may have dropped it */
+            raw_holder(zh, regr.parent, TOK_A, 1, 0, &st); /* expired */
+        }
+        pthread_mutex_lock(&regr.mu);
+        regr.zh = zh;
+        regr.armed = true;
+        pthread_mutex_unlock(&regr.mu);
+        for (int j = 0;
+             j < 60 && zoo_exists(zh, hpath, 0, NULL) == ZOK && !fired; j++) {
+            check_sleep_ms(50);
+            pthread_mutex_lock(&regr.mu);
+            fired = regr.fired;
+            pthread_mutex_unlock(&regr.mu);
+        }
+        pthread_mutex_lock(&regr.mu);
+        regr.armed = false;
+        fired = regr.fired;
+        pthread_mutex_unlock(&regr.mu);
+    }
+    CHECK_MSG(fired, "our sweep never reaped the expired holder");
+    check_sleep_ms(300); /* the sweep goes on with the key's markers */
+    CHECK_EQ_INT(zoo_exists(zh, hpath, 0, NULL), ZOK);
+    CHECK_EQ_INT(zoo_exists(zh, mpath, 0, NULL), ZOK);
+    CHECK_EQ_INT(rel(be_main, "sw/x", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(zoo_exists(zh, hpath, 0, NULL), ZNONODE);
+    if (be != NULL)
+        zookeeper_backend.close(be);
+    zookeeper_close(zh);
+}
+
 /* The largest request: 64 keys of LOCK_KEY_MAX bytes in one multi (about
  * 400 kB, under ZooKeeper's 1 MB jute.maxbuffer). */
 static void test_multi_of_64_longest_keys(void)
@@ -1657,6 +1739,7 @@ static const struct check_case online[] = {
     CHECK_CASE(test_multi_renew_writes_nothing_unless_all_held),
     CHECK_CASE(test_multi_calls_with_shared_holders),
     CHECK_CASE(test_multi_grant_answered_too_late_is_freed),
+    CHECK_CASE(test_sweep_never_drops_the_marker_of_a_new_grant),
     CHECK_CASE(test_multi_of_64_longest_keys),
     CHECK_CASE(test_multi_overlapping_grants_never_share_a_key),
     CHECK_CASE(test_restart_answers_unavailable_then_recovers),
