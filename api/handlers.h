@@ -8,13 +8,15 @@
 #define API_HANDLERS_H
 
 #include "api/codec.h"
+#include "lib/secret.h"
 
 struct api_config { /* frozen before the server starts */
     struct backend *backend;
     uint64_t default_ttl_ms;
     uint64_t max_ttl_ms;
     uint64_t max_wait_ms;
-    const char *auth_token; /* NULL: no auth */
+    struct secret *auth_token;  /* NULL: no auth (re-read on SIGHUP) */
+    struct secret *admin_token; /* NULL: no admin (forced release) */
 };
 
 enum api_verb {

@@ -30,7 +30,8 @@ static const struct backend_ops *const backend_table[] = {
 };
 
 const char *const backend_op_names[BACKEND_OP_COUNT] = {
-    "acquire", "renew", "release", "inspect", "cancel_wait", "ping",
+    "acquire",     "renew", "release", "inspect",
+    "cancel_wait", "ping",  "list",    "force_release",
 };
 
 const char *backend_result_str(enum backend_result r)
@@ -390,6 +391,60 @@ enum backend_result backend_ping(struct backend *be)
     enum backend_result r = be->ops->ping(be);
 
     metrics_backend_op(BACKEND_OP_PING, result_ok(r), clock_mono_us() - t0);
+    return r;
+}
+
+static bool list_req_ok(const struct lock_list_req *req,
+                        const struct lock_list *out)
+{
+    if (req->limit < 1 || req->limit > LOCK_LIST_MAX || out->entries == NULL)
+        return false;
+    if (req->prefix_len > LOCK_KEY_MAX ||
+        (req->prefix_len > 0 &&
+         (req->prefix == NULL ||
+          memchr(req->prefix, '\0', req->prefix_len) != NULL)))
+        return false;
+    return req->after == NULL || backend_key_ok(req->after, req->after_len);
+}
+
+enum backend_result backend_list(struct backend *be,
+                                 const struct lock_list_req *req,
+                                 struct lock_list *out)
+{
+    int64_t t0 = clock_mono_us();
+    enum backend_result r;
+
+    out->n = 0;
+    out->more = false;
+    out->resume[0] = '\0';
+    out->resume_len = 0;
+    if (be->ops->list == NULL || !list_req_ok(req, out))
+        return BACKEND_INVALID;
+    r = be->ops->list(be, req, out);
+    if (r != BACKEND_OK) {
+        out->n = 0;
+        out->more = false;
+    }
+    metrics_backend_op(BACKEND_OP_LIST, result_ok(r), clock_mono_us() - t0);
+    return r;
+}
+
+enum backend_result backend_force_release(struct backend *be,
+                                          const char *key,
+                                          size_t key_len,
+                                          struct lock_info *out)
+{
+    int64_t t0 = clock_mono_us();
+    enum backend_result r;
+
+    memset(out, 0, sizeof(*out));
+    if (be->ops->force_release == NULL || !backend_key_ok(key, key_len))
+        return BACKEND_INVALID;
+    r = be->ops->force_release(be, key, key_len, out);
+    if (r != BACKEND_OK)
+        lock_info_clear(out);
+    metrics_backend_op(BACKEND_OP_FORCE_RELEASE, result_ok(r),
+                       clock_mono_us() - t0);
     return r;
 }
 

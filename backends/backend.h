@@ -54,6 +54,7 @@
 #define LOCK_HOLDS_MAX     1000000 /* the greatest hold count of one token */
 #define LOCK_HOLDERS_SHOWN 100     /* holders inspect() lists, by fence */
 #define LOCK_MULTI_MAX     64      /* keys of one multi-key request */
+#define LOCK_LIST_MAX      1000    /* keys of one list() page */
 
 /*
  * The two modes of a hold. A key is free, held EXCLUSIVE by one token, or
@@ -159,6 +160,15 @@ struct lock_grant {
     bool replay;            /* acquire OK: req->idem_key named a live grant,
                                which is answered again: token is its token,
                                ttl_ms what is left of it; nothing changed */
+    uint64_t expired_fence; /* acquire OK (not a replay): the greatest fence
+                               of the holders of the key whose TTL had
+                               passed and that this grant's atomic step
+                               found (a takeover); 0 = none, or the store
+                               cannot tell (say so in the adapter) */
+    int64_t granted_at_ms;  /* release OK with holds 0: unix ms by the
+                               store's clock when the hold just given back
+                               was granted (for the hold-time histogram);
+                               0 = unknown */
     char token[LOCK_TOKEN_MAX + 1]; /* replay only */
 };
 
@@ -226,6 +236,48 @@ struct lock_info {
     uint32_t holder_count;
     uint32_t nholders;
     struct lock_holder *holders;
+};
+
+/*
+ * One held key as list() shows it: struct lock_info's summary, without
+ * the holders (and never a token).
+ */
+struct lock_entry {
+    char key[LOCK_KEY_MAX + 1]; /* NUL-terminated */
+    size_t key_len;
+    enum lock_mode mode;
+    uint64_t fence;        /* the greatest fence held */
+    uint64_t ttl_ms;       /* remaining of the holder that expires last, >= 1 */
+    int64_t expires_at_ms; /* unix ms, that holder's */
+    uint32_t holder_count;
+    bool has_owner; /* EXCLUSIVE only: the holder's owner */
+    char owner[LOCK_OWNER_MAX + 1];
+};
+
+/*
+ * A page of held keys (GET /locks): the keys that start with prefix and
+ * sort after `after` (memcmp order, a key before every longer key it
+ * starts), in that order.
+ */
+struct lock_list_req {
+    const char *prefix; /* borrowed; 0..LOCK_KEY_MAX bytes, no NUL inside */
+    size_t prefix_len;
+    const char *after; /* borrowed; NULL = from the first key; else a key
+                          (valid as for lock_req), NUL-terminated */
+    size_t after_len;
+    uint32_t limit; /* 1..LOCK_LIST_MAX */
+};
+
+struct lock_list {
+    struct lock_entry *entries; /* the caller's array of req->limit entries */
+    size_t n;                   /* entries filled, ascending, <= limit */
+    bool more;                  /* keys may follow: the next page is the
+                                   keys after resume */
+    char resume[LOCK_KEY_MAX + 1]; /* more: entries[n-1].key when the page
+                                      is full, else the last key the
+                                      adapter looked at (n may then be
+                                      below limit, even 0) */
+    size_t resume_len;
 };
 
 /* Free info->holders and zero info. Accepts a zeroed info. */
@@ -397,6 +449,37 @@ struct backend_ops {
     enum backend_result (*release_multi)(struct backend *be,
                                          const struct lock_multi_req *req,
                                          struct lock_multi_grant *out);
+    /*
+     * List the held keys of req (see struct lock_list_req), at most
+     * req->limit of them, each as inspect() would sum it up at the moment
+     * it was read: only keys with a live holder (expired holders are left
+     * out, and may be reaped); waiters alone do not make a key held. The
+     * cost of one call is bounded by req->limit (times a constant the
+     * adapter states), never by the number of keys held or stored: an
+     * adapter that has looked at its budget of candidates without filling
+     * the page stops early with more set and resume at the last key it
+     * looked at. Not a snapshot: a key granted or freed while a client
+     * pages may or may not appear; a key held throughout appears on
+     * exactly one page. OK (out->n, more, resume), UNAVAILABLE, NO_MEMORY.
+     */
+    enum backend_result (*list)(struct backend *be,
+                                const struct lock_list_req *req,
+                                struct lock_list *out);
+    /*
+     * An operator frees key whatever its holders and hold counts
+     * (DELETE /locks/{key}?force=true): in one atomic step every holder
+     * is removed (with its Idempotency-Key), the key's fence counter is
+     * kept, so the next grant's fence is greater than every fence the
+     * removed holders had, and waiters on the key, on every instance, are
+     * notified as after a release. OK: out = the holders removed, as
+     * inspect() would have shown them (holder_count, the greatest fence,
+     * the first LOCK_HOLDERS_SHOWN holders). NOT_FOUND (no live holder;
+     * expired ones may be reaped), UNAVAILABLE, NO_MEMORY.
+     */
+    enum backend_result (*force_release)(struct backend *be,
+                                         const char *key,
+                                         size_t key_len,
+                                         struct lock_info *out);
     /* Can the store be asked right now? OK or UNAVAILABLE (for /readyz). */
     enum backend_result (*ping)(struct backend *be);
     /* Holders right now (a key held shared by three tokens counts 3), or
@@ -443,6 +526,8 @@ enum backend_op {
     BACKEND_OP_INSPECT,
     BACKEND_OP_CANCEL_WAIT,
     BACKEND_OP_PING,
+    BACKEND_OP_LIST,
+    BACKEND_OP_FORCE_RELEASE,
     BACKEND_OP_COUNT,
 };
 extern const char *const backend_op_names[BACKEND_OP_COUNT];
@@ -477,6 +562,18 @@ enum backend_result backend_cancel_wait(struct backend *be,
                                         struct lock_waiter *waiter);
 enum backend_result backend_ping(struct backend *be);
 int64_t backend_held_count(struct backend *be);
+/* list: INVALID before the adapter runs for a limit outside
+ * 1..LOCK_LIST_MAX, a prefix over LOCK_KEY_MAX bytes or with a NUL, an
+ * after that is not a valid key, out->entries NULL, or an adapter
+ * without the op; out->n, more and resume zeroed first (entries kept). */
+enum backend_result backend_list(struct backend *be,
+                                 const struct lock_list_req *req,
+                                 struct lock_list *out);
+/* force_release: INVALID for a bad key or an adapter without the op. */
+enum backend_result backend_force_release(struct backend *be,
+                                          const char *key,
+                                          size_t key_len,
+                                          struct lock_info *out);
 
 /* The multi-key wrappers: INVALID before the adapter runs for n outside
  * 1..LOCK_MULTI_MAX, a bad or repeated key, or a token or owner as above

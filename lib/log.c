@@ -280,16 +280,65 @@ void log_msg(enum log_level level, const char *fmt, ...)
     emit(line, pos);
 }
 
+/* Append one field, ` name=value` (text) or `,"name":value` (JSON). */
+static void put_field(
+    char *buf, size_t cap, size_t *pos, const struct log_field *f, int json)
+{
+    char tmp[LOG_FIELD_MAX + 1];
+    char num[32];
+
+    if (f->name == NULL || *pos + 64 >= cap)
+        return;
+    put_raw(buf, cap, pos, json ? ",\"" : " ");
+    put_escaped(buf, cap - 32, pos, f->name, json);
+    put_raw(buf, cap, pos, json ? "\":" : "=");
+    if (f->str == NULL) {
+        snprintf(num, sizeof(num), "%lld", (long long)f->num);
+        put_raw(buf, cap, pos, num);
+        return;
+    }
+    size_t n = f->len < LOG_FIELD_MAX ? f->len : LOG_FIELD_MAX;
+    memcpy(tmp, f->str, n);
+    tmp[n] = '\0';
+    for (size_t i = 0; i < n; i++) /* a NUL inside would end the value */
+        if (tmp[i] == '\0')
+            tmp[i] = '?';
+    put_raw(buf, cap, pos, "\"");
+    put_escaped(buf, cap - 8, pos, tmp, json);
+    put_raw(buf, cap, pos, "\"");
+}
+
+static void put_fields(char *buf,
+                       size_t cap,
+                       size_t *pos,
+                       const struct log_field *fields,
+                       size_t n,
+                       int json)
+{
+    for (size_t i = 0; i < n; i++)
+        put_field(buf, cap, pos, &fields[i], json);
+}
+
+/* Hand a finished line (newline added here) to the buffers, or write it. */
+static void emit_buffered(char *line, size_t pos)
+{
+    line[pos++] = '\n';
+    if (!buffer_line(line, pos))
+        write_all(line, pos);
+}
+
 void log_access(const char *method,
                 const char *path,
                 unsigned status,
                 int64_t duration_us,
-                const char *request_id)
+                const char *request_id,
+                const struct log_field *fields,
+                size_t n)
 {
-    char line[LOG_LINE_MAX];
+    char line[LOG_LINE_MAX * 2];
     char num[64];
     size_t pos = 0;
-    size_t cap = sizeof(line) - 1;
+    size_t cap = sizeof(line) - 2;
     int json = log_fmt == LOG_FORMAT_JSON;
 
     if (LOG_LEVEL_INFO < log_min)
@@ -311,6 +360,7 @@ void log_access(const char *method,
             put_escaped(line, cap - 4, &pos, request_id, 1);
             put_raw(line, cap, &pos, "\"");
         }
+        put_fields(line, cap - 2, &pos, fields, n, 1);
         put_raw(line, cap, &pos, "}");
     } else {
         put_time(line, cap, &pos);
@@ -325,8 +375,40 @@ void log_access(const char *method,
             put_raw(line, cap, &pos, " request_id=");
             put_escaped(line, cap, &pos, request_id, 0);
         }
+        put_fields(line, cap, &pos, fields, n, 0);
     }
-    line[pos++] = '\n';
-    if (!buffer_line(line, pos))
-        write_all(line, pos);
+    emit_buffered(line, pos);
+}
+
+void log_event(enum log_level level,
+               const char *event,
+               const struct log_field *fields,
+               size_t n)
+{
+    char line[LOG_LINE_MAX * 2];
+    size_t pos = 0;
+    size_t cap = sizeof(line) - 2;
+    int json = log_fmt == LOG_FORMAT_JSON;
+
+    if (level < log_min)
+        return;
+    if (json) {
+        put_raw(line, cap, &pos, "{\"time\":\"");
+        put_time(line, cap, &pos);
+        put_raw(line, cap, &pos, "\",\"level\":\"");
+        put_raw(line, cap, &pos, level_names[level]);
+        put_raw(line, cap, &pos, "\",\"msg\":\"event\",\"event\":\"");
+        put_escaped(line, cap - 64, &pos, event, 1);
+        put_raw(line, cap, &pos, "\"");
+        put_fields(line, cap - 2, &pos, fields, n, 1);
+        put_raw(line, cap, &pos, "}");
+    } else {
+        put_time(line, cap, &pos);
+        put_raw(line, cap, &pos, " ");
+        put_raw(line, cap, &pos, level_names[level]);
+        put_raw(line, cap, &pos, " event ");
+        put_escaped(line, cap - 64, &pos, event, 0);
+        put_fields(line, cap, &pos, fields, n, 0);
+    }
+    emit_buffered(line, pos);
 }

@@ -5,6 +5,7 @@
 #ifndef LIB_LOG_H
 #define LIB_LOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum log_level {
@@ -40,12 +41,41 @@ void log_msg(enum log_level level, const char *fmt, ...)
 int log_start(void);
 void log_stop(void);
 
+/*
+ * A named value on an event or access line: a string of len bytes (any
+ * bytes: escaped for the format, cut at LOG_FIELD_MAX) when str is set,
+ * else the number num. Fields with a NULL name are skipped, so optional
+ * ones can sit in a fixed array.
+ */
+struct log_field {
+    const char *name;
+    const char *str;
+    size_t len;
+    int64_t num;
+};
+#define LOG_FIELD_MAX 600 /* bytes of one string value written */
+
 /* One access line: method, path (as received, escaped for the format),
- * status, duration, request id (may be NULL). */
+ * status, duration, request id (may be NULL), then the n extra fields
+ * (fields may be NULL when n is 0): the client address, the owner, the
+ * fence, ... */
 void log_access(const char *method,
                 const char *path,
                 unsigned status,
                 int64_t duration_us,
-                const char *request_id);
+                const char *request_id,
+                const struct log_field *fields,
+                size_t n);
+
+/*
+ * One event of a lock's life ("lock.grant", "lock.expired", ...; the list
+ * is in docs/operations.md) at level: JSON {"time","level","msg":"event",
+ * "event":name, fields...}; text "<time> <level> event <name> k=v ...".
+ * Buffered like access lines, in the same time order.
+ */
+void log_event(enum log_level level,
+               const char *event,
+               const struct log_field *fields,
+               size_t n);
 
 #endif /* LIB_LOG_H */

@@ -75,6 +75,11 @@ static const struct opt opts[] = {
       M(auth_token_file), 0, 0,
       "file whose first line is a bearer token that /locks requests must "
       "send (Authorization: Bearer ...); default: no auth" },
+    { "admin-token-file", "LOCKD_ADMIN_TOKEN_FILE", OPT_STRING,
+      M(admin_token_file), 0, 0,
+      "file whose first line is the admin bearer token: it may do what "
+      "the auth token may, and force-release keys (DELETE "
+      "/locks/KEY?force=true); default: no forced release" },
 };
 #undef M
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -161,30 +166,18 @@ bad:
     return -1;
 }
 
-static int read_token_file(struct config *c)
+/* Open one token file into *out; -1 with the reason printed. */
+static int
+open_token_file(const char *flag, const char *path, struct secret **out)
 {
-    FILE *f = fopen(c->auth_token_file, "r");
-    char line[1024];
-    size_t n;
+    char err[512];
 
-    if (f == NULL) {
-        fprintf(stderr, "lockd: --auth-token-file %s: %s\n", c->auth_token_file,
-                strerror(errno));
+    *out = secret_open(path, err, sizeof(err));
+    if (*out == NULL) {
+        fprintf(stderr, "lockd: --%s %s\n", flag, err);
         return -1;
     }
-    if (fgets(line, sizeof(line), f) == NULL)
-        line[0] = '\0';
-    fclose(f);
-    n = strcspn(line, "\r\n");
-    line[n] = '\0';
-    if (n == 0) {
-        fprintf(stderr,
-                "lockd: --auth-token-file %s: the first line is empty\n",
-                c->auth_token_file);
-        return -1;
-    }
-    c->auth_token = strdup(line);
-    return c->auth_token != NULL ? 0 : -1;
+    return 0;
 }
 
 static void set_defaults(struct config *c)
@@ -308,13 +301,21 @@ enum config_result config_load(struct config *c, int argc, char **argv)
                 (unsigned long long)c->max_ttl_ms);
         return CONFIG_ERROR;
     }
-    if (c->auth_token_file != NULL && read_token_file(c) != 0)
+    if (c->auth_token_file != NULL &&
+        open_token_file("auth-token-file", c->auth_token_file,
+                        &c->auth_token) != 0)
+        return CONFIG_ERROR;
+    if (c->admin_token_file != NULL &&
+        open_token_file("admin-token-file", c->admin_token_file,
+                        &c->admin_token) != 0)
         return CONFIG_ERROR;
     return CONFIG_OK;
 }
 
 void config_cleanup(struct config *c)
 {
-    free(c->auth_token);
+    secret_close(c->auth_token);
     c->auth_token = NULL;
+    secret_close(c->admin_token);
+    c->admin_token = NULL;
 }

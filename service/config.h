@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "lib/log.h"
+#include "lib/secret.h"
 
 struct config {
     const char *listen;    /* "host:port", as given */
@@ -28,7 +29,9 @@ struct config {
     enum log_level log_level;
     enum log_format log_format;
     const char *auth_token_file;  /* NULL: no auth */
-    char *auth_token;             /* owned: the file's first line */
+    struct secret *auth_token;    /* owned: the file's first line */
+    const char *admin_token_file; /* NULL: no forced release */
+    struct secret *admin_token;   /* owned: the file's first line */
     bool check_health;            /* --check-health mode */
     const char *check_health_url; /* NULL: derived from listen */
 };
@@ -40,7 +43,7 @@ enum config_result {
 };
 
 /* Fill c from argv and the environment. Strings are borrowed from argv and
- * environ, except auth_token. */
+ * environ, except the token files' secrets. */
 enum config_result config_load(struct config *c, int argc, char **argv);
 void config_cleanup(struct config *c);
 

@@ -230,6 +230,7 @@ int main(int argc, char **argv)
     api.max_ttl_ms = cfg.max_ttl_ms;
     api.max_wait_ms = cfg.max_wait_ms;
     api.auth_token = cfg.auth_token;
+    api.admin_token = cfg.admin_token;
 
     srv = server_start(&cfg, &api, q);
     if (srv == NULL) {

@@ -508,7 +508,7 @@ static void on_completed(void *cls,
         metrics_request(r->route, r->status, dur);
     }
     log_access(r->method, r->path != NULL ? r->path : "-", r->status, dur,
-               r->request_id);
+               r->request_id, NULL, 0);
     api_call_cleanup(&r->call);
     lock_info_clear(&r->w.info);
     free(r->mgrant);

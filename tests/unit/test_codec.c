@@ -1077,24 +1077,38 @@ static void test_error_table_matches_api_md(void)
 
 static struct api_config rcfg;
 
+/* auth: the bearer token to require, written to a file first; NULL for
+ * none. */
 static void router_open(const char *auth)
 {
     char err[256];
+    char path[] = "/tmp/lockd-test-token-XXXXXX";
+    int fd;
 
     memset(&rcfg, 0, sizeof(rcfg));
+    if (auth != NULL) {
+        fd = mkstemp(path);
+        CHECK(fd >= 0);
+        CHECK(write(fd, auth, strlen(auth)) == (ssize_t)strlen(auth));
+        close(fd);
+        rcfg.auth_token = secret_open(path, err, sizeof(err));
+        CHECK(rcfg.auth_token != NULL);
+        unlink(path);
+    }
     CHECK_EQ_INT(
         backend_open("memory://", NULL, &rcfg.backend, err, sizeof(err)),
         BACKEND_OK);
     rcfg.default_ttl_ms = 30000;
     rcfg.max_ttl_ms = MAX_TTL;
     rcfg.max_wait_ms = MAX_WAIT;
-    rcfg.auth_token = auth;
 }
 
 static void router_close(void)
 {
     backend_close(rcfg.backend);
     rcfg.backend = NULL;
+    secret_close(rcfg.auth_token);
+    rcfg.auth_token = NULL;
 }
 
 /*
