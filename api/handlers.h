@@ -8,6 +8,7 @@
 #define API_HANDLERS_H
 
 #include "api/codec.h"
+#include "lib/log.h"
 #include "lib/secret.h"
 
 struct api_config { /* frozen before the server starts */
@@ -17,6 +18,7 @@ struct api_config { /* frozen before the server starts */
     uint64_t max_wait_ms;
     struct secret *auth_token;  /* NULL: no auth (re-read on SIGHUP) */
     struct secret *admin_token; /* NULL: no admin (forced release) */
+    enum log_events log_events; /* which lifecycle events to log */
 };
 
 enum api_verb {

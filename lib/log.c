@@ -50,6 +50,19 @@ int log_format_parse(const char *name, enum log_format *out)
     return 0;
 }
 
+int log_events_parse(const char *name, enum log_events *out)
+{
+    if (strcmp(name, "audit") == 0)
+        *out = LOG_EVENTS_AUDIT;
+    else if (strcmp(name, "changes") == 0)
+        *out = LOG_EVENTS_CHANGES;
+    else if (strcmp(name, "all") == 0)
+        *out = LOG_EVENTS_ALL;
+    else
+        return -1;
+    return 0;
+}
+
 int log_enabled(enum log_level level)
 {
     return level >= log_min;

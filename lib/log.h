@@ -20,11 +20,25 @@ enum log_format {
     LOG_FORMAT_JSON,
 };
 
+/*
+ * Which lock lifecycle events are written (--log-events), at level info:
+ * AUDIT only forced releases (written whatever the level); CHANGES also
+ * grants, releases, expiries, takeovers, lost holds and waiter timeouts;
+ * ALL also renewals.
+ */
+enum log_events {
+    LOG_EVENTS_AUDIT = 0,
+    LOG_EVENTS_CHANGES,
+    LOG_EVENTS_ALL,
+};
+
 /* Set before any thread starts; the defaults are info and text. */
 void log_setup(enum log_level level, enum log_format format);
 /* 0 and *out set, or -1 for an unknown name ("debug", "info", ...). */
 int log_level_parse(const char *name, enum log_level *out);
 int log_format_parse(const char *name, enum log_format *out);
+/* "audit", "changes" or "all". */
+int log_events_parse(const char *name, enum log_events *out);
 int log_enabled(enum log_level level);
 
 void log_msg(enum log_level level, const char *fmt, ...)

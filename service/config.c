@@ -21,7 +21,8 @@ enum opt_kind {
     OPT_U64,
     OPT_UINT,
     OPT_LEVEL,
-    OPT_FORMAT
+    OPT_FORMAT,
+    OPT_EVENTS
 };
 
 struct opt {
@@ -71,6 +72,11 @@ static const struct opt opts[] = {
       "debug, info, warn or error (default info)" },
     { "log-format", "LOCKD_LOG_FORMAT", OPT_FORMAT, M(log_format), 0, 0,
       "text or json (default text)" },
+    { "log-events", "LOCKD_LOG_EVENTS", OPT_EVENTS, M(log_events), 0, 0,
+      "lock lifecycle events logged at info: audit (forced releases "
+      "only, logged at any level), changes (also grants, releases, "
+      "expiries, takeovers, lost holds, waiter timeouts) or all (also "
+      "renewals) (default changes)" },
     { "auth-token-file", "LOCKD_AUTH_TOKEN_FILE", OPT_STRING,
       M(auth_token_file), 0, 0,
       "file whose first line is a bearer token that /locks requests must "
@@ -160,6 +166,10 @@ static int set_opt(struct config *c,
         if (log_format_parse(v, (enum log_format *)field) != 0)
             goto bad;
         return 0;
+    case OPT_EVENTS:
+        if (log_events_parse(v, (enum log_events *)field) != 0)
+            goto bad;
+        return 0;
     }
 bad:
     fprintf(stderr, "lockd: %s: invalid value '%s' (%s)\n", source, v, o->help);
@@ -191,6 +201,7 @@ static void set_defaults(struct config *c)
     c->cores = ncpu > 0 ? (unsigned)ncpu : 2;
     c->default_ttl_ms = 30000;
     c->max_ttl_ms = 86400000;
+    c->log_events = LOG_EVENTS_CHANGES;
     c->max_wait_ms = 300000;
     c->max_body_bytes = 8192;
     c->max_header_bytes = 16384;

@@ -28,6 +28,7 @@ struct config {
     uint64_t request_timeout_ms;     /* 0 = no bound */
     enum log_level log_level;
     enum log_format log_format;
+    enum log_events log_events;
     const char *auth_token_file;  /* NULL: no auth */
     struct secret *auth_token;    /* owned: the file's first line */
     const char *admin_token_file; /* NULL: no forced release */

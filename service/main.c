@@ -231,6 +231,7 @@ int main(int argc, char **argv)
     api.max_wait_ms = cfg.max_wait_ms;
     api.auth_token = cfg.auth_token;
     api.admin_token = cfg.admin_token;
+    api.log_events = cfg.log_events;
 
     srv = server_start(&cfg, &api, q);
     if (srv == NULL) {
