@@ -393,18 +393,35 @@ void log_access(const char *method,
     emit_buffered(line, pos);
 }
 
+static void event_line(enum log_level level,
+                       const char *event,
+                       const struct log_field *fields,
+                       size_t n);
+
 void log_event(enum log_level level,
                const char *event,
                const struct log_field *fields,
                size_t n)
+{
+    if (level >= log_min)
+        event_line(level, event, fields, n);
+}
+
+void log_audit(const char *event, const struct log_field *fields, size_t n)
+{
+    event_line(LOG_LEVEL_WARN, event, fields, n);
+}
+
+static void event_line(enum log_level level,
+                       const char *event,
+                       const struct log_field *fields,
+                       size_t n)
 {
     char line[LOG_LINE_MAX * 2];
     size_t pos = 0;
     size_t cap = sizeof(line) - 2;
     int json = log_fmt == LOG_FORMAT_JSON;
 
-    if (level < log_min)
-        return;
     if (json) {
         put_raw(line, cap, &pos, "{\"time\":\"");
         put_time(line, cap, &pos);

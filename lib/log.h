@@ -91,5 +91,8 @@ void log_event(enum log_level level,
                const char *event,
                const struct log_field *fields,
                size_t n);
+/* An audit event (a forced release): as log_event() at level warn, but
+ * written whatever the --log-level. */
+void log_audit(const char *event, const struct log_field *fields, size_t n);
 
 #endif /* LIB_LOG_H */
