@@ -1,13 +1,16 @@
 /*
- * lib/log.c - leveled logging to stderr, as text or JSON lines. Each
- * message is formatted into one buffer and written with one write(2), so
- * lines from different threads never interleave.
+ * lib/log.c - leveled logging to stderr or --log-file, as text or JSON
+ * lines. Each line is formatted whole, stamped and buffered per thread; a
+ * flusher thread merges the buffers by time and writes many lines per
+ * write(2), so lines never interleave and come out in time order.
  */
 #include "lib/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,30 +103,41 @@ static void put_raw(char *buf, size_t cap, size_t *pos, const char *s)
 static _Thread_local time_t cached_sec = -1;
 static _Thread_local char cached_date[40]; /* "YYYY-MM-DDTHH:MM:SS" */
 
-static void put_time(char *buf, size_t cap, size_t *pos)
+#define LOG_TIME_LEN 24 /* "YYYY-MM-DDTHH:MM:SS.mmmZ" */
+
+/* ts as LOG_TIME_LEN bytes at out (no NUL). */
+static void format_time(char *out, const struct timespec *ts)
 {
-    struct timespec ts;
     char tmp[64];
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (ts.tv_sec != cached_sec) {
+    if (ts->tv_sec != cached_sec) {
         struct tm tm;
-        gmtime_r(&ts.tv_sec, &tm);
+        gmtime_r(&ts->tv_sec, &tm);
         snprintf(cached_date, sizeof(cached_date),
                  "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-        cached_sec = ts.tv_sec;
+        cached_sec = ts->tv_sec;
     }
-    snprintf(tmp, sizeof(tmp), "%s.%03ldZ", cached_date, ts.tv_nsec / 1000000);
-    put_raw(buf, cap, pos, tmp);
+    snprintf(tmp, sizeof(tmp), "%s.%03ldZ", cached_date, ts->tv_nsec / 1000000);
+    memcpy(out, tmp, LOG_TIME_LEN); /* years 1000-9999: always 24 */
 }
+
+/* Leave LOG_TIME_LEN bytes for the time at *pos: it is stamped when the
+ * line is handed over (emit()), under the lock that orders it. */
+static void put_time(char *buf, size_t cap, size_t *pos, size_t *slot)
+{
+    *slot = *pos;
+    put_raw(buf, cap, pos, "0000-00-00T00:00:00.000Z");
+}
+
+static int log_fd = STDERR_FILENO; /* --log-file: dup2()ed over on reopen */
 
 static void write_all(const char *buf, size_t len)
 {
     size_t off = 0;
 
     while (off < len) {
-        ssize_t n = write(STDERR_FILENO, buf + off, len - off);
+        ssize_t n = write(log_fd, buf + off, len - off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
@@ -132,26 +146,50 @@ static void write_all(const char *buf, size_t len)
     }
 }
 
-static void emit(char *buf, size_t pos)
-{
-    buf[pos++] = '\n';
-    write_all(buf, pos);
-}
-
 /*
- * Access lines are the one log line of every request: each server thread
- * gathers them in its own buffer, written when it fills and by a flusher
- * thread every LOG_FLUSH_MS, so a busy server makes one write(2) per many
- * requests instead of one each. Other messages are written at once.
+ * Every line (messages, access lines, events) goes through the writing
+ * thread's own buffer, stamped under that buffer's lock, and a flusher
+ * thread writes them every LOG_FLUSH_MS (sooner when a buffer passes
+ * LOG_BUF_KICK), so a busy server makes one write(2) per many lines and
+ * the lines of all threads come out in time order:
+ *
+ * a round picks a cut time C, then swaps each buffer for an empty one in
+ * turn; the lines stamped before C are merged by time and written, later
+ * ones (stamped while the swaps went on, so that some of their peers may
+ * sit in buffers swapped earlier) are held back for the next round. A line
+ * stamped before C was in its buffer before that buffer's swap, since it
+ * was stamped under the lock the swap takes: no line stamped after it can
+ * be written before it.
  */
-#define LOG_BUF_SIZE 16384
+#define LOG_BUF_SIZE 16384   /* a buffer's first size */
+#define LOG_BUF_KICK 65536   /* wake the flusher past this */
+#define LOG_BUF_MAX  1048576 /* then the writer waits for a round */
 #define LOG_FLUSH_MS 50
+#define LOG_OUT_SIZE 65536 /* bytes per write(2), about */
+#define LOG_WAIT_MS  200   /* a writer waits for a round at most this */
+
+/* A line in a buffer: this header (memcpy'd: any alignment), then len
+ * bytes, its newline included. */
+struct log_rec {
+    int64_t t_ns; /* CLOCK_REALTIME, as the printed time */
+    uint32_t len;
+};
 
 struct log_buf {
-    pthread_mutex_t mu;   /* guards len and data */
+    pthread_mutex_t mu;   /* guards data, len and cap */
     struct log_buf *next; /* in all_bufs, never removed until log_stop() */
-    size_t len;
-    char data[LOG_BUF_SIZE];
+    char *data;           /* owned: records */
+    size_t len, cap;
+    char *out; /* owned, the flusher's: the records swapped out */
+    size_t out_len, out_cap;
+};
+
+/* A record of a round, sorted by (t_ns, src, p). */
+struct log_ent {
+    int64_t t_ns;
+    size_t src; /* 0: held back from the last round; i + 1: i-th buffer */
+    const char *p;
+    uint32_t len;
 };
 
 static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER; /* guards below */
@@ -159,22 +197,181 @@ static struct log_buf *all_bufs;
 static bool flusher_on;
 static bool flusher_stop;
 static pthread_cond_t flusher_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t round_cv = PTHREAD_COND_INITIALIZER; /* round ended */
+static uint64_t rounds;
 static pthread_t flusher;
+static char *carry, *carry_next; /* records held back */
+static size_t carry_len, carry_cap, carry_next_len, carry_next_cap;
+static struct log_ent *ents; /* the round's index */
+static size_t ents_cap;
+static char out_buf[LOG_OUT_SIZE];
+static size_t out_len;
+static _Atomic bool kicked; /* a buffer is past LOG_BUF_KICK */
 static _Thread_local struct log_buf *my_buf;
+/* orders the lines written at once (no flusher) */
+static pthread_mutex_t direct_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void buf_flush(struct log_buf *b)
+static int64_t now_ns(struct timespec *ts)
 {
-    pthread_mutex_lock(&b->mu);
-    if (b->len > 0)
-        write_all(b->data, b->len);
-    b->len = 0;
-    pthread_mutex_unlock(&b->mu);
+    clock_gettime(CLOCK_REALTIME, ts);
+    return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
 }
 
-static void flush_all(void)
+/* Append a record to *data (growing it up to max bytes): 0, or -1. */
+static int rec_append(char **data,
+                      size_t *len,
+                      size_t *cap,
+                      size_t max,
+                      int64_t t_ns,
+                      const char *line,
+                      size_t n)
 {
+    struct log_rec h = { .t_ns = t_ns, .len = (uint32_t)n };
+    size_t need = *len + sizeof(h) + n;
+
+    if (need > *cap) {
+        size_t ncap = *cap > 0 ? *cap : LOG_BUF_SIZE;
+        char *p;
+        while (ncap < need)
+            ncap *= 2;
+        if (ncap > max)
+            return -1;
+        p = realloc(*data, ncap);
+        if (p == NULL)
+            return -1;
+        *data = p;
+        *cap = ncap;
+    }
+    memcpy(*data + *len, &h, sizeof(h));
+    memcpy(*data + *len + sizeof(h), line, n);
+    *len = need;
+    return 0;
+}
+
+/* Index every record of data[0..len) as source src: 0, or -1 out of
+ * memory. */
+static int index_recs(const char *data, size_t len, size_t src, size_t *n)
+{
+    for (size_t off = 0; off < len;) {
+        struct log_rec h;
+        memcpy(&h, data + off, sizeof(h));
+        if (*n == ents_cap) {
+            size_t ncap = ents_cap > 0 ? ents_cap * 2 : 1024;
+            struct log_ent *e = realloc(ents, ncap * sizeof(*e));
+            if (e == NULL)
+                return -1;
+            ents = e;
+            ents_cap = ncap;
+        }
+        ents[(*n)++] = (struct log_ent){ .t_ns = h.t_ns,
+                                         .src = src,
+                                         .p = data + off + sizeof(h),
+                                         .len = h.len };
+        off += sizeof(h) + h.len;
+    }
+    return 0;
+}
+
+static int ent_cmp(const void *a, const void *b)
+{
+    const struct log_ent *x = a, *y = b;
+
+    if (x->t_ns != y->t_ns)
+        return x->t_ns < y->t_ns ? -1 : 1;
+    if (x->src != y->src)
+        return x->src < y->src ? -1 : 1;
+    return x->p < y->p ? -1 : x->p > y->p; /* one buffer: its order */
+}
+
+static void out_put(const char *p, size_t n)
+{
+    if (out_len + n > sizeof(out_buf)) {
+        write_all(out_buf, out_len);
+        out_len = 0;
+    }
+    memcpy(out_buf + out_len, p, n); /* n < LOG_LINE_MAX * 2 */
+    out_len += n;
+}
+
+/* Take every buffer's records, swapping in its (empty) spare. */
+static void swap_all(void)
+{
+    for (struct log_buf *b = all_bufs; b != NULL; b = b->next) {
+        char *d;
+        size_t c;
+        pthread_mutex_lock(&b->mu);
+        d = b->data;
+        c = b->cap;
+        b->out_len = b->len;
+        b->data = b->out;
+        b->cap = b->out_cap;
+        b->len = 0;
+        b->out = d;
+        b->out_cap = c;
+        pthread_mutex_unlock(&b->mu);
+    }
+}
+
+/* Out of memory for the index: write every record, source by source (no
+ * line lost; maybe out of order). */
+static void put_unsorted(void)
+{
+    const char *d = carry;
+    size_t len = carry_len;
+
+    for (struct log_buf *b = all_bufs;; b = b->next) {
+        for (size_t off = 0; off < len;) {
+            struct log_rec h;
+            memcpy(&h, d + off, sizeof(h));
+            out_put(d + off + sizeof(h), h.len);
+            off += sizeof(h) + h.len;
+        }
+        if (b == NULL)
+            break;
+        d = b->out;
+        len = b->out_len;
+    }
+    carry_next_len = 0;
+}
+
+/* One round, all_mu held: write the lines stamped before cut in time
+ * order, hold back the others. */
+static void flush_round(int64_t cut)
+{
+    size_t n = 0, src = 1;
+    bool indexed;
+    char *d;
+    size_t c;
+
+    swap_all();
+    indexed = index_recs(carry, carry_len, 0, &n) == 0;
+    for (struct log_buf *b = all_bufs; b != NULL && indexed; b = b->next)
+        indexed = index_recs(b->out, b->out_len, src++, &n) == 0;
+    carry_next_len = 0;
+    if (indexed) {
+        qsort(ents, n, sizeof(*ents), ent_cmp);
+        for (size_t i = 0; i < n; i++)
+            if (ents[i].t_ns < cut ||
+                rec_append(&carry_next, &carry_next_len, &carry_next_cap,
+                           SIZE_MAX, ents[i].t_ns, ents[i].p, ents[i].len) != 0)
+                out_put(ents[i].p, ents[i].len);
+    } else {
+        put_unsorted();
+    }
+    write_all(out_buf, out_len);
+    out_len = 0;
     for (struct log_buf *b = all_bufs; b != NULL; b = b->next)
-        buf_flush(b);
+        b->out_len = 0;
+    d = carry; /* the held-back lines: next round's source 0 */
+    c = carry_cap;
+    carry = carry_next;
+    carry_cap = carry_next_cap;
+    carry_len = carry_next_len;
+    carry_next = d;
+    carry_next_cap = c;
+    carry_next_len = 0;
+    rounds++;
+    pthread_cond_broadcast(&round_cv);
 }
 
 static void *flusher_main(void *arg)
@@ -184,44 +381,102 @@ static void *flusher_main(void *arg)
     (void)arg;
     pthread_mutex_lock(&all_mu);
     while (!flusher_stop) {
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += LOG_FLUSH_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&flusher_cv, &all_mu, &ts);
-        flush_all();
+        if (!atomic_exchange(&kicked, false)) {
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += LOG_FLUSH_MS * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&flusher_cv, &all_mu, &ts);
+        }
+        flush_round(now_ns(&ts));
     }
     pthread_mutex_unlock(&all_mu);
     return NULL;
 }
 
-/* Append one access line (newline included) to this thread's buffer; false
- * when lines are written at once (no flusher, or no memory). */
-static bool buffer_line(const char *line, size_t len)
+/* This thread's buffer, made on first use; NULL when lines are written at
+ * once (no flusher, or no memory). */
+static struct log_buf *my_buffer(void)
 {
     struct log_buf *b = my_buf;
 
-    if (b == NULL) {
-        pthread_mutex_lock(&all_mu);
-        if (flusher_on && (b = calloc(1, sizeof(*b))) != NULL) {
-            pthread_mutex_init(&b->mu, NULL);
-            b->next = all_bufs;
-            all_bufs = b;
-            my_buf = b;
+    if (b != NULL)
+        return b;
+    pthread_mutex_lock(&all_mu);
+    if (flusher_on && (b = calloc(1, sizeof(*b))) != NULL) {
+        pthread_mutex_init(&b->mu, NULL);
+        b->next = all_bufs;
+        all_bufs = b;
+        my_buf = b;
+    }
+    pthread_mutex_unlock(&all_mu);
+    return b;
+}
+
+/* A buffer is full: wake the flusher and wait for the end of a round
+ * (LOG_WAIT_MS at most). */
+static void wait_round(void)
+{
+    struct timespec ts;
+    uint64_t r;
+
+    pthread_mutex_lock(&all_mu);
+    r = rounds;
+    atomic_store(&kicked, true);
+    pthread_cond_signal(&flusher_cv);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += LOG_WAIT_MS * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    while (flusher_on && rounds == r)
+        if (pthread_cond_timedwait(&round_cv, &all_mu, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&all_mu);
+}
+
+/* Stamp one line (its time at slot) and append it to this thread's
+ * buffer: true, or false when it must be written at once. */
+static bool buffer_line(char *line, size_t len, size_t slot)
+{
+    struct log_buf *b = my_buffer();
+    struct timespec ts;
+    int64_t t;
+    bool kick;
+
+    if (b == NULL)
+        return false;
+    for (int tries = 0; tries < 2; tries++) {
+        pthread_mutex_lock(&b->mu);
+        t = now_ns(&ts); /* under the lock the swap takes: see above */
+        format_time(line + slot, &ts);
+        if (rec_append(&b->data, &b->len, &b->cap, LOG_BUF_MAX, t, line, len) ==
+            0) {
+            kick = b->len > LOG_BUF_KICK;
+            pthread_mutex_unlock(&b->mu);
+            if (kick && !atomic_exchange(&kicked, true))
+                pthread_cond_signal(&flusher_cv);
+            return true;
         }
-        pthread_mutex_unlock(&all_mu);
-        if (b == NULL)
-            return false;
+        pthread_mutex_unlock(&b->mu);
+        wait_round();
     }
-    pthread_mutex_lock(&b->mu);
-    if (b->len + len > sizeof(b->data)) {
-        write_all(b->data, b->len);
-        b->len = 0;
-    }
-    memcpy(b->data + b->len, line, len);
-    b->len += len;
-    pthread_mutex_unlock(&b->mu);
-    return true;
+    return false;
+}
+
+/* Stamp a finished line (its time at slot; the newline added here) and
+ * hand it to the buffers, or write it at once. */
+static void emit(char *line, size_t pos, size_t slot)
+{
+    struct timespec ts;
+
+    line[pos++] = '\n';
+    if (buffer_line(line, pos, slot))
+        return;
+    pthread_mutex_lock(&direct_mu);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    format_time(line + slot, &ts);
+    write_all(line, pos);
+    pthread_mutex_unlock(&direct_mu);
 }
 
 int log_start(void)
@@ -251,22 +506,95 @@ void log_stop(void)
     pthread_mutex_unlock(&all_mu);
     pthread_join(flusher, NULL);
     pthread_mutex_lock(&all_mu);
-    flush_all();
+    flush_round(INT64_MAX); /* the writers are gone: everything */
     for (b = all_bufs; b != NULL; b = next) {
         next = b->next;
         pthread_mutex_destroy(&b->mu);
+        free(b->data);
+        free(b->out);
         free(b);
     }
     all_bufs = NULL;
+    free(carry);
+    free(carry_next);
+    free(ents);
+    carry = carry_next = NULL;
+    carry_len = carry_cap = carry_next_cap = 0;
+    ents = NULL;
+    ents_cap = 0;
+    pthread_cond_broadcast(&round_cv);
     pthread_mutex_unlock(&all_mu);
     my_buf = NULL; /* other threads have ended: the server is stopped */
+}
+
+static char *log_path; /* owned: --log-file, NULL for stderr */
+
+/* Open path for appending: the fd, or -1 with the reason in err. */
+static int open_log(const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+
+    if (fd < 0)
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    return fd;
+}
+
+int log_open_file(const char *path, char *err, size_t errlen)
+{
+    int fd = open_log(path, err, errlen);
+    char *copy = fd >= 0 ? strdup(path) : NULL;
+
+    if (fd < 0)
+        return -1;
+    if (copy == NULL) {
+        close(fd);
+        snprintf(err, errlen, "cannot open %s: out of memory", path);
+        return -1;
+    }
+    if (log_fd != STDERR_FILENO)
+        close(log_fd);
+    free(log_path);
+    log_path = copy;
+    log_fd = fd;
+    return 0;
+}
+
+const char *log_file_path(void)
+{
+    return log_path;
+}
+
+int log_reopen(char *err, size_t errlen)
+{
+    struct timespec ts;
+    int fd, rc = 0;
+
+    if (log_path == NULL)
+        return 0;
+    pthread_mutex_lock(&all_mu);
+    pthread_mutex_lock(&direct_mu);
+    if (flusher_on) /* the lines stamped before now go to the old file */
+        flush_round(now_ns(&ts));
+    fd = open_log(log_path, err, errlen);
+    if (fd < 0) {
+        rc = -1;
+    } else if (dup2(fd, log_fd) < 0) { /* log_fd stays open: no race */
+        snprintf(err, errlen, "cannot reopen %s: %s", log_path,
+                 strerror(errno));
+        rc = -1;
+    }
+    if (fd >= 0)
+        close(fd);
+    pthread_mutex_unlock(&direct_mu);
+    pthread_mutex_unlock(&all_mu);
+    return rc;
 }
 
 void log_msg(enum log_level level, const char *fmt, ...)
 {
     char msg[LOG_LINE_MAX];
     char line[LOG_LINE_MAX * 2];
-    size_t pos = 0;
+    size_t pos = 0, slot = 0;
     va_list ap;
     int json = log_fmt == LOG_FORMAT_JSON;
 
@@ -277,20 +605,20 @@ void log_msg(enum log_level level, const char *fmt, ...)
     va_end(ap);
     if (json) {
         put_raw(line, sizeof(line) - 1, &pos, "{\"time\":\"");
-        put_time(line, sizeof(line) - 1, &pos);
+        put_time(line, sizeof(line) - 1, &pos, &slot);
         put_raw(line, sizeof(line) - 1, &pos, "\",\"level\":\"");
         put_raw(line, sizeof(line) - 1, &pos, level_names[level]);
         put_raw(line, sizeof(line) - 1, &pos, "\",\"msg\":\"");
         put_escaped(line, sizeof(line) - 3, &pos, msg, 1);
         put_raw(line, sizeof(line) - 1, &pos, "\"}");
     } else {
-        put_time(line, sizeof(line) - 1, &pos);
+        put_time(line, sizeof(line) - 1, &pos, &slot);
         put_raw(line, sizeof(line) - 1, &pos, " ");
         put_raw(line, sizeof(line) - 1, &pos, level_names[level]);
         put_raw(line, sizeof(line) - 1, &pos, " ");
         put_escaped(line, sizeof(line) - 1, &pos, msg, 0);
     }
-    emit(line, pos);
+    emit(line, pos, slot);
 }
 
 /* Append one field, ` name=value` (text) or `,"name":value` (JSON). */
@@ -332,14 +660,6 @@ static void put_fields(char *buf,
         put_field(buf, cap, pos, &fields[i], json);
 }
 
-/* Hand a finished line (newline added here) to the buffers, or write it. */
-static void emit_buffered(char *line, size_t pos)
-{
-    line[pos++] = '\n';
-    if (!buffer_line(line, pos))
-        write_all(line, pos);
-}
-
 void log_access(const char *method,
                 const char *path,
                 unsigned status,
@@ -350,7 +670,7 @@ void log_access(const char *method,
 {
     char line[LOG_LINE_MAX * 2];
     char num[64];
-    size_t pos = 0;
+    size_t pos = 0, slot = 0;
     size_t cap = sizeof(line) - 2;
     int json = log_fmt == LOG_FORMAT_JSON;
 
@@ -358,7 +678,7 @@ void log_access(const char *method,
         return;
     if (json) {
         put_raw(line, cap, &pos, "{\"time\":\"");
-        put_time(line, cap, &pos);
+        put_time(line, cap, &pos, &slot);
         put_raw(line, cap, &pos,
                 "\",\"level\":\"info\",\"msg\":\"access\","
                 "\"method\":\"");
@@ -376,7 +696,7 @@ void log_access(const char *method,
         put_fields(line, cap - 2, &pos, fields, n, 1);
         put_raw(line, cap, &pos, "}");
     } else {
-        put_time(line, cap, &pos);
+        put_time(line, cap, &pos, &slot);
         put_raw(line, cap, &pos, " info access ");
         put_escaped(line, cap - 200, &pos, method, 0);
         put_raw(line, cap, &pos, " ");
@@ -390,7 +710,7 @@ void log_access(const char *method,
         }
         put_fields(line, cap, &pos, fields, n, 0);
     }
-    emit_buffered(line, pos);
+    emit(line, pos, slot);
 }
 
 static void event_line(enum log_level level,
@@ -418,13 +738,13 @@ static void event_line(enum log_level level,
                        size_t n)
 {
     char line[LOG_LINE_MAX * 2];
-    size_t pos = 0;
+    size_t pos = 0, slot = 0;
     size_t cap = sizeof(line) - 2;
     int json = log_fmt == LOG_FORMAT_JSON;
 
     if (json) {
         put_raw(line, cap, &pos, "{\"time\":\"");
-        put_time(line, cap, &pos);
+        put_time(line, cap, &pos, &slot);
         put_raw(line, cap, &pos, "\",\"level\":\"");
         put_raw(line, cap, &pos, level_names[level]);
         put_raw(line, cap, &pos, "\",\"msg\":\"event\",\"event\":\"");
@@ -433,12 +753,12 @@ static void event_line(enum log_level level,
         put_fields(line, cap - 2, &pos, fields, n, 1);
         put_raw(line, cap, &pos, "}");
     } else {
-        put_time(line, cap, &pos);
+        put_time(line, cap, &pos, &slot);
         put_raw(line, cap, &pos, " ");
         put_raw(line, cap, &pos, level_names[level]);
         put_raw(line, cap, &pos, " event ");
         put_escaped(line, cap - 64, &pos, event, 0);
         put_fields(line, cap, &pos, fields, n, 0);
     }
-    emit_buffered(line, pos);
+    emit(line, pos, slot);
 }

@@ -1,6 +1,8 @@
 /*
- * lib/log.h - leveled logging to stderr, as text or one JSON object a
- * line; the access log. Thread-safe: each message is one write(2).
+ * lib/log.h - leveled logging to stderr or a file, as text or one JSON
+ * object a line; the access log and lock events. Thread-safe: lines are
+ * never torn, and once log_start() runs they come out in time order
+ * whatever thread wrote them (see log.c).
  */
 #ifndef LIB_LOG_H
 #define LIB_LOG_H
@@ -48,12 +50,25 @@ void log_msg(enum log_level level, const char *fmt, ...)
 #define log_warn(...)  log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
 
-/* Gather access lines per thread and write them every 50 ms (or when a
- * buffer fills) from a flusher thread: 0, or -1 (lines are then written at
- * once). log_stop() writes what is left; call it once the server threads
- * are gone. Without log_start(), every line is written at once. */
+/* Gather every line per thread and write them every 50 ms (sooner when a
+ * buffer fills) from a flusher thread, merged in time order: 0, or -1
+ * (lines are then written at once). log_stop() writes what is left; call
+ * it once the other threads are gone, and on every way out. Without
+ * log_start(), every line is written at once. */
 int log_start(void);
 void log_stop(void);
+
+/* Write to path (appending; made 0644 if absent) instead of stderr. Call
+ * before any thread logs. 0, or -1 with the reason in err (errlen bytes;
+ * names the file). path is copied. */
+int log_open_file(const char *path, char *err, size_t errlen);
+/* The --log-file path, or NULL (stderr). */
+const char *log_file_path(void);
+/* Reopen the log file by its path (logrotate renamed it): the lines
+ * stamped before the call are written to the old file first, the others
+ * go to the new one, none lost or split. 0 (also when logging to stderr),
+ * or -1 with the reason in err and the old file kept. Thread-safe. */
+int log_reopen(char *err, size_t errlen);
 
 /*
  * A named value on an event or access line: a string of len bytes (any

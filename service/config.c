@@ -43,8 +43,18 @@ static const struct opt opts[] = {
       "lock store URL: memory://, redis://..., zookeeper://..., "
       "mysql://... (default memory://)" },
     { "threads", "LOCKD_THREADS", OPT_UINT, M(threads), 1, 256,
-      "HTTP worker threads (default: the number of cores on memory://, "
-      "4 per core on network backends, whose calls block a thread)" },
+      "HTTP worker threads (default: the CPUs lockd may use - affinity "
+      "capped by the cgroup CPU quota, rounded up - on memory://, 4 per "
+      "CPU on network backends, whose calls block a thread; capped by "
+      "--max-store-connections)" },
+    { "max-store-connections", "LOCKD_MAX_STORE_CONNECTIONS", OPT_UINT,
+      M(max_store_connections), 1, 10000,
+      "store connections one instance may open (default 64): each thread "
+      "has one, and as many wait-queue workers one each (2 per thread), "
+      "plus the adapter's own (redis 3: start-up check, subscriber, its "
+      "retries; mysql 1: background thread); zookeeper keeps 1 session "
+      "and memory none whatever the threads. The default --threads is "
+      "capped to fit; a larger --threads is an error" },
     { "default-ttl-ms", "LOCKD_DEFAULT_TTL_MS", OPT_U64, M(default_ttl_ms), 1,
       LOCK_FENCE_MAX, "TTL of an acquire that gives none (default 30000)" },
     { "max-ttl-ms", "LOCKD_MAX_TTL_MS", OPT_U64, M(max_ttl_ms), 1,
@@ -72,6 +82,9 @@ static const struct opt opts[] = {
       "debug, info, warn or error (default info)" },
     { "log-format", "LOCKD_LOG_FORMAT", OPT_FORMAT, M(log_format), 0, 0,
       "text or json (default text)" },
+    { "log-file", "LOCKD_LOG_FILE", OPT_STRING, M(log_file), 0, 0,
+      "append the log to this file instead of stderr; SIGHUP reopens it "
+      "(for logrotate's rename, then HUP)" },
     { "log-events", "LOCKD_LOG_EVENTS", OPT_EVENTS, M(log_events), 0, 0,
       "lock lifecycle events logged at info: audit (forced releases "
       "only, logged at any level), changes (also grants, releases, "
@@ -208,6 +221,7 @@ static void set_defaults(struct config *c)
     c->max_connections = 16000;
     c->max_connections_per_ip = 0; /* auto: server_start() halves the limit */
     c->request_timeout_ms = 10000;
+    c->max_store_connections = 64;
     c->log_level = LOG_LEVEL_INFO;
     c->log_format = LOG_FORMAT_TEXT;
 }
@@ -329,4 +343,234 @@ void config_cleanup(struct config *c)
     c->auth_token = NULL;
     secret_close(c->admin_token);
     c->admin_token = NULL;
+}
+
+/*
+ * Store connections per adapter, for --max-store-connections. Redis and
+ * MySQL keep one connection per thread that calls them (threadconn.c):
+ * every HTTP worker and every wait-queue worker (main.c starts as many of
+ * those as HTTP workers on a network backend), so 2 per thread. On top:
+ * Redis's start-up check (on the main thread, kept until close), its
+ * subscriber's SUBSCRIBE connection and that thread's command connection
+ * for cancel retries (3); MySQL's background thread (1). ZooKeeper shares
+ * one session whatever the threads; memory has no store.
+ */
+struct store_conns {
+    const char *scheme;
+    unsigned per_thread;
+    unsigned extra;
+};
+
+static const struct store_conns store_conns[] = {
+    { "memory", 0, 0 },
+    { "redis", 2, 3 },
+    { "mysql", 2, 1 },
+    { "zookeeper", 0, 1 },
+};
+
+static const struct store_conns *store_conns_of(const char *scheme)
+{
+    static const struct store_conns unknown = { "?", 2, 0 };
+
+    for (size_t i = 0; i < sizeof(store_conns) / sizeof(store_conns[0]); i++)
+        if (strcmp(store_conns[i].scheme, scheme) == 0)
+            return &store_conns[i];
+    return &unknown;
+}
+
+unsigned config_store_connections(const char *scheme,
+                                  unsigned threads,
+                                  char *rule,
+                                  size_t rulelen)
+{
+    const struct store_conns *s = store_conns_of(scheme);
+
+    if (s->per_thread == 0)
+        snprintf(rule, rulelen, "%u for %s whatever the threads", s->extra,
+                 scheme);
+    else
+        snprintf(rule, rulelen, "%u per thread + %u for %s", s->per_thread,
+                 s->extra, scheme);
+    return s->per_thread * threads + s->extra;
+}
+
+int config_size_threads(struct config *c,
+                        const char *scheme,
+                        unsigned cpus,
+                        const char *cpus_why,
+                        char *msg,
+                        size_t msglen)
+{
+    const struct store_conns *s = store_conns_of(scheme);
+    unsigned max = c->max_store_connections, cap = 256, want;
+    char rule[96];
+    bool memory = strcmp(scheme, "memory") == 0;
+
+    config_store_connections(scheme, 1, rule, sizeof(rule));
+    if (s->per_thread > 0)
+        cap = max >= s->extra ? (max - s->extra) / s->per_thread : 0;
+    if (cap > 256)
+        cap = 256; /* --threads' own bound */
+    if (s->extra > max || cap == 0) {
+        snprintf(msg, msglen,
+                 "--max-store-connections %u is too low for %s: one thread "
+                 "needs %u (%s)",
+                 max, scheme, s->per_thread + s->extra, rule);
+        return -1;
+    }
+    if (c->threads != 0) {
+        if (c->threads > cap) {
+            snprintf(msg, msglen,
+                     "--threads %u needs %u store connections (%s), above "
+                     "--max-store-connections %u: use --threads %u at most "
+                     "or raise --max-store-connections",
+                     c->threads, s->per_thread * c->threads + s->extra, rule,
+                     max, cap);
+            return -1;
+        }
+        snprintf(msg, msglen, "%u threads: --threads", c->threads);
+        return 0;
+    }
+    want = memory ? cpus : 4 * cpus;
+    c->threads = want < cap ? want : cap;
+    snprintf(msg, msglen, "%u threads: %s%s", c->threads, cpus_why,
+             memory ? "" : ", x4 for a network backend");
+    if (c->threads < want) {
+        size_t n = strlen(msg);
+        snprintf(msg + n, msglen - n,
+                 ", capped by --max-store-connections %u (%s)", max, rule);
+    }
+    return 0;
+}
+
+/*
+ * LOCKD_* variables that are not lockd's options yet are set on purpose
+ * and must not be warned about: lockctl's and the client helpers'
+ * (docs/lockctl.md; a pod may set them beside lockd's), the test suite's,
+ * the container build's, and the ones Kubernetes adds for a Service named
+ * "lockd" (LOCKD_SERVICE_HOST, LOCKD_PORT_8080_TCP, ...). A trailing '*'
+ * matches any rest.
+ */
+static const char *const env_allowed[] = {
+    /* lockctl and the client helpers */
+    "LOCKD_URL",
+    "LOCKD_TOKEN",
+    "LOCKD_KEY",
+    "LOCKD_KEYS",
+    "LOCKD_FENCE",
+    "LOCKD_FENCES",
+    "LOCKD_TTL_MS",
+    "LOCKD_HELD",
+    "LOCKD_HOLDS",
+    "LOCKD_HOLDERS",
+    "LOCKD_MODE",
+    "LOCKD_EXPIRES_AT",
+    "LOCKD_RELEASED",
+    /* tests and builds */
+    "LOCKD_BIN",
+    "LOCKD_BIN_*",
+    "LOCKD_BUILD",
+    "LOCKD_TEST_*",
+    "LOCKD_ALLOW_SKIPS",
+    "LOCKD_STRICT_SKIPS",
+    "LOCKD_FAULT_*",
+    "LOCKD_ZK_JVM",
+    "LOCKD_CONTAINER_*",
+    "LOCKD_VERSION",
+    "LOCKD_UID",
+    /* Kubernetes service links */
+    "LOCKD_SERVICE_*",
+    "LOCKD_PORT",
+    "LOCKD_PORT_*",
+};
+
+static bool env_matches(const char *pattern, const char *name)
+{
+    size_t n = strlen(pattern);
+
+    if (n > 0 && pattern[n - 1] == '*')
+        return strncmp(pattern, name, n - 1) == 0;
+    return strcmp(pattern, name) == 0;
+}
+
+/* Levenshtein distance of a and b, for names (bounded to 64 bytes). */
+static unsigned edit_distance(const char *a, const char *b)
+{
+    unsigned row[65], la = (unsigned)strlen(a), lb = (unsigned)strlen(b);
+
+    if (la > 64 || lb > 64)
+        return 1000;
+    for (unsigned j = 0; j <= lb; j++)
+        row[j] = j;
+    for (unsigned i = 1; i <= la; i++) {
+        unsigned diag = row[0];
+        row[0] = i;
+        for (unsigned j = 1; j <= lb; j++) {
+            unsigned up = row[j];
+            unsigned best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+int config_env_unknown(const char *name, char *suggest, size_t suggestlen)
+{
+    unsigned best = 1000, d;
+    const char *near = NULL;
+    size_t own;
+
+    if (strncmp(name, "LOCKD_", 6) != 0)
+        return 0;
+    own = strlen(name) - 6;
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strcmp(opts[i].env, name) == 0)
+            return 0;
+    for (size_t i = 0; i < sizeof(env_allowed) / sizeof(env_allowed[0]); i++)
+        if (env_matches(env_allowed[i], name))
+            return 0;
+    for (size_t i = 0; i < NOPTS; i++) {
+        d = edit_distance(name + 6, opts[i].env + 6);
+        if (d < best) {
+            best = d;
+            near = opts[i].env;
+        }
+    }
+    /* close: a few edits, and fewer than half the name (LOCKD_FOO is not
+     * a LOCKD_LOG_...) */
+    if (near == NULL || best > 3 || 2 * best >= own)
+        near = "";
+    snprintf(suggest, suggestlen, "%s", near);
+    return 1;
+}
+
+unsigned config_warn_unknown_env(char *const *env, void (*warn)(const char *))
+{
+    char name[128], near[64], line[320];
+    unsigned n = 0;
+
+    for (; env != NULL && *env != NULL; env++) {
+        const char *eq = strchr(*env, '=');
+        size_t len = eq != NULL ? (size_t)(eq - *env) : strlen(*env);
+        if (strncmp(*env, "LOCKD_", 6) != 0 || len >= sizeof(name))
+            continue;
+        memcpy(name, *env, len);
+        name[len] = '\0';
+        if (config_env_unknown(name, near, sizeof(near)) == 0)
+            continue;
+        if (near[0] != '\0')
+            snprintf(line, sizeof(line),
+                     "%s: unknown variable, ignored (did you mean %s?)", name,
+                     near);
+        else
+            snprintf(line, sizeof(line), "%s: unknown variable, ignored", name);
+        warn(line);
+        n++;
+    }
+    return n;
 }

@@ -6,6 +6,7 @@
 #define SERVICE_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "lib/log.h"
@@ -29,12 +30,14 @@ struct config {
     enum log_level log_level;
     enum log_format log_format;
     enum log_events log_events;
-    const char *auth_token_file;  /* NULL: no auth */
-    struct secret *auth_token;    /* owned: the file's first line */
-    const char *admin_token_file; /* NULL: no forced release */
-    struct secret *admin_token;   /* owned: the file's first line */
-    bool check_health;            /* --check-health mode */
-    const char *check_health_url; /* NULL: derived from listen */
+    const char *auth_token_file;    /* NULL: no auth */
+    struct secret *auth_token;      /* owned: the file's first line */
+    const char *admin_token_file;   /* NULL: no forced release */
+    struct secret *admin_token;     /* owned: the file's first line */
+    const char *log_file;           /* NULL: stderr */
+    unsigned max_store_connections; /* per instance, 1..10000 */
+    bool check_health;              /* --check-health mode */
+    const char *check_health_url;   /* NULL: derived from listen */
 };
 
 enum config_result {
@@ -47,5 +50,45 @@ enum config_result {
  * environ, except the token files' secrets. */
 enum config_result config_load(struct config *c, int argc, char **argv);
 void config_cleanup(struct config *c);
+
+/*
+ * The store connections one instance of scheme may open with threads
+ * worker threads (threads HTTP workers and as many wait-queue workers, one
+ * connection each, plus the adapter's own), the rule as a phrase in rule
+ * (rulelen bytes), e.g. "2 per thread + 3 for redis".
+ */
+unsigned config_store_connections(const char *scheme,
+                                  unsigned threads,
+                                  char *rule,
+                                  size_t rulelen);
+
+/*
+ * Settle c->threads for the backend scheme given cpus usable CPUs
+ * (cpus_why says why, e.g. "1 usable CPU (cgroup quota 1.0)"): an
+ * explicit --threads is kept if it fits --max-store-connections; else the
+ * default, cpus on memory and 4 per CPU on network backends, capped so
+ * the store connections fit. 0 and a line saying the count and why in msg,
+ * or -1 and the error in msg (exit 2).
+ */
+int config_size_threads(struct config *c,
+                        const char *scheme,
+                        unsigned cpus,
+                        const char *cpus_why,
+                        char *msg,
+                        size_t msglen);
+
+/*
+ * Is name (a LOCKD_* environment variable's name, without "=value") one
+ * nobody reads? 0 if known (an option of lockd's, or one lockctl, the
+ * client helpers, the tests or Kubernetes set: see the allow-list in
+ * config.c); 1 if unknown, with the closest option's variable in suggest
+ * (suggestlen bytes; "" when none is close).
+ */
+int config_env_unknown(const char *name, char *suggest, size_t suggestlen);
+
+/* Call warn(line) once per unknown LOCKD_* variable in env (environ):
+ * "LOCKD_X: unknown variable, ignored (did you mean LOCKD_Y?)". The
+ * number of them. */
+unsigned config_warn_unknown_env(char *const *env, void (*warn)(const char *));
 
 #endif /* SERVICE_CONFIG_H */

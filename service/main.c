@@ -4,6 +4,8 @@
  * Start: configuration, logging, signals blocked in every thread, the
  * backend (which may not be reachable yet: it recovers by itself), the wait
  * queue, the HTTP server. Then the main thread sleeps in sigwait().
+ * SIGHUP: the token files are read again and --log-file is reopened (the
+ * work is done here, on the main thread, never in a signal handler).
  * SIGTERM or SIGINT: /readyz turns 503 and new requests get 503 at once,
  * waiters are answered 503, requests in flight finish (5 s at most), then
  * the server, the wait queue and the backend close, and lockd exits 0.
@@ -23,6 +25,7 @@
 #include "api/codec.h"
 #include "api/handlers.h"
 #include "backends/backend.h"
+#include "lib/cpus.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
 #include "lib/url.h"
@@ -123,27 +126,65 @@ static int check_health(const struct config *c)
     return ok ? 0 : 1;
 }
 
-/* The process-wide settings every thread inherits: signals (SIGPIPE
- * ignored, since hiredis writes with plain write(); SIGTERM and SIGINT
- * blocked, so only sigwait() in main() receives them), then logging, the
- * open-file limit and jansson's hash seed. */
-static void setup_process(struct config *cfg, sigset_t *sigs)
+static void warn_line(const char *line)
 {
+    log_warn("%s", line);
+}
+
+/* The process-wide settings every thread inherits: signals (SIGPIPE
+ * ignored, since hiredis writes with plain write(); SIGTERM, SIGINT and
+ * SIGHUP blocked, so only sigwait() in main() receives them), then
+ * logging, the open-file limit and jansson's hash seed. 0, or the exit
+ * code. */
+static int setup_process(struct config *cfg, sigset_t *sigs)
+{
+    char err[512];
+
     /* before any thread starts (the log flusher is the first): a thread
      * that did not block SIGTERM could take it, and its default action
-     * kills the process (exit -15) instead of draining */
+     * kills the process (exit -15) instead of draining; SIGHUP's would
+     * too (exit 129) */
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(sigs);
     sigaddset(sigs, SIGTERM);
     sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    if (cfg->log_file != NULL &&
+        log_open_file(cfg->log_file, err, sizeof(err)) != 0) {
+        fprintf(stderr, "lockd: --log-file: %s\n", err);
+        return 2;
+    }
     log_setup(cfg->log_level, cfg->log_format);
     if (log_start() != 0)
-        log_warn("cannot start the log flusher: access lines are written "
-                 "one by one");
+        log_warn("cannot start the log flusher: lines are written one by "
+                 "one");
+    config_warn_unknown_env(environ, warn_line);
     raise_nofile(cfg);
     json_object_seed(0); /* before any thread uses jansson */
     codec_json_setup(NULL, NULL);
+    return 0;
+}
+
+/* --threads from the usable CPUs and --max-store-connections, before
+ * anything starts: 0, or 2 with the reason on stderr. msg gets the line
+ * to log. */
+static int size_threads(struct config *cfg, char *msg, size_t msglen)
+{
+    char scheme[32] = "", why[128];
+    const char *sep = strstr(cfg->backend, "://");
+    unsigned cpus =
+        cpus_usable("/sys/fs/cgroup", "/proc/self/cgroup", why, sizeof(why));
+
+    /* an unknown scheme is backend_open()'s error to tell */
+    if (sep != NULL && (size_t)(sep - cfg->backend) < sizeof(scheme))
+        snprintf(scheme, sizeof(scheme), "%.*s", (int)(sep - cfg->backend),
+                 cfg->backend);
+    if (config_size_threads(cfg, scheme, cpus, why, msg, msglen) != 0) {
+        fprintf(stderr, "lockd: %s\n", msg);
+        return 2;
+    }
+    return 0;
 }
 
 /* The wait queue and the backend. The backend's notify hook points at the
@@ -168,10 +209,6 @@ open_store(struct config *cfg, struct waitq **qp, struct backend **bep)
         fprintf(stderr, "lockd: %s\n", err);
         return 2;
     }
-    if (cfg->threads == 0) /* a network backend's calls block a thread */
-        cfg->threads = strcmp(backend_scheme(*bep), "memory") == 0
-                           ? cfg->cores
-                           : 4 * cfg->cores;
     /* the workers make the store calls (memory's run on server threads:
      * they only retry waiters) */
     if (waitq_bind(*qp, *bep, (*bep)->call_timeout_ms > 0 ? cfg->threads : 2) !=
@@ -182,15 +219,63 @@ open_store(struct config *cfg, struct waitq **qp, struct backend **bep)
     return 0;
 }
 
-/* Wait for SIGTERM or SIGINT, then stop taking requests, answer the
- * waiters and let the requests in flight finish (DRAIN_MS at most). */
+/* Re-read one token file for SIGHUP; what was done goes in done
+ * (donelen bytes). A failed read keeps the old token. */
 static void
-serve_until_signal(struct server *srv, struct waitq *q, const sigset_t *sigs)
+reload_token(struct secret *s, const char *what, char *done, size_t donelen)
+{
+    char err[512];
+    size_t n = strlen(done);
+
+    if (s == NULL)
+        return;
+    if (secret_reload(s, err, sizeof(err)) != 0) {
+        log_warn("SIGHUP: %s token: %s; the old one stays in force", what, err);
+        return;
+    }
+    snprintf(done + n, donelen - n, "%s%s token from %s", n > 0 ? ", " : "",
+             what, secret_path(s));
+}
+
+/* SIGHUP: the token files, then the log file, then one line saying what
+ * was done. */
+static void reload(struct config *cfg)
+{
+    char done[1024] = "", err[512];
+    size_t n;
+
+    reload_token(cfg->auth_token, "auth", done, sizeof(done));
+    reload_token(cfg->admin_token, "admin", done, sizeof(done));
+    if (log_file_path() != NULL) {
+        if (log_reopen(err, sizeof(err)) != 0) {
+            log_warn("SIGHUP: log file: %s; writing to the old one", err);
+        } else {
+            n = strlen(done);
+            snprintf(done + n, sizeof(done) - n, "%sreopened the log file %s",
+                     n > 0 ? ", " : "", log_file_path());
+        }
+    }
+    log_info("SIGHUP: %s", done[0] != '\0' ? done : "nothing to reload");
+}
+
+/* Serve; on SIGHUP reload; on SIGTERM or SIGINT stop taking requests,
+ * answer the waiters and let the requests in flight finish (DRAIN_MS at
+ * most). */
+static void serve_until_signal(struct config *cfg,
+                               struct server *srv,
+                               struct waitq *q,
+                               const sigset_t *sigs)
 {
     int sig = 0;
 
-    while (sigwait(sigs, &sig) != 0 || (sig != SIGTERM && sig != SIGINT))
-        ;
+    for (;;) {
+        if (sigwait(sigs, &sig) != 0)
+            continue;
+        if (sig == SIGTERM || sig == SIGINT)
+            break;
+        if (sig == SIGHUP)
+            reload(cfg);
+    }
     log_info("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     server_begin_shutdown(srv);
     waitq_shutdown(q);
@@ -207,6 +292,7 @@ int main(int argc, char **argv)
     struct waitq *q = NULL;
     struct server *srv = NULL;
     sigset_t sigs;
+    char sizing[512];
     int rc;
 
     switch (config_load(&cfg, argc, argv)) {
@@ -219,7 +305,14 @@ int main(int argc, char **argv)
     }
     if (cfg.check_health)
         return check_health(&cfg);
-    setup_process(&cfg, &sigs);
+    rc = size_threads(&cfg, sizing, sizeof(sizing));
+    if (rc == 0)
+        rc = setup_process(&cfg, &sigs);
+    if (rc != 0) {
+        config_cleanup(&cfg);
+        return rc;
+    }
+    log_info("%s", sizing);
     rc = open_store(&cfg, &q, &be);
     if (rc != 0)
         goto out;
@@ -243,7 +336,7 @@ int main(int argc, char **argv)
              (backend_caps(be) & BACKEND_CAP_QUEUE) != 0 ? "store-wide"
                                                          : "per instance",
              cfg.threads);
-    serve_until_signal(srv, q, &sigs);
+    serve_until_signal(&cfg, srv, q, &sigs);
 out:
     server_stop(srv);
     /* owed store calls (places given up, grants nobody received) get a

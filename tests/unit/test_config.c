@@ -2,7 +2,9 @@
  * tests/unit/test_config.c - service/config.c: defaults, flags (both
  * "--flag value" and "--flag=value"), LOCKD_* environment variables, the
  * flag winning over the environment, invalid values, listen addresses,
- * --help/--version, --check-health and the auth token file.
+ * --help/--version, --check-health and the auth token file; the thread
+ * count from the usable CPUs and --max-store-connections; unknown LOCKD_*
+ * variables and the name suggested.
  */
 #include "service/config.h"
 
@@ -29,6 +31,8 @@ static const char *const env_names[] = {
     "LOCKD_AUTH_TOKEN_FILE",
     "LOCKD_MAX_CONNECTIONS_PER_IP",
     "LOCKD_REQUEST_TIMEOUT_MS",
+    "LOCKD_MAX_STORE_CONNECTIONS",
+    "LOCKD_LOG_FILE",
 };
 
 static void env_clear(void)
@@ -477,6 +481,191 @@ static void test_config_reads_auth_token_file(void)
     config_cleanup(&c);
 }
 
+static void test_config_reads_store_cap_and_log_file(void)
+{
+    struct config c;
+
+    env_clear();
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
+    CHECK_EQ_INT(c.max_store_connections, 64);
+    CHECK(c.log_file == NULL);
+    CHECK_EQ_INT(LOAD(&c, "--max-store-connections", "10000", "--log-file",
+                      "/tmp/x.log"),
+                 CONFIG_OK);
+    CHECK_EQ_INT(c.max_store_connections, 10000);
+    CHECK_STR_EQ(c.log_file, "/tmp/x.log");
+    setenv("LOCKD_MAX_STORE_CONNECTIONS", "7", 1);
+    setenv("LOCKD_LOG_FILE", "/tmp/y.log", 1);
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
+    CHECK_EQ_INT(c.max_store_connections, 7);
+    CHECK_STR_EQ(c.log_file, "/tmp/y.log");
+    env_clear();
+    CHECK_REJECTED("--max-store-connections", "0");
+    CHECK_REJECTED("--max-store-connections", "10001");
+    CHECK_REJECTED("--log-file", "");
+}
+
+/* config_size_threads on a fresh default config with threads and cap. */
+static int size(struct config *c,
+                const char *scheme,
+                unsigned threads,
+                unsigned cap,
+                unsigned cpus,
+                char *msg,
+                size_t msglen)
+{
+    env_clear();
+    CHECK_EQ_INT(load(c, (char *)NULL), CONFIG_OK);
+    c->threads = threads;
+    if (cap > 0)
+        c->max_store_connections = cap;
+    return config_size_threads(c, scheme, cpus, "N usable CPUs (why)", msg,
+                               msglen);
+}
+
+static void test_config_default_threads_follow_cpus_and_backend(void)
+{
+    struct config c;
+    char msg[512];
+
+    CHECK_EQ_INT(size(&c, "memory", 0, 0, 3, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 3);
+    CHECK_STR_EQ(msg, "3 threads: N usable CPUs (why)");
+    CHECK_EQ_INT(size(&c, "redis", 0, 0, 2, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 8);
+    CHECK_STR_EQ(msg,
+                 "8 threads: N usable CPUs (why), x4 for a network backend");
+    CHECK_EQ_INT(size(&c, "mysql", 0, 0, 1, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 4);
+    /* zookeeper's one session does not grow with threads: no cap */
+    CHECK_EQ_INT(size(&c, "zookeeper", 0, 2, 64, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 256);
+    CHECK_EQ_INT(size(&c, "memory", 0, 1, 500, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 256); /* --threads' own bound */
+}
+
+static void test_config_default_threads_capped_by_store_connections(void)
+{
+    struct config c;
+    char msg[512], rule[96];
+
+    /* redis: 2 per thread + 3, so 64 allows 30 */
+    CHECK_EQ_INT(size(&c, "redis", 0, 0, 16, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 30);
+    CHECK_CONTAINS(msg, "30 threads: N usable CPUs (why), x4 for a network "
+                        "backend, capped by --max-store-connections 64 (2 "
+                        "per thread + 3 for redis)");
+    CHECK_EQ_INT(config_store_connections("redis", 30, rule, sizeof(rule)), 63);
+    /* mysql: 2 per thread + 1 */
+    CHECK_EQ_INT(size(&c, "mysql", 0, 0, 16, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 31);
+    CHECK_EQ_INT(config_store_connections("mysql", 31, rule, sizeof(rule)), 63);
+    CHECK_STR_EQ(rule, "2 per thread + 1 for mysql");
+    CHECK_EQ_INT(config_store_connections("zookeeper", 99, rule, sizeof(rule)),
+                 1);
+    CHECK_EQ_INT(config_store_connections("memory", 99, rule, sizeof(rule)), 0);
+    CHECK_EQ_INT(size(&c, "redis", 0, 10, 16, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 3);
+    /* too low for even one thread */
+    CHECK_EQ_INT(size(&c, "redis", 0, 4, 1, msg, sizeof(msg)), -1);
+    CHECK_CONTAINS(msg, "--max-store-connections 4 is too low for redis");
+    CHECK_EQ_INT(size(&c, "redis", 0, 5, 1, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 1);
+}
+
+static void test_config_explicit_threads_over_cap_is_error(void)
+{
+    struct config c;
+    char msg[512];
+
+    CHECK_EQ_INT(size(&c, "redis", 31, 0, 1, msg, sizeof(msg)), -1);
+    CHECK_CONTAINS(msg, "--threads 31 needs 65 store connections (2 per "
+                        "thread + 3 for redis), above "
+                        "--max-store-connections 64");
+    CHECK_CONTAINS(msg, "use --threads 30 at most");
+    CHECK_EQ_INT(size(&c, "redis", 30, 0, 1, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 30);
+    CHECK_STR_EQ(msg, "30 threads: --threads");
+    CHECK_EQ_INT(size(&c, "mysql", 31, 0, 1, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(size(&c, "mysql", 32, 0, 1, msg, sizeof(msg)), -1);
+    CHECK_EQ_INT(size(&c, "memory", 256, 1, 1, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(size(&c, "zookeeper", 256, 1, 1, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(size(&c, "redis", 256, 10000, 1, msg, sizeof(msg)), 0);
+}
+
+static void test_config_unknown_env_suggests_nearest(void)
+{
+    char near[64];
+
+    CHECK_EQ_INT(config_env_unknown("LOCKD_MAX_TTL", near, sizeof(near)), 1);
+    CHECK_STR_EQ(near, "LOCKD_MAX_TTL_MS");
+    CHECK_EQ_INT(config_env_unknown("LOCKD_THRADS", near, sizeof(near)), 1);
+    CHECK_STR_EQ(near, "LOCKD_THREADS");
+    CHECK_EQ_INT(config_env_unknown("LOCKD_LOGLEVEL", near, sizeof(near)), 1);
+    CHECK_STR_EQ(near, "LOCKD_LOG_LEVEL");
+    CHECK_EQ_INT(config_env_unknown("LOCKD_FOO", near, sizeof(near)), 1);
+    CHECK_STR_EQ(near, "");
+    CHECK_EQ_INT(
+        config_env_unknown("LOCKD_SOMETHING_ELSE_ENTIRELY", near, sizeof(near)),
+        1);
+    CHECK_STR_EQ(near, "");
+}
+
+static void test_config_known_env_is_quiet(void)
+{
+    static const char *const quiet[] = {
+        "LOCKD_LISTEN",
+        "LOCKD_MAX_TTL_MS",
+        "LOCKD_LOG_FILE",
+        "LOCKD_MAX_STORE_CONNECTIONS",
+        "LOCKD_URL",
+        "LOCKD_TOKEN",
+        "LOCKD_KEY",
+        "LOCKD_KEYS",
+        "LOCKD_FENCE",
+        "LOCKD_FENCES",
+        "LOCKD_TTL_MS",
+        "LOCKD_BIN",
+        "LOCKD_BUILD",
+        "LOCKD_TEST_BACKEND",
+        "LOCKD_SERVICE_HOST",
+        "LOCKD_PORT",
+        "LOCKD_PORT_8080_TCP",
+        "LOCKD_AUTH_TOKEN_FILE",
+        "PATH",
+        "LOCKDX",
+    };
+    char near[64];
+
+    for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++)
+        CHECK_MSG(config_env_unknown(quiet[i], near, sizeof(near)) == 0, "%s",
+                  quiet[i]);
+}
+
+static char warned[4][256];
+static unsigned nwarned;
+
+static void collect(const char *line)
+{
+    if (nwarned < 4)
+        snprintf(warned[nwarned], sizeof(warned[0]), "%s", line);
+    nwarned++;
+}
+
+static void test_config_warns_once_per_unknown_env(void)
+{
+    char *env[] = { (char *)"LOCKD_MAX_TTL=5", (char *)"LOCKD_URL=http://x",
+                    (char *)"HOME=/root",      (char *)"LOCKD_FOO=1",
+                    (char *)"LOCKD_THREADS=2", NULL };
+
+    nwarned = 0;
+    CHECK_EQ_INT(config_warn_unknown_env(env, collect), 2);
+    CHECK_EQ_INT(nwarned, 2);
+    CHECK_STR_EQ(warned[0], "LOCKD_MAX_TTL: unknown variable, ignored (did "
+                            "you mean LOCKD_MAX_TTL_MS?)");
+    CHECK_STR_EQ(warned[1], "LOCKD_FOO: unknown variable, ignored");
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_config_defaults),
     CHECK_CASE(test_config_reads_every_flag),
@@ -490,6 +679,13 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_config_help_lists_every_option),
     CHECK_CASE(test_config_check_health),
     CHECK_CASE(test_config_reads_auth_token_file),
+    CHECK_CASE(test_config_reads_store_cap_and_log_file),
+    CHECK_CASE(test_config_default_threads_follow_cpus_and_backend),
+    CHECK_CASE(test_config_default_threads_capped_by_store_connections),
+    CHECK_CASE(test_config_explicit_threads_over_cap_is_error),
+    CHECK_CASE(test_config_unknown_env_suggests_nearest),
+    CHECK_CASE(test_config_known_env_is_quiet),
+    CHECK_CASE(test_config_warns_once_per_unknown_env),
 };
 
 int main(int argc, char **argv)
