@@ -42,15 +42,19 @@ def npm_ci():
     if npm is None:
         raise Unavailable("npm is not installed (Debian: npm)")
     try:
-        r = subprocess.run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"], cwd=HERE,
+        r = subprocess.run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--fetch-retries=1",
+                            "--fetch-retry-maxtimeout=10000"], cwd=HERE,
                            capture_output=True, text=True, timeout=NPM_TIMEOUT)
     except subprocess.TimeoutExpired:
         raise Unavailable("npm ci ran over %d s (registry unreachable?)" % NPM_TIMEOUT)
     if r.returncode != 0:
-        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-5:])
-        net = ("ENOTFOUND", "ECONNREFUSED", "ETIMEDOUT", "EAI_AGAIN", "ECONNRESET", "network")
-        if any(n in tail for n in net):
-            raise Unavailable("npm ci cannot reach the registry: " + tail.replace("\n", " | "))
+        out = (r.stdout + r.stderr).strip()
+        tail = "\n".join(out.splitlines()[-5:])
+        net = [n for n in ("ENOTFOUND", "ECONNREFUSED", "ETIMEDOUT", "EAI_AGAIN", "ECONNRESET", "ENETUNREACH")
+               if n in out]
+        if net:
+            first = [x for x in out.splitlines() if net[0] in x][0]
+            raise Unavailable("npm ci cannot reach the registry (%s): %s" % (net[0], first.strip()))
         raise RuntimeError("npm ci failed (exit %d):\n%s" % (r.returncode, tail))
 
 
