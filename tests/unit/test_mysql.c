@@ -1996,8 +1996,10 @@ static int list_all(struct backend *be,
             else
                 (*strays)++;
         }
-        if (!out.more)
+        if (!out.more) {
+            free(entries);
             return pages + 1;
+        }
         CHECK(out.resume_len > 0);
         if (out.n == limit)
             CHECK(out.resume_len == entries[out.n - 1].key_len &&
