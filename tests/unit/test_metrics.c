@@ -2,17 +2,22 @@
  * tests/unit/test_metrics.c - lib/metrics.c: the exposition has every
  * family of the brief with HELP and TYPE, counters move by what was
  * recorded, histogram buckets are cumulative and _count equals the +Inf
- * bucket. The metrics are process-wide, so each case reads values before
- * and after.
+ * bucket; the lifecycle families move and their buckets reach hours; the
+ * process_* families hold sane values (open fds equal to a count made
+ * with fcntl, start time before main()). The metrics are process-wide, so
+ * each case reads values before and after.
  */
 #include "api/codec.h"
 #include "backends/backend.h"
 #include "lib/metrics.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "tests/unit/check.h"
 
@@ -69,6 +74,16 @@ static void test_metrics_render_has_every_family(void)
         { "lockd_backend_operations_total", "counter" },
         { "lockd_backend_errors_total", "counter" },
         { "lockd_backend_operation_duration_seconds", "histogram" },
+        { "lockd_lock_events_total", "counter" },
+        { "lockd_lock_wait_seconds", "histogram" },
+        { "lockd_lock_hold_seconds", "histogram" },
+        { "lockd_http_connections", "gauge" },
+        { "process_cpu_seconds_total", "counter" },
+        { "process_resident_memory_bytes", "gauge" },
+        { "process_virtual_memory_bytes", "gauge" },
+        { "process_open_fds", "gauge" },
+        { "process_max_fds", "gauge" },
+        { "process_start_time_seconds", "gauge" },
     };
     char *text = render(3);
     char line[256];
@@ -364,6 +379,153 @@ static void test_metrics_histogram_is_cumulative(void)
     free(text);
 }
 
+/* The wall clock when main() began, unix s. */
+static double main_started_s;
+
+static double wall_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Open descriptors counted without /proc: fcntl on every number below
+ * the limit (at most 1 << 20 of them). */
+static long count_fds(void)
+{
+    struct rlimit rl;
+    long n = 0, max = 1 << 20;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)max)
+        max = (long)rl.rlim_cur;
+    for (long fd = 0; fd < max; fd++)
+        if (fcntl((int)fd, F_GETFD) != -1)
+            n++;
+    return n;
+}
+
+static void test_metrics_process_values_are_sane(void)
+{
+    struct rlimit rl;
+    char *text;
+    long fds;
+    int extra[3];
+    double before, now;
+
+    /* three more descriptors than usual, so the count is not just 0-2 */
+    for (int i = 0; i < 3; i++)
+        extra[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    fds = count_fds();
+    text = render(0);
+    now = wall_s();
+    for (int i = 0; i < 3; i++)
+        if (extra[i] >= 0)
+            close(extra[i]);
+    if (text == NULL)
+        return;
+    CHECK_EQ_INT(sample(text, "process_open_fds"), fds);
+    CHECK(fds >= 6);
+    CHECK(sample(text, "process_resident_memory_bytes") > 100000);
+    CHECK(sample(text, "process_virtual_memory_bytes") >=
+          sample(text, "process_resident_memory_bytes"));
+    CHECK(sample(text, "process_cpu_seconds_total") >= 0);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        CHECK_EQ_INT(sample(text, "process_max_fds"), rl.rlim_cur);
+    /* started before main() (the exec), and not long before: /proc/stat's
+     * boot time is whole seconds */
+    before = sample(text, "process_start_time_seconds");
+    CHECK_MSG(before <= main_started_s + 0.05 && before >= main_started_s - 30,
+              "start %.2f, main at %.2f", before, main_started_s);
+    CHECK(before <= now);
+    free(text);
+    /* CPU time only grows: burn some and look again */
+    {
+        double cpu0 = sample_of(0, "process_cpu_seconds_total");
+        volatile uint64_t x = 0;
+        double t0 = wall_s();
+
+        while (wall_s() - t0 < 0.05)
+            x += 1;
+        CHECK(sample_of(0, "process_cpu_seconds_total") >= cpu0);
+    }
+}
+
+static void test_metrics_lifecycle_families_move(void)
+{
+    const char *granted = "lockd_lock_events_total{event=\"lock.granted\"}";
+    const char *lost = "lockd_lock_events_total{event=\"lock.lost\"}";
+    const char *forced =
+        "lockd_lock_events_total{event=\"lock.force_released\"}";
+    const char *conns = "lockd_http_connections";
+    double g0 = sample_of(0, granted), l0 = sample_of(0, lost);
+    double f0 = sample_of(0, forced), c0 = sample_of(0, conns);
+    double le[64], v[64];
+    char *text;
+    size_t n;
+
+    CHECK_STR_EQ(metrics_event_name(METRICS_EV_WAIT_TIMEOUT),
+                 "lock.wait_timeout");
+    metrics_lock_event(METRICS_EV_GRANTED);
+    metrics_lock_event(METRICS_EV_GRANTED);
+    metrics_lock_event(METRICS_EV_LOST);
+    metrics_lock_event(METRICS_EV_FORCE_RELEASED);
+    metrics_lock_event(METRICS_EV_COUNT); /* out of range: ignored */
+    CHECK_EQ_INT(sample_of(0, granted) - g0, 2);
+    CHECK_EQ_INT(sample_of(0, lost) - l0, 1);
+    CHECK_EQ_INT(sample_of(0, forced) - f0, 1);
+    metrics_http_connections_add(3);
+    CHECK_EQ_INT(sample_of(0, conns) - c0, 3);
+    metrics_http_connections_add(-3);
+    CHECK_EQ_INT(sample_of(0, conns), c0);
+    /* the cap is shown once set */
+    CHECK(sample_of(0, "lockd_http_connections_max") < 0);
+    metrics_http_connections_max(250);
+    CHECK_EQ_INT(sample_of(0, "lockd_http_connections_max"), 250);
+
+    /* waits: 3 ms and 2 h land in their buckets; holds up to hours */
+    metrics_lock_wait(METRICS_WAIT_TIMEOUT, 3000);
+    metrics_lock_wait(METRICS_WAIT_TIMEOUT, 7200LL * 1000000);
+    metrics_lock_hold(90LL * 60 * 1000000); /* 90 min */
+    text = render(0);
+    if (text == NULL)
+        return;
+    n = buckets_of(text, "lockd_lock_wait_seconds",
+                   "backend=\"memory\",result=\"timeout\"", le, v, 64);
+    CHECK(n >= 15);
+    for (size_t i = 0, seen = 0; i <= n; i++) {
+        if (i == n) { /* each bound below was there */
+            CHECK_EQ_INT(seen, 4);
+            break;
+        }
+        if (le[i] == 0.001 && ++seen)
+            CHECK_EQ_INT(v[i], 0);
+        if (le[i] == 0.005 && ++seen)
+            CHECK_EQ_INT(v[i], 1);
+        if (le[i] == 3600 && ++seen)
+            CHECK_EQ_INT(v[i], 1);
+        if (le[i] == 7200 && ++seen)
+            CHECK_EQ_INT(v[i], 2);
+    }
+    CHECK(n > 0 && le[n - 1] == -1 && v[n - 1] == 2);
+    CHECK(n > 1 && le[n - 2] >= 3600 * 4);
+    n = buckets_of(text, "lockd_lock_hold_seconds", "backend=\"memory\"", le, v,
+                   64);
+    for (size_t i = 0; i < n; i++) {
+        if (le[i] == 3600)
+            CHECK_EQ_INT(v[i], 0);
+        if (le[i] == 7200)
+            CHECK_EQ_INT(v[i], 1);
+    }
+    CHECK_MSG(sample(text, "lockd_lock_hold_seconds_sum{backend=\"memory\"}") ==
+                  5400,
+              "hold sum");
+    CHECK_EQ_INT(sample(text, "lockd_lock_wait_seconds_count{backend="
+                              "\"memory\",result=\"granted\"}"),
+                 0);
+    free(text);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_metrics_render_has_every_family),
     CHECK_CASE(test_metrics_exposition_is_well_formed),
@@ -371,10 +533,13 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_metrics_requests_by_route_and_status),
     CHECK_CASE(test_metrics_backend_ops_and_errors),
     CHECK_CASE(test_metrics_histogram_is_cumulative),
+    CHECK_CASE(test_metrics_process_values_are_sane),
+    CHECK_CASE(test_metrics_lifecycle_families_move),
 };
 
 int main(int argc, char **argv)
 {
+    main_started_s = wall_s();
     metrics_setup("9.9.9", "memory", api_route_names, API_ROUTE_COUNT,
                   backend_op_names, BACKEND_OP_COUNT);
     return CHECK_MAIN(cases);
