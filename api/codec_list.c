@@ -166,14 +166,13 @@ static enum api_error list_query_one(const struct api_param *q,
     else if (q->value == NULL)
         snprintf(msg, msglen, "parameter '%s' needs a value", qname);
     else if ((value = text_percent_decode(q->value, strlen(q->value), &vlen,
-                                          &bad)) == NULL)
-        snprintf(msg, msglen, "parameter '%s' has a malformed percent escape",
-                 qname);
-    else {
+                                          &bad)) != NULL) {
         seen[idx] = true;
         err = list_param(p, idx, value, vlen, msg, msglen);
-    }
-    if (idx >= 0 && q->value != NULL && value == NULL && !bad) {
+    } else if (bad) {
+        snprintf(msg, msglen, "parameter '%s' has a malformed percent escape",
+                 qname);
+    } else {
         snprintf(msg, msglen, "out of memory");
         err = API_INTERNAL;
     }
