@@ -188,7 +188,8 @@ static int zk_release_known(struct zk_be *be,
                             struct zk_conn *cn,
                             const struct lock_req *req,
                             const struct zk_paths *p,
-                            int64_t dl)
+                            int64_t dl,
+                            struct lock_grant *out)
 {
     struct zk_own o;
     int rc;
@@ -202,8 +203,10 @@ static int zk_release_known(struct zk_be *be,
         return -1; /* expired by now: the read path reaps it */
     }
     rc = zk_drop_checked(cn, p, p->marker, o.version, o.alone, dl);
-    if (rc == ZOK)
+    if (rc == ZOK) {
+        out->granted_at_ms = o.ctime;
         return BACKEND_OK;
+    }
     if (rc == ZNONODE || rc == ZBADVERSION) {
         zk_own_drop(be, req->key, req->key_len);
         return -1;
@@ -273,6 +276,7 @@ static int zk_release_round(struct zk_be *be,
             zk_own_drop(be, req->key, req->key_len);
             zk_notify(be, req->key, req->key_len);
             out->holds = 0;
+            out->granted_at_ms = m.st.ctime; /* h's, or s<token>'s */
             return BACKEND_OK;
         }
     }
@@ -301,7 +305,8 @@ enum backend_result zk_be_release(struct backend *b,
         return BACKEND_UNAVAILABLE;
     dl = zk_deadline(be);
     out->holds = 0;
-    known = p.marker[0] != '\0' ? zk_release_known(be, cn, req, &p, dl) : -1;
+    known =
+        p.marker[0] != '\0' ? zk_release_known(be, cn, req, &p, dl, out) : -1;
     if (known >= 0) {
         r = (enum backend_result)known;
         if (r == BACKEND_OK) {
@@ -346,10 +351,10 @@ static void zk_holder_show(const struct zk_holder *h,
 }
 
 /* Fill info from a group's live holders ms (n of them, by any order). */
-static enum backend_result zk_inspect_group(const struct zk_holder *g,
-                                            struct zk_member *ms,
-                                            size_t n,
-                                            struct lock_info *out)
+enum backend_result zk_inspect_group(const struct zk_holder *g,
+                                     struct zk_member *ms,
+                                     size_t n,
+                                     struct lock_info *out)
 {
     size_t live = 0, shown;
 
@@ -382,10 +387,10 @@ static enum backend_result zk_inspect_group(const struct zk_holder *g,
 }
 
 /* Fill info from an exclusive holder h, left ms to run. */
-static enum backend_result zk_inspect_one(const struct zk_holder *h,
-                                          const struct Stat *st,
-                                          int64_t left,
-                                          struct lock_info *out)
+enum backend_result zk_inspect_one(const struct zk_holder *h,
+                                   const struct Stat *st,
+                                   int64_t left,
+                                   struct lock_info *out)
 {
     out->holders = calloc(1, sizeof(*out->holders));
     if (out->holders == NULL)

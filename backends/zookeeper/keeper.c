@@ -331,44 +331,40 @@ static void zk_empty_trash(struct zk_be *be, struct zk_conn *cn)
  * store edited by hand may not) and, when nothing is left, the node itself.
  * This is what frees keys that nobody touches again (a holder that died and
  * never released, a queue whose waiters all left), so nothing grows without
- * bound.
+ * bound. Returns the live holders it saw (for held_count).
  */
-static void zk_sweep_key(struct zk_be *be, struct zk_conn *cn, const char *name)
+static int64_t
+zk_sweep_key(struct zk_be *be, struct zk_conn *cn, const struct zk_ixkey *key)
 {
     struct zk_paths p;
     char path[ZK_PATH_MAX];
-    unsigned char key[LOCK_KEY_MAX];
     struct zk_call *kc = NULL;
     struct zk_holder h;
-    int64_t dl = zk_deadline(be), now;
-    long key_len;
+    int64_t dl = zk_deadline(be), now, held = 0;
     int live = 0, rc;
     bool has_h = false, parsed = false;
 
-    if (name[0] != 'k' ||
-        (key_len = zk_b64_decode(name + 1, strlen(name + 1), key,
-                                 sizeof(key))) <= 0 ||
-        zk_paths_node(be, name, &p) != 0)
-        return;
+    if (zk_paths_key(be, key->key, key->len, NULL, &p) != 0)
+        return 0;
     if (zk_get_kids(cn, p.parent, dl, &kc) != ZOK)
-        return;
+        return 0;
     for (int i = 0; i < kc->nkids; i++)
         if (strcmp(kc->kids[i], "h") == 0)
             has_h = true;
-    p.key = (const char *)key;
-    p.key_len = (size_t)key_len;
     if (has_h) {
         struct Stat st;
         rc = zk_get(be, cn, p.hpath, false, dl, &h, &st, &parsed);
         if (rc == ZOK && parsed && h.group)
-            zk_sweep_group(be, cn, &p, &h, &st, kc, dl); /* h stays */
+            held = (int64_t)zk_sweep_group(be, cn, &p, &h, &st, kc, dl);
         else if (rc == ZNONODE ||
                  (rc == ZOK && parsed && zk_remaining(be, &h, &st) <= 0 &&
-                  zk_reap_holder(be, cn, &p, &h, st.version, dl,
-                                 (const char *)key, (size_t)key_len) == ZOK))
+                  zk_reap_holder(be, cn, &p, &h, st.version, dl, key->key,
+                                 key->len) == ZOK))
             has_h = false; /* its marker went with it */
         else if (rc != ZOK)
             parsed = false; /* keep every marker */
+        else
+            held = parsed && zk_remaining(be, &h, &st) > 0;
     }
     now = zk_server_now(be);
     for (int i = 0; i < kc->nkids; i++) {
@@ -398,26 +394,63 @@ static void zk_sweep_key(struct zk_be *be, struct zk_conn *cn, const char *name)
     zk_call_unref(kc);
     if (live == 0)
         zk_delete(cn, p.parent, -1, dl); /* ZNOTEMPTY: someone came: fine */
+    return held;
 }
 
-/* A few keys per tick, a new pass over all of them at most every
- * ZK_SWEEP_RELIST_MS: a bounded load whatever the number of keys. */
-static void zk_sweep(struct zk_be *be, struct zk_conn *cn)
+/* Relist every key's node for the index (list() and the sweep go by it),
+ * at most every zk_index_period(): the one listing of all keys, whose
+ * cost grows with their number, so its period does too. */
+static void zk_relist(struct zk_be *be, struct zk_conn *cn)
 {
+    struct zk_call *kc = NULL;
     int64_t now = clock_mono_ms();
 
-    if (be->sweep == NULL || be->sweep_i >= be->sweep->nkids) {
-        if (now - be->sweep_at < ZK_SWEEP_RELIST_MS)
-            return;
-        be->sweep_at = now;
-        zk_call_unref(be->sweep);
-        be->sweep = NULL;
-        be->sweep_i = 0;
-        if (zk_get_kids(cn, be->locks, zk_deadline(be), &be->sweep) != ZOK)
-            return;
+    if (be->sweep_at != 0 && now - be->sweep_at < zk_index_period(be))
+        return;
+    be->sweep_at = now;
+    zk_index_listing(be);
+    if (zk_get_kids(cn, be->locks, zk_deadline(be), &kc) != ZOK)
+        kc = NULL;
+    zk_index_listed(be, kc, now);
+    be->sweep_listed |= kc != NULL;
+    zk_call_unref(kc);
+}
+
+/* A few keys per tick, in the index's order, wherever the last tick
+ * stopped: a bounded load whatever the number of keys. At the end of a
+ * pass, the live holders it saw become held_count. */
+static void zk_sweep(struct zk_be *be, struct zk_conn *cn)
+{
+    struct zk_ixkey *keys, last;
+    size_t n;
+    bool end;
+
+    zk_relist(be, cn);
+    keys = malloc(ZK_SWEEP_BATCH * sizeof(*keys));
+    if (keys == NULL)
+        return;
+    last.len = be->sweep_len;
+    memcpy(last.key, be->sweep_key, be->sweep_len);
+    n = zk_index_next(be, be->sweep_mid ? &last : NULL, "", 0, keys,
+                      ZK_SWEEP_BATCH, &end);
+    for (size_t i = 0; i < n; i++)
+        be->sweep_live += zk_sweep_key(be, cn, &keys[i]);
+    if (n > 0) {
+        be->sweep_len = keys[n - 1].len;
+        memcpy(be->sweep_key, keys[n - 1].key, keys[n - 1].len);
+        be->sweep_mid = true;
     }
-    for (int n = 0; n < ZK_SWEEP_BATCH && be->sweep_i < be->sweep->nkids; n++)
-        zk_sweep_key(be, cn, be->sweep->kids[be->sweep_i++]);
+    if (end && be->sweep_listed) {
+        atomic_store(&be->held, be->sweep_live);
+        be->sweep_live = 0;
+        be->sweep_mid = false;
+    }
+    free(keys);
+}
+
+int64_t zk_held_count(struct zk_be *be)
+{
+    return atomic_load(&be->held);
 }
 
 void zk_keeper_wait(struct zk_be *be, int64_t ms)

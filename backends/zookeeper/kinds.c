@@ -13,8 +13,25 @@
 #include "lib/clock.h"
 #include "lib/log.h"
 
+/* The greatest fence among the dead holders zk_group_reap() deletes. */
+static uint64_t zk_dead_fence(const struct zk_member *ms, size_t n)
+{
+    uint64_t fence = 0;
+    size_t k = 0;
+
+    for (size_t i = 0; i < n && k < ZK_MULTI_MAX - 3; i++) {
+        if (ms[i].gone || !ms[i].parsed || ms[i].left > 0)
+            continue;
+        k++;
+        if ((uint64_t)ms[i].st.czxid > fence)
+            fence = (uint64_t)ms[i].st.czxid;
+    }
+    return fence;
+}
+
 int zk_look_members(struct zk_acq *a, struct zk_look *l)
 {
+    uint64_t dead;
     size_t reaped;
     int rc;
 
@@ -26,10 +43,13 @@ int zk_look_members(struct zk_acq *a, struct zk_look *l)
     if (rc != ZOK)
         return zk_unavailable("read holders", rc);
     l->ms_read = true;
+    dead = zk_dead_fence(l->ms, l->nms);
     rc = zk_group_reap(a->be, a->cn, &a->p, &l->h, l->st.version, l->ms, l->nms,
                        a->dl, &reaped);
     if (rc == ZOK && reaped == 0)
         return ZK_GO_ON;
+    if (rc == ZOK && dead > a->expired_fence)
+        a->expired_fence = dead; /* a takeover, if this request grants */
     if (rc == ZOK || rc == ZNONODE || rc == ZBADVERSION)
         return -1;
     return zk_unavailable("reap holders", rc);

@@ -291,9 +291,11 @@ static int zk_macq_own(struct zk_macq *a,
         return zk_unavailable("grant keys", ZOPERATIONTIMEOUT);
     }
     out->ttl_ms = a->mine.ttl_ms;
-    for (size_t i = 0; i < m->n; i++)
+    for (size_t i = 0; i < m->n; i++) {
         zk_own_put(m->be, m->keys[i].p.key, m->keys[i].p.key_len, m->req->token,
                    &m->keys[i].l.st, a->mine.ttl_ms, 1, true);
+        zk_index_add(m->be, m->keys[i].p.key, m->keys[i].p.key_len);
+    }
     return BACKEND_OK;
 }
 

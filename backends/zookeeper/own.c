@@ -58,6 +58,7 @@ void zk_own_put(struct zk_be *be,
     memcpy(o->token, token, tlen + 1);
     o->version = st->version;
     o->mtime = st->mtime;
+    o->ctime = st->ctime;
     o->ttl_ms = ttl_ms;
     o->holds = holds;
     o->alone = alone;

@@ -41,6 +41,11 @@
  * under its own token (its grant's answer was lost or came after it had
  * given up) judges that h the same way, frees it when it is dead, and
  * answers only what is left of it when it is not.
+ *
+ * A grant reports expired_fence when this request reaped an expired
+ * holder (h, or shared ones) on its way to it: a takeover. The reap and
+ * the grant are two multis, and a holder reaped by the sweep or by
+ * another request is not seen: then 0 (unknown).
  */
 #include "backends/zookeeper/zk.h"
 
@@ -247,6 +252,9 @@ int zk_acq_own(struct zk_acq *a,
     out->mode = h->mode;
     out->limit = member ? h->limit : 0;
     out->holds = h->holds;
+    if (sent > 0)
+        out->expired_fence = a->expired_fence;
+    zk_index_add(be, a->req->key, a->req->key_len);
     if (!member)
         zk_own_put(be, a->req->key, a->req->key_len, a->req->token, st,
                    h->run_ms, h->holds, alone);
@@ -576,6 +584,9 @@ zk_acq_held(struct zk_acq *a, struct zk_look *l, struct lock_grant *out)
     if (left <= 0) {
         rc = zk_reap_holder(a->be, a->cn, &a->p, &l->h, l->st.version, a->dl,
                             a->req->key, a->req->key_len);
+        /* a takeover: the grant this makes way for reports it */
+        if (rc == ZOK && (uint64_t)l->st.czxid > a->expired_fence)
+            a->expired_fence = (uint64_t)l->st.czxid;
         if (rc != ZOK && rc != ZNONODE && rc != ZBADVERSION)
             return zk_unavailable("reap holder", rc);
         return -1;

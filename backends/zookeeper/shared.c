@@ -293,20 +293,24 @@ int zk_acq_share(struct zk_acq *a, struct zk_look *l, struct lock_grant *out)
     return zk_acq_share_at(a, false, l->st.version, l->h.count, alone, out);
 }
 
-/* The sweep's look at a group: reap its dead holders. */
-void zk_sweep_group(struct zk_be *be,
-                    struct zk_conn *cn,
-                    const struct zk_paths *p,
-                    const struct zk_holder *g,
-                    const struct Stat *gst,
-                    struct zk_call *kc,
-                    int64_t dl)
+/* The sweep's look at a group: reap its dead holders. Returns the live
+ * ones (0 when they cannot be read). */
+size_t zk_sweep_group(struct zk_be *be,
+                      struct zk_conn *cn,
+                      const struct zk_paths *p,
+                      const struct zk_holder *g,
+                      const struct Stat *gst,
+                      struct zk_call *kc,
+                      int64_t dl)
 {
     struct zk_member *ms = NULL;
-    size_t n = 0, reaped;
+    size_t n = 0, reaped, live;
+    int64_t min_left;
 
     if (zk_members_load(be, cn, p, kc, dl, &ms, &n) != ZOK)
-        return;
+        return 0;
+    live = zk_members_live(ms, n, &min_left);
     zk_group_reap(be, cn, p, g, gst->version, ms, n, dl, &reaped);
     free(ms);
+    return live;
 }

@@ -29,6 +29,7 @@
 #define BACKENDS_ZOOKEEPER_ZK_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -63,6 +64,16 @@
 #define ZK_RESOLVE_DELAY_MS 30000
 #define ZK_OWN_SLOTS        4096 /* grants remembered for a quick release */
 #define ZK_MARKER_MAX       (LOCK_TOKEN_MAX + 2) /* "t<token>" and a NUL */
+/* index.c: keys relisted at most this many a second (a relisting of N keys
+ * comes every max(ZK_SWEEP_RELIST_MS, N / ZK_RELIST_RATE s)) */
+#define ZK_RELIST_RATE  2500
+#define ZK_INDEX_MAX    (1 << 20) /* keys the index keeps */
+#define ZK_INDEX_RECENT 4096      /* grants made here between relistings */
+/* list(): keys read per page at most, dead or alive: 2 x limit + 16 */
+#define ZK_LIST_BUDGET(limit) (2 * (size_t)(limit) + 16)
+/* force_release(): shared holders deleted per multi (ZooKeeper's 1 MB
+ * request limit: a holder's path is at most ~770 bytes) */
+#define ZK_FORCE_CHUNK 256
 
 /* A handle and the requests that borrowed it. */
 struct zk_conn {
@@ -111,6 +122,7 @@ struct zk_own {
     char token[LOCK_TOKEN_MAX + 1];
     int version;   /* h's version after our write */
     int64_t mtime; /* h's mtime then: the TTL runs from it */
+    int64_t ctime; /* h's ctime: when it was granted (server ms) */
     uint64_t ttl_ms;
     uint32_t holds; /* h's hold count then */
     bool alone;     /* nobody waited then: drop the key's node with h */
@@ -149,10 +161,30 @@ struct zk_be {
     bool keeper_started;
     pthread_mutex_t own_mu; /* guards own[] */
     struct zk_own *own;     /* owned: ZK_OWN_SLOTS slots, by key hash */
-    /* the keeper's own: the sweep over every key's node */
-    struct zk_call *sweep; /* the names being swept, or NULL */
-    int sweep_i;           /* next one */
-    int64_t sweep_at;      /* monotonic ms of the last listing */
+    /* the keeper's own: the sweep over every key's node, in the index's
+     * order, a few keys a tick */
+    char sweep_key[LOCK_KEY_MAX + 1]; /* the last key swept */
+    size_t sweep_len;
+    bool sweep_mid;       /* a pass is under way: go on after sweep_key */
+    bool sweep_listed;    /* a relisting has succeeded */
+    int64_t sweep_at;     /* monotonic ms of the last relisting */
+    int64_t sweep_live;   /* live holders seen so far in this pass */
+    _Atomic int64_t held; /* live holders the last whole pass saw; -1
+                             before one ended */
+    /* index.c: the keys known to be in the store, for list() */
+    pthread_mutex_t ix_mu;   /* guards the four below */
+    struct zk_ix *ix;        /* the last relisting, sorted; NULL before */
+    struct zk_ixrec *recent; /* grants made here since: sorted, owned */
+    size_t nrecent;
+    bool ix_listing; /* a relisting is under way */
+    bool ix_ready;   /* ix_mu made */
+    bool ix_cut_said;
+};
+
+/* A key copied out of the index. */
+struct zk_ixkey {
+    size_t len;
+    char key[LOCK_KEY_MAX + 1]; /* NUL-terminated */
 };
 
 /* One child of a key's node, parsed. */
@@ -243,10 +275,12 @@ struct zk_acq {
     struct zk_paths p;
     char data[ZK_DATA_MAX];
     size_t data_len;
-    struct zk_holder mine; /* what data says: ttl_ms, token, grant_by */
-    bool shared;           /* req->mode == LOCK_SHARED */
-    int64_t grant_by;      /* server ms, written into h */
-    int64_t dl;            /* monotonic ms */
+    struct zk_holder mine;  /* what data says: ttl_ms, token, grant_by */
+    bool shared;            /* req->mode == LOCK_SHARED */
+    int64_t grant_by;       /* server ms, written into h */
+    int64_t dl;             /* monotonic ms */
+    uint64_t expired_fence; /* the greatest fence of expired holders this
+                               request reaped (a takeover); 0: none */
 };
 
 /* What one acquire round saw of a key's node. */
@@ -395,6 +429,9 @@ void zk_conn_retire(struct zk_be *be, struct zk_conn *c);
 /* be->mu held: wait on be->cv for at most ms. */
 void zk_keeper_wait(struct zk_be *be, int64_t ms);
 void *zk_keeper(void *arg);
+/* held_count(): the live holders the sweep's last whole pass saw (a pass
+ * looks at ZK_SWEEP_BATCH keys a tick), -1 before one ended. */
+int64_t zk_held_count(struct zk_be *be);
 void zk_trash_add(struct zk_be *be,
                   const char *parent,
                   const char *name,
@@ -561,13 +598,13 @@ int zk_member_reap_token(struct zk_be *be,
                          struct zk_conn *cn,
                          const struct zk_paths *p,
                          int64_t dl);
-void zk_sweep_group(struct zk_be *be,
-                    struct zk_conn *cn,
-                    const struct zk_paths *p,
-                    const struct zk_holder *g,
-                    const struct Stat *gst,
-                    struct zk_call *kc,
-                    int64_t dl);
+size_t zk_sweep_group(struct zk_be *be,
+                      struct zk_conn *cn,
+                      const struct zk_paths *p,
+                      const struct zk_holder *g,
+                      const struct Stat *gst,
+                      struct zk_call *kc,
+                      int64_t dl);
 int zk_acq_share_fresh(struct zk_acq *a, struct lock_grant *out);
 int zk_acq_share(struct zk_acq *a, struct zk_look *l, struct lock_grant *out);
 bool zk_acq_share_ok(const struct zk_acq *a, const struct zk_look *l);
@@ -638,6 +675,57 @@ enum backend_result zk_be_renew_multi(struct backend *b,
 enum backend_result zk_be_release_multi(struct backend *b,
                                         const struct lock_multi_req *req,
                                         struct lock_multi_grant *out);
+
+/* ---- index.c: the keys known to be in the store ---------------------- */
+
+/* Set up be's index (empty): 0, or -1 without memory. */
+int zk_index_init(struct zk_be *be);
+/* Free it; accepts an index never set up. */
+void zk_index_cleanup(struct zk_be *be);
+/* A grant of key was made here: list it before the next relisting. */
+void zk_index_add(struct zk_be *be, const char *key, size_t len);
+/* The keeper asks for a relisting now (grants made from here on may be
+ * missing from it) ... */
+void zk_index_listing(struct zk_be *be);
+/* ... and has it (kc: the names under be->locks; NULL: it failed, keep
+ * the old one), asked for at monotonic ms asked. */
+void zk_index_listed(struct zk_be *be, const struct zk_call *kc, int64_t asked);
+/* Keys in the index now. */
+size_t zk_index_size(struct zk_be *be);
+/* How long between relistings for the index's size now, in ms. */
+int64_t zk_index_period(struct zk_be *be);
+/* Up to max keys of the index that start with prefix (plen bytes) and
+ * sort after *after (NULL: from the first), ascending, into out; *end
+ * when no such key is left after them. Returns how many. */
+size_t zk_index_next(struct zk_be *be,
+                     const struct zk_ixkey *after,
+                     const char *prefix,
+                     size_t plen,
+                     struct zk_ixkey *out,
+                     size_t max,
+                     bool *end);
+
+/* ---- list.c, force.c: the operator's operations ----------------------- */
+
+enum backend_result zk_be_list(struct backend *b,
+                               const struct lock_list_req *req,
+                               struct lock_list *out);
+enum backend_result zk_be_force_release(struct backend *b,
+                                        const char *key,
+                                        size_t key_len,
+                                        struct lock_info *out);
+/* holders.c: a held key's summary for inspect(), list() and
+ * force_release(): from an exclusive holder h with left ms to run, or
+ * from a group's members ms (n, reordered: the live ones first, by
+ * fence). OK, NOT_FOUND (no live member), NO_MEMORY. */
+enum backend_result zk_inspect_one(const struct zk_holder *h,
+                                   const struct Stat *st,
+                                   int64_t left,
+                                   struct lock_info *out);
+enum backend_result zk_inspect_group(const struct zk_holder *g,
+                                     struct zk_member *ms,
+                                     size_t n,
+                                     struct lock_info *out);
 
 /* ---- own.c: grants made here ------------------------------------------ */
 

@@ -174,6 +174,16 @@ static enum backend_result zk_be_ping(struct backend *b)
     return rc == ZOK ? BACKEND_OK : zk_unavailable("ping", rc);
 }
 
+/* The live holders as of the sweep's last whole pass over every key
+ * (keeper.c): no request to the store per scrape. A pass looks at
+ * ZK_SWEEP_BATCH keys a keeper tick (80 keys a second), so the count is
+ * as of up to N / 80 s ago for N keys in the store; -1 until the first
+ * pass has ended. */
+static int64_t zk_be_held_count(struct backend *b)
+{
+    return zk_held_count((struct zk_be *)b);
+}
+
 /* ---- open and close --------------------------------------------------- */
 
 /* What open() allocated; accepts a half-built be (zeroed members). */
@@ -201,7 +211,6 @@ static void zk_be_close(struct backend *b)
         pthread_mutex_unlock(&be->mu);
         pthread_join(be->keeper, NULL);
     }
-    zk_call_unref(be->sweep);
     pthread_mutex_lock(&be->mu);
     if (be->conn != NULL)
         zk_conn_retire(be, be->conn);
@@ -224,6 +233,7 @@ static void zk_be_close(struct backend *b)
     for (size_t i = 0; i < ZK_OWN_SLOTS; i++)
         free(be->own[i].key);
     pthread_mutex_destroy(&be->own_mu);
+    zk_index_cleanup(be);
     zk_free(be);
 }
 
@@ -322,6 +332,13 @@ static enum backend_result zk_new(const struct url *u,
         snprintf(errbuf, errlen, "zookeeper: cannot make a mutex");
         goto fail;
     }
+    if (zk_index_init(be) != 0) {
+        pthread_cond_destroy(&be->cv);
+        pthread_mutex_destroy(&be->mu);
+        pthread_mutex_destroy(&be->own_mu);
+        goto fail;
+    }
+    atomic_init(&be->held, -1);
     *out = be;
     return BACKEND_OK;
 fail:
@@ -383,7 +400,9 @@ const struct backend_ops zookeeper_backend = {
     .acquire_multi = zk_be_acquire_multi,
     .renew_multi = zk_be_renew_multi,
     .release_multi = zk_be_release_multi,
+    .list = zk_be_list,
+    .force_release = zk_be_force_release,
     .ping = zk_be_ping,
-    .held_count = NULL,
+    .held_count = zk_be_held_count,
     .close = zk_be_close,
 };

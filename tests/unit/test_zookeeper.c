@@ -1704,6 +1704,378 @@ static void test_multi_overlapping_grants_never_share_a_key(void)
     zookeeper_backend.close(other);
 }
 
+/* ---- list, force_release, held_count, takeover, grant time ---- */
+
+/* A handle on chroot /<name> of the test server (its own keys). */
+static struct backend *open_chroot(const char *name)
+{
+    char u[192];
+
+    snprintf(u, sizeof(u),
+             "zookeeper://127.0.0.1:%d/%s?session_timeout_ms=4000", srv.port,
+             name);
+    return open_be(u);
+}
+
+static void tok_of(int i, char *out)
+{
+    snprintf(out, LOCK_TOKEN_MAX, "%032x", i + 1);
+}
+
+/* Every page of prefix, limit per page, into keys (cap of them, each
+ * copied); the number of keys, or -1 on a failed call or too many pages. */
+static int list_all(struct backend *be,
+                    const char *prefix,
+                    uint32_t limit,
+                    char (*keys)[LOCK_KEY_MAX + 1],
+                    struct lock_entry *last_entries,
+                    int cap)
+{
+    struct lock_entry *ents = calloc(limit, sizeof(*ents));
+    struct lock_list out;
+    char after[LOCK_KEY_MAX + 1];
+    size_t after_len = 0;
+    bool has_after = false;
+    int n = 0;
+
+    for (int page = 0; ents != NULL && page < 1000; page++) {
+        struct lock_list_req req = { .prefix = prefix,
+                                     .prefix_len = strlen(prefix),
+                                     .after = has_after ? after : NULL,
+                                     .after_len = after_len,
+                                     .limit = limit };
+        memset(&out, 0, sizeof(out));
+        out.entries = ents;
+        if (zookeeper_backend.list(be, &req, &out) != BACKEND_OK)
+            break;
+        CHECK(out.n <= limit);
+        for (size_t i = 0; i < out.n && n < cap; i++) {
+            memcpy(keys[n], ents[i].key, ents[i].key_len + 1);
+            if (last_entries != NULL)
+                last_entries[n] = ents[i];
+            n++;
+        }
+        if (!out.more) {
+            free(ents);
+            return n;
+        }
+        memcpy(after, out.resume, out.resume_len + 1);
+        after_len = out.resume_len;
+        has_after = true;
+    }
+    free(ents);
+    return -1;
+}
+
+static void test_list_pages_hold_each_held_key_once(void)
+{
+    struct backend *be = open_chroot("list1");
+    static char keys[300][LOCK_KEY_MAX + 1];
+    char key[32], tok[LOCK_TOKEN_MAX + 1];
+    struct lock_grant g;
+    int n, held = 0;
+
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(acq(be, "o", TOK_A, 5000, &g), BACKEND_OK); /* before */
+    CHECK_EQ_INT(acq(be, "q", TOK_A, 5000, &g), BACKEND_OK); /* after */
+    for (int i = 0; i < 250; i++) {
+        snprintf(key, sizeof(key), "p/%03d", i);
+        tok_of(i, tok);
+        /* every 10th is released, every 25th expires */
+        CHECK_EQ_INT(acq(be, key, tok, i % 25 == 3 ? 100 : 20000, &g),
+                     BACKEND_OK);
+        if (i % 10 == 7)
+            CHECK_EQ_INT(rel(be, key, tok), BACKEND_OK);
+        held += i % 10 != 7 && i % 25 != 3;
+    }
+    check_sleep_ms(150);
+    n = list_all(be, "p/", 7, keys, NULL, 300);
+    CHECK_EQ_INT(n, held);
+    for (int i = 1; i < n; i++)
+        CHECK_MSG(strcmp(keys[i - 1], keys[i]) < 0, "%s then %s", keys[i - 1],
+                  keys[i]);
+    for (int i = 0; i < n; i++) {
+        int k = atoi(keys[i] + 2);
+        CHECK_MSG(strncmp(keys[i], "p/", 2) == 0 && k % 10 != 7 && k % 25 != 3,
+                  "listed %s", keys[i]);
+    }
+    /* all at once, and with an empty prefix */
+    CHECK_EQ_INT(list_all(be, "p/", 1000, keys, NULL, 300), held);
+    CHECK_EQ_INT(list_all(be, "", 1000, keys, NULL, 300), held + 2);
+    CHECK_STR_EQ(keys[0], "o");
+    CHECK_STR_EQ(keys[held + 1], "q");
+    CHECK_EQ_INT(list_all(be, "p/00", 3, keys, NULL, 300), 8);
+    CHECK_EQ_INT(list_all(be, "nothing", 3, keys, NULL, 300), 0);
+    zookeeper_backend.close(be);
+}
+
+static void test_list_shows_summaries_and_high_bytes(void)
+{
+    struct backend *be = open_chroot("list2");
+    static char keys[8][LOCK_KEY_MAX + 1];
+    struct lock_entry e[8];
+    struct lock_grant g, s[3];
+    /* byte order: 0x7a < 0xc3 < 0xe2 < 0xf0 (never signed chars) */
+    static const char *const order[] = { "k/z", "k/\xc3\xbc", "k/\xe2\x82\xac",
+                                         "k/\xf0\x9f\x98\x80" };
+
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    for (int i = 3; i >= 0; i--)
+        CHECK_EQ_INT(acq_full(be, order[i], TOK_A, "own", 9000, NULL, &g),
+                     BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be, "k/s", TOK_B, LOCK_SHARED, 5, NULL, 5000, NULL, &s[0]),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be, "k/s", TOK_C, LOCK_SHARED, 5, NULL, 6000, NULL, &s[1]),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be, "k/s", TOK_D, LOCK_SHARED, 5, NULL, 7000, NULL, &s[2]),
+        BACKEND_OK);
+    CHECK_EQ_INT(list_all(be, "k/", 2, keys, e, 8), 5);
+    CHECK_STR_EQ(keys[0], "k/s");
+    for (int i = 0; i < 4; i++) {
+        CHECK_STR_EQ(keys[i + 1], order[i]);
+        CHECK(e[i + 1].mode == LOCK_EXCLUSIVE && e[i + 1].holder_count == 1);
+        CHECK(e[i + 1].has_owner && strcmp(e[i + 1].owner, "own") == 0);
+        CHECK(e[i + 1].ttl_ms > 8000 && e[i + 1].ttl_ms <= 9000);
+    }
+    CHECK_EQ_U64(e[1].fence, g.fence);
+    CHECK(e[0].mode == LOCK_SHARED);
+    CHECK_EQ_INT((int)e[0].holder_count, 3);
+    CHECK_EQ_U64(e[0].fence, s[2].fence);
+    CHECK(!e[0].has_owner);
+    CHECK(e[0].ttl_ms > 6000 && e[0].ttl_ms <= 7000);
+    CHECK_EQ_INT(list_all(be, "k/\xe2", 10, keys, NULL, 8), 1);
+    zookeeper_backend.close(be);
+}
+
+/* A key granted through another instance is listed after one relisting. */
+static void test_list_sees_other_instances_after_a_relisting(void)
+{
+    struct backend *a = open_chroot("list3"), *b = open_chroot("list3");
+    static char keys[4][LOCK_KEY_MAX + 1];
+    struct lock_grant g;
+    int64_t t0;
+    int n = 0;
+
+    CHECK(a != NULL && b != NULL);
+    if (a == NULL || b == NULL)
+        goto out;
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(acq(b, "r/1", TOK_A, 20000, &g), BACKEND_OK);
+    CHECK_EQ_INT(list_all(b, "r/", 5, keys, NULL, 4), 1); /* at once */
+    while (check_mono_ms() - t0 < 6000 &&
+           (n = list_all(a, "r/", 5, keys, NULL, 4)) == 0)
+        check_sleep_ms(50);
+    CHECK_EQ_INT(n, 1);
+    printf("  listed by the other instance after %lld ms\n",
+           (long long)(check_mono_ms() - t0));
+    /* within one relist period (2 s) and a keeper tick */
+    CHECK(check_mono_ms() - t0 < 2600);
+    CHECK_EQ_INT(rel(b, "r/1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(list_all(a, "r/", 5, keys, NULL, 4), 0);
+out:
+    zookeeper_backend.close(a);
+    zookeeper_backend.close(b);
+}
+
+static enum backend_result
+force(struct backend *be, const char *key, struct lock_info *info)
+{
+    lock_info_clear(info);
+    return zookeeper_backend.force_release(be, key, strlen(key), info);
+}
+
+static void test_force_release_frees_an_exclusive_key(void)
+{
+    struct lock_grant g, h;
+    struct lock_info info = { 0 };
+
+    CHECK_EQ_INT(force(be_main, "fx", &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(acq_full(be_main, "fx", TOK_A, "job", 9000, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "fx", TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "fx", TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(force(be_main, "fx", &info), BACKEND_OK);
+    CHECK_EQ_INT((int)info.holder_count, 1);
+    CHECK_EQ_INT((int)info.holds, 3);
+    CHECK_EQ_U64(info.fence, g.fence);
+    CHECK(info.has_owner && strcmp(info.owner, "job") == 0);
+    CHECK(info.nholders == 1 && info.holders != NULL);
+    CHECK_EQ_INT(force(be_main, "fx", &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(ren(be_main, "fx", TOK_A, 0, &h), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(rel(be_main, "fx", TOK_A), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(acq(be_main, "fx", TOK_B, 5000, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(rel(be_main, "fx", TOK_B), BACKEND_OK);
+    lock_info_clear(&info);
+}
+
+static void test_force_release_frees_a_shared_key(void)
+{
+    static const char *const toks[] = { TOK_A, TOK_B, TOK_C };
+    struct lock_grant g[3], h;
+    struct lock_info info = { 0 };
+
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(acq_kind(be_main, "fs", toks[i], LOCK_SHARED, 0, NULL,
+                              9000, NULL, &g[i]),
+                     BACKEND_OK);
+    CHECK_EQ_INT(force(be_main, "fs", &info), BACKEND_OK);
+    CHECK(info.mode == LOCK_SHARED);
+    CHECK_EQ_INT((int)info.holder_count, 3);
+    CHECK_EQ_INT((int)info.nholders, 3);
+    CHECK_EQ_U64(info.fence, g[2].fence);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_U64(info.holders[i].fence, g[i].fence);
+        CHECK_EQ_INT(ren(be_main, "fs", toks[i], 0, &h), BACKEND_NOT_FOUND);
+    }
+    CHECK_EQ_INT(zookeeper_backend.inspect(be_main, "fs", 2, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(acq(be_main, "fs", TOK_D, 5000, &h), BACKEND_OK);
+    CHECK(h.fence > g[2].fence);
+    CHECK_EQ_INT(rel(be_main, "fs", TOK_D), BACKEND_OK);
+    lock_info_clear(&info);
+}
+
+/* A waiter of another instance is woken by the forced release as by a
+ * release: its watch on h fires. */
+static void test_force_release_wakes_a_waiter_elsewhere(void)
+{
+    struct backend *other = open_be(url);
+    struct lock_waiter w = { .id = 77 };
+    struct lock_info info = { 0 };
+    struct lock_grant g, h;
+    int64_t t0;
+
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    CHECK_EQ_INT(acq(be_main, "fw", TOK_A, 20000, &g), BACKEND_OK);
+    w.deadline_ms = clock_wall_ms() + 10000;
+    CHECK_EQ_INT(acq_wait(other, "fw", TOK_B, 5000, &w, &h), BACKEND_HELD);
+    CHECK(h.retry_ms > 1000);
+    notes_watch("fw", 2);
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(force(be_main, "fw", &info), BACKEND_OK);
+    CHECK(notes_watched(2000) > 0);
+    CHECK_EQ_INT(acq_wait(other, "fw", TOK_B, 5000, &w, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    printf("  waiter granted %lld ms after the forced release\n",
+           (long long)(check_mono_ms() - t0));
+    CHECK(check_mono_ms() - t0 < 1000);
+    CHECK_EQ_INT(rel(other, "fw", TOK_B), BACKEND_OK);
+    lock_info_clear(&info);
+    zookeeper_backend.close(other);
+}
+
+/* held_count comes from the sweep's last whole pass. */
+static void test_held_count_follows_the_sweep(void)
+{
+    struct backend *be = open_chroot("held");
+    struct lock_grant g;
+    int64_t t0, n = -2;
+
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(acq(be, "h1", TOK_A, 20000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "h2", TOK_A, 20000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "h3", TOK_A, 100, &g), BACKEND_OK); /* expires */
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(acq_kind(be, "hs",
+                              i == 0   ? TOK_B
+                              : i == 1 ? TOK_C
+                                       : TOK_D,
+                              LOCK_SHARED, 0, NULL, 20000, NULL, &g),
+                     BACKEND_OK);
+    t0 = check_mono_ms();
+    while (check_mono_ms() - t0 < 5000 &&
+           (n = zookeeper_backend.held_count(be)) != 5)
+        check_sleep_ms(50);
+    CHECK_EQ_INT((int)n, 5);
+    printf("  held_count 5 after %lld ms\n", (long long)(check_mono_ms() - t0));
+    CHECK_EQ_INT(rel(be, "h1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be, "hs", TOK_C), BACKEND_OK);
+    t0 = check_mono_ms();
+    while (check_mono_ms() - t0 < 5000 &&
+           (n = zookeeper_backend.held_count(be)) != 3)
+        check_sleep_ms(50);
+    CHECK_EQ_INT((int)n, 3);
+    zookeeper_backend.close(be);
+}
+
+/* A grant that reaped an expired holder says whose fence it took over. */
+static void test_takeover_reports_the_expired_fence(void)
+{
+    zhandle_t *zh = raw_open();
+    char parent[256];
+    struct Stat st;
+    struct lock_grant g;
+
+    if (zh == NULL)
+        return;
+    CHECK_EQ_INT(acq(be_main, "tk-free", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_U64(g.expired_fence, 0);
+    CHECK_EQ_INT(rel(be_main, "tk-free", TOK_A), BACKEND_OK);
+    /* a holder whose 1 ms TTL has run out, behind the sweep's back */
+    key_node("tk", parent, sizeof(parent));
+    CHECK_EQ_INT(raw_node(zh, parent, NULL), ZOK);
+    raw_holder(zh, parent, TOK_A, 1, 0, &st);
+    check_sleep_ms(5);
+    CHECK_EQ_INT(acq(be_main, "tk", TOK_B, 5000, &g), BACKEND_OK);
+    CHECK_EQ_U64(g.expired_fence, (uint64_t)st.czxid);
+    CHECK(g.fence > (uint64_t)st.czxid);
+    CHECK_EQ_INT(rel(be_main, "tk", TOK_B), BACKEND_OK);
+    zookeeper_close(zh);
+}
+
+static void check_granted_at(struct backend *be,
+                             const char *key,
+                             const char *tok,
+                             int64_t t0,
+                             int64_t t1)
+{
+    struct lock_req req = { .key = key, .key_len = strlen(key), .token = tok };
+    struct lock_grant g = { 0 };
+
+    CHECK_EQ_INT(zookeeper_backend.release(be, &req, &g), BACKEND_OK);
+    CHECK_EQ_INT((int)g.holds, 0);
+    /* the server's clock is this machine's */
+    CHECK_MSG(g.granted_at_ms >= t0 - 20 && g.granted_at_ms <= t1 + 20,
+              "%s: granted at %lld, asked %lld..%lld", key,
+              (long long)g.granted_at_ms, (long long)t0, (long long)t1);
+}
+
+static void test_release_reports_when_the_hold_was_granted(void)
+{
+    struct backend *other = open_be(url);
+    struct lock_grant g;
+    int64_t t0, t1;
+
+    CHECK(other != NULL);
+    if (other == NULL)
+        return;
+    t0 = clock_wall_ms();
+    CHECK_EQ_INT(acq(be_main, "ga1", TOK_A, 9000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "ga2", TOK_A, 9000, &g), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "ga3", TOK_A, LOCK_SHARED, 0, NULL, 9000, NULL, &g),
+        BACKEND_OK);
+    t1 = clock_wall_ms();
+    check_sleep_ms(300); /* the renew moves mtime, not the grant time */
+    CHECK_EQ_INT(ren(be_main, "ga1", TOK_A, 0, &g), BACKEND_OK);
+    check_granted_at(be_main, "ga1", TOK_A, t0, t1); /* without a read */
+    check_granted_at(other, "ga2", TOK_A, t0, t1);   /* with one */
+    check_granted_at(be_main, "ga3", TOK_A, t0, t1); /* shared */
+    zookeeper_backend.close(other);
+}
+
 static const struct check_case offline[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_down_store_answers_unavailable_at_once),
@@ -1742,6 +2114,15 @@ static const struct check_case online[] = {
     CHECK_CASE(test_sweep_never_drops_the_marker_of_a_new_grant),
     CHECK_CASE(test_multi_of_64_longest_keys),
     CHECK_CASE(test_multi_overlapping_grants_never_share_a_key),
+    CHECK_CASE(test_list_pages_hold_each_held_key_once),
+    CHECK_CASE(test_list_shows_summaries_and_high_bytes),
+    CHECK_CASE(test_list_sees_other_instances_after_a_relisting),
+    CHECK_CASE(test_force_release_frees_an_exclusive_key),
+    CHECK_CASE(test_force_release_frees_a_shared_key),
+    CHECK_CASE(test_force_release_wakes_a_waiter_elsewhere),
+    CHECK_CASE(test_held_count_follows_the_sweep),
+    CHECK_CASE(test_takeover_reports_the_expired_fence),
+    CHECK_CASE(test_release_reports_when_the_hold_was_granted),
     CHECK_CASE(test_restart_answers_unavailable_then_recovers),
 };
 
