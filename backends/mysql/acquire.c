@@ -7,7 +7,11 @@
  * COMMIT. The shared path reads the key's holders under the row lock,
  * reaps its expired ones and decides by mode, limit and count. An
  * Idempotency-Key is looked up among the key's live holders whenever the
- * key is held (a free key has no holder to replay).
+ * key is held (a free key has no holder to replay). A grant that finds
+ * expired holders (a takeover) reports the greatest of their fences
+ * (lock_grant.expired_fence): the exclusive path with one more statement
+ * (ACQ_EXPIRED), only when ACQ_UPSERT took over an existing row; the
+ * shared path from ACQ_READ, which reads the holders anyway.
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -19,11 +23,12 @@
 /* The key's state as ACQ_READ reads it, under the key row's lock. */
 struct mysql_key_state {
     uint64_t mode, lim;
-    int64_t key_live;   /* the key row has not expired */
-    int64_t live;       /* live holders */
-    int64_t first_left; /* ms until the first live holder expires */
-    int64_t expired;    /* expired holder rows not yet reaped */
-    int64_t key_left;   /* ms until the key row expires */
+    int64_t key_live;       /* the key row has not expired */
+    int64_t live;           /* live holders */
+    int64_t first_left;     /* ms until the first live holder expires */
+    int64_t expired;        /* expired holder rows not yet reaped */
+    int64_t key_left;       /* ms until the key row expires */
+    uint64_t expired_fence; /* the greatest fence of the expired holders */
     my_bool first_null;
 };
 
@@ -91,8 +96,8 @@ static enum mysql_attempt mysql_acquire_read(struct mysql_conn *c,
                                              struct mysql_key_state *st,
                                              bool *found)
 {
-    MYSQL_BIND r[7];
-    my_bool nulls[7] = { 0 };
+    MYSQL_BIND r[8];
+    my_bool nulls[8] = { 0 };
     struct mysql_run_info info;
     unsigned err;
 
@@ -104,9 +109,13 @@ static enum mysql_attempt mysql_acquire_read(struct mysql_conn *c,
     mysql_bind_i64(&r[4], &st->first_left, &st->first_null);
     mysql_bind_i64(&r[5], &st->expired, &nulls[5]);
     mysql_bind_i64(&r[6], &st->key_left, &nulls[6]);
+    mysql_bind_u64(&r[7], &st->expired_fence);
+    r[7].is_null = &nulls[7];
     err = mysql_conn_run(c, MYSQL_ST_ACQ_READ, key, r, &info);
     if (err != 0)
         return mysql_conn_failed(c, err);
+    if (nulls[7])
+        st->expired_fence = 0;
     *found = info.found;
     return MYSQL_ATTEMPT_DONE;
 }
@@ -169,6 +178,28 @@ enum mysql_attempt mysql_acquire_fence(struct mysql_conn *c, uint64_t *fence)
     return MYSQL_ATTEMPT_DONE;
 }
 
+/* The greatest fence of the key's expired holders, which an exclusive
+ * grant that took over the key's row leaves behind (the reaper deletes
+ * them); 0 when there are none. Under the key row's lock. */
+static enum mysql_attempt
+mysql_acquire_expired(struct mysql_conn *c, MYSQL_BIND *key, uint64_t *fence)
+{
+    MYSQL_BIND r[1];
+    my_bool is_null = 0;
+    struct mysql_run_info info;
+    unsigned err;
+
+    *fence = 0;
+    mysql_bind_u64(&r[0], fence);
+    r[0].is_null = &is_null;
+    err = mysql_conn_run(c, MYSQL_ST_ACQ_EXPIRED, key, r, &info);
+    if (err != 0)
+        return mysql_conn_failed(c, err);
+    if (!info.found || is_null)
+        *fence = 0;
+    return MYSQL_ATTEMPT_DONE;
+}
+
 /* The holder row's binds of ACQ_HOLDER and SH_HOLDER, in the order the
  * statement names them; idem may be NULL. */
 static void mysql_bind_owner_idem(MYSQL_BIND *owner,
@@ -187,11 +218,13 @@ static void mysql_bind_owner_idem(MYSQL_BIND *owner,
         mysql_bind_null(idem);
 }
 
-/* Commit a grant and fill out. */
+/* Commit a grant and fill out; expired: the greatest fence of the
+ * expired holders it took over (0: none). */
 static enum mysql_attempt mysql_acquire_done(struct mysql_conn *c,
                                              struct mysql_grant_arg *a,
                                              uint64_t fence,
                                              int64_t expires,
+                                             uint64_t expired,
                                              enum backend_result *res)
 {
     enum mysql_attempt done = mysql_conn_commit(c);
@@ -204,6 +237,7 @@ static enum mysql_attempt mysql_acquire_done(struct mysql_conn *c,
     a->out->mode = a->req->mode;
     a->out->limit = a->req->mode == LOCK_SHARED ? a->req->limit : 0;
     a->out->holds = 1;
+    a->out->expired_fence = expired;
     *res = BACKEND_OK;
     return MYSQL_ATTEMPT_DONE;
 }
@@ -215,7 +249,7 @@ static enum mysql_attempt mysql_acquire_exclusive(struct mysql_conn *c,
     const struct lock_req *req = a->req;
     MYSQL_BIND p[4], q[6];
     unsigned long klen, tlen, olen, ilen;
-    uint64_t fence = 0, ttl = req->ttl_ms;
+    uint64_t fence = 0, ttl = req->ttl_ms, expired = 0;
     struct mysql_run_info info;
     unsigned err;
     enum mysql_attempt done;
@@ -236,6 +270,11 @@ static enum mysql_attempt mysql_acquire_exclusive(struct mysql_conn *c,
                                   info.insert_id >> 1, res);
     if (info.affected == 0)
         return mysql_acquire_no_stripe(c);
+    if (info.affected == 2) { /* an existing row, not live: taken over */
+        done = mysql_acquire_expired(c, &p[0], &expired);
+        if (done != MYSQL_ATTEMPT_DONE)
+            return done;
+    }
 
     /* 2. the fence; 3. the holder row, with the key row's expiry */
     done = mysql_acquire_fence(c, &fence);
@@ -255,7 +294,8 @@ static enum mysql_attempt mysql_acquire_exclusive(struct mysql_conn *c,
         return MYSQL_ATTEMPT_FAILED;
     }
     /* 4. commit: only now is the lock granted */
-    return mysql_acquire_done(c, a, fence, (int64_t)info.insert_id, res);
+    return mysql_acquire_done(c, a, fence, (int64_t)info.insert_id, expired,
+                              res);
 }
 
 /* Whether a shared request may join the holders st describes; *res set
@@ -298,6 +338,7 @@ static bool mysql_shared_fits(const struct lock_req *req,
 static enum mysql_attempt mysql_shared_grant(struct mysql_conn *c,
                                              struct mysql_grant_arg *a,
                                              MYSQL_BIND *key,
+                                             uint64_t expired,
                                              enum backend_result *res)
 {
     const struct lock_req *req = a->req;
@@ -328,7 +369,7 @@ static enum mysql_attempt mysql_shared_grant(struct mysql_conn *c,
     err = mysql_conn_run(c, MYSQL_ST_SH_KEY, k, NULL, &info);
     if (err != 0)
         return mysql_conn_failed(c, err);
-    return mysql_acquire_done(c, a, fence, expires, res);
+    return mysql_acquire_done(c, a, fence, expires, expired, res);
 }
 
 static enum mysql_attempt mysql_acquire_shared(struct mysql_conn *c,
@@ -373,7 +414,7 @@ static enum mysql_attempt mysql_acquire_shared(struct mysql_conn *c,
         reaped = info.affected;
     }
     if (mysql_shared_fits(req, &st, a->out, res))
-        done = mysql_shared_grant(c, a, &key, res);
+        done = mysql_shared_grant(c, a, &key, st.expired_fence, res);
     else if (reaped > 0) /* keep the reaping; nothing else changed */
         done = mysql_conn_commit(c);
     else

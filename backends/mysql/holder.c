@@ -306,17 +306,19 @@ static void mysql_inspect_row(void *arg)
     }
 }
 
-enum mysql_attempt
-mysql_inspect_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
+enum mysql_attempt mysql_holders_read(struct mysql_conn *c,
+                                      const char *key,
+                                      size_t key_len,
+                                      struct lock_info *out,
+                                      enum backend_result *res)
 {
-    struct mysql_inspect_arg *a = arg;
-    struct mysql_inspect_rows ir = { .out = a->out };
+    struct mysql_inspect_rows ir = { .out = out };
     MYSQL_BIND p[2], r[11];
     unsigned long klen;
     uint64_t shown = LOCK_HOLDERS_SHOWN;
     unsigned err;
 
-    mysql_bind_bytes(&p[0], a->key, a->key_len, &klen);
+    mysql_bind_bytes(&p[0], key, key_len, &klen);
     mysql_bind_u64(&p[1], &shown);
     mysql_bind_u64(&r[0], &ir.fence);
     mysql_bind_i64(&r[1], &ir.expires, &ir.nulls[1]);
@@ -330,25 +332,39 @@ mysql_inspect_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     mysql_bind_u64(&r[8], &ir.max_fence);
     mysql_bind_i64(&r[9], &ir.max_exp, &ir.nulls[9]);
     mysql_bind_i64(&r[10], &ir.max_left, &ir.nulls[10]);
+    memset(out, 0, sizeof(*out));
     err = mysql_conn_rows(c, MYSQL_ST_INSPECT, p, r, mysql_inspect_row, &ir);
     if (err != 0) {
         free(ir.holders);
+        memset(out, 0, sizeof(*out));
         return mysql_conn_failed(c, err);
     }
-    mysql_conn_rollback(c);
     if (ir.no_memory || ir.n == 0) {
         free(ir.holders);
+        memset(out, 0, sizeof(*out));
         *res = ir.no_memory ? BACKEND_NO_MEMORY : BACKEND_NOT_FOUND;
         return MYSQL_ATTEMPT_DONE;
     }
-    a->out->holders = ir.holders;
-    a->out->nholders = ir.n;
-    if (a->out->mode == LOCK_EXCLUSIVE) {
-        const struct lock_holder *h = &a->out->holders[0];
-        a->out->holds = h->holds;
-        a->out->has_owner = h->has_owner;
-        memcpy(a->out->owner, h->owner, sizeof(h->owner));
+    out->holders = ir.holders;
+    out->nholders = ir.n;
+    if (out->mode == LOCK_EXCLUSIVE) {
+        const struct lock_holder *h = &out->holders[0];
+        out->holds = h->holds;
+        out->has_owner = h->has_owner;
+        memcpy(out->owner, h->owner, sizeof(h->owner));
     }
     *res = BACKEND_OK;
     return MYSQL_ATTEMPT_DONE;
+}
+
+enum mysql_attempt
+mysql_inspect_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
+{
+    struct mysql_inspect_arg *a = arg;
+    enum mysql_attempt done =
+        mysql_holders_read(c, a->key, a->key_len, a->out, res);
+
+    if (done == MYSQL_ATTEMPT_DONE)
+        mysql_conn_rollback(c);
+    return done;
 }

@@ -9,6 +9,7 @@
  *   holder.c   renew(), release() and inspect(): one holder's rows
  *   multi.c    acquire_multi(), and what the multi-key calls share
  *   multi_holder.c  renew_multi() and release_multi()
+ *   list.c     list() and force_release(), for operators
  *   conn.c   per-thread connections, prepared statements, transactions,
  *            retries and back-off (mysql_run_op)
  *   bg.c     the background thread: release events, reaping
@@ -223,6 +224,14 @@ enum mysql_attempt mysql_release_attempt(struct mysql_conn *c,
 enum mysql_attempt mysql_inspect_attempt(struct mysql_conn *c,
                                          void *arg,
                                          enum backend_result *res);
+/* The key's live holders into out, as inspect() shows them (*res OK,
+ * NOT_FOUND or NO_MEMORY; out zeroed but for OK), inside the open
+ * transaction, which is left open unless the attempt failed. */
+enum mysql_attempt mysql_holders_read(struct mysql_conn *c,
+                                      const char *key,
+                                      size_t key_len,
+                                      struct lock_info *out,
+                                      enum backend_result *res);
 /* Append an event for key (a holder left) inside the open transaction. */
 enum mysql_attempt mysql_event_add(struct mysql_conn *c, MYSQL_BIND *key);
 
@@ -236,6 +245,23 @@ enum mysql_attempt mysql_acquire_no_stripe(struct mysql_conn *c);
 enum mysql_attempt mysql_acquire_fence(struct mysql_conn *c, uint64_t *fence);
 enum mysql_attempt mysql_key_fix(struct mysql_conn *c, MYSQL_BIND *key);
 enum mysql_attempt mysql_release_holder(struct mysql_conn *c, MYSQL_BIND *kt);
+
+/* ---- list.c: what operators ask ---- */
+
+struct mysql_list_arg {
+    const struct lock_list_req *req;
+    struct lock_list *out;
+};
+
+enum mysql_attempt
+mysql_list_attempt(struct mysql_conn *c, void *arg, enum backend_result *res);
+/* force_release()'s arguments; out (in.out) is filled on OK. */
+struct mysql_force_arg {
+    struct mysql_inspect_arg in;
+    bool left; /* OK: the holders are gone, the key may take a waiter */
+};
+enum mysql_attempt
+mysql_force_attempt(struct mysql_conn *c, void *arg, enum backend_result *res);
 
 /* ---- multi.c, multi_holder.c: several keys in one transaction ---- */
 

@@ -124,13 +124,15 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
          " WHERE id = " STRIPE " FOR UPDATE"
          " ON DUPLICATE KEY UPDATE lock_key = lock_key"),
     /* mode, limit, key row live, live holders, the first one's TTL left,
-       expired holders */
+       expired holders, the key row's TTL left, expired holders' greatest
+       fence */
     STMT(ACQ_READ,
          "SELECT k.mode, k.lim, k.expires_at > " NOW_MS ","
          " COALESCE(SUM(h.expires_at > " NOW_MS "), 0),"
          " MIN(IF(h.expires_at > " NOW_MS ", h.expires_at, NULL)) - " NOW_MS ","
          " COALESCE(SUM(h.expires_at <= " NOW_MS "), 0),"
-         " k.expires_at - " NOW_MS
+         " k.expires_at - " NOW_MS ","
+         " MAX(IF(h.expires_at <= " NOW_MS ", h.fence, NULL))"
          " FROM @T AS k LEFT JOIN @H AS h ON h.lock_key = k.lock_key"
          " WHERE k.lock_key = ? GROUP BY k.lock_key"),
     STMT(IDEM,
@@ -255,6 +257,28 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
          " AND h.expires_at > " NOW_MS " WHERE k.lock_key IN (" KEYS_MAX ")"),
     /* n event ids in one step: the last of them is returned */
     STMT(EVENT_BUMP_N, "UPDATE @S SET v = LAST_INSERT_ID(v + ?) WHERE id = 2"),
+    /* At most a budget of key rows (the last parameter) from a range of
+       the primary key: >= the prefix, > the cursor, < the prefix's
+       successor; each with the count, greatest fence, last expiry and
+       owner of its live holders (count 0: expired, not yet reaped).
+       Never LIKE: the bounds are bytes, compared as bytes. A plain read,
+       no lock; the derived table's LIMIT caps the rows looked at however
+       many of them have expired. */
+    STMT(LIST,
+         "SELECT k.lock_key, k.mode, COUNT(h.fence), MAX(h.fence),"
+         " MAX(h.expires_at), MAX(h.expires_at) - " NOW_MS ", MAX(h.owner)"
+         " FROM (SELECT lock_key, mode FROM @T WHERE lock_key >= ?"
+         " AND lock_key > ? AND lock_key < ? ORDER BY lock_key LIMIT ?) AS k"
+         " LEFT JOIN @H AS h ON h.lock_key = k.lock_key"
+         " AND h.expires_at > " NOW_MS
+         " GROUP BY k.lock_key, k.mode ORDER BY k.lock_key"),
+    STMT(FORCE_HOLD, "DELETE FROM @H WHERE lock_key = ?"),
+    STMT(FORCE_KEY, "DELETE FROM @T WHERE lock_key = ?"),
+    /* after the exclusive acquire took over an existing key row: the
+       holders it leaves behind (the key row was not live, so none is) */
+    STMT(ACQ_EXPIRED,
+         "SELECT MAX(fence) FROM @H WHERE lock_key = ?"
+         " AND expires_at <= " NOW_MS),
 };
 
 /* The schema (deploy/mysql/schema.sql), run once per process while the

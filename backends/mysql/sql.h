@@ -56,6 +56,11 @@ enum mysql_stmt_id {
     MYSQL_ST_MULTI_READ,   /* a token's holder rows of the keys */
     MYSQL_ST_MULTI_SETTLE, /* why a renew matched nothing, per key */
     MYSQL_ST_EVENT_BUMP_N, /* the next n event ids at once */
+    /* operators (list.c) */
+    MYSQL_ST_LIST,        /* a range of key rows, each with its live holders */
+    MYSQL_ST_FORCE_HOLD,  /* every holder row of a key */
+    MYSQL_ST_FORCE_KEY,   /* the key's row, whatever its expiry */
+    MYSQL_ST_ACQ_EXPIRED, /* the greatest fence of a key's expired holders */
     MYSQL_ST_COUNT,
 };
 

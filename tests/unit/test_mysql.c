@@ -1920,6 +1920,529 @@ static void test_multi_stopped_mysql_answers_unavailable(void)
     mysql_backend.close(be);
 }
 
+/* ---- list() and force_release() ---- */
+
+/* One page of list(): the wrapper's checks, then the adapter. */
+static enum backend_result list_page(struct backend *be,
+                                     const char *prefix,
+                                     size_t prefix_len,
+                                     const char *after,
+                                     size_t after_len,
+                                     uint32_t limit,
+                                     struct lock_entry *entries,
+                                     struct lock_list *out)
+{
+    struct lock_list_req req = { .prefix = prefix,
+                                 .prefix_len = prefix_len,
+                                 .after = after,
+                                 .after_len = after_len,
+                                 .limit = limit };
+
+    memset(out, 0, sizeof(*out));
+    out->entries = entries;
+    return backend_list(be, &req, out);
+}
+
+/* Byte order, as the contract has it: memcmp, then the shorter first. */
+static int key_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+
+    return c != 0 ? c : alen < blen ? -1 : alen > blen ? 1 : 0;
+}
+
+/* Page through prefix with limit; every key seen is counted in seen[] by
+ * its index in keys[] (-1: a key not in keys[], counted in *strays);
+ * fails on a key out of order. The pages it took. */
+static int list_all(struct backend *be,
+                    const char *prefix,
+                    uint32_t limit,
+                    const char *const *keys,
+                    size_t nkeys,
+                    int *seen,
+                    int *strays)
+{
+    struct lock_entry *entries = calloc(limit, sizeof(*entries));
+    struct lock_list out;
+    char after[LOCK_KEY_MAX + 1], last[LOCK_KEY_MAX + 1];
+    size_t after_len = 0, last_len = 0;
+    int pages = 0;
+
+    *strays = 0;
+    if (entries == NULL)
+        return 0;
+    for (; pages < 1000; pages++) {
+        enum backend_result r =
+            list_page(be, prefix, strlen(prefix), pages ? after : NULL,
+                      after_len, limit, entries, &out);
+        CHECK_EQ_INT(r, BACKEND_OK);
+        if (r != BACKEND_OK)
+            break;
+        CHECK(out.n <= limit);
+        for (size_t i = 0; i < out.n; i++) {
+            const struct lock_entry *e = &entries[i];
+            size_t j = 0;
+            CHECK_MSG(last_len == 0 ||
+                          key_cmp(last, last_len, e->key, e->key_len) < 0,
+                      "key %s after %s", e->key, last);
+            CHECK(e->key_len == strlen(e->key) &&
+                  memcmp(e->key, prefix, strlen(prefix)) == 0);
+            memcpy(last, e->key, e->key_len + 1);
+            last_len = e->key_len;
+            while (j < nkeys && strcmp(keys[j], e->key) != 0)
+                j++;
+            if (j < nkeys)
+                seen[j]++;
+            else
+                (*strays)++;
+        }
+        if (!out.more)
+            return pages + 1;
+        CHECK(out.resume_len > 0);
+        if (out.n == limit)
+            CHECK(out.resume_len == entries[out.n - 1].key_len &&
+                  memcmp(out.resume, entries[out.n - 1].key, out.resume_len) ==
+                      0);
+        memcpy(after, out.resume, out.resume_len + 1);
+        after_len = out.resume_len;
+    }
+    free(entries);
+    CHECK_MSG(false, "list never ended");
+    return pages;
+}
+
+static void test_list_pages_each_held_key_once(void)
+{
+    enum {
+        N = 250
+    };
+    static char names[N][16];
+    const char *keys[N];
+    uint64_t fences[N];
+    int seen[N] = { 0 }, strays = 0, pages;
+    struct lock_grant g;
+    struct lock_entry e[8];
+    struct lock_list out;
+
+    for (int i = 0; i < N; i++) {
+        /* written out of order: the store sorts */
+        snprintf(names[i], sizeof(names[i]), "lst/%03d", (i * 37) % N);
+        keys[i] = names[i];
+        CHECK_EQ_INT(acq_owner(be_main, keys[i], TOK_A,
+                               i % 2 ? "owner-odd" : NULL, 30000, &g),
+                     BACKEND_OK);
+        fences[i] = g.fence;
+    }
+    /* beside the prefix, not in it */
+    CHECK_EQ_INT(acq(be_main, "lst", TOK_A, 30000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "lst0", TOK_A, 30000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "lss/1", TOK_A, 30000, &g), BACKEND_OK);
+
+    pages = list_all(be_main, "lst/", 7, keys, N, seen, &strays);
+    printf("  250 held keys in %d pages of 7\n", pages);
+    CHECK_EQ_INT(pages, (N + 6) / 7);
+    CHECK_EQ_INT(strays, 0);
+    for (int i = 0; i < N; i++)
+        CHECK_MSG(seen[i] == 1, "%s seen %d times", keys[i], seen[i]);
+
+    /* the fields of one entry: inspect()'s summary */
+    CHECK_EQ_INT(list_page(be_main, "lst/", 4, "lst/000", 7, 2, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 2);
+    CHECK(out.more);
+    CHECK(strcmp(e[0].key, "lst/001") == 0 && strcmp(e[1].key, "lst/002") == 0);
+    for (int i = 0; i < N; i++)
+        if (strcmp(keys[i], "lst/001") == 0) {
+            CHECK_EQ_INT(e[0].fence, fences[i]);
+            CHECK(e[0].has_owner == (i % 2 == 1));
+            if (i % 2 == 1)
+                CHECK(strcmp(e[0].owner, "owner-odd") == 0);
+        }
+    CHECK_EQ_INT(e[0].mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(e[0].holder_count, 1);
+    CHECK(e[0].ttl_ms > 20000 && e[0].ttl_ms <= 30000);
+    CHECK(e[0].expires_at_ms > clock_wall_ms() + 20000);
+    /* the last page: no more */
+    CHECK_EQ_INT(list_page(be_main, "lst/", 4, "lst/247", 7, 7, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 2);
+    CHECK(!out.more);
+    CHECK_EQ_INT(list_page(be_main, "lst/", 4, "lst/249", 7, 7, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+    CHECK(!out.more);
+    /* a page exactly full at the end of the range says no more */
+    CHECK_EQ_INT(list_page(be_main, "lst/", 4, "lst/242", 7, 7, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 7);
+    CHECK(!out.more);
+
+    for (int i = 0; i < N; i++)
+        CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "lst", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "lst0", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "lss/1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(list_page(be_main, "lst/", 4, NULL, 0, 7, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+}
+
+/* Expired holders are not listed; key rows whose holders all expired (the
+ * reaper's, kept here by a root transaction that locks them) count against
+ * the budget, so a page may end early, empty, with more set. */
+static void test_list_budget_stops_on_expired_rows(void)
+{
+    enum {
+        DEAD = 60
+    };
+    const char *live[] = { "lbud/z1", "lbud/z2" };
+    int seen[2] = { 0 }, strays = 0, pages;
+    char key[32];
+    struct lock_grant g;
+    struct lock_entry e[4];
+    struct lock_list out;
+    MYSQL *root = testsrv_mariadb_root(&srv);
+
+    CHECK(root != NULL);
+    if (root == NULL)
+        return;
+    for (int i = 0; i < DEAD; i++) {
+        snprintf(key, sizeof(key), "lbud/a%02d", i);
+        CHECK_EQ_INT(acq(be_main, key, TOK_A, 1500, &g), BACKEND_OK);
+    }
+    CHECK_EQ_INT(shared(be_main, "lbud/s", TOK_A, 0, 1500, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, live[0], TOK_A, 30000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, live[1], TOK_A, 30000, &g), BACKEND_OK);
+    /* the reaper waits for these rows (and gives up) until ROLLBACK */
+    CHECK(mysql_query(root, "SET SESSION TRANSACTION ISOLATION LEVEL"
+                            " READ COMMITTED") == 0);
+    CHECK(mysql_query(root, "BEGIN") == 0);
+    CHECK(mysql_query(root, "SELECT COUNT(*) FROM lockd.lockd_locks"
+                            " WHERE lock_key >= 'lbud/a'"
+                            " AND lock_key < 'lbud/t' FOR UPDATE") == 0);
+    mysql_free_result(mysql_store_result(root));
+    check_sleep_ms(1600);
+
+    /* budget of limit 1: 18 rows, all expired */
+    CHECK_EQ_INT(list_page(be_main, "lbud/", 5, NULL, 0, 1, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+    CHECK(out.more);
+    CHECK(strcmp(out.resume, "lbud/a17") == 0);
+    pages = list_all(be_main, "lbud/", 1, live, 2, seen, &strays);
+    printf("  2 held keys behind %d expired rows: %d pages of 1\n", DEAD + 1,
+           pages);
+    CHECK(seen[0] == 1 && seen[1] == 1 && strays == 0);
+    /* 18 rows a page: a00-a17, a18-a35, a36-a53 (empty), a54-z1 (z2 is
+       seen beyond the full page), z2 */
+    CHECK_EQ_INT(pages, 5);
+    /* a larger limit looks further */
+    CHECK_EQ_INT(list_page(be_main, "lbud/", 5, NULL, 0, 4, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+    CHECK(out.more && strcmp(out.resume, "lbud/a23") == 0);
+    CHECK_EQ_INT(list_page(be_main, "lbud/", 5, "lbud/a50", 8, 4, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 2);
+    CHECK(!out.more);
+    mysql_query(root, "ROLLBACK");
+    mysql_close(root);
+    CHECK_EQ_INT(rel(be_main, live[0], TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, live[1], TOK_A), BACKEND_OK);
+}
+
+static void test_list_bytes_prefixes_and_shared_keys(void)
+{
+    /* sorted by bytes: ' ' < '!' < 'a' < 0xc3 < 0xe2 < 0xf0 */
+    static const char *const keys[] = {
+        "lby/a",
+        "lby/a ",
+        "lby/a!",
+        "lby/ab",
+        "lby/s",
+        "lby/\xc3\xa9",         /* é */
+        "lby/\xc3\xb6",         /* ö */
+        "lby/\xe2\x82\xac",     /* € */
+        "lby/\xf0\x9f\x94\x92", /* a lock */
+    };
+    const size_t n = sizeof(keys) / sizeof(keys[0]);
+    const char *toks[] = { TOK_A, TOK_B, "cccccccccccccccccccccccccccccccc" };
+    uint64_t sh_fence = 0;
+    struct lock_grant g;
+    struct lock_entry e[16];
+    struct lock_list out;
+
+    for (size_t i = n; i-- > 0;) {
+        if (strcmp(keys[i], "lby/s") != 0) {
+            CHECK_EQ_INT(acq_owner(be_main, keys[i], TOK_A, "o", 30000, &g),
+                         BACKEND_OK);
+            continue;
+        }
+        for (int t = 0; t < 3; t++) {
+            CHECK_EQ_INT(shared(be_main, keys[i], toks[t], 5, 30000, &g),
+                         BACKEND_OK);
+            sh_fence = g.fence;
+        }
+    }
+    CHECK_EQ_INT(list_page(be_main, "lby/", 4, NULL, 0, 16, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, n);
+    CHECK(!out.more);
+    for (size_t i = 0; i < out.n && i < n; i++) {
+        CHECK_MSG(e[i].key_len == strlen(keys[i]) &&
+                      memcmp(e[i].key, keys[i], e[i].key_len) == 0,
+                  "entry %zu is %s, not %s", i, e[i].key, keys[i]);
+        if (i > 0)
+            CHECK(key_cmp(keys[i - 1], strlen(keys[i - 1]), keys[i],
+                          strlen(keys[i])) < 0);
+    }
+    /* the shared key: three holders, the greatest fence, no owner */
+    CHECK_EQ_INT(e[4].mode, LOCK_SHARED);
+    CHECK_EQ_INT(e[4].holder_count, 3);
+    CHECK_EQ_INT(e[4].fence, sh_fence);
+    CHECK(!e[4].has_owner);
+    CHECK(e[0].has_owner && strcmp(e[0].owner, "o") == 0);
+    /* a trailing space is a byte like any other */
+    CHECK_EQ_INT(list_page(be_main, "lby/", 4, "lby/a", 5, 1, e, &out),
+                 BACKEND_OK);
+    CHECK(out.n == 1 && strcmp(e[0].key, "lby/a ") == 0 && out.more);
+    /* prefixes of raw bytes: half a character, 0xff, "a " */
+    CHECK_EQ_INT(list_page(be_main, "lby/\xc3", 5, NULL, 0, 16, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 2);
+    CHECK(out.n == 2 && strcmp(e[0].key, keys[5]) == 0 &&
+          strcmp(e[1].key, keys[6]) == 0);
+    CHECK_EQ_INT(list_page(be_main, "lby/\xc3\xff", 6, NULL, 0, 16, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+    CHECK_EQ_INT(list_page(be_main, "lby\xff", 4, NULL, 0, 16, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+    CHECK_EQ_INT(list_page(be_main, "lby/\xf0", 5, NULL, 0, 16, e, &out),
+                 BACKEND_OK);
+    CHECK(out.n == 1 && strcmp(e[0].key, keys[8]) == 0);
+    CHECK_EQ_INT(list_page(be_main, "lby/a ", 6, NULL, 0, 16, e, &out),
+                 BACKEND_OK);
+    CHECK(out.n == 1 && strcmp(e[0].key, "lby/a ") == 0);
+    CHECK_EQ_INT(list_page(be_main, "lby/%", 5, NULL, 0, 16, e, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0); /* never LIKE */
+    /* the empty prefix, from a cursor: these keys in order */
+    CHECK_EQ_INT(list_page(be_main, "", 0, "lby/", 4, 3, e, &out), BACKEND_OK);
+    CHECK(out.n == 3 && strcmp(e[0].key, "lby/a") == 0 &&
+          strcmp(e[2].key, "lby/a!") == 0 && out.more);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(keys[i], "lby/s") != 0) {
+            CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
+            continue;
+        }
+        for (int t = 0; t < 3; t++)
+            CHECK_EQ_INT(rel(be_main, keys[i], toks[t]), BACKEND_OK);
+    }
+}
+
+static enum backend_result
+force(struct backend *be, const char *key, struct lock_info *info)
+{
+    return backend_force_release(be, key, strlen(key), info);
+}
+
+static void test_force_release_exclusive_with_reentries(void)
+{
+    struct lock_grant g, h, r;
+    struct lock_info info;
+
+    CHECK_EQ_INT(acq_kind(be_main, "frx", TOK_A, LOCK_EXCLUSIVE, 0, "idem-frx",
+                          30000, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "frx", TOK_A, &r), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "frx", TOK_A, &r), BACKEND_OK);
+    notes_reset();
+    CHECK_EQ_INT(force(be_main, "frx", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 1);
+    CHECK_EQ_INT(info.nholders, 1);
+    CHECK_EQ_INT(info.fence, g.fence);
+    CHECK_EQ_INT(info.holds, 3);
+    CHECK_EQ_INT(info.mode, LOCK_EXCLUSIVE);
+    CHECK(info.holders != NULL && info.holders[0].fence == g.fence);
+    lock_info_clear(&info);
+    CHECK(notes_heard("frx", 0)); /* this instance's waiters, at once */
+    /* every hold is gone, and the token with them */
+    CHECK_EQ_INT(insp(be_main, "frx", &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(ren(be_main, "frx", TOK_A, 0, &r), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(rel(be_main, "frx", TOK_A), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(force(be_main, "frx", &info), BACKEND_NOT_FOUND);
+    /* the Idempotency-Key went too: a new grant, a greater fence */
+    CHECK_EQ_INT(acq_kind(be_main, "frx", TOK_B, LOCK_EXCLUSIVE, 0, "idem-frx",
+                          30000, NULL, &h),
+                 BACKEND_OK);
+    CHECK(!h.replay);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(ren(be_main, "frx", TOK_A, 0, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks_holders"
+                          " WHERE lock_key = 'frx'"),
+                 1);
+    CHECK_EQ_INT(rel(be_main, "frx", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(root_sql("SELECT COUNT(*) FROM lockd.lockd_locks"
+                          " WHERE lock_key = 'frx'"),
+                 0);
+}
+
+static void test_force_release_shared_and_free_keys(void)
+{
+    const char *toks[] = { TOK_A, TOK_B, "cccccccccccccccccccccccccccccccc" };
+    uint64_t fences[3];
+    struct lock_grant g;
+    struct lock_info info;
+
+    for (int t = 0; t < 3; t++) {
+        CHECK_EQ_INT(shared(be_main, "frs", toks[t], 3, 30000 - t * 1000, &g),
+                     BACKEND_OK);
+        fences[t] = g.fence;
+    }
+    CHECK_EQ_INT(force(be_main, "frs", &info), BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_SHARED);
+    CHECK_EQ_INT(info.limit, 3);
+    CHECK_EQ_INT(info.holder_count, 3);
+    CHECK_EQ_INT(info.nholders, 3);
+    CHECK_EQ_INT(info.fence, fences[2]);
+    CHECK(info.ttl_ms > 25000); /* the holder that expires last */
+    for (uint32_t i = 0; i < info.nholders && i < 3; i++)
+        CHECK_EQ_INT(info.holders[i].fence, fences[i]);
+    lock_info_clear(&info);
+    for (int t = 0; t < 3; t++)
+        CHECK_EQ_INT(rel(be_main, "frs", toks[t]), BACKEND_NOT_FOUND);
+    /* the limit went with the holders */
+    CHECK_EQ_INT(shared(be_main, "frs", TOK_A, 7, 30000, &g), BACKEND_OK);
+    CHECK(g.fence > fences[2]);
+    CHECK_EQ_INT(rel(be_main, "frs", TOK_A), BACKEND_OK);
+
+    /* free, never held, expired */
+    CHECK_EQ_INT(force(be_main, "frs", &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(force(be_main, "fr-never", &info), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(acq(be_main, "fr-exp", TOK_A, 100, &g), BACKEND_OK);
+    check_sleep_ms(200);
+    CHECK_EQ_INT(force(be_main, "fr-exp", &info), BACKEND_NOT_FOUND);
+    CHECK(info.holders == NULL && info.holder_count == 0);
+}
+
+/* Notes of the instance opened with &waiter_tag, for one key. */
+static int waiter_tag;
+static atomic_int waiter_hits;
+static const char *waiter_key;
+
+static void on_waiter_notify(void *arg, const char *key, size_t len)
+{
+    if (arg == &waiter_tag && waiter_key != NULL && len == strlen(waiter_key) &&
+        memcmp(key, waiter_key, len) == 0)
+        atomic_fetch_add(&waiter_hits, 1);
+}
+
+static void test_force_release_wakes_another_instance(void)
+{
+    static const char key[] = "fr-wait \xc3\xa9";
+    struct backend *waiter = be_open(url, on_waiter_notify, &waiter_tag);
+    struct lock_grant g, h;
+    struct lock_info info;
+    int64_t t0, heard = -1, granted = -1;
+
+    CHECK(waiter != NULL);
+    if (waiter == NULL)
+        return;
+    waiter_key = key;
+    atomic_store(&waiter_hits, 0);
+    check_sleep_ms(200); /* its watcher has read where the events stand */
+    CHECK_EQ_INT(acq(be_main, key, TOK_A, 30000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(waiter, key, TOK_B, 30000, &h), BACKEND_HELD);
+    CHECK(h.retry_ms > 20000); /* no help from the retry hint */
+    t0 = check_mono_ms();
+    CHECK_EQ_INT(force(be_main, key, &info), BACKEND_OK);
+    lock_info_clear(&info);
+    while (check_mono_ms() - t0 < 3000 && atomic_load(&waiter_hits) == 0)
+        check_sleep_ms(5);
+    if (atomic_load(&waiter_hits) > 0) {
+        heard = check_mono_ms() - t0;
+        CHECK_EQ_INT(acq(waiter, key, TOK_B, 30000, &h), BACKEND_OK);
+        granted = check_mono_ms() - t0;
+        CHECK(h.fence > g.fence);
+    }
+    printf("  a forced release woke another instance after %lld ms, "
+           "granted after %lld ms\n",
+           (long long)heard, (long long)granted);
+    CHECK(heard >= 0 && heard < 1000);
+    CHECK(granted >= 0 && granted < 1500);
+    CHECK_EQ_INT(rel(waiter, key, TOK_B), BACKEND_OK);
+    waiter_key = NULL;
+    mysql_backend.close(waiter);
+}
+
+/* Holders of key whose TTL had passed: their rows' expiry moved back a
+ * minute (tok NULL: every holder, and the key's row). */
+static void expire_now(const char *key, const char *tok)
+{
+    char sql[300];
+
+    if (tok == NULL)
+        CHECK_EQ_INT(root_sql((snprintf(sql, sizeof(sql),
+                                        "UPDATE lockd.lockd_locks SET"
+                                        " expires_at = expires_at - 60000"
+                                        " WHERE lock_key = '%s'",
+                                        key),
+                               sql)),
+                     0);
+    snprintf(sql, sizeof(sql),
+             "UPDATE lockd.lockd_locks_holders SET expires_at ="
+             " expires_at - 60000 WHERE lock_key = '%s'%s%s%s",
+             key, tok ? " AND token = '" : "", tok ? tok : "", tok ? "'" : "");
+    CHECK_EQ_INT(root_sql(sql), 0);
+}
+
+/* The reaper (every second) may delete an expired holder first, and then
+ * there is no takeover to report: up to three tries, each well inside a
+ * second, must see it once; none may report a wrong fence. */
+static void test_acquire_reports_the_expired_fence(void)
+{
+    struct lock_grant g, h, s1, s2;
+    int exact = 0;
+
+    CHECK_EQ_INT(acq(be_main, "exf", TOK_A, 30000, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.expired_fence, 0); /* a free key */
+    CHECK_EQ_INT(rel(be_main, "exf", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "exf", TOK_A, 30000, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.expired_fence, 0); /* released, not expired */
+    for (int i = 0; i < 3 && exact == 0; i++) {
+        expire_now("exf", NULL);
+        CHECK_EQ_INT(acq(be_main, "exf", TOK_B, 30000, &h), BACKEND_OK);
+        CHECK(h.expired_fence == 0 || h.expired_fence == g.fence);
+        exact += h.expired_fence == g.fence;
+        g = h;
+        CHECK_EQ_INT(rel(be_main, "exf", TOK_B), BACKEND_OK);
+        CHECK_EQ_INT(acq(be_main, "exf", TOK_B, 30000, &g), BACKEND_OK);
+        CHECK_EQ_INT(rel(be_main, "exf", TOK_B), BACKEND_OK);
+        CHECK_EQ_INT(acq(be_main, "exf", TOK_A, 30000, &g), BACKEND_OK);
+    }
+    CHECK_EQ_INT(exact, 1);
+    CHECK_EQ_INT(rel(be_main, "exf", TOK_A), BACKEND_OK);
+
+    /* shared: an expired holder beside a live one is reaped by the grant */
+    exact = 0;
+    for (int i = 0; i < 3 && exact == 0; i++) {
+        CHECK_EQ_INT(shared(be_main, "exs", TOK_A, 0, 30000, &s1), BACKEND_OK);
+        CHECK_EQ_INT(shared(be_main, "exs", TOK_B, 0, 30000, &s2), BACKEND_OK);
+        CHECK_EQ_INT(s2.expired_fence, 0);
+        expire_now("exs", TOK_B);
+        CHECK_EQ_INT(shared(be_main, "exs", "cccccccccccccccccccccccccccccccc",
+                            0, 30000, &h),
+                     BACKEND_OK);
+        CHECK(h.expired_fence == 0 || h.expired_fence == s2.fence);
+        exact += h.expired_fence == s2.fence;
+        CHECK_EQ_INT(rel(be_main, "exs", TOK_A), BACKEND_OK);
+        CHECK_EQ_INT(rel(be_main, "exs", "cccccccccccccccccccccccccccccccc"),
+                     BACKEND_OK);
+    }
+    CHECK_EQ_INT(exact, 1);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_open_succeeds_while_mysql_is_down),
@@ -1951,6 +2474,13 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_multi_most_keys_in_time),
     CHECK_CASE(test_multi_no_deadlock_under_contention),
     CHECK_CASE(test_multi_gives_up_when_out_of_time),
+    CHECK_CASE(test_list_pages_each_held_key_once),
+    CHECK_CASE(test_list_budget_stops_on_expired_rows),
+    CHECK_CASE(test_list_bytes_prefixes_and_shared_keys),
+    CHECK_CASE(test_force_release_exclusive_with_reentries),
+    CHECK_CASE(test_force_release_shared_and_free_keys),
+    CHECK_CASE(test_force_release_wakes_another_instance),
+    CHECK_CASE(test_acquire_reports_the_expired_fence),
     CHECK_CASE(test_fences_outlive_the_backend),
     CHECK_CASE(test_dropped_tables_are_made_again),
     CHECK_CASE(test_old_schema_upgrade_gives_larger_fences),
