@@ -14,7 +14,7 @@ import time
 import urllib.parse
 
 import harness
-from client import Waiter, acquire, expect_error, expect_grant, expect_json, path, release, req
+from client import Waiter, acquire, expect_error, expect_grant, expect_json, metric, metrics, path, release, req
 from harness import check, eq
 
 ADMIN = "adm1n-Token_lockd-e2e"
@@ -268,3 +268,23 @@ def force_wakes_waiter(ctx):
     body = expect_grant(w.resp, key)
     check(w.t_done - t0 < 2.0, "granted %.2f s after the forced release" % (w.t_done - t0))
     check(body["fence"] > g["fence"], "the waiter's fence is greater")
+
+
+@harness.scenario("operator: lockd_http_request_duration_seconds of acquire leaves out the time parked waiting")
+def parked_time_not_in_latency(ctx):
+    ld = ctx.new_lockd()
+    key = ctx.key("opparked")
+    g = ld_acquire(ld, key, ttl_ms=20000)
+    w = Waiter(ctx, key, wait_ms=10000, ttl_ms=5000, lockd=ld)
+    w.start()
+    time.sleep(1.2)
+    r = ld.request("DELETE", path(key), headers={"Lock-Token": g["token"]})
+    expect_json(r, 200, "release")
+    w.join(10)
+    check(w.resp is not None and w.resp.status == 201, "the waiter was granted: %r" % (w.resp,))
+    check(w.t_done - w.t_sent >= 1.0, "the waiter waited %.2f s" % (w.t_done - w.t_sent))
+    samples = metrics(ctx, ld)
+    total = metric(samples, "lockd_http_request_duration_seconds_sum", route="acquire")
+    count = metric(samples, "lockd_http_request_duration_seconds_count", route="acquire")
+    eq(count, 2, "acquires counted")
+    check(total < 0.5, "acquire latency sum %.3f s includes the %.2f s parked" % (total, w.t_done - w.t_sent))
