@@ -24,9 +24,21 @@ struct api_event_ctx {
 
 /*
  * The outcome of lock call c: r and, by c->verb, g (acquire, renew,
- * release: struct lock_grant), info (inspect, force release: the holders
- * removed), mg (the multi verbs). Any of g, info, mg may be NULL when the
- * verb has none. Thread-safe; never blocks on I/O beyond the log's buffer.
+ * release: struct lock_grant), info (inspect: unused), mg (the multi
+ * verbs). Any of g, info, mg may be NULL when the verb has none; ctx may
+ * be NULL (no client, no request id, no wait). Everything is borrowed for
+ * the call. Thread-safe; never blocks on I/O beyond the log's buffer.
+ *
+ * By verb and result (docs/operations.md): acquire OK (not a replay)
+ * lock.granted, after lock.expired (reason "taken over") when
+ * g->expired_fence != 0; a re-entry OK lock.reentered; renew OK
+ * lock.renewed (--log-events all only); release OK lock.released (held_ms
+ * from g->granted_at_ms, also into lockd_lock_hold_seconds); 404 or 409
+ * mismatch on renew, release or re-entry lock.lost; an acquire with
+ * ctx->waited answered HELD lock.wait_timeout, one whose client left
+ * (ctx->cancelled) lock.wait_cancelled, each wait observed in
+ * lockd_lock_wait_seconds. The multi verbs write the same per key. Each
+ * event is counted in lockd_lock_events_total, written or not.
  */
 void events_after_call(const struct api_config *cfg,
                        const struct api_call *c,
@@ -35,5 +47,19 @@ void events_after_call(const struct api_config *cfg,
                        const struct lock_info *info,
                        const struct lock_multi_grant *mg,
                        const struct api_event_ctx *ctx);
+
+/*
+ * The audit line of a forced release (DELETE /locks/{key}?force=true
+ * answered 200): lock.force_released at warn, written whatever
+ * --log-level and --log-events, with key (key_len bytes), holders, fence
+ * (the greatest) and owner from info (the holders removed; may be NULL),
+ * client and request_id from ctx (may be NULL), admin "token"; counted in
+ * lockd_lock_events_total. Borrowed for the call; thread-safe.
+ */
+void events_force_released(const struct api_config *cfg,
+                           const char *key,
+                           size_t key_len,
+                           const struct lock_info *info,
+                           const struct api_event_ctx *ctx);
 
 #endif /* API_EVENTS_H */

@@ -5,11 +5,17 @@
  */
 #include "lib/metrics.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 /* Upper bounds in microseconds; the last bucket is +Inf. Waits of minutes
  * land in the top buckets. */
@@ -20,8 +26,31 @@ static const int64_t bucket_us[] = {
 };
 #define NBUCKETS (sizeof(bucket_us) / sizeof(bucket_us[0]))
 
+/* Lock waits and holds: from a millisecond to four hours (a batch job's
+ * lock), so both a contended hot key and a nightly job read well. */
+static const int64_t lock_bucket_us[] = {
+    1000,      5000,       10000,      50000,      100000,
+    250000,    500000,     1000000,    2500000,    5000000,
+    10000000,  30000000,   60000000,   120000000,  300000000,
+    600000000, 1800000000, 3600000000, 7200000000, 14400000000,
+};
+#define NLOCK_BUCKETS (sizeof(lock_bucket_us) / sizeof(lock_bucket_us[0]))
+#define HIST_MAX      20 /* the most finite buckets of any histogram */
+
+_Static_assert(NBUCKETS <= HIST_MAX && NLOCK_BUCKETS <= HIST_MAX,
+               "a histogram has more buckets than HIST_MAX");
+
+struct bounds {
+    const int64_t *us; /* ascending upper bounds */
+    size_t n;
+};
+
+static const struct bounds call_bounds = { bucket_us, NBUCKETS };
+static const struct bounds lock_bounds = { lock_bucket_us, NLOCK_BUCKETS };
+
 struct histogram {
-    _Atomic uint64_t buckets[NBUCKETS + 1]; /* per bucket, not cumulative */
+    _Atomic uint64_t buckets[HIST_MAX + 1]; /* per bucket, not cumulative;
+                                               [bounds.n] is +Inf */
     _Atomic uint64_t sum_us;
     _Atomic uint64_t count;
 };
@@ -43,6 +72,11 @@ static struct histogram backend_hist[METRICS_LABELS_MAX];
 static _Atomic uint64_t grants, renewals, releases, expiries, conflicts;
 static _Atomic uint64_t shared_grants, reentries, replays, multi_grants;
 static _Atomic int64_t waiters;
+static _Atomic uint64_t events[METRICS_EV_COUNT];
+static struct histogram wait_hist[3]; /* by enum metrics_wait_result */
+static struct histogram hold_hist;
+static _Atomic int64_t connections;
+static uint64_t connections_max; /* frozen before the server */
 
 static const char *build_version = "unknown"; /* frozen before the server */
 static const char *build_backend = "unknown";
@@ -62,13 +96,13 @@ void metrics_setup(const char *version,
     nops = n_ops < METRICS_LABELS_MAX ? n_ops : METRICS_LABELS_MAX;
 }
 
-static void hist_add(struct histogram *h, int64_t us)
+static void hist_add(struct histogram *h, const struct bounds *bd, int64_t us)
 {
     size_t i = 0;
 
     if (us < 0)
         us = 0;
-    while (i < NBUCKETS && us > bucket_us[i])
+    while (i < bd->n && us > bd->us[i])
         i++;
     atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->sum_us, (uint64_t)us, memory_order_relaxed);
@@ -86,7 +120,7 @@ void metrics_request(unsigned route, unsigned status, int64_t duration_us)
     while (i < NSTATUS && statuses[i] != status)
         i++;
     atomic_fetch_add_explicit(&requests[route][i], 1, memory_order_relaxed);
-    hist_add(&request_hist[route], duration_us);
+    hist_add(&request_hist[route], &call_bounds, duration_us);
 }
 
 void metrics_backend_op(unsigned op, int ok, int64_t duration_us)
@@ -96,7 +130,7 @@ void metrics_backend_op(unsigned op, int ok, int64_t duration_us)
     atomic_fetch_add_explicit(&backend_ops[op], 1, memory_order_relaxed);
     if (!ok)
         atomic_fetch_add_explicit(&backend_errors[op], 1, memory_order_relaxed);
-    hist_add(&backend_hist[op], duration_us);
+    hist_add(&backend_hist[op], &call_bounds, duration_us);
 }
 
 void metrics_lock_granted(int shared)
@@ -147,6 +181,52 @@ void metrics_waiters_add(int64_t delta)
     atomic_fetch_add_explicit(&waiters, delta, memory_order_relaxed);
 }
 
+static const char *const event_names[METRICS_EV_COUNT] = {
+    [METRICS_EV_GRANTED] = "lock.granted",
+    [METRICS_EV_REENTERED] = "lock.reentered",
+    [METRICS_EV_RENEWED] = "lock.renewed",
+    [METRICS_EV_RELEASED] = "lock.released",
+    [METRICS_EV_EXPIRED] = "lock.expired",
+    [METRICS_EV_LOST] = "lock.lost",
+    [METRICS_EV_WAIT_TIMEOUT] = "lock.wait_timeout",
+    [METRICS_EV_WAIT_CANCELLED] = "lock.wait_cancelled",
+    [METRICS_EV_FORCE_RELEASED] = "lock.force_released",
+};
+
+static const char *const wait_results[] = { "granted", "timeout", "cancelled" };
+
+const char *metrics_event_name(enum metrics_event ev)
+{
+    return (unsigned)ev < METRICS_EV_COUNT ? event_names[ev] : "lock.unknown";
+}
+
+void metrics_lock_event(enum metrics_event ev)
+{
+    if ((unsigned)ev < METRICS_EV_COUNT)
+        atomic_fetch_add_explicit(&events[ev], 1, memory_order_relaxed);
+}
+
+void metrics_lock_wait(enum metrics_wait_result result, int64_t parked_us)
+{
+    if ((unsigned)result < sizeof(wait_hist) / sizeof(wait_hist[0]))
+        hist_add(&wait_hist[result], &lock_bounds, parked_us);
+}
+
+void metrics_lock_hold(int64_t held_us)
+{
+    hist_add(&hold_hist, &lock_bounds, held_us);
+}
+
+void metrics_http_connections_add(int64_t delta)
+{
+    atomic_fetch_add_explicit(&connections, delta, memory_order_relaxed);
+}
+
+void metrics_http_connections_max(uint64_t max)
+{
+    connections_max = max;
+}
+
 struct buf {
     char *data;
     size_t len, cap;
@@ -194,15 +274,16 @@ put_counter(struct buf *b, const char *name, const char *help, uint64_t v)
 static void put_hist(struct buf *b,
                      const char *name,
                      const char *labels,
-                     struct histogram *h)
+                     struct histogram *h,
+                     const struct bounds *bd)
 {
     uint64_t cum = 0;
 
-    for (size_t i = 0; i <= NBUCKETS; i++) {
+    for (size_t i = 0; i <= bd->n; i++) {
         cum += atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
-        if (i < NBUCKETS)
+        if (i < bd->n)
             bprintf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels,
-                    (double)bucket_us[i] / 1e6, (unsigned long long)cum);
+                    (double)bd->us[i] / 1e6, (unsigned long long)cum);
         else
             bprintf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels,
                     (unsigned long long)cum);
@@ -245,13 +326,14 @@ static void put_http(struct buf *b)
         }
     }
     bprintf(b, "# HELP lockd_http_request_duration_seconds Time from "
-               "request to response, waits included.\n"
+               "request to response; for acquires, the time parked waiting for "
+               "the key is not included (lockd_lock_wait_seconds has it).\n"
                "# TYPE lockd_http_request_duration_seconds histogram\n");
     for (size_t r = 0; r < nroutes; r++) {
         snprintf(labels, sizeof(labels), "route=\"%s\",backend=\"%s\"",
                  route_names[r], build_backend);
         put_hist(b, "lockd_http_request_duration_seconds", labels,
-                 &request_hist[r]);
+                 &request_hist[r], &call_bounds);
     }
 }
 
@@ -324,8 +406,225 @@ static void put_backend(struct buf *b)
         snprintf(labels, sizeof(labels), "backend=\"%s\",op=\"%s\"",
                  build_backend, op_names[o]);
         put_hist(b, "lockd_backend_operation_duration_seconds", labels,
-                 &backend_hist[o]);
+                 &backend_hist[o], &call_bounds);
     }
+}
+
+/* The lock lifecycle: events by name, and how long waits and holds took. */
+static void put_lifecycle(struct buf *b)
+{
+    char labels[128];
+
+    bprintf(b, "# HELP lockd_lock_events_total Lock lifecycle events, "
+               "whether written to the log or not (--log-events).\n"
+               "# TYPE lockd_lock_events_total counter\n");
+    for (size_t e = 0; e < METRICS_EV_COUNT; e++)
+        bprintf(b, "lockd_lock_events_total{event=\"%s\"} %llu\n",
+                event_names[e], (unsigned long long)load(&events[e]));
+    bprintf(b, "# HELP lockd_lock_wait_seconds Time an acquire with "
+               "wait_ms > 0 spent parked, by how the wait ended.\n"
+               "# TYPE lockd_lock_wait_seconds histogram\n");
+    for (size_t r = 0; r < sizeof(wait_hist) / sizeof(wait_hist[0]); r++) {
+        snprintf(labels, sizeof(labels), "backend=\"%s\",result=\"%s\"",
+                 build_backend, wait_results[r]);
+        put_hist(b, "lockd_lock_wait_seconds", labels, &wait_hist[r],
+                 &lock_bounds);
+    }
+    bprintf(b, "# HELP lockd_lock_hold_seconds Time from grant to release "
+               "of a lock, where the store knows the grant's time.\n"
+               "# TYPE lockd_lock_hold_seconds histogram\n");
+    snprintf(labels, sizeof(labels), "backend=\"%s\"", build_backend);
+    put_hist(b, "lockd_lock_hold_seconds", labels, &hold_hist, &lock_bounds);
+}
+
+static void put_connections(struct buf *b)
+{
+    bprintf(
+        b,
+        "# HELP lockd_http_connections Open HTTP connections now "
+        "(waiters included).\n"
+        "# TYPE lockd_http_connections gauge\n"
+        "lockd_http_connections %lld\n",
+        (long long)atomic_load_explicit(&connections, memory_order_relaxed));
+    if (connections_max > 0)
+        bprintf(b,
+                "# HELP lockd_http_connections_max The most open HTTP "
+                "connections allowed (--max-connections).\n"
+                "# TYPE lockd_http_connections_max gauge\n"
+                "lockd_http_connections_max %llu\n",
+                (unsigned long long)connections_max);
+}
+
+/* Read up to cap - 1 bytes of a /proc file into buf (NUL-terminated):
+ * the bytes read, or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t cap)
+{
+    size_t len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return -1;
+    while (len + 1 < cap) {
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            close(fd);
+            return -1;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = '\0';
+    return (ssize_t)len;
+}
+
+/* The boot time (unix s, /proc/stat's btime): it never changes, so it is
+ * read once (/proc/stat grows with the CPUs: not at every scrape). */
+static int64_t boot_time_s = -1;
+static pthread_once_t boot_once = PTHREAD_ONCE_INIT;
+
+static void read_boot_time(void)
+{
+    FILE *f = fopen("/proc/stat", "re");
+    char line[256];
+
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *end;
+        long long v;
+
+        if (strncmp(line, "btime ", 6) != 0)
+            continue;
+        errno = 0;
+        v = strtoll(line + 6, &end, 10);
+        if (errno == 0 && end != line + 6 && v > 0)
+            boot_time_s = v;
+        break;
+    }
+    fclose(f);
+}
+
+/* From /proc/self/stat (proc(5)): fields 14 utime, 15 stime, 22
+ * starttime (clock ticks), 23 vsize (bytes), 24 rss (pages). */
+struct proc_stat {
+    unsigned long long utime, stime, starttime, vsize, rss;
+};
+
+static int read_proc_stat(struct proc_stat *ps)
+{
+    char buf[1024], *p, *end;
+    unsigned long long f[25] = { 0 };
+
+    if (read_small("/proc/self/stat", buf, sizeof(buf)) <= 0)
+        return -1;
+    /* the name (field 2) may hold spaces and ')': skip past its last ')' */
+    p = strrchr(buf, ')');
+    if (p == NULL || p[1] != ' ')
+        return -1;
+    p += 2;
+    for (int i = 3; i <= 24; i++) {
+        while (*p == ' ')
+            p++;
+        if (i == 3) { /* the state, a letter */
+            p = strchr(p, ' ');
+            if (p == NULL)
+                return -1;
+            continue;
+        }
+        errno = 0;
+        f[i] = strtoull(p, &end, 10);
+        if (end == p || errno != 0)
+            return -1;
+        p = end;
+    }
+    ps->utime = f[14];
+    ps->stime = f[15];
+    ps->starttime = f[22];
+    ps->vsize = f[23];
+    ps->rss = f[24];
+    return 0;
+}
+
+/* Open descriptors: one readdir of /proc/self/fd, the directory's own
+ * descriptor left out. -1 if it cannot be read. */
+static long long count_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    long long n = 0;
+    int self;
+
+    if (d == NULL)
+        return -1;
+    self = dirfd(d);
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long v;
+
+        if (e->d_name[0] == '.')
+            continue;
+        v = strtol(e->d_name, &end, 10);
+        if (*end == '\0' && v != self)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void
+put_gauge(struct buf *b, const char *name, const char *help, double v)
+{
+    bprintf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.15g\n", name, help, name,
+            name, v);
+}
+
+/* Prometheus' standard process_* families, from /proc (each left out when
+ * it cannot be read). */
+static void put_process(struct buf *b)
+{
+    struct proc_stat ps;
+    struct rlimit rl;
+    long ticks = sysconf(_SC_CLK_TCK);
+    long page = sysconf(_SC_PAGESIZE);
+    long long fds = count_open_fds();
+
+    pthread_once(&boot_once, read_boot_time);
+    if (ticks > 0 && page > 0 && read_proc_stat(&ps) == 0) {
+        bprintf(b,
+                "# HELP process_cpu_seconds_total User and system CPU "
+                "time spent, in seconds.\n"
+                "# TYPE process_cpu_seconds_total counter\n"
+                "process_cpu_seconds_total %.2f\n",
+                (double)(ps.utime + ps.stime) / (double)ticks);
+        put_gauge(b, "process_resident_memory_bytes",
+                  "Resident memory size in bytes.",
+                  (double)ps.rss * (double)page);
+        put_gauge(b, "process_virtual_memory_bytes",
+                  "Virtual memory size in bytes.", (double)ps.vsize);
+        if (boot_time_s > 0)
+            put_gauge(b, "process_start_time_seconds",
+                      "Start time of the process since unix epoch in "
+                      "seconds.",
+                      (double)boot_time_s +
+                          (double)ps.starttime / (double)ticks);
+    }
+    if (fds >= 0)
+        put_gauge(b, "process_open_fds", "Number of open file descriptors.",
+                  (double)fds);
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur == RLIM_INFINITY)
+        bprintf(b, "# HELP process_max_fds Maximum number of open file "
+                   "descriptors.\n# TYPE process_max_fds gauge\n"
+                   "process_max_fds +Inf\n");
+    else
+        put_gauge(b, "process_max_fds",
+                  "Maximum number of open file descriptors.",
+                  (double)rl.rlim_cur);
 }
 
 char *metrics_render(int64_t held, size_t *len)
@@ -342,6 +641,9 @@ char *metrics_render(int64_t held, size_t *len)
     put_http(&b);
     put_locks(&b, held);
     put_backend(&b);
+    put_lifecycle(&b);
+    put_connections(&b);
+    put_process(&b);
     if (b.failed) {
         free(b.data);
         return NULL;

@@ -40,8 +40,47 @@ void metrics_lock_expired(uint64_t n); /* for stores that see expiries */
 void metrics_lock_conflict(void);      /* an acquire answered 409 */
 void metrics_waiters_add(int64_t delta);
 
+/* The lock lifecycle events (api/events.c), counted in
+ * lockd_lock_events_total{event} whether written to the log or not. */
+enum metrics_event {
+    METRICS_EV_GRANTED = 0,
+    METRICS_EV_REENTERED,
+    METRICS_EV_RENEWED,
+    METRICS_EV_RELEASED,
+    METRICS_EV_EXPIRED,
+    METRICS_EV_LOST,
+    METRICS_EV_WAIT_TIMEOUT,
+    METRICS_EV_WAIT_CANCELLED,
+    METRICS_EV_FORCE_RELEASED,
+    METRICS_EV_COUNT,
+};
+/* "lock.granted", ...: the event's name, in the log and as the label. */
+const char *metrics_event_name(enum metrics_event ev);
+void metrics_lock_event(enum metrics_event ev); /* ev < METRICS_EV_COUNT */
+
+/* How a wait (an acquire with wait_ms > 0) ended. */
+enum metrics_wait_result {
+    METRICS_WAIT_GRANTED = 0,
+    METRICS_WAIT_TIMEOUT,
+    METRICS_WAIT_CANCELLED,
+};
+/* lockd_lock_wait_seconds{result}: the time the acquire spent parked. */
+void metrics_lock_wait(enum metrics_wait_result result, int64_t parked_us);
+/* lockd_lock_hold_seconds: grant to release of one hold. */
+void metrics_lock_hold(int64_t held_us);
+
+/* lockd_http_connections: open HTTP connections (service/conntrack.c
+ * adds +1 when one starts and -1 when it closes). */
+void metrics_http_connections_add(int64_t delta);
+/* lockd_http_connections_max: the configured cap (--max-connections);
+ * set once before the server starts; 0, the default, leaves it out. */
+void metrics_http_connections_max(uint64_t max);
+
 /* Render the exposition; held is the held-locks gauge (-1: omit it).
- * Returns a malloc'ed NUL-terminated string (caller frees) or NULL. */
+ * Also reads /proc/self for the process_* families (one read of stat, one
+ * readdir of fd; /proc/stat once per process for the boot time): on a
+ * system without /proc they are left out. Returns a malloc'ed NUL-terminated
+ * string (caller frees) or NULL. */
 char *metrics_render(int64_t held, size_t *len);
 
 #endif /* LIB_METRICS_H */

@@ -34,6 +34,7 @@
 
 #include "lib/clock.h"
 #include "lib/log.h"
+#include "lib/metrics.h"
 
 #define ADDR_BUCKETS 4096
 #define TICK_MAX_US  250000   /* the reaper's period, at most */
@@ -75,6 +76,7 @@ struct conntrack {
     unsigned max_per_ip; /* 0: no cap */
     uint64_t salt;       /* for the ids of 429s */
     _Atomic uint64_t refused, cut, next_id;
+    _Atomic uint64_t open; /* tracked connections (lockd_http_connections) */
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t cv;  /* stop */
@@ -240,6 +242,9 @@ static void on_started(struct conntrack *ct,
     ct->conns = c;
     pthread_mutex_unlock(&ct->mu);
     *socket_context = c;
+    /* counted while tracked: from here until on_closed() unlinks it */
+    atomic_fetch_add_explicit(&ct->open, 1, memory_order_relaxed);
+    metrics_http_connections_add(1);
 
     if (refuse) {
         /* libmicrohttpd reads the end of the stream (or the request, which
@@ -268,6 +273,14 @@ static void on_closed(struct conntrack *ct, void **socket_context)
         addr_del(ct, c->addr);
     pthread_mutex_unlock(&ct->mu);
     free(c);
+    atomic_fetch_sub_explicit(&ct->open, 1, memory_order_relaxed);
+    metrics_http_connections_add(-1);
+}
+
+uint64_t conntrack_open_count(struct conntrack *ct)
+{
+    return ct != NULL ? atomic_load_explicit(&ct->open, memory_order_relaxed)
+                      : 0;
 }
 
 void conntrack_notify(void *cls,
@@ -494,6 +507,7 @@ void conntrack_free(struct conntrack *ct)
         struct conn *c = ct->conns;
         ct->conns = c->next;
         free(c);
+        metrics_http_connections_add(-1);
     }
     for (size_t b = 0; b < ADDR_BUCKETS; b++)
         while (ct->buckets[b] != NULL) {

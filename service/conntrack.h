@@ -13,6 +13,10 @@
  * that has arrived - being answered, or parked in the wait queue - is never
  * cut. A connection over its address's cap is answered 429
  * too_many_requests at once and shut down, before its request is read.
+ *
+ * It also counts the open connections, waiters and refused ones included
+ * (each from its STARTED to its CLOSED notification): conntrack_open_count()
+ * and the lockd_http_connections gauge of lib/metrics.h.
  */
 #ifndef SERVICE_CONNTRACK_H
 #define SERVICE_CONNTRACK_H
@@ -46,5 +50,9 @@ void conntrack_request_arrived(struct MHD_Connection *conn);
 
 /* The request is over: the connection is idle until the next request. */
 void conntrack_request_done(struct MHD_Connection *conn);
+
+/* The connections open now (tracked: STARTED seen, CLOSED not yet). Any
+ * thread; 0 for NULL. */
+uint64_t conntrack_open_count(struct conntrack *ct);
 
 #endif /* SERVICE_CONNTRACK_H */
