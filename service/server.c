@@ -537,11 +537,17 @@ static void after_call(struct request *r, const char *client)
                   !c->reenter && c->wait_ms > 0,
         .cancelled = r->w.client_gone,
     };
-    bool has_info =
-        c->verb == API_VERB_INSPECT || c->verb == API_VERB_FORCE_RELEASE;
+    bool has_info = c->verb == API_VERB_INSPECT;
 
     if (c->verb == API_VERB_READYZ || c->verb == API_VERB_METRICS)
         return;
+    if (c->verb == API_VERB_FORCE_RELEASE) {
+        /* the audit line for a key the store freed, answered or not */
+        if (r->w.result == BACKEND_OK)
+            events_force_released(r->srv->api, c->key, c->key_len, &r->w.info,
+                                  &ctx);
+        return;
+    }
     events_after_call(r->srv->api, c, r->w.result,
                       api_call_is_multi(c) || has_info ? NULL : &r->w.grant,
                       has_info ? &r->w.info : NULL,

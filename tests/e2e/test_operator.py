@@ -8,8 +8,10 @@ Keys come from ctx.key() and every list names its own prefix: stores
 outlive one scenario.
 """
 
+import json
 import os
 import re
+import socket
 import time
 import urllib.parse
 
@@ -31,9 +33,9 @@ def token_file(ctx, name, value):
     return p
 
 
-def admin_lockd(ctx, auth=True):
+def admin_lockd(ctx, auth=True, extra=()):
     """A lockd on ctx's store with the admin token (and the auth token)."""
-    args = ["--admin-token-file", token_file(ctx, "admin", ADMIN)]
+    args = ["--admin-token-file", token_file(ctx, "admin", ADMIN)] + list(extra)
     if auth:
         args += ["--auth-token-file", token_file(ctx, "auth", USER)]
     return ctx.new_lockd(args)
@@ -288,3 +290,52 @@ def parked_time_not_in_latency(ctx):
     count = metric(samples, "lockd_http_request_duration_seconds_count", route="acquire")
     eq(count, 2, "acquires counted")
     check(total < 0.5, "acquire latency sum %.3f s includes the %.2f s parked" % (total, w.t_done - w.t_sent))
+
+
+@harness.scenario("operator: a forced release writes its audit line whatever --log-level and --log-events")
+def force_audit_line(ctx):
+    ld = admin_lockd(ctx, auth=False, extra=["--log-level", "error", "--log-events", "audit",
+                                             "--log-format", "json"])
+    key = ctx.key("opaudit")
+    g = ld_acquire(ld, key, ttl_ms=20000, owner="stuck-job")
+    rid = "audit-%d" % harness.free_port()
+    r = ld.request("DELETE", path(key, "force=true"), headers=dict(bearer(ADMIN), **{"X-Request-Id": rid}))
+    expect_json(r, 200, "forced release")
+    line, deadline = None, time.time() + 3.0
+    while line is None and time.time() < deadline:
+        for raw in ld.log_tail(20000).splitlines():
+            try:
+                ev = json.loads(raw)
+            except ValueError:
+                continue
+            if ev.get("event") == "lock.force_released" and ev.get("request_id") == rid:
+                line = ev
+        if line is None:
+            time.sleep(0.05)
+    check(line is not None, "no lock.force_released line in %r" % ld.log_tail(2000))
+    eq((line.get("level"), line.get("key"), line.get("holders"), line.get("fence"), line.get("owner"),
+        line.get("admin")), ("warn", key, 1, g["fence"], "stuck-job", "token"), "audit line")
+    check(re.match(r"^127\.0\.0\.1:\d+$", line.get("client") or ""), "client %r" % line.get("client"))
+
+
+@harness.scenario("operator: a waiter whose client leaves reaches the events once (lock.wait_cancelled)")
+def waiter_cancel_event(ctx):
+    ld = ctx.new_lockd(["--log-format", "json"])
+    key = ctx.key("opcancel")
+    ld_acquire(ld, key, ttl_ms=20000)
+    rid = "cancel-%d" % harness.free_port()
+    body = json.dumps({"wait_ms": 10000}).encode()
+    s = socket.create_connection(("127.0.0.1", ld.port), timeout=5)
+    try:
+        s.sendall(b"POST " + path(key).encode() + b" HTTP/1.1\r\nHost: x\r\nX-Request-Id: " + rid.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.5)
+    finally:
+        s.close()
+    lines, deadline = [], time.time() + 5.0
+    while not lines and time.time() < deadline:
+        time.sleep(0.1)
+        lines = [ev for ev in (json.loads(x) for x in ld.log_tail(50000).splitlines() if x.startswith("{"))
+                 if ev.get("request_id") == rid and ev.get("event", "").startswith("lock.")]
+    eq([ev["event"] for ev in lines], ["lock.wait_cancelled"], "events of the cancelled waiter")
+    check(lines[0].get("key") == key, "event key %r" % lines[0].get("key"))
