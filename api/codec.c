@@ -44,9 +44,9 @@ void codec_json_setup(json_malloc_t alloc_fn, json_free_t free_fn)
 }
 
 const char *const api_route_names[API_ROUTE_COUNT] = {
-    "acquire",     "renew",         "release", "inspect",
-    "healthz",     "readyz",        "metrics", "acquire_multi",
-    "renew_multi", "release_multi", "other",
+    "acquire", "renew",         "release",       "inspect",     "healthz",
+    "readyz",  "metrics",       "acquire_multi", "renew_multi", "release_multi",
+    "list",    "force_release", "other",
 };
 
 /* Percent-decode the C string s (see text_percent_decode). */

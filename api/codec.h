@@ -54,6 +54,8 @@ enum api_route {
     API_ROUTE_ACQUIRE_MULTI, /* POST /locks */
     API_ROUTE_RENEW_MULTI,   /* PUT /locks */
     API_ROUTE_RELEASE_MULTI, /* DELETE /locks */
+    API_ROUTE_LIST,          /* GET /locks */
+    API_ROUTE_FORCE_RELEASE, /* DELETE /locks/{key}?force=true */
     API_ROUTE_OTHER,         /* 404, 405 and requests refused before routing;
                                 last: the metrics catch-all */
     API_ROUTE_COUNT,
@@ -75,7 +77,7 @@ struct api_response {
 /* Parameters of one lock request, each with whether it was given. */
 struct api_params {
     bool has_ttl_ms, has_wait_ms, has_owner, has_token;
-    bool has_mode, has_limit, has_all, has_idem_key;
+    bool has_mode, has_limit, has_all, has_idem_key, has_force;
     uint64_t ttl_ms;
     uint64_t wait_ms;
     char *owner;         /* owned */
@@ -83,6 +85,7 @@ struct api_params {
     enum lock_mode mode; /* "exclusive" or "shared" */
     uint32_t limit;      /* 1..LOCK_LIMIT_MAX */
     bool all;            /* JSON true/false; "true"/"false" in the query */
+    bool force;          /* release: as all */
     char *idem_key;      /* owned; the Idempotency-Key header, checked with
                             backend_idem_key_ok() */
 };
@@ -95,6 +98,7 @@ struct api_params {
 #define API_P_LIMIT    0x20u
 #define API_P_ALL      0x40u
 #define API_P_IDEM_KEY 0x80u /* the Idempotency-Key header, not a field */
+#define API_P_FORCE    0x100u
 
 /* The keys of a request for several keys at once, in the client's order:
  * 1..LOCK_MULTI_MAX distinct valid keys. */
@@ -217,5 +221,53 @@ void codec_multi_bad_key(struct api_response *resp,
 void codec_multi_released(struct api_response *resp,
                           const struct api_keys *keys,
                           const struct lock_multi_grant *g);
+
+/*
+ * The operator endpoints (api/codec_list.c).
+ */
+#define API_LIST_DEFAULT 100 /* keys of a page when no limit is given */
+/* Characters of a cursor: the tag and the base64url of a longest key. */
+#define API_CURSOR_MAX (1 + (LOCK_KEY_MAX * 4 + 2) / 3)
+
+/* GET /locks's query. */
+struct api_list_params {
+    char *prefix; /* owned, percent-decoded, NUL-terminated; "" = every
+                     key */
+    size_t prefix_len;
+    uint32_t limit;  /* 1..LOCK_LIST_MAX; API_LIST_DEFAULT when not given */
+    bool has_cursor; /* after holds the key the page starts after */
+    char after[LOCK_KEY_MAX + 1];
+    size_t after_len;
+};
+
+/* Write the cursor for a page that goes on after key (len bytes) into out
+ * (cap >= API_CURSOR_MAX + 1): "k" + base64url without padding. 0, or -1
+ * for a key that is empty or too long. */
+int codec_cursor_encode(const char *key, size_t len, char *out, size_t cap);
+/* Decode the n characters of cursor s into key (LOCK_KEY_MAX + 1 bytes,
+ * NUL-terminated) and *len: 0, or -1 unless s is a cursor that
+ * codec_cursor_encode() makes for a valid key (backend_key_ok()). */
+int codec_cursor_decode(const char *s, size_t n, char *key, size_t *len);
+
+/* Parse GET /locks's query into p: only prefix, limit and cursor, each at
+ * most once, and no body; anything else is invalid_parameter with a
+ * message in msg (internal when out of memory). On success the caller
+ * calls codec_list_params_cleanup(); on error p is clean. */
+enum api_error codec_parse_list(const struct api_request *rq,
+                                struct api_list_params *p,
+                                char *msg,
+                                size_t msglen);
+void codec_list_params_cleanup(struct api_list_params *p); /* zeroed ok */
+
+/* Fill resp with 200 {"locks":[{key, mode, fence, ttl_ms, expires_at,
+ * holder_count, owner (exclusive, when set)}], "next_cursor"} from l
+ * (next_cursor only when l->more); never a token. 500 when out of memory. */
+void codec_list(struct api_response *resp, const struct lock_list *l);
+/* Fill resp with 200 {key, released: true, forced: true, holders} from
+ * the holders info a forced release removed. */
+void codec_force_released(struct api_response *resp,
+                          const char *key,
+                          size_t key_len,
+                          const struct lock_info *info);
 
 #endif /* API_CODEC_H */

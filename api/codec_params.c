@@ -17,7 +17,7 @@ enum param_kind {
     KIND_INT,    /* ttl_ms, wait_ms, limit */
     KIND_STRING, /* owner, token */
     KIND_MODE,   /* "exclusive" | "shared" */
-    KIND_BOOL,   /* all */
+    KIND_BOOL,   /* all, force */
 };
 
 static const struct {
@@ -32,6 +32,7 @@ static const struct {
     { "mode", API_P_MODE, KIND_MODE },
     { "limit", API_P_LIMIT, KIND_INT },
     { "all", API_P_ALL, KIND_BOOL },
+    { "force", API_P_FORCE, KIND_BOOL },
 };
 
 #define NPARAMS (sizeof(param_names) / sizeof(param_names[0]))
@@ -71,6 +72,8 @@ static bool *has_of(struct api_params *p, unsigned bit)
         return &p->has_all;
     case API_P_IDEM_KEY:
         return &p->has_idem_key;
+    case API_P_FORCE:
+        return &p->has_force;
     default:
         return &p->has_token;
     }
@@ -228,22 +231,26 @@ static enum api_error set_mode(struct api_params *p,
 }
 
 static enum api_error set_bool(struct api_params *p,
+                               size_t i,
                                const struct param_value *v,
                                char *msg,
                                size_t msglen)
 {
+    bool *out = param_names[i].bit == API_P_FORCE ? &p->force : &p->all;
+
     if (v->json != NULL && json_is_boolean(v->json)) {
-        p->all = json_is_true(v->json);
+        *out = json_is_true(v->json);
     } else if (v->json == NULL && v->slen == 4 &&
                memcmp(v->str, "true", 4) == 0) {
-        p->all = true;
+        *out = true;
     } else if (v->json == NULL && v->slen == 5 &&
                memcmp(v->str, "false", 5) == 0) {
-        p->all = false;
+        *out = false;
     } else {
         snprintf(msg, msglen,
-                 v->json != NULL ? "'all' must be true or false"
-                                 : "'all' must be \"true\" or \"false\"");
+                 v->json != NULL ? "'%s' must be true or false"
+                                 : "'%s' must be \"true\" or \"false\"",
+                 param_names[i].name);
         return API_INVALID_PARAMETER;
     }
     return API_OK;
@@ -273,7 +280,7 @@ static enum api_error set_param(struct api_params *p,
     case KIND_MODE:
         return set_mode(p, v, msg, msglen);
     case KIND_BOOL:
-        return set_bool(p, v, msg, msglen);
+        return set_bool(p, i, v, msg, msglen);
     }
     return API_INTERNAL;
 }

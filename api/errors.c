@@ -39,6 +39,8 @@ const char *api_error_message(enum api_error e)
                "parameter or token field)";
     case API_UNAUTHORIZED:
         return "valid credentials are required (Authorization: Bearer)";
+    case API_FORBIDDEN:
+        return "the credentials are valid but do not cover this request";
     case API_LOCK_NOT_FOUND:
         return "the lock is not held (never acquired, released or expired)";
     case API_NOT_FOUND:
@@ -53,6 +55,8 @@ const char *api_error_message(enum api_error e)
         return "the key is held shared under another limit";
     case API_BODY_TOO_LARGE:
         return "the request body is too large";
+    case API_TOO_MANY_REQUESTS:
+        return "too many requests; retry later";
     case API_HEADERS_TOO_LARGE:
         return "the request's header section is too large";
     case API_INTERNAL:

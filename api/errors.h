@@ -17,6 +17,7 @@
     X(API_INVALID_PARAMETER, 400, "invalid_parameter")     \
     X(API_MISSING_TOKEN, 400, "missing_token")             \
     X(API_UNAUTHORIZED, 401, "unauthorized")               \
+    X(API_FORBIDDEN, 403, "forbidden")                     \
     X(API_LOCK_NOT_FOUND, 404, "lock_not_found")           \
     X(API_NOT_FOUND, 404, "not_found")                     \
     X(API_METHOD_NOT_ALLOWED, 405, "method_not_allowed")   \
@@ -24,6 +25,7 @@
     X(API_TOKEN_MISMATCH, 409, "token_mismatch")           \
     X(API_LIMIT_MISMATCH, 409, "limit_mismatch")           \
     X(API_BODY_TOO_LARGE, 413, "body_too_large")           \
+    X(API_TOO_MANY_REQUESTS, 429, "too_many_requests")     \
     X(API_HEADERS_TOO_LARGE, 431, "headers_too_large")     \
     X(API_INTERNAL, 500, "internal_error")                 \
     X(API_NOT_IMPLEMENTED, 501, "not_implemented")         \

@@ -27,6 +27,9 @@ void api_call_cleanup(struct api_call *c)
     free(c->client_token);
     free(c->idem_key);
     codec_keys_cleanup(&c->keys);
+    if (c->list != NULL)
+        codec_list_params_cleanup(c->list);
+    free(c->list);
     memset(c, 0, sizeof(*c));
 }
 
@@ -185,6 +188,44 @@ static enum api_error fill_acquire(const struct api_config *cfg,
     return API_OK;
 }
 
+/* DELETE /locks/{key}: a release with its token, or (force true) a
+ * forced release, which takes neither a token nor "all". */
+static enum api_error parse_release(const struct api_config *cfg,
+                                    const struct api_request *rq,
+                                    struct api_call *c,
+                                    struct api_response *resp)
+{
+    struct api_params p;
+    char msg[MSG_MAX];
+    enum api_error err = codec_parse_params(
+        rq, API_P_TOKEN | API_P_ALL | API_P_FORCE, cfg->max_ttl_ms,
+        cfg->max_wait_ms, &p, msg, sizeof(msg));
+
+    if (err != API_OK) {
+        codec_error(resp, err, msg);
+        return err;
+    }
+    if (p.has_force && p.force) {
+        if (p.has_token || p.has_all) {
+            err = API_INVALID_PARAMETER;
+            codec_error(resp, err,
+                        p.has_token ? "a forced release takes no token"
+                                    : "a forced release takes no 'all': it "
+                                      "frees every hold of every holder");
+        }
+        c->verb = API_VERB_FORCE_RELEASE;
+    } else if (!p.has_token || p.token[0] == '\0') {
+        err = API_MISSING_TOKEN;
+        codec_error(resp, err, NULL);
+    } else {
+        c->client_token = p.token; /* handed over */
+        p.token = NULL;
+        c->all = p.all;
+    }
+    codec_params_cleanup(&p);
+    return err;
+}
+
 enum api_error handle_call_parse(const struct api_config *cfg,
                                  const struct api_request *rq,
                                  enum api_verb verb,
@@ -207,7 +248,9 @@ enum api_error handle_call_parse(const struct api_config *cfg,
     c->verb = verb;
     c->key = key; /* ours now, freed by api_call_cleanup() */
     c->key_len = key_len;
-    if (verb == API_VERB_RENEW || verb == API_VERB_RELEASE) {
+    if (verb == API_VERB_RELEASE)
+        return parse_release(cfg, rq, c, resp);
+    if (verb == API_VERB_RENEW) {
         err = parse_token_params(cfg, rq, allowed[verb], &p, resp);
         if (err != API_OK)
             return err;
@@ -228,8 +271,6 @@ enum api_error handle_call_parse(const struct api_config *cfg,
         err = fill_acquire(cfg, &p, c, resp);
     else if (verb == API_VERB_RENEW)
         c->ttl_ms = p.has_ttl_ms ? p.ttl_ms : 0; /* 0: keep the last TTL */
-    else if (verb == API_VERB_RELEASE)
-        c->all = p.all;
     codec_params_cleanup(&p);
     return err;
 }
@@ -290,6 +331,10 @@ void handle_call_reply(const struct api_config *cfg,
     }
     if (c->verb == API_VERB_METRICS) {
         metrics_reply(held, resp);
+        return;
+    }
+    if (c->verb == API_VERB_FORCE_RELEASE) {
+        handle_force_reply(c, r, info, resp);
         return;
     }
     if (r == BACKEND_HELD && c->verb == API_VERB_ACQUIRE) {

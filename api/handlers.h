@@ -31,6 +31,8 @@ enum api_verb {
     API_VERB_ACQUIRE_MULTI, /* POST /locks: several keys, c->keys */
     API_VERB_RENEW_MULTI,   /* PUT /locks */
     API_VERB_RELEASE_MULTI, /* DELETE /locks */
+    API_VERB_LIST,          /* GET /locks: c->list */
+    API_VERB_FORCE_RELEASE, /* DELETE /locks/{key}?force=true */
 };
 
 struct api_call { /* a parsed request that needs the store, for the
@@ -49,11 +51,15 @@ struct api_call { /* a parsed request that needs the store, for the
     bool reenter; /* an acquire that named a token: the store's renew with
                      one more hold, answered 200 */
     bool all;     /* release: every hold */
-    struct api_keys keys; /* the multi verbs: owned, instead of key */
+    struct api_keys keys;         /* the multi verbs: owned, instead of key */
+    struct api_list_params *list; /* API_VERB_LIST: owned, else NULL */
 };
 
 void api_call_cleanup(struct api_call *c); /* accepts zeroed */
 void api_response_cleanup(struct api_response *resp);
+
+/* The store request of a list call (strings borrowed from c->list). */
+void api_call_list_req(const struct api_call *c, struct lock_list_req *req);
 
 /* True for the verbs on several keys at once (c->keys, not c->key). */
 bool api_call_is_multi(const struct api_call *c);
@@ -83,7 +89,9 @@ bool api_call_new_grant(const struct api_call *c,
  * names a token is a re-entry (c->reenter); besides the codec's rules it
  * refuses, as 400 invalid_parameter, a limit without shared mode, an empty
  * re-entry token, and a re-entry token with wait_ms, mode, limit, owner or
- * an Idempotency-Key. */
+ * an Idempotency-Key. A release with force true (query or body) becomes
+ * API_VERB_FORCE_RELEASE (400 invalid_parameter with a token or "all";
+ * the caller checks the admin credential); force false is a release. */
 enum api_error handle_call_parse(const struct api_config *cfg,
                                  const struct api_request *rq,
                                  enum api_verb verb,
@@ -91,7 +99,9 @@ enum api_error handle_call_parse(const struct api_config *cfg,
                                  size_t key_len,
                                  struct api_call *c,
                                  struct api_response *resp);
-/* The answer to c once the store answered r: acquire 201 (or 409
+/* The answer to c once the store answered r: force release 200 {key,
+ * released, forced, holders} from info (501 when the store has no forced
+ * release); acquire 201 (or 409
  * lock_held with retry_ms on BACKEND_HELD; a replay 201 with its own
  * token), re-entry 200, renew 200, release 200 {key, released, holds},
  * inspect 200 from info, readyz from the ping's r, metrics with held (the
@@ -126,6 +136,26 @@ void handle_multi_reply(const struct api_config *cfg,
                         const struct api_call *c,
                         enum backend_result r,
                         const struct lock_multi_grant *g,
+                        struct api_response *resp);
+/* GET or HEAD /locks: API_OK and *c filled (c->list; the caller runs it
+ * and answers with handle_list_reply()), or the codec's error written into
+ * resp. */
+enum api_error handle_list_parse(const struct api_request *rq,
+                                 struct api_call *c,
+                                 struct api_response *resp);
+/* The answer to a list call once the store answered r with the page l
+ * (NULL when none could be had): 200 (codec_list()), 501 when the store
+ * cannot list, else the mapped error. */
+void handle_list_reply(const struct api_call *c,
+                       enum backend_result r,
+                       const struct lock_list *l,
+                       struct api_response *resp);
+/* The answer to a forced release once the store answered r with the
+ * holders removed (info): 200, 404 lock_not_found when the key was free,
+ * 501 when the store has none, else the mapped error. */
+void handle_force_reply(const struct api_call *c,
+                        enum backend_result r,
+                        const struct lock_info *info,
                         struct api_response *resp);
 void handle_healthz(struct api_response *resp);
 /* /readyz while the instance drains: 503 without asking the store. */

@@ -14,7 +14,7 @@
 #define ALLOW_LOCKS  "GET, HEAD, POST, PUT, DELETE"
 #define ALLOW_OPS    "GET, HEAD"
 #define MULTI_PATH   "/locks"
-#define ALLOW_MULTI  "POST, PUT, DELETE"
+#define ALLOW_MULTI  "GET, HEAD, POST, PUT, DELETE"
 
 static bool is_get(const char *method)
 {
@@ -30,21 +30,59 @@ static void not_allowed(struct api_response *resp, const char *allow)
     resp->allow = allow;
 }
 
-/* Constant-time check of "Authorization: Bearer <token>". */
-static bool authorized(const struct api_config *cfg,
-                       const struct api_request *rq)
+/* The token of "Authorization: Bearer <token>", or NULL. */
+static const char *bearer(const struct api_request *rq)
 {
     const char *h = rq->authorization;
 
-    if (cfg->auth_token == NULL)
-        return true;
     if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
-        return false;
+        return NULL;
     h += 7;
     while (*h == ' ')
         h++;
-    return secret_check(cfg->auth_token, h) ||
-           secret_check(cfg->admin_token, h);
+    return h;
+}
+
+/* Constant-time check of "Authorization: Bearer <token>": the auth token
+ * or the admin token. */
+static bool authorized(const struct api_config *cfg,
+                       const struct api_request *rq)
+{
+    const char *t;
+
+    if (cfg->auth_token == NULL)
+        return true;
+    t = bearer(rq);
+    return t != NULL && (secret_check(cfg->auth_token, t) ||
+                         secret_check(cfg->admin_token, t));
+}
+
+/* A forced release needs the admin token (SPEC, "Admin credential"): API_OK,
+ * else 401 (no or a wrong token while any is configured) or 403 (a valid
+ * non-admin token, or no admin token configured) written into resp. */
+static enum api_error admin_check(const struct api_config *cfg,
+                                  const struct api_request *rq,
+                                  struct api_response *resp)
+{
+    const char *t = bearer(rq);
+    bool any = cfg->auth_token != NULL || cfg->admin_token != NULL;
+
+    if (t != NULL && secret_check(cfg->admin_token, t))
+        return API_OK;
+    if (any && (t == NULL || !secret_check(cfg->auth_token, t))) {
+        codec_error(resp, API_UNAUTHORIZED,
+                    "a forced release needs the admin token "
+                    "(Authorization: Bearer)");
+        resp->www_authenticate = true;
+        return API_UNAUTHORIZED;
+    }
+    codec_error(resp, API_FORBIDDEN,
+                cfg->admin_token == NULL
+                    ? "a forced release needs an admin token, and "
+                      "--admin-token-file is not set"
+                    : "a forced release needs the admin token, not the "
+                      "auth token");
+    return API_FORBIDDEN;
 }
 
 static enum api_action route_lock(const struct api_config *cfg,
@@ -107,11 +145,16 @@ static enum api_action route_lock(const struct api_config *cfg,
     /* key is handed over to call, even on error */
     if (handle_call_parse(cfg, rq, verb, key, key_len, call, resp) != API_OK)
         return API_ACTION_REPLY;
+    if (call->verb == API_VERB_FORCE_RELEASE) {
+        resp->route = API_ROUTE_FORCE_RELEASE;
+        if (admin_check(cfg, rq, resp) != API_OK)
+            return API_ACTION_REPLY;
+    }
     return API_ACTION_CALL;
 }
 
-/* POST, PUT and DELETE /locks: several keys at once. GET and HEAD stay
- * "no such route" until the list of held keys arrives there. */
+/* POST, PUT and DELETE /locks: several keys at once; GET and HEAD: the
+ * list of held keys. */
 static enum api_action route_multi(const struct api_config *cfg,
                                    const struct api_request *rq,
                                    struct api_response *resp,
@@ -121,10 +164,9 @@ static enum api_action route_multi(const struct api_config *cfg,
     enum api_verb verb;
 
     if (is_get(m)) {
-        codec_error(resp, API_NOT_FOUND, NULL);
-        return API_ACTION_REPLY;
-    }
-    if (strcmp(m, "POST") == 0) {
+        resp->route = API_ROUTE_LIST;
+        verb = API_VERB_LIST;
+    } else if (strcmp(m, "POST") == 0) {
         resp->route = API_ROUTE_ACQUIRE_MULTI;
         verb = API_VERB_ACQUIRE_MULTI;
     } else if (strcmp(m, "PUT") == 0) {
@@ -146,6 +188,11 @@ static enum api_action route_multi(const struct api_config *cfg,
         codec_error(resp, API_SHUTTING_DOWN, NULL);
         resp->retry_after = 1;
         return API_ACTION_REPLY;
+    }
+    if (verb == API_VERB_LIST) {
+        if (handle_list_parse(rq, call, resp) != API_OK)
+            return API_ACTION_REPLY;
+        return API_ACTION_CALL;
     }
     if (handle_multi_parse(cfg, rq, verb, call, resp) != API_OK)
         return API_ACTION_REPLY;

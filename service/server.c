@@ -22,6 +22,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "api/events.h"
 #include "api/router.h"
 #include "lib/clock.h"
 #include "lib/log.h"
@@ -35,6 +36,8 @@
 #define MAX_IDEM_KEYS    4 /* more than one is refused by api/ anyway */
 #define REQUEST_ID_MAX   128
 #define PATH_LOG_MAX     256
+#define CLIENT_MAX       (NI_MAXHOST + NI_MAXSERV + 4) /* "[ip]:port" */
+#define ACCESS_FIELDS    4 /* client, key, owner, fence */
 /* libmicrohttpd's memory per connection, at least: what it had before
  * --max-header-bytes */
 #define CONNECTION_MEMORY_MIN 8192
@@ -66,6 +69,8 @@ struct request { /* *req_cls: from the first call to completion */
     bool too_large;
     bool close;      /* answer with Connection: close */
     bool granted;    /* the store granted call (an acquire) */
+    bool ran;        /* call went to the wait queue: its outcome is
+                        handed to events_after_call() at completion */
     unsigned status; /* what was queued, for the log */
     enum api_route route;
     struct api_call call;            /* owned strings */
@@ -128,6 +133,16 @@ static void set_request_id(struct request *r)
     }
 }
 
+/* The time r took until now, less the time it waited parked. */
+static int64_t served_us(const struct request *r)
+{
+    int64_t d = clock_mono_us() - r->start_us;
+
+    if (r->ran && r->w.parked_us > 0)
+        d -= r->w.parked_us;
+    return d > 0 ? d : 0;
+}
+
 static enum MHD_Result queue(struct request *r, struct api_response *resp)
 {
     struct MHD_Response *mr;
@@ -161,8 +176,9 @@ static enum MHD_Result queue(struct request *r, struct api_response *resp)
     r->status = resp->status;
     r->route = resp->route;
     /* counted now, not at completion, so a client that scrapes /metrics
-     * right after its answer sees its request */
-    metrics_request(r->route, r->status, clock_mono_us() - r->start_us);
+     * right after its answer sees its request; the time parked waiting
+     * for the key is lockd_lock_wait_seconds', not this */
+    metrics_request(r->route, r->status, served_us(r));
     ret = MHD_queue_response(r->conn, resp->status, mr);
     MHD_destroy_response(mr);
     return ret;
@@ -280,10 +296,12 @@ static enum MHD_Result answer_call(struct request *r)
     if (api_call_is_multi(&r->call))
         handle_multi_reply(r->srv->api, &r->call, r->w.result, r->mgrant,
                            &resp);
+    else if (r->call.verb == API_VERB_LIST)
+        handle_list_reply(&r->call, r->w.result, r->w.list, &resp);
     else
         handle_call_reply(r->srv->api, &r->call, r->w.result, &r->w.grant,
                           &r->w.info, r->w.count, &resp);
-    lock_info_clear(&r->w.info);
+    /* w.info is kept for events_after_call() at completion */
     resp.route = r->route;
     return queue(r, &resp);
 }
@@ -300,6 +318,8 @@ static enum MHD_Result run_call(struct request *r)
         [API_VERB_ACQUIRE_MULTI] = WQ_ACQUIRE_MULTI,
         [API_VERB_RENEW_MULTI] = WQ_RENEW_MULTI,
         [API_VERB_RELEASE_MULTI] = WQ_RELEASE_MULTI,
+        [API_VERB_LIST] = WQ_LIST,
+        [API_VERB_FORCE_RELEASE] = WQ_FORCE_RELEASE,
     };
     struct wq_waiter *w = &r->w;
 
@@ -315,12 +335,14 @@ static enum MHD_Result run_call(struct request *r)
         w->mgrant = r->mgrant;
     }
     api_call_req(&r->call, &w->req);
+    api_call_list_req(&r->call, &w->lreq);
     w->wait_ms = r->call.reenter ? 0 : (int64_t)r->call.wait_ms;
     w->start_us = r->start_us;
     w->fd = w->wait_ms > 0 ? connection_fd(r->conn) : -1;
     w->suspend = waiter_suspend;
     w->wake = waiter_wake;
     w->arg = r;
+    r->ran = true;
     if (waitq_start(r->srv->q, w) == WQ_PARKED)
         return MHD_YES; /* suspended; wake() resumes it */
     return answer_call(r);
@@ -474,6 +496,91 @@ static enum MHD_Result on_request(void *cls,
     return dispatch(r, url, method);
 }
 
+/* The peer's "ip:port" ("[ip]:port" for IPv6) into buf; "" if unknown.
+ * X-Forwarded-For is not trusted: this is the socket's peer. */
+static void client_address(struct MHD_Connection *conn, char *buf, size_t cap)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    const struct sockaddr *sa;
+    socklen_t len;
+
+    buf[0] = '\0';
+    if (ci == NULL || ci->client_addr == NULL)
+        return;
+    sa = ci->client_addr;
+    if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
+        return;
+    len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                    : sizeof(struct sockaddr_in);
+    if (getnameinfo(sa, len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return;
+    if (snprintf(buf, cap, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s",
+                 host, port) >= (int)cap)
+        buf[0] = '\0';
+}
+
+/* The lock call's outcome, once, to the lifecycle events: at completion,
+ * so that a waiter whose client left (never answered on the wire) is
+ * told too. */
+static void after_call(struct request *r, const char *client)
+{
+    const struct api_call *c = &r->call;
+    struct api_event_ctx ctx = {
+        .client = client[0] != '\0' ? client : NULL,
+        .request_id = r->request_id,
+        .parked_us = r->w.parked_us,
+        .waited = (c->verb == API_VERB_ACQUIRE ||
+                   c->verb == API_VERB_ACQUIRE_MULTI) &&
+                  !c->reenter && c->wait_ms > 0,
+        .cancelled = r->w.client_gone,
+    };
+    bool has_info = c->verb == API_VERB_INSPECT;
+
+    if (c->verb == API_VERB_READYZ || c->verb == API_VERB_METRICS)
+        return;
+    if (c->verb == API_VERB_FORCE_RELEASE) {
+        /* the audit line for a key the store freed, answered or not */
+        if (r->w.result == BACKEND_OK)
+            events_force_released(r->srv->api, c->key, c->key_len, &r->w.info,
+                                  &ctx);
+        return;
+    }
+    events_after_call(r->srv->api, c, r->w.result,
+                      api_call_is_multi(c) || has_info ? NULL : &r->w.grant,
+                      has_info ? &r->w.info : NULL,
+                      api_call_is_multi(c) ? r->mgrant : NULL, &ctx);
+}
+
+/* The access line's extra fields into f (ACCESS_FIELDS of them): client,
+ * and for the single-key lock routes key, owner (acquire) and fence (a
+ * grant). Returns how many are set. */
+static size_t
+access_fields(const struct request *r, const char *client, struct log_field *f)
+{
+    const struct api_call *c = &r->call;
+    size_t n = 0;
+
+    if (client[0] != '\0')
+        f[n++] = (struct log_field){ .name = "client",
+                                     .str = client,
+                                     .len = strlen(client) };
+    if (!r->ran || c->key == NULL)
+        return n;
+    f[n++] =
+        (struct log_field){ .name = "key", .str = c->key, .len = c->key_len };
+    if (c->verb == API_VERB_ACQUIRE && c->owner != NULL)
+        f[n++] = (struct log_field){ .name = "owner",
+                                     .str = c->owner,
+                                     .len = strlen(c->owner) };
+    if (c->verb == API_VERB_ACQUIRE && r->w.result == BACKEND_OK)
+        f[n++] = (struct log_field){ .name = "fence",
+                                     .num = (int64_t)r->w.grant.fence };
+    return n;
+}
+
 static void on_completed(void *cls,
                          struct MHD_Connection *conn,
                          void **req_cls,
@@ -481,6 +588,8 @@ static void on_completed(void *cls,
 {
     struct server *srv = cls;
     struct request *r = *req_cls;
+    struct log_field fields[ACCESS_FIELDS];
+    char client[CLIENT_MAX];
     int64_t dur;
 
     conntrack_request_done(conn); /* idle until the next request */
@@ -507,10 +616,14 @@ static void on_completed(void *cls,
         r->status = 499; /* the client left before an answer */
         metrics_request(r->route, r->status, dur);
     }
+    client_address(conn, client, sizeof(client));
+    if (r->ran)
+        after_call(r, client);
     log_access(r->method, r->path != NULL ? r->path : "-", r->status, dur,
-               r->request_id, NULL, 0);
+               r->request_id, fields, access_fields(r, client, fields));
     api_call_cleanup(&r->call);
     lock_info_clear(&r->w.info);
+    free(r->w.list);
     free(r->mgrant);
     free(r->body);
     free(r->path);

@@ -98,17 +98,40 @@ void wq_key_free_if_idle(struct waitq *q, struct wq_key *k)
 }
 
 /* A job with copies of w's strings; NULL if out of memory. */
+/* A list job's copies of w's prefix and cursor at p, and its page. */
+static int job_list(struct wq_job *j, const struct wq_waiter *w, char *p)
+{
+    j->lreq = w->lreq;
+    if (w->lreq.prefix_len > 0)
+        memcpy(p, w->lreq.prefix, w->lreq.prefix_len);
+    j->lreq.prefix = p;
+    p += w->lreq.prefix_len + 1;
+    if (w->lreq.after != NULL) {
+        memcpy(p, w->lreq.after, w->lreq.after_len);
+        j->lreq.after = p;
+    }
+    j->list = wq_list_new(w->lreq.limit);
+    return j->list != NULL ? 0 : -1;
+}
+
 static struct wq_job *job_new(const struct wq_waiter *w)
 {
     size_t kl = w->req.key_len;
     size_t tl = w->req.token != NULL ? strlen(w->req.token) : 0;
     size_t ol = w->req.owner != NULL ? strlen(w->req.owner) : 0;
     size_t il = w->req.idem_key != NULL ? strlen(w->req.idem_key) : 0;
-    struct wq_job *j = calloc(1, sizeof(*j) + kl + tl + ol + il + 4);
+    size_t ll = w->op == WQ_LIST ? w->lreq.prefix_len + w->lreq.after_len
+                                 : 0; /* two more NULs: in the 4 */
+    struct wq_job *j = calloc(1, sizeof(*j) + kl + tl + ol + il + ll + 6);
     char *p;
 
     if (j == NULL)
         return NULL;
+    if (w->op == WQ_LIST &&
+        job_list(j, w, j->text + kl + tl + ol + il + 4) != 0) {
+        free(j);
+        return NULL;
+    }
     p = j->text;
     if (kl > 0)
         memcpy(p, w->req.key, kl);
@@ -145,6 +168,7 @@ static struct wq_job *job_new(const struct wq_waiter *w)
 
 void wq_job_mem_free(struct wq_job *j)
 {
+    free(j->list);
     free(j->multi);
     free(j);
 }
@@ -200,6 +224,7 @@ void wq_answer(struct waitq *q,
         j->counted = false;
         atomic_fetch_sub_explicit(&q->count, 1, memory_order_relaxed);
         metrics_waiters_add(-1);
+        w->parked_us = clock_mono_us() - j->parked_at_us;
     }
     w->result = r;
     if (g != NULL)
@@ -310,6 +335,7 @@ void wq_track(struct waitq *q, struct wq_job *j)
 {
     if (!j->counted) {
         j->counted = true;
+        j->parked_at_us = clock_mono_us();
         atomic_fetch_add_explicit(&q->count, 1, memory_order_relaxed);
         metrics_waiters_add(1);
     }
@@ -357,8 +383,10 @@ static void do_refuse(struct waitq *q, struct wq_job *j, struct done_list *done)
 static enum wq_start run_inline(struct waitq *q, struct wq_waiter *w)
 {
     w->req.waiter = NULL;
-    w->result =
-        wq_call_store(q->be, w->op, &w->req, &w->grant, &w->info, &w->count);
+    if (w->op == WQ_LIST)
+        w->list = wq_list_new(w->lreq.limit);
+    w->result = wq_call_store(q->be, w->op, &w->req, &w->grant, &w->info,
+                              &w->count, &w->lreq, w->list);
     return WQ_DONE;
 }
 
@@ -515,6 +543,8 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
 
     w->job = NULL;
     w->shutting_down = w->client_gone = false;
+    w->list = NULL;
+    w->parked_us = 0;
     memset(&w->grant, 0, sizeof(w->grant));
     memset(&w->info, 0, sizeof(w->info));
     if (atomic_load(&q->stopping)) {

@@ -48,6 +48,8 @@ enum wq_op {
     WQ_ACQUIRE_MULTI, /* several keys at once: mreq and mgrant */
     WQ_RENEW_MULTI,
     WQ_RELEASE_MULTI,
+    WQ_LIST,          /* a page of held keys: lreq, answered in list */
+    WQ_FORCE_RELEASE, /* req.key; the holders removed in info */
 };
 
 struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
@@ -60,6 +62,8 @@ struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
                                              until the answer */
     struct lock_multi_grant *mgrant;      /* the multi ops: the caller's
                                              storage for the answer */
+    struct lock_list_req lreq;            /* WQ_LIST: strings borrowed
+                                             until the answer */
     int64_t wait_ms;                      /* acquire: 0 = try once */
     int64_t start_us;                     /* monotonic us the request
                                              arrived; 0 = now */
@@ -75,7 +79,13 @@ struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
                                 HELD: retry_ms. The multi ops answer in
                                 *mgrant instead (HELD: held and retry_ms
                                 from the last try) */
-    struct lock_info info;   /* inspect OK */
+    struct lock_info info;   /* inspect, force release OK */
+    struct lock_list *list;  /* WQ_LIST: the page (entries in the same
+                                block), malloc'ed by waitq and the
+                                caller's to free(); NULL if none could
+                                be had */
+    int64_t parked_us;       /* time the request waited parked (in a key's
+                                FIFO or watching its keys), 0 if never */
     int64_t count;           /* WQ_COUNT: backend_held_count() */
     bool shutting_down;      /* answered because the instance is draining */
     bool client_gone;        /* the client hung up while waiting */

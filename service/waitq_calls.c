@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib/clock.h"
@@ -102,15 +103,35 @@ static bool do_answer_grant(struct waitq *q,
     return true;
 }
 
+struct lock_list *wq_list_new(uint32_t limit)
+{
+    struct lock_list *l;
+
+    if (limit == 0 || limit > LOCK_LIST_MAX)
+        limit = 1; /* the wrapper answers INVALID for the request */
+    l = calloc(1, sizeof(*l) + (size_t)limit * sizeof(struct lock_entry));
+    if (l != NULL)
+        l->entries = (struct lock_entry *)(void *)(l + 1);
+    return l;
+}
+
 enum backend_result wq_call_store(struct backend *be,
                                   enum wq_op op,
                                   struct lock_req *req,
                                   struct lock_grant *g,
                                   struct lock_info *info,
-                                  int64_t *count)
+                                  int64_t *count,
+                                  const struct lock_list_req *lreq,
+                                  struct lock_list *list)
 {
     memset(g, 0, sizeof(*g));
     switch (op) {
+    case WQ_LIST:
+        if (list == NULL)
+            return BACKEND_NO_MEMORY;
+        return backend_list(be, lreq, list);
+    case WQ_FORCE_RELEASE:
+        return backend_force_release(be, req->key, req->key_len, info);
     case WQ_ACQUIRE:
         return backend_acquire(be, req, g);
     case WQ_RENEW:
@@ -218,9 +239,14 @@ do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done)
     j->running = true;
     epoch = atomic_load(&q->epoch);
     pthread_mutex_unlock(&q->mu);
-    r = wq_call_store(q->be, j->op, &j->req, &g, &info, &count);
+    r = wq_call_store(q->be, j->op, &j->req, &g, &info, &count, &j->lreq,
+                      j->list);
     pthread_mutex_lock(&q->mu);
     j->running = false;
+    if (j->op == WQ_LIST && j->w != NULL) { /* handed over */
+        j->w->list = j->list;
+        j->list = NULL;
+    }
     if (j->op == WQ_ACQUIRE) {
         do_after_first(q, j, r, &g, epoch, done);
         return;
@@ -293,7 +319,8 @@ void wq_run_key(struct waitq *q, struct wq_key *k, struct done_list *done)
                 clock_wall_ms() + (j->wait_until - clock_mono_ms());
         j->running = true;
         pthread_mutex_unlock(&q->mu);
-        r = wq_call_store(q->be, WQ_ACQUIRE, &j->req, &g, &info, &count);
+        r = wq_call_store(q->be, WQ_ACQUIRE, &j->req, &g, &info, &count, NULL,
+                          NULL);
         pthread_mutex_lock(&q->mu);
         j->running = false;
         now = clock_mono_ms();

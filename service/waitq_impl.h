@@ -129,7 +129,10 @@ struct wq_job {
     bool tried;     /* the store answered HELD at least once */
     bool last_unavailable;
     enum cleanup cleanup;
-    struct wq_multi *multi; /* owned; the multi ops only, else NULL */
+    struct wq_multi *multi;    /* owned; the multi ops only, else NULL */
+    struct lock_list_req lreq; /* WQ_LIST: strings in text[] */
+    struct lock_list *list;    /* WQ_LIST: owned until handed to w */
+    int64_t parked_at_us;      /* monotonic us when it began to wait */
     char text[];
 };
 
@@ -201,12 +204,18 @@ void wq_answer_all(struct waitq *q, struct done_list *done);
 void *wq_timer_main(void *arg);
 
 /* waitq_calls.c: the store calls and the workers that make them */
+/* One store call for op; lreq and list for WQ_LIST only (else NULL). */
 enum backend_result wq_call_store(struct backend *be,
                                   enum wq_op op,
                                   struct lock_req *req,
                                   struct lock_grant *g,
                                   struct lock_info *info,
-                                  int64_t *count);
+                                  int64_t *count,
+                                  const struct lock_list_req *lreq,
+                                  struct lock_list *list);
+/* A page for limit entries, in one block with them (free() it); NULL when
+ * out of memory. */
+struct lock_list *wq_list_new(uint32_t limit);
 void wq_schedule_held(struct waitq *q,
                       struct wq_key *k,
                       int64_t now,

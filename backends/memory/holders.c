@@ -62,7 +62,10 @@ static void do_shrunk(struct mem_entry *e, uint32_t was)
     }
 }
 
-uint32_t do_mem_expire(struct mem_be *m, struct mem_entry *e, int64_t now)
+uint32_t do_mem_expire(struct mem_be *m,
+                       struct mem_entry *e,
+                       int64_t now,
+                       uint64_t *gone)
 {
     uint32_t n = e->nheld, kept = 0;
 
@@ -71,6 +74,8 @@ uint32_t do_mem_expire(struct mem_be *m, struct mem_entry *e, int64_t now)
     for (uint32_t i = 0; i < n; i++) {
         struct mem_holder *h = mem_holder_at(e, i);
         if (now >= h->expires_mono) {
+            if (gone != NULL && h->fence > *gone)
+                *gone = h->fence;
             free(h->owner);
             free(h->idem);
             continue;
@@ -98,6 +103,7 @@ enum backend_result do_mem_grant(struct mem_be *m,
     size_t tlen = strlen(req->token); /* <= LOCK_TOKEN_MAX: the wrapper
                                           checked it */
     struct mem_holder *h;
+    int64_t wall = clock_wall_ms();
 
     if (req->owner != NULL)
         owner = strdup(req->owner);
@@ -120,7 +126,8 @@ enum backend_result do_mem_grant(struct mem_be *m,
     memcpy(h->token, req->token, tlen + 1);
     h->ttl_ms = req->ttl_ms;
     h->expires_mono = now + (int64_t)req->ttl_ms;
-    h->expires_wall = clock_wall_ms() + (int64_t)req->ttl_ms;
+    h->expires_wall = wall + (int64_t)req->ttl_ms;
+    h->granted_wall = wall;
     h->fence =
         atomic_fetch_add_explicit(&m->fence, 1, memory_order_relaxed) + 1;
     atomic_fetch_add_explicit(&m->held, 1, memory_order_relaxed);
@@ -235,4 +242,36 @@ do_mem_fill_info(struct mem_entry *e, int64_t now, struct lock_info *out)
         copy_owner(e->first.owner, &out->has_owner, out->owner);
     }
     return BACKEND_OK;
+}
+
+bool do_mem_fill_entry(struct mem_entry *e, int64_t now, struct lock_entry *out)
+{
+    const struct mem_holder *last = NULL; /* the live one expiring last */
+    uint32_t live = 0;
+    uint64_t fence = 0;
+
+    for (uint32_t i = 0; i < e->nheld; i++) {
+        const struct mem_holder *h = mem_holder_at(e, i);
+        if (now >= h->expires_mono)
+            continue;
+        live++;
+        fence = h->fence; /* ascending: the last live one is the greatest */
+        if (last == NULL || h->expires_mono > last->expires_mono)
+            last = h;
+    }
+    if (live == 0)
+        return false;
+    memcpy(out->key, e->key, e->ke.key_len);
+    out->key[e->ke.key_len] = '\0';
+    out->key_len = e->ke.key_len;
+    out->mode = (enum lock_mode)e->mode;
+    out->fence = fence;
+    out->ttl_ms = mem_holder_left(last, now);
+    out->expires_at_ms = last->expires_wall;
+    out->holder_count = live;
+    out->has_owner = false;
+    out->owner[0] = '\0';
+    if (e->mode == LOCK_EXCLUSIVE)
+        copy_owner(last->owner, &out->has_owner, out->owner);
+    return true;
 }

@@ -2,8 +2,9 @@
  * backends/memory/mem_int.h - the memory store's private state, shared by
  * its files: memory.c (the ops table and the decisions of acquire, renew,
  * release, inspect), holders.c (an entry's holders: grant, expiry, lookup,
- * removal), multi.c (several keys at once) and sweep.c (open, close and
- * the sweeper thread).
+ * removal), multi.c (several keys at once), index.c (each shard's entries
+ * in key order), list.c (list: a merge of the shards' orders) and sweep.c
+ * (the sweeper thread).
  *
  * An entry exists while its key is held or has waiters. Its holders are
  * one array in logical order 0..nheld-1, by ascending fence (a grant
@@ -39,6 +40,7 @@ struct mem_waiter { /* a place in an entry's FIFO; lock_waiter.be_data */
 struct mem_holder {
     int64_t expires_mono; /* ms, CLOCK_MONOTONIC */
     int64_t expires_wall; /* unix ms, informational */
+    int64_t granted_wall; /* unix ms of the grant (release reports it) */
     uint64_t fence;
     uint64_t ttl_ms; /* the TTL last granted or renewed */
     char *owner;     /* owned; NULL when none */
@@ -52,9 +54,10 @@ struct mem_entry {
     struct mem_holder first; /* holder 0, valid while nheld > 0 */
     struct mem_holder *more; /* owned: holders 1..nheld-1; NULL if none */
     struct mem_waiter *qhead, *qtail;
-    uint32_t nheld;  /* holders now */
-    uint32_t limit;  /* the key's limit while held SHARED; 0 = none */
-    uint8_t mode;    /* enum lock_mode while held */
+    struct mem_entry *lo, *hi; /* the shard's ordered index (index.c) */
+    uint32_t nheld;            /* holders now */
+    uint32_t limit;            /* the key's limit while held SHARED; 0 = none */
+    uint8_t mode;              /* enum lock_mode while held */
     bool multi_wait; /* a multi-key acquire was refused for this key since
                         the last notification: it keeps no place in the
                         FIFO, so this is what gets it told of a change */
@@ -68,8 +71,9 @@ static inline unsigned mem_shard_index(uint64_t hash)
 }
 
 struct mem_shard {
-    pthread_mutex_t mu; /* guards tab and every entry in it */
+    pthread_mutex_t mu; /* guards tab, index and every entry in them */
     struct keytab tab;
+    struct mem_entry *index; /* root of the same entries ordered by key */
 } __attribute__((aligned(64)));
 
 struct mem_be {
@@ -87,11 +91,30 @@ struct mem_be {
 
 /* holders.c: every do_ function runs under the entry's shard mutex. */
 
+/* index.c: every do_ function runs under the shard's mutex. Every entry
+ * of a shard's tab is in its index, from do_mem_entry_new() to
+ * do_mem_entry_free_if_idle(). */
+
+/* Byte order of keys: memcmp, then the shorter first. <0, 0 or >0. */
+int mem_key_cmp(const char *a, size_t alen, const char *b, size_t blen);
+void do_mem_index_add(struct mem_shard *s, struct mem_entry *e);
+void do_mem_index_remove(struct mem_shard *s, struct mem_entry *e);
+/* The first entry of s whose key follows key (or equals it, with
+ * inclusive), or NULL. */
+struct mem_entry *do_mem_index_next(const struct mem_shard *s,
+                                    const char *key,
+                                    size_t len,
+                                    bool inclusive);
+
 /* Holder i (0..nheld-1) of e, by ascending fence. */
 struct mem_holder *mem_holder_at(struct mem_entry *e, uint32_t i);
 /* Expire e's holders whose TTL has passed at now (monotonic ms), each on
- * its own; the number expired. */
-uint32_t do_mem_expire(struct mem_be *m, struct mem_entry *e, int64_t now);
+ * its own; the number expired. *gone (if not NULL) is raised to the
+ * greatest fence expired. */
+uint32_t do_mem_expire(struct mem_be *m,
+                       struct mem_entry *e,
+                       int64_t now,
+                       uint64_t *gone);
 /* Add a holder for req (a new fence, holds 1) and fill out: OK, or
  * NO_MEMORY with nothing changed. The first holder sets the key's mode
  * and limit. */
@@ -112,6 +135,11 @@ uint64_t mem_holder_left(const struct mem_holder *h, int64_t now);
 /* Fill out (holders malloc'ed) from e, held: OK or NO_MEMORY. */
 enum backend_result
 do_mem_fill_info(struct mem_entry *e, int64_t now, struct lock_info *out);
+/* Fill out from e's holders whose TTL has not passed at now, without
+ * changing e: false (out untouched) when there is none. */
+bool do_mem_fill_entry(struct mem_entry *e,
+                       int64_t now,
+                       struct lock_entry *out);
 
 /* memory.c */
 
@@ -137,6 +165,11 @@ enum backend_result mem_be_renew_multi(struct backend *be,
 enum backend_result mem_be_release_multi(struct backend *be,
                                          const struct lock_multi_req *req,
                                          struct lock_multi_grant *out);
+
+/* list.c */
+enum backend_result mem_be_list(struct backend *be,
+                                const struct lock_list_req *req,
+                                struct lock_list *out);
 
 /* sweep.c */
 void *mem_sweeper_main(void *arg);

@@ -8,7 +8,15 @@
  * acquire() honours (BACKEND_CAP_QUEUE). Expiry is judged on every access
  * against the monotonic clock, so a holder is gone the instant its TTL
  * passes; a sweeper thread (sweep.c) expires holders with no traffic and
- * tells the wait queue about them.
+ * tells the wait queue about them. Each shard also keeps its entries in
+ * key order (index.c) for list() (list.c).
+ *
+ * Fences come from one counter for the whole store, so a forced release
+ * (every holder removed, the entry freed) keeps the next fence greater.
+ * expired_fence on a grant is exact for what the grant's own step
+ * expired; holders the sweeper (up to MEM_SWEEP_MS late) or another call
+ * expired first are not reported (0): a takeover is only seen when the
+ * grant comes first. granted_at_ms is each holder's wall clock at grant.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -43,6 +51,7 @@ void do_mem_entry_free_if_idle(struct mem_shard *s, struct mem_entry *e)
     if (e->nheld > 0 || e->qhead != NULL)
         return;
     keytab_remove(&s->tab, &e->ke);
+    do_mem_index_remove(s, e);
     free(e->more);
     free(e);
 }
@@ -69,6 +78,7 @@ struct mem_entry *do_mem_entry_new(struct mem_shard *s,
     e->ke.key_len = len;
     e->ke.hash = hash;
     keytab_insert(&s->tab, &e->ke);
+    do_mem_index_add(s, e);
     return e;
 }
 
@@ -253,12 +263,15 @@ static enum backend_result mem_be_acquire(struct backend *be,
     enum backend_result r;
     bool wake = false;
     int64_t now = clock_mono_ms();
+    uint64_t gone = 0; /* the greatest fence this step expired */
 
     pthread_mutex_lock(&s->mu);
     e = (struct mem_entry *)keytab_find(&s->tab, req->key, req->key_len, hash);
-    if (e != NULL && do_mem_expire(m, e, now) > 0)
+    if (e != NULL && do_mem_expire(m, e, now, &gone) > 0)
         wake = do_mem_wake_due(e);
     r = do_acquire(m, s, &e, req, hash, now, out, &wake);
+    if (r == BACKEND_OK && !out->replay)
+        out->expired_fence = gone; /* a takeover */
     if (r != BACKEND_OK && r != BACKEND_HELD && e != NULL)
         do_mem_entry_free_if_idle(s, e);
     pthread_mutex_unlock(&s->mu);
@@ -288,7 +301,7 @@ static enum backend_result do_find_held(struct mem_be *m,
     *out = e;
     if (e == NULL)
         return BACKEND_NOT_FOUND;
-    if (do_mem_expire(m, e, now) > 0)
+    if (do_mem_expire(m, e, now, NULL) > 0)
         *wake = do_mem_wake_due(e);
     if (e->nheld == 0)
         return BACKEND_NOT_FOUND;
@@ -365,6 +378,7 @@ static enum backend_result mem_be_release(struct backend *be,
     if (r == BACKEND_OK) {
         h = mem_holder_at(e, i);
         if (req->all || h->holds <= 1) {
+            out->granted_at_ms = h->granted_wall;
             do_mem_unhold(m, e, i);
             out->holds = 0;
             wake = do_mem_wake_due(e) || wake;
@@ -395,11 +409,46 @@ static enum backend_result mem_be_inspect(struct backend *be,
 
     pthread_mutex_lock(&s->mu);
     e = (struct mem_entry *)keytab_find(&s->tab, key, key_len, hash);
-    if (e != NULL && do_mem_expire(m, e, now) > 0)
+    if (e != NULL && do_mem_expire(m, e, now, NULL) > 0)
         wake = do_mem_wake_due(e);
     if (e != NULL && e->nheld > 0)
         r = do_mem_fill_info(e, now, out);
     else if (e != NULL)
+        do_mem_entry_free_if_idle(s, e);
+    pthread_mutex_unlock(&s->mu);
+    if (wake)
+        mem_notify(m, key, key_len);
+    return r;
+}
+
+/* Every holder of key goes at once, whatever its holds; the fence counter
+ * is the store's (mem_be.fence), so the next grant's fence is greater. */
+static enum backend_result mem_be_force_release(struct backend *be,
+                                                const char *key,
+                                                size_t key_len,
+                                                struct lock_info *out)
+{
+    struct mem_be *m = (struct mem_be *)be;
+    uint64_t hash = keytab_hash(key, key_len);
+    struct mem_shard *s = shard_of(m, hash);
+    struct mem_entry *e;
+    bool wake = false;
+    int64_t now = clock_mono_ms();
+    enum backend_result r = BACKEND_NOT_FOUND;
+
+    pthread_mutex_lock(&s->mu);
+    e = (struct mem_entry *)keytab_find(&s->tab, key, key_len, hash);
+    if (e != NULL && do_mem_expire(m, e, now, NULL) > 0)
+        wake = do_mem_wake_due(e);
+    if (e != NULL && e->nheld > 0)
+        r = do_mem_fill_info(e, now, out); /* before: NO_MEMORY changes
+                                              nothing */
+    if (r == BACKEND_OK) {
+        while (e->nheld > 0) /* from the last: nothing moves */
+            do_mem_unhold(m, e, e->nheld - 1);
+        wake = do_mem_wake_due(e) || wake;
+    }
+    if (e != NULL)
         do_mem_entry_free_if_idle(s, e);
     pthread_mutex_unlock(&s->mu);
     if (wake)
@@ -551,6 +600,8 @@ const struct backend_ops memory_backend = {
     .acquire_multi = mem_be_acquire_multi,
     .renew_multi = mem_be_renew_multi,
     .release_multi = mem_be_release_multi,
+    .list = mem_be_list,
+    .force_release = mem_be_force_release,
     .ping = mem_be_ping,
     .held_count = mem_be_held_count,
     .close = mem_be_close,

@@ -57,7 +57,7 @@ multi_begin(struct multi *x, struct mem_be *m, const struct lock_multi_req *req)
             &multi_shard(x, i)->tab, req->keys[i], req->key_lens[i],
             x->hash[i]);
         x->e[i] = e;
-        if (e != NULL && do_mem_expire(m, e, x->now) > 0)
+        if (e != NULL && do_mem_expire(m, e, x->now, NULL) > 0)
             x->wake[i] = do_mem_wake_due(e);
     }
 }

@@ -28,7 +28,7 @@ static void sweep_entry(struct keytab_entry *ke, void *arg)
 
     if ((e->qhead != NULL || e->multi_wait) && sw->nwake == MEM_SWEEP_BATCH)
         return; /* no room to notify its waiters: the next pass expires it */
-    if (do_mem_expire(sw->m, e, sw->now) == 0)
+    if (do_mem_expire(sw->m, e, sw->now, NULL) == 0)
         return;
     if (do_mem_wake_due(e)) {
         sw->wake[sw->nwake] = strndup(e->key, e->ke.key_len);

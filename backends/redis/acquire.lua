@@ -5,6 +5,8 @@ local fence_key = KEYS[2]
 local queue_key = KEYS[3]
 local deadlines_key = KEYS[4]
 local exp_key = KEYS[5]
+gk.index = KEYS[6]
+gk.held = KEYS[7]
 local token = ARGV[1]
 local ttl_ms = ARGV[2]
 local has_owner = ARGV[3]
@@ -169,6 +171,7 @@ if blocked then
   elseif hint > 200 then
     hint = 200
   end
+  if not cur[1] and not cur[2] then index_drop(key) end
   return {0, hint, 1, ours}
 end
 
@@ -188,25 +191,30 @@ local f = tonumber(redis.call('GET', fence_key) or '0')
 if f >= 9007199254740991 then
   return redis.error_reply('ERR lockd fence counter exhausted')
 end
+expired_excl(lock_key, fence_key)
 f = redis.call('INCR', fence_key)
 local fs = string.format('%.0f', f)
 local ttl = tonumber(ttl_ms)
+index_add(key)
 if not shared then
   if has_owner == '1' then
-    redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner)
+    redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
+               'g', now)
   else
-    redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms)
+    redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'g', now)
   end
   if ih then
     redis.call('HSET', lock_key, 'x', seal(token), 'i:' .. ih, h)
   end
   redis.call('PEXPIRE', lock_key, ttl_ms)
-  return {1, f, ttl, now + ttl, 0, 0, 1, 0}
+  held_put(lock_key, false, now + ttl)
+  return {1, f, ttl, now + ttl, 0, 0, 1, 0, gk.expired}
 end
 if not cur[2] then redis.call('HSET', lock_key, 'm', 's', 'l', limit) end
 rec_put(lock_key, h, {f, ttl, 1, has_owner == '1' and owner,
-                      ih, ih and seal(token)})
+                      ih, ih and seal(token), now})
 if ih then redis.call('HSET', lock_key, 'i:' .. ih, h) end
 redis.call('ZADD', exp_key, now + ttl, h)
+held_put(lock_key, h, now + ttl)
 settle(lock_key, exp_key)
-return {1, f, ttl, now + ttl, 1, nlimit, 1, 0}
+return {1, f, ttl, now + ttl, 1, nlimit, 1, 0, gk.expired}

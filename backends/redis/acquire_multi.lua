@@ -1,5 +1,6 @@
 -- acquire_multi: n keys EXCLUSIVE under one token, all of them or none.
--- KEYS: six per lockd key, in the request's order (rk() names them).
+-- KEYS: six per lockd key, in the request's order (rk() names them),
+-- then the index and the held set.
 -- ARGV by name, in the order lockd sends them; the n lockd keys (for
 -- PUBLISH) come before the not-after time.
 local token = ARGV[1]
@@ -8,7 +9,9 @@ local has_owner = ARGV[3] == '1'
 local owner = ARGV[4]
 local channel = ARGV[5]
 local mark_ms = tonumber(ARGV[6])
-local n = #KEYS / 6
+local n = (#KEYS - 2) / 6
+gk.index = KEYS[#KEYS - 1]
+gk.held = KEYS[#KEYS]
 local not_after = ARGV[7 + n]
 local now = clock()
 if now > tonumber(not_after) then return {-2} end
@@ -78,14 +81,18 @@ for i = 1, n do
     local left = first_left(lock_key, nil, true, now)
     if now + left < out[3] then out[3] = now + left end
   else
+    expired_excl(lock_key, rk(i, 2))
     local f = redis.call('INCR', rk(i, 2))
     local fs = string.format('%.0f', f)
     if has_owner then
-      redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner)
+      redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
+                 'g', now)
     else
-      redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms)
+      redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'g', now)
     end
     redis.call('PEXPIRE', lock_key, ttl_ms)
+    held_put(lock_key, false, now + ttl)
+    index_add(ARGV[6 + i])
     out[3 + i] = f
   end
 end

@@ -7,8 +7,16 @@
 -- PX expiry. A key held SHARED is the same hash with m = 's', l = limit
 -- ('0': none), 'h:' .. digest = a holder's record and 'i:' .. sha1hex(idem)
 -- = that holder's digest, beside a sorted set digest -> expiry (Redis's
--- unix ms); both keys expire with the holder that expires last.
+-- unix ms); both keys expire with the holder that expires last. The grant
+-- time (Redis's unix ms) is g in the hash, or the record's 7th field.
+-- Two keys for the whole prefix (redis.c): the index, a sorted set of the
+-- held lockd keys (score 0, read in lex order by list), and held, one
+-- member per holder scored by its expiry: lock_key (exclusive) or
+-- lock_key NUL digest (shared). A script that changes holders sets gk's
+-- index and held to its KEYS naming them first; gk.expired collects the
+-- greatest fence of the holders reap() found expired.
 if redis.replicate_commands then redis.replicate_commands() end
+local gk = {index = false, held = false, expired = 0}
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -23,11 +31,43 @@ end
 local function rec_put(lock_key, d, r)
   redis.call('HSET', lock_key, 'h:' .. d, cmsgpack.pack(r))
 end
+-- a holder's member of the held set: d = its digest (shared) or false
+local function held_put(lock_key, d, expires)
+  if not gk.held then return end
+  local m = lock_key
+  if d then m = lock_key .. '\0' .. d end
+  redis.call('ZADD', gk.held, expires, m)
+end
+local function held_drop(lock_key, d)
+  if not gk.held then return end
+  local m = lock_key
+  if d then m = lock_key .. '\0' .. d end
+  redis.call('ZREM', gk.held, m)
+end
+-- the key is held (key = the lockd key) or may be free now
+local function index_add(key)
+  if gk.index then redis.call('ZADD', gk.index, 0, key) end
+end
+local function index_drop(key)
+  if gk.index then redis.call('ZREM', gk.index, key) end
+end
+-- the exclusive holder whose hash Redis expired left its held member: a
+-- takeover of it gets the fence counter's value (no grant came since)
+local function expired_excl(lock_key, fence_key)
+  if not gk.held or not redis.call('ZSCORE', gk.held, lock_key) then
+    return
+  end
+  redis.call('ZREM', gk.held, lock_key)
+  local f = tonumber(redis.call('GET', fence_key) or '0')
+  if f > gk.expired then gk.expired = f end
+end
 local function rec_drop(lock_key, exp_key, d)
   local r = rec_get(lock_key, d)
   if r and r[5] then redis.call('HDEL', lock_key, 'i:' .. r[5]) end
   redis.call('HDEL', lock_key, 'h:' .. d)
   redis.call('ZREM', exp_key, d)
+  held_drop(lock_key, d)
+  return r
 end
 -- after the shared holders changed: the key is free when none is left,
 -- else both keys expire with the last holder
@@ -44,7 +84,10 @@ end
 local function reap(lock_key, exp_key, now)
   local gone = redis.call('ZRANGEBYSCORE', exp_key, '-inf', now)
   if not gone[1] then return false end
-  for _, d in ipairs(gone) do rec_drop(lock_key, exp_key, d) end
+  for _, d in ipairs(gone) do
+    local r = rec_drop(lock_key, exp_key, d)
+    if r and r[1] > gk.expired then gk.expired = r[1] end
+  end
   settle(lock_key, exp_key)
   return true
 end
@@ -123,6 +166,7 @@ local function renew_one(lock_key, exp_key, h, ttl_ms, reenter, now)
       redis.call('HSET', lock_key, 'ttl', ttl)
     end
     redis.call('PEXPIRE', lock_key, ttl)
+    held_put(lock_key, false, now + tonumber(ttl))
     return {1, tonumber(cur[2]), tonumber(ttl), now + tonumber(ttl), 0, 0, n}
   end
   if not cur[5] then return {0} end
@@ -139,27 +183,30 @@ local function renew_one(lock_key, exp_key, h, ttl_ms, reenter, now)
   if ttl_ms ~= '0' then r[2] = tonumber(ttl_ms) end
   rec_put(lock_key, h, r)
   redis.call('ZADD', exp_key, now + r[2], h)
+  held_put(lock_key, h, now + r[2])
   settle(lock_key, exp_key)
   return {1, r[1], r[2], now + r[2], 1, tonumber(cur[6]), r[3]}
 end
--- give back one of h's holds (every one with all): {1, holds left}, {0}
--- free, {-1} another token; published with key when a holder went and
--- someone waits
+-- give back one of h's holds (every one with all): {1, holds left,
+-- granted at (0 unknown; with none left)}, {0} free, {-1} another token;
+-- published with key when a holder went and someone waits
 local function release_one(lock_key, queue_key, exp_key, mwait_key, h, all,
                            channel, key)
-  local cur = redis.call('HMGET', lock_key, 't', 'n', 'm')
+  local cur = redis.call('HMGET', lock_key, 't', 'n', 'm', 'g')
   if cur[1] then
     if cur[1] ~= h then return {-1} end
     local n = tonumber(cur[2] or '1')
     if n > 1 and not all then
       redis.call('HSET', lock_key, 'n', n - 1)
-      return {1, n - 1}
+      return {1, n - 1, 0}
     end
     redis.call('DEL', lock_key)
+    held_drop(lock_key, false)
+    index_drop(key)
     if waited(queue_key, mwait_key) then
       redis.call('PUBLISH', channel, key)
     end
-    return {1, 0}
+    return {1, 0, tonumber(cur[4] or '0')}
   end
   if not cur[3] then return {0} end
   local reaped = reap(lock_key, exp_key, clock())
@@ -171,15 +218,50 @@ local function release_one(lock_key, queue_key, exp_key, mwait_key, h, all,
   elseif r[3] > 1 and not all then
     r[3] = r[3] - 1
     rec_put(lock_key, h, r)
-    return {1, r[3]}
+    return {1, r[3], 0}
   else
     rec_drop(lock_key, exp_key, h)
     settle(lock_key, exp_key)
-    res = {1, 0}
+    res = {1, 0, r[7] or 0}
     reaped = true
   end
+  if redis.call('EXISTS', lock_key) == 0 then index_drop(key) end
   if reaped and waited(queue_key, mwait_key) then
     redis.call('PUBLISH', channel, key)
   end
   return res
+end
+-- a key's holders as inspect shows them: {1, mode, limit, holder count,
+-- greatest fence, last expiry, now, then fence, expires_at, holds, owner
+-- or false of the first `shown` holders by fence} (an exclusive key shows
+-- its one holder whatever `shown`), or nil when free. Read only: the
+-- expired are left out, not reaped.
+local function look(lock_key, exp_key, now, shown)
+  local cur = redis.call('HMGET', lock_key, 't', 'f', 'o', 'n', 'm', 'l')
+  if cur[1] then
+    local left = first_left(lock_key, exp_key, true, now)
+    local f = tonumber(cur[2])
+    return {1, 0, 0, 1, f, now + left, now,
+            f, now + left, tonumber(cur[4] or '1'), cur[3] or false}
+  end
+  if not cur[5] then return nil end
+  local live = redis.call('ZRANGEBYSCORE', exp_key, '(' .. now, '+inf',
+                          'WITHSCORES')
+  local hs = {}
+  for i = 1, #live, 2 do
+    local r = rec_get(lock_key, live[i])
+    if r then hs[#hs + 1] = {r[1], tonumber(live[i + 1]), r[3], r[4]} end
+  end
+  if #hs == 0 then return nil end
+  table.sort(hs, function(a, b) return a[1] < b[1] end)
+  local out = {1, 1, tonumber(cur[6]), #hs, hs[#hs][1],
+               tonumber(live[#live]), now}
+  for i = 1, math.min(#hs, shown) do
+    local x = hs[i]
+    out[#out + 1] = x[1]
+    out[#out + 1] = x[2]
+    out[#out + 1] = x[3]
+    out[#out + 1] = x[4]
+  end
+  return out
 end

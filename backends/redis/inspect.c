@@ -2,8 +2,9 @@
  * backends/redis/inspect.c - the Redis adapter's inspect(): inspect.lua's
  * summary of a key's holders (mode, limit, count, greatest fence, last
  * expiry) and the first LOCK_HOLDERS_SHOWN of them by fence, read into a
- * struct lock_info. Apart from redis.c because the reply is the longest
- * one to check.
+ * struct lock_info; and force_release(), whose script (force.lua) answers
+ * the same for the holders it removed. Apart from redis.c because the
+ * reply is the longest one to check.
  */
 #include "backends/redis/redis_int.h"
 
@@ -101,20 +102,15 @@ static enum backend_result redis_inspect_fill(const redisReply *r,
     return BACKEND_OK;
 }
 
-enum backend_result redis_inspect_run(struct redis_be *be,
-                                      const char *key,
-                                      size_t key_len,
-                                      struct lock_info *out)
+/* A reply of inspect.lua or force.lua into out (r is freed): OK,
+ * NOT_FOUND, UNAVAILABLE (logged as what), NO_MEMORY. */
+static enum backend_result redis_info_reply(struct redis_be *be,
+                                            const char *what,
+                                            redisReply *r,
+                                            struct lock_info *out)
 {
-    struct redis_args a;
-    redisReply *r;
     enum backend_result res = BACKEND_UNAVAILABLE;
 
-    redis_arg_key(be, &a, REDIS_BE_INS_LOCK, "lock:", key, key_len);
-    redis_arg_key(be, &a, REDIS_BE_INS_EXP, "exp:", key, key_len);
-    r = redis_script_run(be, REDIS_BE_SCRIPT_INSPECT, &a);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
     if (redis_reply_is_int(r, 0) && r->element[0]->integer == 0 &&
         r->elements == 1)
         res = BACKEND_NOT_FOUND;
@@ -123,7 +119,57 @@ enum backend_result redis_inspect_run(struct redis_be *be,
     if (res != BACKEND_OK)
         lock_info_clear(out);
     if (res == BACKEND_UNAVAILABLE)
-        redis_warn(be, "inspect", "unexpected reply");
+        redis_warn(be, what, "unexpected reply");
     freeReplyObject(r);
+    return res;
+}
+
+enum backend_result redis_inspect_run(struct redis_be *be,
+                                      const char *key,
+                                      size_t key_len,
+                                      struct lock_info *out)
+{
+    struct redis_args a;
+    redisReply *r;
+
+    redis_arg_key(be, &a, REDIS_BE_INS_LOCK, "lock:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_INS_EXP, "exp:", key, key_len);
+    r = redis_script_run(be, REDIS_BE_SCRIPT_INSPECT, &a);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    return redis_info_reply(be, "inspect", r, out);
+}
+
+/*
+ * One script: every holder goes (exclusive hash, or the shared records
+ * and their expiry set, with their Idempotency-Keys), the fence counter
+ * stays, the key leaves the index and the held set, and the release is
+ * published when someone waits (as release.lua does; the queue is left
+ * as it is, its head takes the key next). Waiters here are woken at once.
+ */
+enum backend_result redis_force_release(struct backend *b,
+                                        const char *key,
+                                        size_t key_len,
+                                        struct lock_info *out)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    struct redis_args a;
+    redisReply *r;
+    enum backend_result res;
+
+    redis_arg_key(be, &a, REDIS_BE_FRC_LOCK, "lock:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_FRC_EXP, "exp:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_FRC_QUEUE, "queue:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_FRC_MWAIT, "mwait:", key, key_len);
+    redis_arg_global(be, &a, REDIS_BE_FRC_INDEX, REDIS_BE_INDEX);
+    redis_arg_global(be, &a, REDIS_BE_FRC_HELD, REDIS_BE_HELD);
+    redis_arg(&a, REDIS_BE_FRC_CHANNEL, be->channel, strlen(be->channel));
+    redis_arg(&a, REDIS_BE_FRC_KEY, key, key_len);
+    r = redis_script_run(be, REDIS_BE_SCRIPT_FORCE, &a);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    res = redis_info_reply(be, "force_release", r, out);
+    if (res == BACKEND_OK && be->hooks.notify != NULL)
+        be->hooks.notify(be->hooks.arg, key, key_len);
     return res;
 }

@@ -61,7 +61,8 @@ static void redis_margs_push_keys(struct redis_margs *m,
         redis_margs_push(m, req->keys[i], req->key_lens[i]);
 }
 
-/* Room for the KEYS (each kind for each key of req, key by key) and
+/* Room for the KEYS (each kind for each key of req, key by key, then the
+ * index and the held set, which every multi-key script takes last) and
  * nargv ARGV, and the KEYS set: 0, or -1 out of memory. */
 static int redis_margs_init(const struct redis_be *be,
                             const struct lock_multi_req *req,
@@ -69,6 +70,7 @@ static int redis_margs_init(const struct redis_be *be,
                             size_t nargv,
                             struct redis_margs *m)
 {
+    static const char *const globals[] = { REDIS_BE_INDEX, REDIS_BE_HELD };
     size_t nkinds = 0, bytes = 0, slots, at = 0;
 
     memset(m, 0, sizeof(*m));
@@ -77,8 +79,10 @@ static int redis_margs_init(const struct redis_be *be,
     for (size_t i = 0; i < req->n; i++)
         for (size_t k = 0; k < nkinds; k++)
             bytes += redis_key_len(be, kinds[k], req->key_lens[i]);
+    for (size_t g = 0; g < 2; g++)
+        bytes += be->prefix_len + strlen(globals[g]);
     /* the command, the digest and the KEYS count first; the stamp last */
-    slots = 3 + req->n * nkinds + nargv + 1;
+    slots = 3 + req->n * nkinds + 2 + nargv + 1;
     m->v = calloc(slots, sizeof(*m->v));
     m->len = calloc(slots, sizeof(*m->len));
     m->names = malloc(bytes);
@@ -93,6 +97,13 @@ static int redis_margs_init(const struct redis_be *be,
             redis_margs_push(m, m->names + at, n);
             at += n;
         }
+    for (size_t g = 0; g < 2; g++) {
+        size_t gl = strlen(globals[g]);
+        memcpy(m->names + at, be->prefix, be->prefix_len);
+        memcpy(m->names + at + be->prefix_len, globals[g], gl);
+        redis_margs_push(m, m->names + at, be->prefix_len + gl);
+        at += be->prefix_len + gl;
+    }
     m->nkeys = m->nargs;
     return 0;
 }

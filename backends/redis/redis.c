@@ -13,12 +13,14 @@
  *
  * Layout, for a prefix P (default "lockd:") and a lockd key K (raw bytes):
  *   P "lock:{" K "}"    hash. Held EXCLUSIVE: t = sha1hex(token), f =
- *                       fence, ttl, [o = owner], [n = holds if > 1],
+ *                       fence, ttl, g = when granted (Redis's unix ms),
+ *                       [o = owner], [n = holds if > 1],
  *                       [x = sealed token, "i:" sha1hex(idem) = t], with a
  *                       PX expiry, so Redis frees it by itself. Held SHARED:
  *                       m = "s", l = limit ("0" none), "h:" digest = that
  *                       holder's record (msgpack: fence, ttl, holds, owner,
- *                       idem digest, sealed token), "i:" sha1hex(idem) =
+ *                       idem digest, sealed token, when granted), "i:"
+ *                       sha1hex(idem) =
  *                       its digest; expires with the last holder
  *   P "exp:{" K "}"     zset, SHARED: token digest -> expiry (Redis's unix
  *                       ms); every script reaps what passed, and it expires
@@ -31,6 +33,9 @@
  *                       that found K held: a multi-key waiter keeps no
  *                       place in the queue, so while it lives a release of
  *                       K (or its queue's last cancel) is published too
+ *   P "index"           zset of the held keys K, score 0, for list()
+ *   P "held"            zset, one member per holder scored by its expiry,
+ *                       for held_count() and takeovers (list.c says both)
  *   channel P "released:" db   PUBLISHed with K by a release someone waits
  *                       for (a queued waiter, or the mwait mark)
  * P and the fixed words around K make the mapping injective: K is what is
@@ -145,6 +150,8 @@ static void redis_acquire_args(struct redis_be *be,
     redis_arg_key(be, a, REDIS_BE_ACQ_QUEUE, "queue:", k, kn);
     redis_arg_key(be, a, REDIS_BE_ACQ_DEADLINES, "qdl:", k, kn);
     redis_arg_key(be, a, REDIS_BE_ACQ_EXP, "exp:", k, kn);
+    redis_arg_global(be, a, REDIS_BE_ACQ_INDEX, REDIS_BE_INDEX);
+    redis_arg_global(be, a, REDIS_BE_ACQ_HELD, REDIS_BE_HELD);
     redis_arg(a, REDIS_BE_ACQ_TOKEN, req->token, strlen(req->token));
     redis_arg(a, REDIS_BE_ACQ_TTL, ttl, strlen(ttl));
     redis_arg(a, REDIS_BE_ACQ_HAS_OWNER, req->owner != NULL ? "1" : "0", 1);
@@ -205,8 +212,13 @@ static bool redis_acquire_fill(const redisReply *r, struct lock_grant *out)
 
     if (!redis_grant_fill(r, out) || !redis_reply_is_int(r, 7))
         return false;
-    if (r->element[7]->integer == 0)
+    if (r->element[7]->integer == 0) {
+        /* a new grant: the takeover's fence, if it was one */
+        if (redis_reply_is_int(r, 8) && r->element[8]->integer > 0 &&
+            (uint64_t)r->element[8]->integer < out->fence)
+            out->expired_fence = (uint64_t)r->element[8]->integer;
         return true;
+    }
     if (r->elements < 9)
         return false;
     tok = r->element[8];
@@ -310,6 +322,7 @@ static enum backend_result redis_renew(struct backend *b,
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
     redis_arg_key(be, &a, REDIS_BE_REN_LOCK, "lock:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REN_EXP, "exp:", req->key, req->key_len);
+    redis_arg_global(be, &a, REDIS_BE_REN_HELD, REDIS_BE_HELD);
     redis_arg(&a, REDIS_BE_REN_TOKEN, req->token, strlen(req->token));
     redis_arg(&a, REDIS_BE_REN_TTL, ttl, strlen(ttl));
     redis_arg(&a, REDIS_BE_REN_REENTER, req->reenter ? "1" : "0", 1);
@@ -345,6 +358,8 @@ static enum backend_result redis_release(struct backend *b,
     redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "queue:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_EXP, "exp:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_MWAIT, "mwait:", req->key, req->key_len);
+    redis_arg_global(be, &a, REDIS_BE_REL_INDEX, REDIS_BE_INDEX);
+    redis_arg_global(be, &a, REDIS_BE_REL_HELD, REDIS_BE_HELD);
     redis_arg(&a, REDIS_BE_REL_TOKEN, req->token, strlen(req->token));
     redis_arg(&a, REDIS_BE_REL_ALL, req->all ? "1" : "0", 1);
     redis_arg(&a, REDIS_BE_REL_CHANNEL, be->channel, strlen(be->channel));
@@ -352,9 +367,11 @@ static enum backend_result redis_release(struct backend *b,
     r = redis_script_run(be, REDIS_BE_SCRIPT_RELEASE, &a);
     if (r == NULL)
         return BACKEND_UNAVAILABLE;
-    if (redis_reply_ints(r, 2, 1) && r->element[1]->integer >= 0 &&
+    if (redis_reply_ints(r, 3, 1) && r->element[1]->integer >= 0 &&
         r->element[1]->integer < LOCK_HOLDS_MAX) {
         out->holds = (uint32_t)r->element[1]->integer;
+        if (out->holds == 0 && r->element[2]->integer > 0)
+            out->granted_at_ms = r->element[2]->integer;
         res = BACKEND_OK;
     } else if (redis_reply_ints(r, 1, 0)) {
         res = BACKEND_NOT_FOUND;
@@ -431,7 +448,9 @@ const struct backend_ops redis_backend = {
     .acquire_multi = redis_acquire_multi,
     .renew_multi = redis_renew_multi,
     .release_multi = redis_release_multi,
+    .list = redis_list,
+    .force_release = redis_force_release,
     .ping = redis_ping,
-    .held_count = NULL,
+    .held_count = redis_held_count,
     .close = redis_close,
 };

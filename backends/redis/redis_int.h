@@ -10,7 +10,9 @@
  *                 back-off, availability logging
  *   scripts.c     the Lua scripts: loading, EVALSHA, NOSCRIPT, not-after
  *   multi.c       several keys at once: one script over all of them
- *   inspect.c     inspect.lua's reply into a struct lock_info
+ *   inspect.c     inspect.lua's reply into a struct lock_info, and
+ *                 force_release, whose reply is the same
+ *   list.c        list (the index of held keys) and held_count
  *   queue.c       a waiter's place in a key's queue, failed cancels
  *   subscriber.c  the thread that hears releases through other instances
  *
@@ -51,6 +53,15 @@
 #define REDIS_BE_MARK_MS        5000
 #define REDIS_BE_TRASH_MAX      4096 /* failed cancels kept to retry */
 #define REDIS_BE_TRASH_EVERY_MS 100  /* how often they are retried */
+/* held_count() takes out at most REDIS_BE_STALE_BATCH members of the held
+ * set whose holder expired over REDIS_BE_STALE_MS ago (see list.c) */
+#define REDIS_BE_STALE_MS    3600000
+#define REDIS_BE_STALE_BATCH 64
+/* list(): index entries looked at per call, at most */
+#define REDIS_BE_LIST_BUDGET(limit) (2 * (limit) + 16)
+/* the prefix-wide keys, after the prefix (redis.c) */
+#define REDIS_BE_INDEX "index"
+#define REDIS_BE_HELD  "held"
 /* prefix + "fence:{" + key + "}", the longest kind (with "mwait:") */
 #define REDIS_BE_KEYBUF (REDIS_BE_PREFIX_MAX + 8 + LOCK_KEY_MAX + 1)
 
@@ -65,6 +76,9 @@ enum redis_script {
     REDIS_BE_SCRIPT_ACQUIRE_MULTI, /* KEYS and ARGV: see multi.c */
     REDIS_BE_SCRIPT_RENEW_MULTI,
     REDIS_BE_SCRIPT_RELEASE_MULTI,
+    REDIS_BE_SCRIPT_LIST,
+    REDIS_BE_SCRIPT_FORCE,
+    REDIS_BE_SCRIPT_HELD,
     REDIS_BE_SCRIPT_COUNT,
 };
 
@@ -80,6 +94,8 @@ enum redis_acquire_arg {
     REDIS_BE_ACQ_QUEUE,     /* the queue of waiter ids */
     REDIS_BE_ACQ_DEADLINES, /* waiter id -> deadline [" s " limit] */
     REDIS_BE_ACQ_EXP,       /* shared holders' expiries */
+    REDIS_BE_ACQ_INDEX,     /* the index of held keys (prefix-wide) */
+    REDIS_BE_ACQ_HELD,      /* the held set (prefix-wide) */
     REDIS_BE_ACQ_NKEYS,
     REDIS_BE_ACQ_TOKEN = REDIS_BE_ACQ_NKEYS, /* ARGV */
     REDIS_BE_ACQ_TTL,                        /* ms */
@@ -99,6 +115,7 @@ enum redis_acquire_arg {
 enum redis_renew_arg {
     REDIS_BE_REN_LOCK, /* KEYS */
     REDIS_BE_REN_EXP,
+    REDIS_BE_REN_HELD,
     REDIS_BE_REN_NKEYS,
     REDIS_BE_REN_TOKEN = REDIS_BE_REN_NKEYS, /* ARGV */
     REDIS_BE_REN_TTL,                        /* ms; "0" = the stored TTL */
@@ -111,6 +128,8 @@ enum redis_release_arg {
     REDIS_BE_REL_QUEUE,
     REDIS_BE_REL_EXP,
     REDIS_BE_REL_MWAIT, /* marked while a multi-key acquire waits */
+    REDIS_BE_REL_INDEX,
+    REDIS_BE_REL_HELD,
     REDIS_BE_REL_NKEYS,
     REDIS_BE_REL_TOKEN = REDIS_BE_REL_NKEYS, /* ARGV */
     REDIS_BE_REL_ALL,                        /* "1": every hold */
@@ -136,6 +155,41 @@ enum redis_cancel_arg {
     REDIS_BE_CAN_CHANNEL,
     REDIS_BE_CAN_KEY,
     REDIS_BE_CAN_NARGS,
+};
+
+enum redis_list_arg {
+    REDIS_BE_LST_INDEX, /* KEYS */
+    REDIS_BE_LST_NKEYS,
+    REDIS_BE_LST_PREFIX = REDIS_BE_LST_NKEYS, /* ARGV: be->prefix */
+    REDIS_BE_LST_MIN,                         /* ZRANGEBYLEX's bounds */
+    REDIS_BE_LST_MAX,
+    REDIS_BE_LST_LIMIT,
+    REDIS_BE_LST_BUDGET, /* index entries to look at, at most */
+    REDIS_BE_LST_NARGS,
+};
+
+enum redis_force_arg {
+    REDIS_BE_FRC_LOCK, /* KEYS */
+    REDIS_BE_FRC_EXP,
+    REDIS_BE_FRC_QUEUE,
+    REDIS_BE_FRC_MWAIT,
+    REDIS_BE_FRC_INDEX,
+    REDIS_BE_FRC_HELD,
+    REDIS_BE_FRC_NKEYS,
+    REDIS_BE_FRC_CHANNEL = REDIS_BE_FRC_NKEYS, /* ARGV */
+    REDIS_BE_FRC_KEY,
+    REDIS_BE_FRC_NARGS,
+};
+
+enum redis_held_arg {
+    REDIS_BE_HLD_HELD, /* KEYS */
+    REDIS_BE_HLD_INDEX,
+    REDIS_BE_HLD_NKEYS,
+    REDIS_BE_HLD_CUT = REDIS_BE_HLD_NKEYS, /* ARGV: bytes before a lockd key
+                                              in its lock key's name */
+    REDIS_BE_HLD_STALE_MS,
+    REDIS_BE_HLD_BATCH,
+    REDIS_BE_HLD_NARGS,
 };
 
 #define REDIS_BE_KEYS_MAX REDIS_BE_ACQ_NKEYS /* the most KEYS of a script */
@@ -268,6 +322,12 @@ size_t redis_key_name(const struct redis_be *be,
                       char *buf);
 size_t
 redis_key_len(const struct redis_be *be, const char *kind, size_t key_len);
+/* Set key argument i of a to be's name of the prefix-wide key name
+ * (REDIS_BE_INDEX or REDIS_BE_HELD): the prefix, then name. */
+void redis_arg_global(const struct redis_be *be,
+                      struct redis_args *a,
+                      int i,
+                      const char *name);
 /* Set key argument i of a to be's name of kind "{" key "}". */
 void redis_arg_key(const struct redis_be *be,
                    struct redis_args *a,
@@ -301,6 +361,18 @@ enum backend_result redis_inspect_run(struct redis_be *be,
                                       const char *key,
                                       size_t key_len,
                                       struct lock_info *out);
+/* backend_ops' force_release: the same, and the holders are gone. */
+enum backend_result redis_force_release(struct backend *b,
+                                        const char *key,
+                                        size_t key_len,
+                                        struct lock_info *out);
+
+/* ---- list.c: backend_ops' list and held_count ---- */
+
+enum backend_result redis_list(struct backend *b,
+                               const struct lock_list_req *req,
+                               struct lock_list *out);
+int64_t redis_held_count(struct backend *b);
 
 /* ---- multi.c: backend_ops' acquire_multi, renew_multi, release_multi ---- */
 

@@ -4,6 +4,8 @@ local lock_key = KEYS[1]
 local queue_key = KEYS[2]
 local exp_key = KEYS[3]
 local mwait_key = KEYS[4]
+gk.index = KEYS[5]
+gk.held = KEYS[6]
 local token = ARGV[1]
 local all = ARGV[2] == '1'
 local channel = ARGV[3]

@@ -2,6 +2,7 @@
 -- KEYS and ARGV by name, in the order lockd sends them.
 local lock_key = KEYS[1]
 local exp_key = KEYS[2]
+gk.held = KEYS[3]
 local token = ARGV[1]
 local ttl_ms = ARGV[2]
 local reenter = ARGV[3] == '1'

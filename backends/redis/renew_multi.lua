@@ -1,10 +1,13 @@
 -- renew_multi: move the expiry of every key a token holds, or of none.
--- KEYS: two per lockd key, in the request's order: lock, exp.
+-- KEYS: two per lockd key, in the request's order: lock, exp; then the
+-- index and the held set.
 -- ARGV by name, in the order lockd sends them.
 local token = ARGV[1]
 local ttl_ms = ARGV[2]
 local not_after = ARGV[3]
-local n = #KEYS / 2
+local n = (#KEYS - 2) / 2
+gk.index = KEYS[#KEYS - 1]
+gk.held = KEYS[#KEYS]
 local now = clock()
 if now > tonumber(not_after) then return {-2} end
 local h = redis.sha1hex(token)

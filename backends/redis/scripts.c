@@ -132,6 +132,29 @@ static const char release_multi_lua[] =
 #include "backends/redis/release_multi.lua.h"
     ;
 
+/* list: {1, more, last key looked at or nil, now, then key, mode, fence,
+ * expires_at, holder count, owner or nil of each held key}; index entries
+ * of free keys met are taken out. */
+static const char list_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script */
+#include "backends/redis/list.lua.h"
+    ;
+
+/* force: inspect's reply for the holders removed, or {0} (free). */
+static const char force_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script */
+#include "backends/redis/force.lua.h"
+    ;
+
+/* count: the live holders, an integer. */
+static const char count_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script */
+#include "backends/redis/count.lua.h"
+    ;
+
 static const struct redis_script_def {
     const char *text;
     size_t len;
@@ -162,6 +185,12 @@ static const struct redis_script_def {
     [REDIS_BE_SCRIPT_RELEASE_MULTI] = { release_multi_lua,
                                         sizeof(release_multi_lua) - 1, 0, 0,
                                         false },
+    [REDIS_BE_SCRIPT_LIST] = { list_lua, sizeof(list_lua) - 1,
+                               REDIS_BE_LST_NKEYS, REDIS_BE_LST_NARGS, false },
+    [REDIS_BE_SCRIPT_FORCE] = { force_lua, sizeof(force_lua) - 1,
+                                REDIS_BE_FRC_NKEYS, REDIS_BE_FRC_NARGS, false },
+    [REDIS_BE_SCRIPT_HELD] = { count_lua, sizeof(count_lua) - 1,
+                               REDIS_BE_HLD_NKEYS, REDIS_BE_HLD_NARGS, false },
 };
 
 /* ---- loading ---- */
@@ -235,6 +264,18 @@ size_t redis_key_name(const struct redis_be *be,
     n += key_len;
     buf[n++] = '}';
     return n;
+}
+
+void redis_arg_global(const struct redis_be *be,
+                      struct redis_args *a,
+                      int i,
+                      const char *name)
+{
+    size_t nl = strlen(name);
+
+    memcpy(a->keys[i], be->prefix, be->prefix_len);
+    memcpy(a->keys[i] + be->prefix_len, name, nl);
+    redis_arg(a, i, a->keys[i], be->prefix_len + nl);
 }
 
 /* Into a->keys[i], REDIS_BE_KEYBUF bytes: room for the longest kind. */

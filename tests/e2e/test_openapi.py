@@ -41,7 +41,7 @@ BACKENDS = ("memory", "redis", "zookeeper", "mysql")
 
 # The contract's routes and methods (docs/API.md plus the decided Allow lists).
 ROUTES = {
-    "/locks": {"post", "put", "delete"},
+    "/locks": {"get", "head", "post", "put", "delete"},
     "/locks/{key}": {"get", "head", "post", "put", "delete"},
     "/healthz": {"get", "head"},
     "/readyz": {"get", "head"},
@@ -292,8 +292,8 @@ def check_document(spec, table):
     eq(body_props("post"), acquire_fields, "POST body fields")
     eq(query("put"), {"token", "ttl_ms"}, "PUT query parameters")
     eq(body_props("put"), {"token", "ttl_ms"}, "PUT body fields")
-    eq(query("delete"), {"token", "all"}, "DELETE query parameters")
-    eq(body_props("delete"), {"token", "all"}, "DELETE body fields")
+    eq(query("delete"), {"token", "all", "force"}, "DELETE query parameters")
+    eq(body_props("delete"), {"token", "all", "force"}, "DELETE body fields")
     eq(query("get") | query("head"), set(), "GET/HEAD query parameters")
     for m in ("post", "put", "delete"):
         check(("header", "Lock-Token") in params(m), "%s documents Lock-Token" % m.upper())
@@ -497,7 +497,7 @@ def openapi_matches_lockd(ctx):
 
     # release: 200 with exactly the documented fields; then the key is free
     r = conforms(spec, ld.request("DELETE", "/locks/" + k, None, {"Lock-Token": token}), L, "delete", 200)
-    eq(set(r.json), set(spec.schema_of(L, "delete", 200)["required"]), "release body keys")
+    eq(set(r.json), set(spec.resolve({"$ref": "#/components/schemas/Released"})["required"]), "release body keys")
     conforms(spec, ld.request("GET", "/locks/" + k), L, "get", 404, "lock_not_found")
     conforms(spec, ld.request("HEAD", "/locks/" + k), L, "head", 404)
     conforms(spec, ld.request("PUT", "/locks/" + k + "?token=" + token), L, "put", 404, "lock_not_found")
@@ -540,8 +540,14 @@ def openapi_matches_lockd(ctx):
             allow = {m.strip() for m in (r.header("Allow") or "").split(",") if m.strip()}
             eq(allow, documented_allow(spec, path), "%s %s Allow" % (method, real))
             check(r.header("X-Request-Id"), "405 X-Request-Id")
-    # GET /locks is no route until the list of held keys comes there
-    for real in ("/locks", "/nope", "/healthz/x", "/locksx"):
+    # the held keys: GET /locks
+    kl = ctx.key("openapi-list")
+    conforms(spec, ld.request("POST", "/locks/" + kl, {"owner": "openapi/list"}), L, "post", 201)
+    r = conforms(spec, ld.request("GET", "/locks?prefix=" + kl + "&limit=5"), "/locks", "get", 200)
+    eq([e["key"] for e in r.json["locks"]], [kl], "GET /locks lists the held key")
+    conforms(spec, ld.request("GET", "/locks?limit=0"), "/locks", "get", 400, "invalid_parameter")
+    conforms(spec, ld.request("HEAD", "/locks"), "/locks", "head", 200)
+    for real in ("/nope", "/healthz/x", "/locksx"):
         r = ld.request("GET", real)
         eq((r.status, r.error_code()), (404, "not_found"), "GET %s" % real)
         eq(spec.validate(r.json, comps["RouteNotFound"]["content"]["application/json"]["schema"]), [], real)
@@ -560,6 +566,9 @@ def openapi_matches_lockd(ctx):
                  L, "post", 201)
     conforms(spec, la.request("GET", "/healthz"), "/healthz", "get", 200)
     conforms(spec, la.request("GET", "/readyz"), "/readyz", "get", 200)
+    conforms(spec, la.request("GET", "/locks"), "/locks", "get", 401, "unauthorized")
+    conforms(spec, la.request("DELETE", "/locks/" + k2 + "?force=true", headers={"Authorization": "Bearer s3cret-openapi"}),
+             L, "delete", 403, "forbidden")
 
 
 def conforms_multi(spec, ld, ctx):
@@ -742,6 +751,33 @@ def live_multi(ld, ctx, ask, other):
         code="lock_not_found")
 
 
+def live_operator(ld, ctx, ask):
+    """GET /locks and the forced release: every answer they document."""
+    p = ctx.key("oa-op") + "/"
+    ask(ld, "grant, listed", "POST", "/locks/" + p + "a", {"owner": "pod-a", "ttl_ms": 5000}, status=201)
+    ask(ld, "grant, listed shared", "POST", "/locks/" + p + "b", {"mode": "shared", "ttl_ms": 5000}, status=201)
+    r = ask(ld, "list, a page", "GET", "/locks?limit=2&prefix=" + p, status=200)
+    ask(ld, "list, HEAD", "HEAD", "/locks?limit=2&prefix=" + p, status=200)
+    r = ask(ld, "list, first page", "GET", "/locks?limit=1&prefix=" + p, status=200)
+    ask(ld, "list, next page", "GET", "/locks?limit=1&prefix=" + p + "&cursor=" + r.json["next_cursor"], status=200)
+    ask(ld, "list, none", "GET", "/locks?prefix=" + p + "none", status=200)
+    ask(ld, "list, bad limit", "GET", "/locks?limit=0", status=400, code="invalid_parameter")
+    ask(ld, "list, bad cursor", "GET", "/locks?cursor=zz", status=400, code="invalid_parameter")
+    ask(ld, "list, a body", "GET", "/locks", {"prefix": "a"}, status=400, code="invalid_parameter")
+    ask(ld, "force, no admin file", "DELETE", "/locks/" + p + "a?force=true", status=403, code="forbidden")
+    tf = os.path.join(ctx.tmpdir, "openapi-admin-%d" % harness.free_port())
+    with open(tf, "w") as f:
+        f.write("adm1n-openapi\n")
+    la = ctx.new_lockd(args=["--admin-token-file", tf])
+    adm = {"Authorization": "Bearer adm1n-openapi"}
+    ask(la, "grant, to force", "POST", "/locks/" + p + "a", {"owner": "stuck", "ttl_ms": 5000}, status=201)
+    ask(la, "force, no token", "DELETE", "/locks/" + p + "a?force=true", status=401, code="unauthorized")
+    ask(la, "force with a token", "DELETE", "/locks/" + p + "a?force=true", {"token": "x"}, adm, status=400,
+        code="invalid_parameter")
+    ask(la, "force", "DELETE", "/locks/" + p + "a", {"force": True}, adm, status=200)
+    ask(la, "force, free", "DELETE", "/locks/" + p + "a?force=true", None, adm, status=404, code="lock_not_found")
+
+
 def live_answers(ctx):
     """Many requests across every route and error case on the backend under
     test; returns [Answer]. Each request's status (and error code) is
@@ -788,6 +824,7 @@ def live_answers(ctx):
     ask(ld, "release one of two holds", "DELETE", L + k, None, {"Lock-Token": tok}, status=200)
     live_kinds(ld, ctx, ask, tok)
     live_multi(ld, ctx, ask, tok)
+    live_operator(ld, ctx, ask)
     ask(ld, "wait_ms on renew", "PUT", L + k, {"token": tok, "wait_ms": 1}, status=400, code="invalid_parameter")
     ask(ld, "query on inspect", "GET", L + k + "?wait_ms=1", status=400, code="invalid_parameter")
     ask(ld, "array body", "POST", L + k, b"[]", status=400, code="invalid_json")
@@ -823,8 +860,7 @@ def live_answers(ctx):
                           ("/healthz", ("POST", "DELETE")), ("/readyz", ("PUT",)), ("/metrics", ("POST",))):
         for m in methods:
             ask(ld, "method not allowed", m, path, status=405, code="method_not_allowed")
-    ask(ld, "no such route (yet), HEAD", "HEAD", "/locks", status=404)
-    for path in ("/locks", "/nope", "/healthz/x", "/", "/locksx"):
+    for path in ("/nope", "/healthz/x", "/", "/locksx"):
         ask(ld, "no such route", "GET", path, status=404, code="not_found")
 
     # ---- HTTP's edges, sent as raw bytes: answered by lockd, in JSON

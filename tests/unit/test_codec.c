@@ -1140,6 +1140,21 @@ static void run_multi_call(const struct api_call *c, struct api_response *resp)
     handle_multi_reply(&rcfg, c, br, &g, resp);
 }
 
+/* A list run once on the backend and answered. */
+static void run_list_call(const struct api_call *c, struct api_response *resp)
+{
+    struct lock_list_req req;
+    struct lock_list l = { 0 };
+    enum backend_result br;
+
+    api_call_list_req(c, &req);
+    l.entries = calloc(req.limit, sizeof(*l.entries));
+    br = l.entries != NULL ? backend_list(rcfg.backend, &req, &l)
+                           : BACKEND_NO_MEMORY;
+    handle_list_reply(c, br, &l, resp);
+    free(l.entries);
+}
+
 static void run_call(const struct api_call *c, struct api_response *resp)
 {
     struct lock_req req = { 0 };
@@ -1168,6 +1183,12 @@ static void run_call(const struct api_call *c, struct api_response *resp)
     case API_VERB_READYZ:
         br = backend_ping(rcfg.backend);
         break;
+    case API_VERB_FORCE_RELEASE:
+        br = backend_force_release(rcfg.backend, c->key, c->key_len, &info);
+        break;
+    case API_VERB_LIST:
+        run_list_call(c, resp);
+        return;
     case API_VERB_ACQUIRE_MULTI:
     case API_VERB_RENEW_MULTI:
     case API_VERB_RELEASE_MULTI:
@@ -1485,7 +1506,7 @@ static void test_router_answers_404_405_and_invalid_key(void)
         CHECK_EQ_INT(r.resp.status, 405);
         reply_cleanup(&r);
     }
-    static const char *const missing[] = { "/locks",    "/",         "/lock/k",
+    static const char *const missing[] = { "/lockz",    "/",         "/lock/k",
                                            "/locksk",   "/healthz/", "/LOCKS/k",
                                            "/metrics/x" };
     for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); i++) {
@@ -2451,20 +2472,25 @@ static void test_router_multi_routes_and_refusals(void)
     struct fake_req f;
 
     router_open(AUTH);
-    /* GET and HEAD /locks are no route yet; other methods 405 */
+    /* GET and HEAD /locks list the held keys (behind the bearer too);
+     * other methods 405 */
     request(&r, "GET", "/locks", NULL, NULL, "Bearer " AUTH);
-    CHECK_EQ_INT(r.resp.status, 404);
-    CHECK_STR_EQ(err_code(&r), "not_found");
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_LIST);
+    CHECK(json_is_array(json_object_get(r.json, "locks")));
     reply_cleanup(&r);
     request(&r, "HEAD", "/locks", NULL, NULL, "Bearer " AUTH);
-    CHECK_EQ_INT(r.resp.status, 404);
+    CHECK_EQ_INT(r.resp.status, 200);
+    reply_cleanup(&r);
+    request(&r, "GET", "/locks", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 401);
     reply_cleanup(&r);
     for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
         request(&r, others[i], "/locks", "{\"keys\":[\"a\"]}", NULL,
                 "Bearer " AUTH);
         CHECK_EQ_INT(r.resp.status, 405);
         CHECK_STR_EQ(err_code(&r), "method_not_allowed");
-        CHECK_STR_EQ(r.resp.allow, "POST, PUT, DELETE");
+        CHECK_STR_EQ(r.resp.allow, "GET, HEAD, POST, PUT, DELETE");
         reply_cleanup(&r);
     }
     /* "/locks/" is still the empty key */
@@ -3572,6 +3598,279 @@ static void test_torture_multi_replies_fail_cleanly(void)
     codec_keys_cleanup(&k);
 }
 
+/* ---- the operator endpoints (issue 16) ---- */
+
+static void check_cursor_round_trip(const char *key, size_t len)
+{
+    char cur[API_CURSOR_MAX + 1], back[LOCK_KEY_MAX + 1];
+    size_t blen = 0;
+
+    CHECK_EQ_INT(codec_cursor_encode(key, len, cur, sizeof(cur)), 0);
+    CHECK(cur[0] == 'k');
+    CHECK(strcspn(cur, "+/=") == strlen(cur)); /* url-safe, no padding */
+    CHECK_EQ_INT(codec_cursor_decode(cur, strlen(cur), back, &blen), 0);
+    CHECK_EQ_INT(blen, len);
+    CHECK(memcmp(back, key, len) == 0);
+}
+
+static void test_cursor_round_trips_and_rejects_junk(void)
+{
+    char big[LOCK_KEY_MAX + 1];
+    char key[LOCK_KEY_MAX + 1];
+    size_t len;
+    static const char *const junk[] = {
+        "",
+        "k",
+        "kA",
+        "x"
+        "YQ",
+        "kYQ=",
+        "kY+Q",
+        "kY/Q",
+        "kYR",    /* trailing bits set: not what encode makes */
+        "k_w",    /* 0xff: not UTF-8 */
+        "kAA",    /* NUL */
+        "kCQ",    /* a tab: a control character */
+        "kYWJjZ", /* 5 characters: 1 mod 4 */
+    };
+
+    check_cursor_round_trip("a", 1);
+    check_cursor_round_trip("ab", 2);
+    check_cursor_round_trip("abc", 3);
+    check_cursor_round_trip("orders/42 \xc3\xa9", 12);
+    for (size_t i = 0; i < LOCK_KEY_MAX; i++)
+        big[i] = (char)('a' + i % 26);
+    big[LOCK_KEY_MAX] = '\0';
+    check_cursor_round_trip(big, LOCK_KEY_MAX);
+    for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++)
+        CHECK_MSG(codec_cursor_decode(junk[i], strlen(junk[i]), key, &len) ==
+                      -1,
+                  "cursor '%s' accepted", junk[i]);
+    {
+        char cur[API_CURSOR_MAX + 8];
+        CHECK_EQ_INT(codec_cursor_encode(big, LOCK_KEY_MAX, cur, sizeof(cur)),
+                     0);
+        strcat(cur, "YQ"); /* 513 bytes */
+        CHECK_EQ_INT(codec_cursor_decode(cur, strlen(cur), key, &len), -1);
+    }
+    CHECK_EQ_INT(codec_cursor_encode("", 0, key, API_CURSOR_MAX + 1), -1);
+    CHECK_EQ_INT(codec_cursor_encode("a", 1, key, 4), -1);
+}
+
+static enum api_error
+parse_list(const char *query, const char *body, struct api_list_params *p)
+{
+    struct fake_req f;
+
+    fake_init(&f, "GET", query, body, NULL);
+    return codec_parse_list(&f.rq, p, last_msg, sizeof(last_msg));
+}
+
+static void test_parse_list_reads_limits_and_refuses_junk(void)
+{
+    struct api_list_params p;
+    static const char *const bad[] = {
+        "/locks?limit=0",
+        "/locks?limit=1001",
+        "/locks?limit=abc",
+        "/locks?limit=",
+        "/locks?limit=-1",
+        "/locks?limit=+5",
+        "/locks?limit=5x",
+        "/locks?limit=1&limit=1",
+        "/locks?prefix=a&prefix=a",
+        "/locks?prefix",
+        "/locks?cursor=",
+        "/locks?cursor=kYR",
+        "/locks?x=1",
+        "/locks?token=a",
+        "/locks?force=true",
+        "/locks?prefix=a%00",
+        "/locks?prefix=%zz",
+        "/locks?limit=1%00",
+    };
+
+    CHECK_EQ_INT(parse_list("/locks", NULL, &p), API_OK);
+    CHECK_EQ_INT(p.limit, API_LIST_DEFAULT);
+    CHECK_STR_EQ(p.prefix, "");
+    CHECK(!p.has_cursor);
+    codec_list_params_cleanup(&p);
+    CHECK_EQ_INT(
+        parse_list("/locks?limit=1&prefix=a%2Fb%C3%A9+c&cursor=kYQ", NULL, &p),
+        API_OK);
+    CHECK_EQ_INT(p.limit, 1);
+    CHECK_STR_EQ(p.prefix, "a/b\xc3\xa9 c");
+    CHECK_EQ_INT(p.prefix_len, 7);
+    CHECK(p.has_cursor);
+    CHECK_STR_EQ(p.after, "a");
+    codec_list_params_cleanup(&p);
+    CHECK_EQ_INT(parse_list("/locks?limit=1000&prefix=%C3", NULL, &p),
+                 API_OK); /* half a character is a prefix of keys */
+    CHECK_EQ_INT(p.limit, 1000);
+    CHECK_EQ_INT(p.prefix_len, 1);
+    codec_list_params_cleanup(&p);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_MSG(parse_list(bad[i], NULL, &p) == API_INVALID_PARAMETER,
+                  "%s accepted", bad[i]);
+        CHECK(p.prefix == NULL);
+    }
+    CHECK_EQ_INT(parse_list("/locks", "{}", &p), API_INVALID_PARAMETER);
+    {
+        char q[700] = "/locks?prefix=";
+        size_t n = strlen(q);
+        memset(q + n, 'a', LOCK_KEY_MAX + 1);
+        q[n + LOCK_KEY_MAX + 1] = '\0';
+        CHECK_EQ_INT(parse_list(q, NULL, &p), API_INVALID_PARAMETER);
+        q[n + LOCK_KEY_MAX] = '\0';
+        CHECK_EQ_INT(parse_list(q, NULL, &p), API_OK);
+        codec_list_params_cleanup(&p);
+    }
+}
+
+#define ADMIN "adm1n-bearer-token-0123456789"
+
+static void router_set_admin(const char *admin)
+{
+    char err[256];
+    char path[] = "/tmp/lockd-test-admin-XXXXXX";
+    int fd = mkstemp(path);
+
+    CHECK(fd >= 0);
+    CHECK(write(fd, admin, strlen(admin)) == (ssize_t)strlen(admin));
+    close(fd);
+    rcfg.admin_token = secret_open(path, err, sizeof(err));
+    CHECK(rcfg.admin_token != NULL);
+    unlink(path);
+}
+
+static void router_clear_admin(void)
+{
+    secret_close(rcfg.admin_token);
+    rcfg.admin_token = NULL;
+}
+
+/* A forced release of k as auth sends it: the status, the key still held
+ * or not checked by the caller. */
+static unsigned force_status(const char *auth, const char *k)
+{
+    struct reply r;
+    char target[128];
+    unsigned st;
+
+    snprintf(target, sizeof(target), "/locks/%s?force=true", k);
+    request(&r, "DELETE", target, NULL, NULL, auth);
+    st = r.resp.status;
+    if (st == 401)
+        CHECK(r.resp.www_authenticate);
+    if (st == 401 || st == 403)
+        CHECK_STR_EQ(err_code(&r), st == 401 ? "unauthorized" : "forbidden");
+    reply_cleanup(&r);
+    return st;
+}
+
+static void test_router_force_release_auth_matrix(void)
+{
+    struct {
+        bool auth, admin;
+        const char *sent;
+        unsigned want;
+    } rows[] = {
+        { false, false, NULL, 403 },
+        { false, false, "Bearer " AUTH, 403 },
+        { true, false, NULL, 401 },
+        { true, false, "Bearer wrong", 401 },
+        { true, false, "Bearer " AUTH, 403 },
+        { false, true, NULL, 401 },
+        { false, true, "Bearer wrong", 401 },
+        { false, true, "Bearer " ADMIN, 200 },
+        { true, true, NULL, 401 },
+        { true, true, "Basic " ADMIN, 401 },
+        { true, true, "Bearer " ADMIN "x", 401 },
+        { true, true, "Bearer " AUTH, 403 },
+        { true, true, "Bearer " ADMIN, 200 },
+    };
+    struct reply r;
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const char *ok = rows[i].auth ? "Bearer " AUTH : NULL;
+        router_open(rows[i].auth ? AUTH : NULL);
+        if (rows[i].admin)
+            router_set_admin(ADMIN);
+        request(&r, "POST", "/locks/fk", NULL, NULL, ok);
+        CHECK_EQ_INT(r.resp.status, 201);
+        reply_cleanup(&r);
+        CHECK_MSG(force_status(rows[i].sent, "fk") == rows[i].want,
+                  "row %zu: auth %d admin %d sent '%s': want %u", i,
+                  rows[i].auth, rows[i].admin,
+                  rows[i].sent != NULL ? rows[i].sent : "(none)", rows[i].want);
+        CHECK_EQ_INT(backend_held_count(rcfg.backend),
+                     rows[i].want == 200 ? 0 : 1);
+        router_clear_admin();
+        router_close();
+    }
+}
+
+static void test_router_force_release_and_list(void)
+{
+    struct reply r;
+    char tok[API_TOKEN_LEN + 1];
+    static const char *const bad[] = {
+        "/locks/fk?force=true&all=true",
+        "/locks/fk?force=true&token=x",
+        "/locks/fk?force=1",
+        "/locks/fk?force=true&force=false",
+    };
+
+    router_open(NULL);
+    router_set_admin(ADMIN);
+    request(&r, "POST", "/locks/fk", "{\"owner\":\"o\"}", NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 201);
+    snprintf(tok, sizeof(tok), "%s", r.acq.token);
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks/fj", NULL, NULL, NULL);
+    reply_cleanup(&r);
+    request(&r, "GET", "/locks?prefix=f&limit=1", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_LIST);
+    CHECK_EQ_INT(json_array_size(json_object_get(r.json, "locks")), 1);
+    CHECK_STR_EQ(jstr(&r, "next_cursor"), "kZmo"); /* "fj" */
+    CHECK(strstr(r.resp.body, tok) == NULL);
+    reply_cleanup(&r);
+    request(&r, "GET", "/locks?prefix=f&limit=1&cursor=kZmo", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_STR_EQ(
+        json_string_value(json_object_get(
+            json_array_get(json_object_get(r.json, "locks"), 0), "owner")),
+        "o");
+    reply_cleanup(&r);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        request(&r, "DELETE", bad[i], NULL, NULL, "Bearer " ADMIN);
+        CHECK_MSG(r.resp.status == 400, "%s gave %u", bad[i], r.resp.status);
+        reply_cleanup(&r);
+    }
+    request(&r, "DELETE", "/locks/fk", "{\"force\":true}", tok,
+            "Bearer " ADMIN);
+    CHECK_EQ_INT(r.resp.status, 400); /* a Lock-Token beside force */
+    reply_cleanup(&r);
+    request(&r, "DELETE", "/locks/fk?force=false", NULL, NULL, NULL);
+    CHECK_STR_EQ(err_code(&r), "missing_token");
+    reply_cleanup(&r);
+    request(&r, "DELETE", "/locks/fk", "{\"force\":true}", NULL,
+            "Bearer " ADMIN);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_EQ_INT(r.resp.route, API_ROUTE_FORCE_RELEASE);
+    CHECK(json_is_true(json_object_get(r.json, "forced")));
+    CHECK(json_is_true(json_object_get(r.json, "released")));
+    CHECK_EQ_INT(jint(&r, "holders"), 1);
+    reply_cleanup(&r);
+    request(&r, "DELETE", "/locks/fk?force=true", NULL, NULL, "Bearer " ADMIN);
+    CHECK_EQ_INT(r.resp.status, 404);
+    CHECK_STR_EQ(err_code(&r), "lock_not_found");
+    reply_cleanup(&r);
+    router_clear_admin();
+    router_close();
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_decode_key_accepts_plain_and_escaped),
     CHECK_CASE(test_decode_key_rejects_bad_escapes),
@@ -3604,6 +3903,10 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_router_serves_health_ready_metrics),
     CHECK_CASE(test_router_shutting_down_answers_503),
     CHECK_CASE(test_router_requires_bearer_when_auth_set),
+    CHECK_CASE(test_cursor_round_trips_and_rejects_junk),
+    CHECK_CASE(test_parse_list_reads_limits_and_refuses_junk),
+    CHECK_CASE(test_router_force_release_auth_matrix),
+    CHECK_CASE(test_router_force_release_and_list),
     CHECK_CASE(test_acquire_reply_rounds_retry_after_up),
     CHECK_CASE(test_router_rejects_bad_kind_combinations),
     CHECK_CASE(test_router_fills_the_store_request),

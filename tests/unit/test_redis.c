@@ -974,11 +974,566 @@ static void test_shared_holders_expire_one_by_one(void)
     CHECK_EQ_INT(rel_holds(be_main, "ex1", TOK_A, false, &n), BACKEND_OK);
 }
 
-static void test_held_count_is_unknown(void)
+/* ---- list, force_release, held_count, takeover, grant time ---- */
+
+/* One page of list(): after NULL = from the first key. */
+static enum backend_result list_page(struct backend *be,
+                                     const char *prefix,
+                                     size_t prefix_len,
+                                     const char *after,
+                                     size_t after_len,
+                                     uint32_t limit,
+                                     struct lock_list *out)
 {
-    /* counting every holder would need a scan or a global index on
-     * every grant: the wrapper answers -1 */
-    CHECK(redis_backend.held_count == NULL);
+    static struct lock_entry entries[LOCK_LIST_MAX];
+    struct lock_list_req req = { .prefix = prefix,
+                                 .prefix_len = prefix_len,
+                                 .after = after,
+                                 .after_len = after_len,
+                                 .limit = limit };
+
+    memset(out, 0, sizeof(*out));
+    out->entries = entries;
+    return redis_backend.list(be, &req, out);
+}
+
+/* Every page of prefix (limit each) into keys[] (at most max, each
+ * NUL-terminated in its own LOCK_KEY_MAX + 1 slot): how many keys, or -1
+ * on an error, a page over limit, or keys out of order. *pages counts the
+ * calls, *short_pages those that stopped early (n < limit, more). */
+static int list_all(struct backend *be,
+                    const char *prefix,
+                    uint32_t limit,
+                    char (*keys)[LOCK_KEY_MAX + 1],
+                    int max,
+                    int *pages,
+                    int *short_pages)
+{
+    struct lock_list out;
+    char after[LOCK_KEY_MAX + 1];
+    size_t after_len = 0;
+    int n = 0;
+
+    *pages = 0;
+    *short_pages = 0;
+    for (int i = 0; i < 200; i++) { /* bounded: 200 pages at most */
+        if (list_page(be, prefix, strlen(prefix), after_len ? after : NULL,
+                      after_len, limit, &out) != BACKEND_OK ||
+            out.n > limit)
+            return -1;
+        (*pages)++;
+        for (size_t j = 0; j < out.n; j++) {
+            if (n >= max ||
+                strncmp(out.entries[j].key, prefix, strlen(prefix)) != 0)
+                return -1;
+            if (n > 0 && strcmp(keys[n - 1], out.entries[j].key) >= 0)
+                return -1;
+            memcpy(keys[n++], out.entries[j].key, LOCK_KEY_MAX + 1);
+        }
+        if (!out.more)
+            return n;
+        if (out.n < limit)
+            (*short_pages)++;
+        if (out.resume_len == 0)
+            return -1;
+        memcpy(after, out.resume, out.resume_len + 1);
+        after_len = out.resume_len;
+    }
+    return -1;
+}
+
+static char listed[400][LOCK_KEY_MAX + 1];
+
+static void test_list_pages_every_held_key_once_in_order(void)
+{
+    struct lock_grant g;
+    char k[32];
+    int n, pages, shorts;
+    uint64_t fence7 = 0;
+    struct lock_list out;
+
+    for (int i = 0; i < 250; i++) {
+        snprintf(k, sizeof(k), "lp/%03d", (i * 7) % 250); /* not in order */
+        CHECK_EQ_INT(
+            acq_full(be_main, k, TOK_A, i % 2 ? "pod" : NULL, 10000, NULL, &g),
+            BACKEND_OK);
+        if ((i * 7) % 250 == 7)
+            fence7 = g.fence;
+    }
+    /* neighbours outside the prefix */
+    CHECK_EQ_INT(acq(be_main, "lp", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "lp0", TOK_A, 10000, &g), BACKEND_OK);
+    n = list_all(be_main, "lp/", 7, listed, 400, &pages, &shorts);
+    CHECK_EQ_INT(n, 250);
+    CHECK_EQ_INT(pages, 36); /* 35 full pages, then 5 keys */
+    for (int i = 0; i < n && i < 250; i++) {
+        snprintf(k, sizeof(k), "lp/%03d", i);
+        CHECK(strcmp(listed[i], k) == 0);
+    }
+    /* the summary is inspect's, never a token */
+    CHECK_EQ_INT(list_page(be_main, "lp/00", 5, "lp/006", 6, 1, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 1);
+    CHECK(out.more);
+    CHECK(strcmp(out.entries[0].key, "lp/007") == 0);
+    CHECK_EQ_INT(out.entries[0].key_len, 6);
+    CHECK_EQ_INT(out.resume_len, 6);
+    CHECK(strcmp(out.resume, "lp/007") == 0);
+    CHECK_EQ_INT(out.entries[0].mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(out.entries[0].fence, fence7);
+    CHECK_EQ_INT(out.entries[0].holder_count, 1);
+    CHECK(out.entries[0].ttl_ms > 5000 && out.entries[0].ttl_ms <= 10000);
+    CHECK(out.entries[0].expires_at_ms > clock_wall_ms() + 5000);
+    CHECK(out.entries[0].has_owner);
+    CHECK(strcmp(out.entries[0].owner, "pod") == 0);
+    /* the last page: no more */
+    CHECK_EQ_INT(list_page(be_main, "lp/", 3, "lp/248", 6, 7, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 1);
+    CHECK(!out.more);
+    for (int i = 0; i < 250; i++) {
+        snprintf(k, sizeof(k), "lp/%03d", i);
+        CHECK_EQ_INT(rel(be_main, k, TOK_A), BACKEND_OK);
+    }
+    CHECK_EQ_INT(rel(be_main, "lp", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "lp0", TOK_A), BACKEND_OK);
+    /* released keys leave the index at once */
+    CHECK_EQ_INT(raw_int("ZCARD %s", "lockd:index") >= 0, 1);
+    CHECK_EQ_INT(list_page(be_main, "lp", 2, NULL, 0, 10, &out), BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+    CHECK(!out.more);
+}
+
+/* Whether ZSCORE (in fmt, with the set's name) finds member m. */
+static bool zhas(const char *fmt, const char *m)
+{
+    redisReply *r = raw(fmt, m);
+    bool in = r != NULL && r->type == REDIS_REPLY_STRING;
+
+    freeReplyObject(r);
+    return in;
+}
+
+static bool in_index(const char *key)
+{
+    return zhas("ZSCORE lockd:index %s", key);
+}
+
+static void test_list_leaves_out_expired_keys_and_prunes_them(void)
+{
+    struct lock_grant g;
+    struct lock_list out;
+
+    CHECK_EQ_INT(acq(be_main, "le/a", TOK_A, 40, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "le/b", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("le/c", TOK_A, 0, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "le/c", TOK_B, LOCK_SHARED, 0, NULL, 40, NULL, &g),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "le/d", TOK_B, LOCK_SHARED, 0, NULL, 40, NULL, &g),
+        BACKEND_OK);
+    CHECK(in_index("le/a") && in_index("le/d"));
+    check_sleep_ms(100);
+    CHECK_EQ_INT(list_page(be_main, "le/", 3, NULL, 0, 10, &out), BACKEND_OK);
+    CHECK_EQ_INT(out.n, 2);
+    CHECK(!out.more);
+    CHECK(out.n == 2 && strcmp(out.entries[0].key, "le/b") == 0 &&
+          strcmp(out.entries[1].key, "le/c") == 0);
+    /* the shared key shows its live holder only */
+    CHECK(out.n == 2 && out.entries[1].holder_count == 1 &&
+          out.entries[1].mode == LOCK_SHARED && !out.entries[1].has_owner);
+    /* Redis expired le/a and le/d by themselves: list took them out */
+    CHECK(!in_index("le/a"));
+    CHECK(!in_index("le/d"));
+    CHECK(in_index("le/b"));
+    CHECK_EQ_INT(rel(be_main, "le/b", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "le/c", TOK_A), BACKEND_OK);
+    CHECK(!in_index("le/b"));
+    CHECK(!in_index("le/c"));
+}
+
+static void test_list_bytes_over_0x7f_and_prefix_of_0xff(void)
+{
+    /* byte order: a < é (c3 a9) < 中 (e4 b8 ad) < U+10FFFF (f4 8f bf bf) */
+    static const char *const keys[] = {
+        "hb/a", "hb/\xc3\xa9", "hb/\xe4\xb8\xad", "hb/\xf4\x8f\xbf\xbf",
+        "hb0",  NULL
+    };
+    struct lock_grant g;
+    struct lock_list out;
+    int n, pages, shorts;
+
+    for (int i = 0; keys[i] != NULL; i++)
+        CHECK_EQ_INT(acq(be_main, keys[i], TOK_A, 10000, &g), BACKEND_OK);
+    n = list_all(be_main, "hb/", 2, listed, 400, &pages, &shorts);
+    CHECK_EQ_INT(n, 4);
+    for (int i = 0; i < n && i < 4; i++)
+        CHECK(strcmp(listed[i], keys[i]) == 0);
+    /* a prefix ending inside a character */
+    CHECK_EQ_INT(list_page(be_main, "hb/\xc3", 4, NULL, 0, 10, &out),
+                 BACKEND_OK);
+    CHECK(out.n == 1 && strcmp(out.entries[0].key, keys[1]) == 0);
+    CHECK_EQ_INT(list_page(be_main, "hb/\xf4", 4, NULL, 0, 10, &out),
+                 BACKEND_OK);
+    CHECK(out.n == 1 && strcmp(out.entries[0].key, keys[3]) == 0);
+    /* prefixes ending in 0xff: their range ends where "hb0" begins, and
+     * no key starts with them */
+    CHECK_EQ_INT(list_page(be_main, "hb/\xff", 4, NULL, 0, 10, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+    CHECK(!out.more);
+    CHECK_EQ_INT(list_page(be_main, "hb/\xff\xff", 5, NULL, 0, 10, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+    CHECK_EQ_INT(list_page(be_main, "\xff\xff", 2, NULL, 0, 10, &out),
+                 BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+    /* after before the prefix starts at the prefix; after inside it */
+    CHECK_EQ_INT(list_page(be_main, "hb/", 3, "ha", 2, 1, &out), BACKEND_OK);
+    CHECK(out.n == 1 && strcmp(out.entries[0].key, "hb/a") == 0);
+    CHECK_EQ_INT(list_page(be_main, "hb/", 3, "hb/\xe4", 4, 1, &out),
+                 BACKEND_OK);
+    CHECK(out.n == 1 && strcmp(out.entries[0].key, keys[2]) == 0);
+    /* the empty prefix from a key on */
+    CHECK_EQ_INT(list_page(be_main, "", 0, keys[3], strlen(keys[3]), 1, &out),
+                 BACKEND_OK);
+    CHECK(out.n == 1 && strcmp(out.entries[0].key, "hb0") == 0);
+    for (int i = 0; keys[i] != NULL; i++)
+        CHECK_EQ_INT(rel(be_main, keys[i], TOK_A), BACKEND_OK);
+}
+
+static void test_list_shared_key_sums_up_its_holders(void)
+{
+    struct lock_grant g;
+    struct lock_list out;
+    uint64_t top = 0;
+    int64_t last = 0;
+
+    for (int i = 0; i < 3; i++) {
+        const char *tok = i == 0 ? TOK_A : (i == 1 ? TOK_B : TOK_C);
+        CHECK_EQ_INT(acq_kind(be_main, "ls/s", tok, LOCK_SHARED, 5, NULL,
+                              i == 1 ? 9000 : 3000, NULL, &g),
+                     BACKEND_OK);
+        if (g.fence > top)
+            top = g.fence;
+        if (g.expires_at_ms > last)
+            last = g.expires_at_ms;
+    }
+    CHECK_EQ_INT(list_page(be_main, "ls/", 3, NULL, 0, 10, &out), BACKEND_OK);
+    CHECK_EQ_INT(out.n, 1);
+    CHECK_EQ_INT(out.entries[0].mode, LOCK_SHARED);
+    CHECK_EQ_INT(out.entries[0].holder_count, 3);
+    CHECK_EQ_INT(out.entries[0].fence, top);
+    CHECK(out.entries[0].ttl_ms > 8000 && out.entries[0].ttl_ms <= 9000);
+    CHECK(out.entries[0].expires_at_ms >= last - 50 &&
+          out.entries[0].expires_at_ms <= last);
+    CHECK(!out.entries[0].has_owner);
+    CHECK_EQ_INT(rel(be_main, "ls/s", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "ls/s", TOK_B), BACKEND_OK);
+    CHECK(in_index("ls/s")); /* one holder is left */
+    CHECK_EQ_INT(rel(be_main, "ls/s", TOK_C), BACKEND_OK);
+    CHECK(!in_index("ls/s"));
+}
+
+static void test_list_stops_at_its_budget_of_expired_keys(void)
+{
+    struct lock_grant g;
+    struct lock_list out;
+    char k[32];
+    int n, pages, shorts;
+
+    for (int i = 0; i < 100; i++) {
+        snprintf(k, sizeof(k), "lb/0%02d", i);
+        CHECK_EQ_INT(acq(be_main, k, TOK_A, 30, &g), BACKEND_OK);
+    }
+    for (int i = 1; i <= 3; i++) {
+        snprintf(k, sizeof(k), "lb/z%d", i);
+        CHECK_EQ_INT(acq(be_main, k, TOK_A, 10000, &g), BACKEND_OK);
+    }
+    check_sleep_ms(80);
+    /* limit 7: a budget of 2 * 7 + 16 = 30 entries, all expired */
+    CHECK_EQ_INT(list_page(be_main, "lb/", 3, NULL, 0, 7, &out), BACKEND_OK);
+    CHECK_EQ_INT(out.n, 0);
+    CHECK(out.more);
+    CHECK(strcmp(out.resume, "lb/029") == 0);
+    CHECK_EQ_INT(out.resume_len, 6);
+    CHECK(!in_index("lb/000") && !in_index("lb/029") && in_index("lb/030"));
+    /* paging on reaches the live keys, each once */
+    n = list_all(be_main, "lb/", 7, listed, 400, &pages, &shorts);
+    CHECK_EQ_INT(n, 3);
+    CHECK_EQ_INT(shorts, 2); /* 70 expired keys left: 30, 30, then 10 + 3 */
+    CHECK(n == 3 && strcmp(listed[0], "lb/z1") == 0 &&
+          strcmp(listed[2], "lb/z3") == 0);
+    CHECK_EQ_INT(raw_int("ZLEXCOUNT lockd:index [lb/0 %s", "(lb/1"), 0);
+    for (int i = 1; i <= 3; i++) {
+        snprintf(k, sizeof(k), "lb/z%d", i);
+        CHECK_EQ_INT(rel(be_main, k, TOK_A), BACKEND_OK);
+    }
+}
+
+static void test_force_release_exclusive_with_reentries(void)
+{
+    struct lock_grant g, h;
+    struct lock_info info = { 0 };
+
+    CHECK_EQ_INT(acq_full(be_main, "fr/x", TOK_A, "pod-f", 5000, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "fr/x", TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "fr/x", TOK_A, &h), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.force_release(be_main, "fr/x", 4, &info),
+                 BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_EXCLUSIVE);
+    CHECK_EQ_INT(info.holder_count, 1);
+    CHECK_EQ_INT(info.holds, 3);
+    CHECK_EQ_INT(info.fence, g.fence);
+    CHECK(info.ttl_ms > 4000 && info.ttl_ms <= 5000);
+    CHECK(info.has_owner && strcmp(info.owner, "pod-f") == 0);
+    CHECK(info.nholders == 1 && info.holders != NULL &&
+          info.holders[0].fence == g.fence);
+    lock_info_clear(&info);
+    /* the key is free, the old token dead, the fence counter kept */
+    CHECK_EQ_INT(redis_backend.inspect(be_main, "fr/x", 4, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(ren(be_main, "fr/x", TOK_A, 0, &h), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(rel(be_main, "fr/x", TOK_A), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(redis_backend.force_release(be_main, "fr/x", 4, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK(!in_index("fr/x"));
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "fr/x"), 0);
+    CHECK_EQ_INT(acq(be_main, "fr/x", TOK_B, 5000, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(h.expired_fence, 0); /* freed, not expired */
+    CHECK_EQ_INT(rel(be_main, "fr/x", TOK_B), BACKEND_OK);
+}
+
+static void test_force_release_shared_holders(void)
+{
+    const char *toks[] = { TOK_A, TOK_B, TOK_C };
+    struct lock_grant g[3], h;
+    struct lock_info info = { 0 };
+
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(acq_kind(be_main, "fr/s", toks[i], LOCK_SHARED, 4,
+                              i == 1 ? "idem-fr" : NULL, 5000, NULL, &g[i]),
+                     BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.force_release(be_main, "fr/s", 4, &info),
+                 BACKEND_OK);
+    CHECK_EQ_INT(info.mode, LOCK_SHARED);
+    CHECK_EQ_INT(info.limit, 4);
+    CHECK_EQ_INT(info.holder_count, 3);
+    CHECK_EQ_INT(info.nholders, 3);
+    CHECK_EQ_INT(info.fence, g[2].fence);
+    for (uint32_t i = 0; i < info.nholders && i < 3; i++)
+        CHECK_EQ_INT(info.holders[i].fence, g[i].fence);
+    lock_info_clear(&info);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(ren(be_main, "fr/s", toks[i], 0, &h), BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:exp:{%s}", "fr/s"), 0);
+    /* the Idempotency-Key went with its holder: a new grant, not a replay;
+     * under another limit too (the key's limit went as well) */
+    CHECK_EQ_INT(acq_kind(be_main, "fr/s", TOK_D, LOCK_SHARED, 2, "idem-fr",
+                          5000, NULL, &h),
+                 BACKEND_OK);
+    CHECK(!h.replay);
+    CHECK(h.fence > g[2].fence);
+    CHECK_EQ_INT(h.expired_fence, 0);
+    CHECK_EQ_INT(rel(be_main, "fr/s", TOK_D), BACKEND_OK);
+}
+
+static void test_force_release_of_a_free_key_is_not_found(void)
+{
+    struct lock_grant g;
+    struct lock_info info = { 0 };
+
+    CHECK_EQ_INT(redis_backend.force_release(be_main, "fr/never", 8, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK(info.holders == NULL && info.holder_count == 0);
+    CHECK_EQ_INT(acq(be_main, "fr/gone", TOK_A, 30, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("fr/gone2", TOK_A, 0, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("PEXPIRE lockd:lock:{fr/gone2} %s", "30"), 1);
+    check_sleep_ms(80);
+    CHECK_EQ_INT(redis_backend.force_release(be_main, "fr/gone", 7, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK_EQ_INT(redis_backend.force_release(be_main, "fr/gone2", 8, &info),
+                 BACKEND_NOT_FOUND);
+    CHECK(!in_index("fr/gone") && !in_index("fr/gone2"));
+}
+
+static void test_force_release_wakes_a_waiter_on_another_instance(void)
+{
+    struct backend *other = open_be(url);
+    struct backend *admin = be_open(url, NULL, NULL); /* hears nothing */
+    struct lock_waiter w = waiter(77);
+    struct lock_grant g;
+    struct lock_info info = { 0 };
+    int64_t t0;
+
+    CHECK(other != NULL && admin != NULL);
+    if (other == NULL || admin == NULL) {
+        redis_backend.close(other);
+        redis_backend.close(admin);
+        return;
+    }
+    CHECK_EQ_INT(acq(admin, "fw/x", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq_full(other, "fw/x", TOK_B, NULL, 10000, &w, &g),
+                 BACKEND_HELD);
+    notes_watch("fw/x", 4);
+    t0 = clock_mono_ms();
+    CHECK_EQ_INT(redis_backend.force_release(admin, "fw/x", 4, &info),
+                 BACKEND_OK);
+    lock_info_clear(&info);
+    CHECK(notes_watched(1000) > 0); /* through Redis: admin has no hook */
+    CHECK(clock_mono_ms() - t0 < 500);
+    CHECK_EQ_INT(acq_full(other, "fw/x", TOK_B, NULL, 10000, &w, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(rel(other, "fw/x", TOK_B), BACKEND_OK);
+    notes_watch("", 0);
+    redis_backend.close(admin);
+    redis_backend.close(other);
+}
+
+static void test_held_count_counts_live_holders(void)
+{
+    char u[160];
+    struct backend *be;
+    struct lock_grant g;
+    uint32_t n;
+
+    snprintf(u, sizeof(u), "%s?prefix=hc:", url);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(redis_backend.held_count(be), 0);
+    CHECK_EQ_INT(acq(be, "x1", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "x2", TOK_A, 60, &g), BACKEND_OK);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(
+            acq_kind(be, "s1", i == 0 ? TOK_A : (i == 1 ? TOK_B : TOK_C),
+                     LOCK_SHARED, 0, NULL, i == 2 ? 60 : 10000, NULL, &g),
+            BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.held_count(be), 5);
+    /* re-entries and renewals are not holders */
+    CHECK_EQ_INT(reenter(be, "x1", TOK_A, &g), BACKEND_OK);
+    CHECK_EQ_INT(ren(be, "s1", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.held_count(be), 5);
+    /* expiry, by Redis's clock, with no script run */
+    check_sleep_ms(120);
+    CHECK_EQ_INT(redis_backend.held_count(be), 3);
+    CHECK_EQ_INT(rel_holds(be, "x1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.held_count(be), 3);
+    CHECK_EQ_INT(rel_holds(be, "x1", TOK_A, false, &n), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.held_count(be), 2);
+    CHECK_EQ_INT(rel(be, "s1", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.held_count(be), 1);
+    /* a renew moves the holder's expiry in the count too */
+    CHECK_EQ_INT(acq(be, "x3", TOK_A, 60, &g), BACKEND_OK);
+    CHECK_EQ_INT(ren(be, "x3", TOK_A, 10000, &g), BACKEND_OK);
+    check_sleep_ms(100);
+    CHECK_EQ_INT(redis_backend.held_count(be), 2);
+    CHECK_EQ_INT(rel(be, "x3", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be, "s1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(redis_backend.held_count(be), 0);
+    /* members of holders long expired go, with their free keys' index
+     * entries; a live key's entry stays */
+    CHECK_EQ_INT(acq(be, "x4", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("ZCARD %s", "hc:index"), 2); /* x2 expired */
+    freeReplyObject(raw("ZADD hc:held 1 %s", "hc:lock:{old}"));
+    freeReplyObject(raw("ZADD hc:index 0 %s", "old"));
+    freeReplyObject(raw("ZADD hc:held 2 %s", "hc:lock:{x2}"));
+    CHECK_EQ_INT(redis_backend.held_count(be), 1);
+    CHECK_EQ_INT(raw_int("ZCARD %s", "hc:held"), 1);
+    CHECK_EQ_INT(raw_int("ZCARD %s", "hc:index"), 1);
+    CHECK(zhas("ZSCORE hc:held %s", "hc:lock:{x4}"));
+    CHECK(zhas("ZSCORE hc:index %s", "x4"));
+    CHECK(!zhas("ZSCORE hc:index %s", "old"));
+    CHECK_EQ_INT(rel(be, "x4", TOK_A), BACKEND_OK);
+    redis_backend.close(be);
+    /* Redis gone: unknown */
+    snprintf(u, sizeof(u), "redis://127.0.0.1:%d?timeout_ms=200",
+             testsrv_free_port());
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be != NULL)
+        CHECK_EQ_INT(redis_backend.held_count(be), -1);
+    redis_backend.close(be);
+}
+
+static void test_takeover_tells_the_expired_fence(void)
+{
+    struct lock_grant g, a, b, h;
+
+    /* exclusive: Redis expired the hash; the held member tells */
+    CHECK_EQ_INT(acq(be_main, "to/x", TOK_A, 40, &g), BACKEND_OK);
+    check_sleep_ms(80);
+    CHECK_EQ_INT(acq(be_main, "to/x", TOK_B, 5000, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.expired_fence, g.fence);
+    CHECK(h.fence > g.fence);
+    /* a release is no takeover */
+    CHECK_EQ_INT(rel(be_main, "to/x", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "to/x", TOK_A, 40, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.expired_fence, 0);
+    CHECK_EQ_INT(rel(be_main, "to/x", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "to/x", TOK_A, 5000, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.expired_fence, 0);
+    CHECK_EQ_INT(rel(be_main, "to/x", TOK_A), BACKEND_OK);
+    /* shared: the reaped holders' greatest fence, beside a live one */
+    CHECK_EQ_INT(shr("to/s", TOK_A, 0, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "to/s", TOK_B, LOCK_SHARED, 0, NULL, 40, NULL, &a),
+        BACKEND_OK);
+    CHECK_EQ_INT(
+        acq_kind(be_main, "to/s", TOK_C, LOCK_SHARED, 0, NULL, 40, NULL, &b),
+        BACKEND_OK);
+    check_sleep_ms(80);
+    CHECK_EQ_INT(shr("to/s", TOK_D, 0, NULL, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.expired_fence, b.fence);
+    CHECK_EQ_INT(shr("to/s", TOK_E, 0, NULL, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.expired_fence, 0);
+    /* a replay tells nothing */
+    CHECK_EQ_INT(shr("to/s", TOK_E, 0, NULL, &h), BACKEND_OK);
+    CHECK_EQ_INT(h.expired_fence, 0);
+    CHECK_EQ_INT(rel(be_main, "to/s", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "to/s", TOK_D), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "to/s", TOK_E), BACKEND_OK);
+}
+
+/* release with the grant answered */
+static enum backend_result
+rel_grant(const char *key, const char *tok, bool all, struct lock_grant *g)
+{
+    struct lock_req req = {
+        .key = key, .key_len = strlen(key), .token = tok, .all = all
+    };
+
+    memset(g, 0, sizeof(*g));
+    return redis_backend.release(be_main, &req, g);
+}
+
+static void test_release_tells_when_the_hold_was_granted(void)
+{
+    struct lock_grant g, r;
+    int64_t t0 = clock_wall_ms();
+
+    CHECK_EQ_INT(acq(be_main, "ga/x", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be_main, "ga/x", TOK_A, &g), BACKEND_OK);
+    check_sleep_ms(30);
+    CHECK_EQ_INT(rel_grant("ga/x", TOK_A, false, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 1);
+    CHECK_EQ_INT(r.granted_at_ms, 0); /* still held */
+    CHECK_EQ_INT(rel_grant("ga/x", TOK_A, false, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 0);
+    /* Redis's clock and ours are the same machine's */
+    CHECK(r.granted_at_ms >= t0 - 50 && r.granted_at_ms <= t0 + 50);
+    CHECK(clock_wall_ms() - r.granted_at_ms >= 30);
+    t0 = clock_wall_ms();
+    CHECK_EQ_INT(shr("ga/s", TOK_A, 0, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("ga/s", TOK_B, 0, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel_grant("ga/s", TOK_A, true, &r), BACKEND_OK);
+    CHECK(r.granted_at_ms >= t0 - 50 && r.granted_at_ms <= t0 + 50);
+    CHECK_EQ_INT(rel_grant("ga/s", TOK_B, false, &r), BACKEND_OK);
+    CHECK(r.granted_at_ms >= t0 - 50 && r.granted_at_ms <= t0 + 50);
 }
 
 /* ---- several keys at once ---- */
@@ -1130,7 +1685,7 @@ static void test_multi_grant_is_the_single_key_layout(void)
     hash_fields("lockd:lock:{mlref}", ref_fields, sizeof(ref_fields));
     hash_fields("lockd:lock:{ml2 {x}}", fields, sizeof(fields));
     CHECK(strcmp(fields, ref_fields) == 0);
-    CHECK(strcmp(fields, "f,o,t,ttl") == 0);
+    CHECK(strcmp(fields, "f,g,o,t,ttl") == 0);
     t1 = raw("HGET %s t", "lockd:lock:{mlref}");
     t2 = raw("HGET %s t", "lockd:lock:{ml2 {x}}");
     CHECK(t1 != NULL && t2 != NULL && t1->type == REDIS_REPLY_STRING &&
@@ -1414,7 +1969,18 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_inspect_lists_holders_by_fence),
     CHECK_CASE(test_inspect_shows_the_first_hundred_holders),
     CHECK_CASE(test_shared_holders_expire_one_by_one),
-    CHECK_CASE(test_held_count_is_unknown),
+    CHECK_CASE(test_list_pages_every_held_key_once_in_order),
+    CHECK_CASE(test_list_leaves_out_expired_keys_and_prunes_them),
+    CHECK_CASE(test_list_bytes_over_0x7f_and_prefix_of_0xff),
+    CHECK_CASE(test_list_shared_key_sums_up_its_holders),
+    CHECK_CASE(test_list_stops_at_its_budget_of_expired_keys),
+    CHECK_CASE(test_force_release_exclusive_with_reentries),
+    CHECK_CASE(test_force_release_shared_holders),
+    CHECK_CASE(test_force_release_of_a_free_key_is_not_found),
+    CHECK_CASE(test_force_release_wakes_a_waiter_on_another_instance),
+    CHECK_CASE(test_held_count_counts_live_holders),
+    CHECK_CASE(test_takeover_tells_the_expired_fence),
+    CHECK_CASE(test_release_tells_when_the_hold_was_granted),
     CHECK_CASE(test_multi_ops_are_one_script_each),
     CHECK_CASE(test_multi_grant_is_the_single_key_layout),
     CHECK_CASE(test_multi_held_key_or_queue_changes_nothing),

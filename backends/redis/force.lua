@@ -1,0 +1,31 @@
+-- force: an operator frees a key whatever its holders and hold counts.
+-- KEYS and ARGV by name, in the order lockd sends them.
+local lock_key = KEYS[1]
+local exp_key = KEYS[2]
+local queue_key = KEYS[3]
+local mwait_key = KEYS[4]
+gk.index = KEYS[5]
+gk.held = KEYS[6]
+local channel = ARGV[1]
+local key = ARGV[2]
+local now = clock()
+-- what goes, as inspect shows it; the expired are reaped, not counted
+local out = look(lock_key, exp_key, now, 100)
+local cur = redis.call('HMGET', lock_key, 't', 'm')
+if cur[2] then reap(lock_key, exp_key, now) end
+if not out then
+  if redis.call('EXISTS', lock_key) == 0 then index_drop(key) end
+  return {0}
+end
+if cur[1] then
+  held_drop(lock_key, false)
+else
+  for _, d in ipairs(redis.call('ZRANGE', exp_key, 0, -1)) do
+    held_drop(lock_key, d)
+  end
+end
+-- the fence counter stays: the next grant's fence is greater
+redis.call('DEL', lock_key, exp_key)
+index_drop(key)
+if waited(queue_key, mwait_key) then redis.call('PUBLISH', channel, key) end
+return out

@@ -1,0 +1,243 @@
+/*
+ * backends/redis/list.c - the Redis adapter's list() and held_count():
+ * both read two prefix-wide keys the other scripts keep (redis.c):
+ *   P "index"   sorted set, score 0, member = a held lockd key (raw
+ *               bytes). A grant adds its key; a release or a forced
+ *               release that leaves the key free takes it out. A key
+ *               whose holders Redis expired (PX) stays until list.lua
+ *               meets it (or held_count() prunes its held member, below)
+ *               and takes it out: pruned lazily, a bounded number per
+ *               call. It never holds more members than there are fence
+ *               counters, which live forever anyway.
+ *   P "held"    sorted set, one member per holder scored by its expiry
+ *               (Redis's unix ms): the lock key's name for an exclusive
+ *               holder, that name NUL the token digest for a shared one;
+ *               renew moves the score, release and reaping take it out.
+ *
+ * list: one script (list.lua) reads the index with ZRANGEBYLEX from the
+ * page's start to the end of the prefix's range, at most
+ * REDIS_BE_LIST_BUDGET(limit) entries, and sums up each key as inspect
+ * does (read only; a shared key costs one read of its live holders). It
+ * stops at limit live keys, or at the budget with more set and resume at
+ * the last entry looked at: expired keys cost the budget, never the page
+ * beyond it. Never SCAN or KEYS.
+ *
+ * held_count: ZCOUNT of the held set from now on, O(log n), one script
+ * on this thread's connection with the call timeout. It also takes out up
+ * to REDIS_BE_STALE_BATCH members whose holder expired over
+ * REDIS_BE_STALE_MS ago (an exclusive hash Redis expired, or a shared key
+ * whose every holder expired before a script reaped them), with their
+ * keys' index entries once the key is free, so neither set grows with
+ * keys nobody touches again.
+ *
+ * expired_fence (acquire): a shared holder reaped by the grant's script is
+ * known with its record. An exclusive holder's hash Redis expired, but
+ * its held member stays (past its score): the grant finds it by the lock
+ * key's name and answers the fence counter's value, the fence of the last
+ * grant. Unknown (0) when that member was pruned (the takeover came
+ * REDIS_BE_STALE_MS after the expiry), and for a shared key whose every
+ * holder expired before any script saw them (their members cannot be
+ * found by the key).
+ *
+ * Redis Cluster (issue 17): the index and the held set are one key each
+ * for the whole prefix, and list.lua reads the lock keys the index names
+ * without declaring them in KEYS: a cluster needs one index and one held
+ * set per hash slot (the slot of each key's {K} tag), each script naming
+ * its slot's pair.
+ */
+#include "backends/redis/redis_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* list.lua's reply: the head, then 6 elements per key */
+#define REDIS_BE_LST_HEAD 4
+#define REDIS_BE_LST_EACH 6
+
+/* a ZRANGEBYLEX bound: '(' or '[' and a key, or "-" / "+" */
+struct redis_lex {
+    char s[LOCK_KEY_MAX + 2];
+    size_t n;
+};
+
+static void redis_lex_set(struct redis_lex *b, char c, const char *k, size_t n)
+{
+    b->s[0] = c;
+    memcpy(b->s + 1, k, n);
+    b->n = n + 1;
+}
+
+/* Byte order of a and b: memcmp on the shorter, then shorter first. */
+static int redis_keycmp(const char *a, size_t an, const char *b, size_t bn)
+{
+    int c = memcmp(a, b, an < bn ? an : bn);
+
+    if (c != 0)
+        return c;
+    return an < bn ? -1 : (an > bn ? 1 : 0);
+}
+
+/* The page's range of the index: from after (exclusive) or the prefix
+ * (inclusive), whichever comes later, to the first string past every key
+ * that starts with the prefix (exclusive): the prefix without its
+ * trailing 0xff bytes, its last byte plus one; "+" when nothing is left
+ * (an empty prefix or one of 0xff bytes only). */
+static void redis_list_range(const struct lock_list_req *req,
+                             struct redis_lex *min,
+                             struct redis_lex *max)
+{
+    size_t n = req->prefix_len;
+
+    if (req->after != NULL &&
+        redis_keycmp(req->after, req->after_len, req->prefix, n) >= 0)
+        redis_lex_set(min, '(', req->after, req->after_len);
+    else if (n > 0)
+        redis_lex_set(min, '[', req->prefix, n);
+    else
+        redis_lex_set(min, '-', "", 0);
+    while (n > 0 && (unsigned char)req->prefix[n - 1] == 0xff)
+        n--;
+    if (n == 0) {
+        redis_lex_set(max, '+', "", 0);
+        return;
+    }
+    redis_lex_set(max, '(', req->prefix, n);
+    max->s[n] = (char)((unsigned char)max->s[n] + 1);
+}
+
+/* A string element of 1..LOCK_KEY_MAX bytes into k (NUL-terminated). */
+static bool redis_key_el(const redisReply *e, char *k, size_t *n)
+{
+    if (e->type != REDIS_REPLY_STRING || e->len == 0 || e->len > LOCK_KEY_MAX)
+        return false;
+    memcpy(k, e->str, e->len);
+    k[e->len] = '\0';
+    *n = e->len;
+    return true;
+}
+
+/* One key's 6 elements from at into e: true, or false if malformed. */
+static bool redis_entry_fill(const redisReply *r,
+                             size_t at,
+                             long long now,
+                             struct lock_entry *e)
+{
+    long long mode, fence, count;
+
+    for (size_t i = 1; i < 5; i++)
+        if (!redis_reply_is_int(r, at + i))
+            return false;
+    mode = r->element[at + 1]->integer;
+    fence = r->element[at + 2]->integer;
+    count = r->element[at + 4]->integer;
+    if (!redis_key_el(r->element[at], e->key, &e->key_len) ||
+        (mode != LOCK_EXCLUSIVE && mode != LOCK_SHARED) || fence <= 0 ||
+        (uint64_t)fence > LOCK_FENCE_MAX || count < 1 || count > UINT32_MAX)
+        return false;
+    e->mode = (enum lock_mode)mode;
+    e->fence = (uint64_t)fence;
+    e->expires_at_ms = r->element[at + 3]->integer;
+    e->ttl_ms =
+        e->expires_at_ms - now >= 1 ? (uint64_t)(e->expires_at_ms - now) : 1;
+    e->holder_count = (uint32_t)count;
+    e->has_owner = false;
+    if (r->element[at + 5]->type == REDIS_REPLY_STRING) {
+        size_t on = r->element[at + 5]->len;
+        if (on > LOCK_OWNER_MAX)
+            on = LOCK_OWNER_MAX;
+        memcpy(e->owner, r->element[at + 5]->str, on);
+        e->owner[on] = '\0';
+        e->has_owner = true;
+    }
+    return true;
+}
+
+/* list.lua's reply into out: true, or false if malformed. */
+static bool
+redis_list_fill(const redisReply *r, uint32_t limit, struct lock_list *out)
+{
+    size_t n;
+    long long now;
+
+    if (!redis_reply_is_int(r, 0) || r->element[0]->integer != 1 ||
+        !redis_reply_is_int(r, 1) || !redis_reply_is_int(r, 3) ||
+        (r->elements - REDIS_BE_LST_HEAD) % REDIS_BE_LST_EACH != 0)
+        return false;
+    n = (r->elements - REDIS_BE_LST_HEAD) / REDIS_BE_LST_EACH;
+    now = r->element[3]->integer;
+    if (n > limit)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!redis_entry_fill(r, REDIS_BE_LST_HEAD + i * REDIS_BE_LST_EACH, now,
+                              &out->entries[i]))
+            return false;
+    out->n = n;
+    out->more = r->element[1]->integer == 1;
+    if (out->more &&
+        !redis_key_el(r->element[2], out->resume, &out->resume_len))
+        return false;
+    return true;
+}
+
+enum backend_result redis_list(struct backend *b,
+                               const struct lock_list_req *req,
+                               struct lock_list *out)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    struct redis_args a;
+    struct redis_lex min, max;
+    char limit[16], budget[16];
+    redisReply *r;
+    enum backend_result res = BACKEND_OK;
+
+    redis_list_range(req, &min, &max);
+    snprintf(limit, sizeof(limit), "%u", (unsigned)req->limit);
+    snprintf(budget, sizeof(budget), "%u",
+             (unsigned)REDIS_BE_LIST_BUDGET(req->limit));
+    redis_arg_global(be, &a, REDIS_BE_LST_INDEX, REDIS_BE_INDEX);
+    redis_arg(&a, REDIS_BE_LST_PREFIX, be->prefix, be->prefix_len);
+    redis_arg(&a, REDIS_BE_LST_MIN, min.s, min.n);
+    redis_arg(&a, REDIS_BE_LST_MAX, max.s, max.n);
+    redis_arg(&a, REDIS_BE_LST_LIMIT, limit, strlen(limit));
+    redis_arg(&a, REDIS_BE_LST_BUDGET, budget, strlen(budget));
+    r = redis_script_run(be, REDIS_BE_SCRIPT_LIST, &a);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    if (!redis_list_fill(r, req->limit, out)) {
+        out->n = 0;
+        out->more = false;
+        out->resume_len = 0;
+        redis_warn(be, "list", "unexpected reply");
+        res = BACKEND_UNAVAILABLE;
+    }
+    freeReplyObject(r);
+    return res;
+}
+
+int64_t redis_held_count(struct backend *b)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    struct redis_args a;
+    char cut[16], stale[24], batch[16];
+    redisReply *r;
+    int64_t n = -1;
+
+    /* a lock key's name is the prefix, "lock:{", the key, "}" */
+    snprintf(cut, sizeof(cut), "%zu", be->prefix_len + strlen("lock:{"));
+    snprintf(stale, sizeof(stale), "%d", REDIS_BE_STALE_MS);
+    snprintf(batch, sizeof(batch), "%d", REDIS_BE_STALE_BATCH);
+    redis_arg_global(be, &a, REDIS_BE_HLD_HELD, REDIS_BE_HELD);
+    redis_arg_global(be, &a, REDIS_BE_HLD_INDEX, REDIS_BE_INDEX);
+    redis_arg(&a, REDIS_BE_HLD_CUT, cut, strlen(cut));
+    redis_arg(&a, REDIS_BE_HLD_STALE_MS, stale, strlen(stale));
+    redis_arg(&a, REDIS_BE_HLD_BATCH, batch, strlen(batch));
+    r = redis_script_run(be, REDIS_BE_SCRIPT_HELD, &a);
+    if (r == NULL)
+        return -1;
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0)
+        n = r->integer;
+    else
+        redis_warn(be, "held_count", "unexpected reply");
+    freeReplyObject(r);
+    return n;
+}
