@@ -77,6 +77,8 @@ static struct histogram wait_hist[3]; /* by enum metrics_wait_result */
 static struct histogram hold_hist;
 static _Atomic int64_t connections;
 static uint64_t connections_max; /* frozen before the server */
+static uint64_t store_conns_max; /* frozen before the server */
+static uint64_t store_conns;     /* frozen before the server */
 
 static const char *build_version = "unknown"; /* frozen before the server */
 static const char *build_backend = "unknown";
@@ -225,6 +227,12 @@ void metrics_http_connections_add(int64_t delta)
 void metrics_http_connections_max(uint64_t max)
 {
     connections_max = max;
+}
+
+void metrics_store_connections(uint64_t max, uint64_t planned)
+{
+    store_conns_max = max;
+    store_conns = planned;
 }
 
 struct buf {
@@ -453,6 +461,19 @@ static void put_connections(struct buf *b)
                 "# TYPE lockd_http_connections_max gauge\n"
                 "lockd_http_connections_max %llu\n",
                 (unsigned long long)connections_max);
+    if (store_conns_max > 0)
+        bprintf(b,
+                "# HELP lockd_store_connections_max The most store "
+                "connections this instance may open "
+                "(--max-store-connections).\n"
+                "# TYPE lockd_store_connections_max gauge\n"
+                "lockd_store_connections_max %llu\n"
+                "# HELP lockd_store_connections The store connections "
+                "this instance opens at most with its threads.\n"
+                "# TYPE lockd_store_connections gauge\n"
+                "lockd_store_connections %llu\n",
+                (unsigned long long)store_conns_max,
+                (unsigned long long)store_conns);
 }
 
 /* Read up to cap - 1 bytes of a /proc file into buf (NUL-terminated):

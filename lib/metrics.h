@@ -75,6 +75,10 @@ void metrics_http_connections_add(int64_t delta);
 /* lockd_http_connections_max: the configured cap (--max-connections);
  * set once before the server starts; 0, the default, leaves it out. */
 void metrics_http_connections_max(uint64_t max);
+/* The store connection cap (--max-store-connections) and what this
+ * instance's threads may open; shown once max is set. Call before the
+ * server starts. */
+void metrics_store_connections(uint64_t max, uint64_t planned);
 
 /* Render the exposition; held is the held-locks gauge (-1: omit it).
  * Also reads /proc/self for the process_* families (one read of stat, one

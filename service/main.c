@@ -318,6 +318,13 @@ int main(int argc, char **argv)
         goto out;
     metrics_setup(LOCKD_VERSION, backend_scheme(be), api_route_names,
                   API_ROUTE_COUNT, backend_op_names, BACKEND_OP_COUNT);
+    {
+        char rule[64];
+        metrics_store_connections(cfg.max_store_connections,
+                                  config_store_connections(backend_scheme(be),
+                                                           cfg.threads, rule,
+                                                           sizeof(rule)));
+    }
     api.backend = be;
     api.default_ttl_ms = cfg.default_ttl_ms;
     api.max_ttl_ms = cfg.max_ttl_ms;

@@ -367,7 +367,8 @@ def hostile_keys(ctx):
         http_case("FOO the canary", "FOO", path(canary.key), None, None, J(405, "method_not_allowed")),
         http_case("DELETE /healthz", "DELETE", "/healthz", None, None, J(405, "method_not_allowed")),
         http_case("POST /metrics", "POST", "/metrics", b"x" * 100, None, J(405, "method_not_allowed")),
-        http_case("GET /locks", "GET", "/locks", None, None, J(404, "not_found")),
+        http_case("GET /locks?ttl_ms=5", "GET", "/locks?ttl_ms=5", None, None,
+                  J(400, "invalid_parameter")),
         # the multi-key release: without a body it names no keys
         http_case("DELETE /locks", "DELETE", "/locks", None, {"Lock-Token": canary.token},
                   J(400, "invalid_parameter")),
