@@ -111,6 +111,9 @@ static enum backend_result redis_info_reply(struct redis_be *be,
 {
     enum backend_result res = BACKEND_UNAVAILABLE;
 
+    /* zeroed by the wrappers; again here, so that no field is left as the
+     * caller had it and lock_info_clear() below frees only ours */
+    memset(out, 0, sizeof(*out));
     if (redis_reply_is_int(r, 0) && r->element[0]->integer == 0 &&
         r->elements == 1)
         res = BACKEND_NOT_FOUND;

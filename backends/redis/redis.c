@@ -20,8 +20,8 @@
  *                       m = "s", l = limit ("0" none), "h:" digest = that
  *                       holder's record (msgpack: fence, ttl, holds, owner,
  *                       idem digest, sealed token, when granted), "i:"
- *                       sha1hex(idem) =
- *                       its digest; expires with the last holder
+ *                       sha1hex(idem) = its digest; expires with the last
+ *                       holder
  *   P "exp:{" K "}"     zset, SHARED: token digest -> expiry (Redis's unix
  *                       ms); every script reaps what passed, and it expires
  *                       with the last holder too

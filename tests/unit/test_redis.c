@@ -1383,8 +1383,9 @@ static void test_force_release_wakes_a_waiter_on_another_instance(void)
     CHECK_EQ_INT(redis_backend.force_release(admin, "fw/x", 4, &info),
                  BACKEND_OK);
     lock_info_clear(&info);
-    CHECK(notes_watched(1000) > 0); /* through Redis: admin has no hook */
-    CHECK(clock_mono_ms() - t0 < 500);
+    /* through Redis (admin has no hook), long before the retry hint */
+    CHECK(notes_watched(1000) > 0);
+    CHECK(clock_mono_ms() - t0 < 1000);
     CHECK_EQ_INT(acq_full(other, "fw/x", TOK_B, NULL, 10000, &w, &g),
                  BACKEND_OK);
     CHECK_EQ_INT(rel(other, "fw/x", TOK_B), BACKEND_OK);
@@ -1407,11 +1408,11 @@ static void test_held_count_counts_live_holders(void)
         return;
     CHECK_EQ_INT(redis_backend.held_count(be), 0);
     CHECK_EQ_INT(acq(be, "x1", TOK_A, 10000, &g), BACKEND_OK);
-    CHECK_EQ_INT(acq(be, "x2", TOK_A, 60, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "x2", TOK_A, 300, &g), BACKEND_OK);
     for (int i = 0; i < 3; i++)
         CHECK_EQ_INT(
             acq_kind(be, "s1", i == 0 ? TOK_A : (i == 1 ? TOK_B : TOK_C),
-                     LOCK_SHARED, 0, NULL, i == 2 ? 60 : 10000, NULL, &g),
+                     LOCK_SHARED, 0, NULL, i == 2 ? 300 : 10000, NULL, &g),
             BACKEND_OK);
     CHECK_EQ_INT(redis_backend.held_count(be), 5);
     /* re-entries and renewals are not holders */
@@ -1419,7 +1420,7 @@ static void test_held_count_counts_live_holders(void)
     CHECK_EQ_INT(ren(be, "s1", TOK_A, 10000, &g), BACKEND_OK);
     CHECK_EQ_INT(redis_backend.held_count(be), 5);
     /* expiry, by Redis's clock, with no script run */
-    check_sleep_ms(120);
+    check_sleep_ms(350);
     CHECK_EQ_INT(redis_backend.held_count(be), 3);
     CHECK_EQ_INT(rel_holds(be, "x1", TOK_A, false, &n), BACKEND_OK);
     CHECK_EQ_INT(redis_backend.held_count(be), 3);
@@ -1428,20 +1429,21 @@ static void test_held_count_counts_live_holders(void)
     CHECK_EQ_INT(rel(be, "s1", TOK_B), BACKEND_OK);
     CHECK_EQ_INT(redis_backend.held_count(be), 1);
     /* a renew moves the holder's expiry in the count too */
-    CHECK_EQ_INT(acq(be, "x3", TOK_A, 60, &g), BACKEND_OK);
-    CHECK_EQ_INT(ren(be, "x3", TOK_A, 10000, &g), BACKEND_OK);
-    check_sleep_ms(100);
+    CHECK_EQ_INT(acq(be, "x3", TOK_A, 10000, &g), BACKEND_OK);
     CHECK_EQ_INT(redis_backend.held_count(be), 2);
-    CHECK_EQ_INT(rel(be, "x3", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(ren(be, "x3", TOK_A, 40, &g), BACKEND_OK);
+    check_sleep_ms(80);
+    CHECK_EQ_INT(redis_backend.held_count(be), 1);
     CHECK_EQ_INT(rel(be, "s1", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(redis_backend.held_count(be), 0);
     /* members of holders long expired go, with their free keys' index
      * entries; a live key's entry stays */
     CHECK_EQ_INT(acq(be, "x4", TOK_A, 10000, &g), BACKEND_OK);
-    CHECK_EQ_INT(raw_int("ZCARD %s", "hc:index"), 2); /* x2 expired */
+    CHECK_EQ_INT(raw_int("ZCARD %s", "hc:index"), 3); /* x2, x3 expired */
     freeReplyObject(raw("ZADD hc:held 1 %s", "hc:lock:{old}"));
     freeReplyObject(raw("ZADD hc:index 0 %s", "old"));
     freeReplyObject(raw("ZADD hc:held 2 %s", "hc:lock:{x2}"));
+    freeReplyObject(raw("ZADD hc:held 3 %s", "hc:lock:{x3}"));
     CHECK_EQ_INT(redis_backend.held_count(be), 1);
     CHECK_EQ_INT(raw_int("ZCARD %s", "hc:held"), 1);
     CHECK_EQ_INT(raw_int("ZCARD %s", "hc:index"), 1);
@@ -1472,7 +1474,7 @@ static void test_takeover_tells_the_expired_fence(void)
     CHECK(h.fence > g.fence);
     /* a release is no takeover */
     CHECK_EQ_INT(rel(be_main, "to/x", TOK_B), BACKEND_OK);
-    CHECK_EQ_INT(acq(be_main, "to/x", TOK_A, 40, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "to/x", TOK_A, 5000, &g), BACKEND_OK);
     CHECK_EQ_INT(g.expired_fence, 0);
     CHECK_EQ_INT(rel(be_main, "to/x", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(acq(be_main, "to/x", TOK_A, 5000, &h), BACKEND_OK);
@@ -1514,9 +1516,10 @@ rel_grant(const char *key, const char *tok, bool all, struct lock_grant *g)
 static void test_release_tells_when_the_hold_was_granted(void)
 {
     struct lock_grant g, r;
-    int64_t t0 = clock_wall_ms();
+    int64_t t0 = clock_wall_ms(), t1;
 
     CHECK_EQ_INT(acq(be_main, "ga/x", TOK_A, 5000, &g), BACKEND_OK);
+    t1 = clock_wall_ms();
     CHECK_EQ_INT(reenter(be_main, "ga/x", TOK_A, &g), BACKEND_OK);
     check_sleep_ms(30);
     CHECK_EQ_INT(rel_grant("ga/x", TOK_A, false, &r), BACKEND_OK);
@@ -1525,15 +1528,17 @@ static void test_release_tells_when_the_hold_was_granted(void)
     CHECK_EQ_INT(rel_grant("ga/x", TOK_A, false, &r), BACKEND_OK);
     CHECK_EQ_INT(r.holds, 0);
     /* Redis's clock and ours are the same machine's */
-    CHECK(r.granted_at_ms >= t0 - 50 && r.granted_at_ms <= t0 + 50);
+    CHECK(r.granted_at_ms >= t0 - 2 && r.granted_at_ms <= t1 + 2);
     CHECK(clock_wall_ms() - r.granted_at_ms >= 30);
     t0 = clock_wall_ms();
     CHECK_EQ_INT(shr("ga/s", TOK_A, 0, NULL, &g), BACKEND_OK);
+    t1 = clock_wall_ms();
+    check_sleep_ms(20);
     CHECK_EQ_INT(shr("ga/s", TOK_B, 0, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel_grant("ga/s", TOK_A, true, &r), BACKEND_OK);
-    CHECK(r.granted_at_ms >= t0 - 50 && r.granted_at_ms <= t0 + 50);
+    CHECK(r.granted_at_ms >= t0 - 2 && r.granted_at_ms <= t1 + 2);
     CHECK_EQ_INT(rel_grant("ga/s", TOK_B, false, &r), BACKEND_OK);
-    CHECK(r.granted_at_ms >= t0 - 50 && r.granted_at_ms <= t0 + 50);
+    CHECK(r.granted_at_ms >= t1 + 18); /* its own grant's time */
 }
 
 /* ---- several keys at once ---- */
