@@ -8,9 +8,7 @@
 // when any is invalid or of a kind it has no schema for. The packages come
 // from `npm ci` in this folder (package-lock.json pins them).
 import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
 
-const require = createRequire(import.meta.url);
 const roots = {
   "": "kubernetes-models",
   "monitoring.coreos.com": "@kubernetes-models/prometheus-operator",
@@ -20,8 +18,9 @@ async function modelFor(apiVersion, kind) {
   const [group, version] = apiVersion.includes("/") ? apiVersion.split("/") : ["", apiVersion];
   const pkg = roots[group] ?? "kubernetes-models";
   const dir = group === "" ? version : `${group}/${version}`;
-  const file = require.resolve(`${pkg}/package.json`).replace(/package\.json$/, `${dir}/${kind}.js`);
-  const mod = await import(file);
+  // through the package's exports map ("./apps/v1/*"), which names the
+  // ES module file whatever the package version calls it
+  const mod = await import(`${pkg}/${dir}/${kind}`);
   return mod[kind];
 }
 
