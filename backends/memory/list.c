@@ -143,9 +143,10 @@ static void merge(struct listing *x, struct lock_list *out)
     while (x->nheap > 0) {
         unsigned i = x->heap[0];
         struct lock_entry *ent;
-        if (x->f[i].stopped || out->n == limit) {
+        if (out->n == limit || x->f[i].stopped) {
+            /* a full page resumes after its last key (backend.h) */
             const struct lock_entry *at =
-                x->f[i].stopped ? &x->f[i].ent : &out->entries[out->n - 1];
+                out->n == limit ? &out->entries[out->n - 1] : &x->f[i].ent;
             out->more = true;
             memcpy(out->resume, at->key, at->key_len + 1);
             out->resume_len = at->key_len;

@@ -775,6 +775,8 @@ static void test_two_instances_exclude_each_other(void)
 #include "tests/unit/contract_kinds.h"
 /* several keys at once */
 #include "tests/unit/contract_multi.h"
+/* list, force_release, the grant times */
+#include "tests/unit/contract_ops.h"
 
 static const struct check_case cases[] = {
     CHECK_CASE(test_ping_answers_ok),
@@ -796,7 +798,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_cancel_wait_in_the_middle_keeps_the_order),
     CHECK_CASE(test_threads_never_hold_a_key_at_once),
     CHECK_CASE(test_two_instances_exclude_each_other),
-    CONTRACT_KINDS_CASES CONTRACT_MULTI_CASES
+    CONTRACT_KINDS_CASES CONTRACT_MULTI_CASES CONTRACT_OPS_CASES
 };
 
 #define NCASES (sizeof(cases) / sizeof(cases[0]))

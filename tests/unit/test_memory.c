@@ -1571,6 +1571,309 @@ static void test_mem_multi_refusal_is_notified(void)
     memory_backend.close(be);
 }
 
+/* ---- list, force_release, the grant times ---- */
+
+/* One page, as backend_list() calls the op (n, more, resume zeroed). */
+static enum backend_result mlist(struct backend *be,
+                                 const char *prefix,
+                                 const char *after,
+                                 uint32_t limit,
+                                 struct lock_list *out)
+{
+    struct lock_list_req req = { .prefix = prefix,
+                                 .prefix_len = strlen(prefix),
+                                 .after = after,
+                                 .after_len = after ? strlen(after) : 0,
+                                 .limit = limit };
+
+    out->n = 0;
+    out->more = false;
+    out->resume[0] = '\0';
+    out->resume_len = 0;
+    return memory_backend.list(be, &req, out);
+}
+
+/* Page through prefix limit at a time: how often each key "<prefix>NNNN"
+ * (NNNN < nseen) was listed, in seen[]; false if the order broke or the
+ * listing did not end. *short_pages: pages cut short by the budget. */
+static bool mlist_count(struct backend *be,
+                        const char *prefix,
+                        uint32_t limit,
+                        int *seen,
+                        int nseen,
+                        int *short_pages)
+{
+    static struct lock_entry ents[LOCK_LIST_MAX];
+    struct lock_list page = { .entries = ents };
+    char after[LOCK_KEY_MAX + 1] = "";
+    size_t plen = strlen(prefix);
+    bool ok = true;
+
+    for (int pages = 0; pages < 100000; pages++) {
+        if (mlist(be, prefix, pages > 0 ? after : NULL, limit, &page) !=
+            BACKEND_OK)
+            return false;
+        for (size_t k = 0; k < page.n; k++) {
+            long i = strtol(ents[k].key + plen, NULL, 10);
+            if (pages + k > 0 &&
+                strcmp(ents[k].key, k > 0 ? ents[k - 1].key : after) <= 0)
+                ok = false;
+            if (i >= 0 && i < nseen)
+                seen[i]++;
+        }
+        if (!page.more)
+            return ok;
+        if (page.n < limit)
+            (*short_pages)++;
+        memcpy(after, page.resume, page.resume_len + 1);
+    }
+    return false;
+}
+
+#define UNSWEPT_KEYS 300
+
+/* Holders whose TTL has passed but that the sweeper has not reached are
+ * skipped within the budget: pages come out short (more, resume at the
+ * last key looked at), and every live key still comes exactly once. The
+ * sweeper may reap the keys first: up to 3 tries to see a short page. */
+static void test_mem_list_skips_expired_within_a_budget(void)
+{
+    struct backend *be = open_mem();
+    struct lock_grant g;
+    int seen[UNSWEPT_KEYS], short_pages = 0, tries = 0;
+
+    for (; tries < 3 && short_pages == 0; tries++) {
+        int64_t t0 = check_mono_ms();
+        for (int i = 0; i < UNSWEPT_KEYS; i++) {
+            char key[16];
+            snprintf(key, sizeof(key), "u/%04d", i);
+            /* three expiring keys, then a live one */
+            CHECK_EQ_INT(
+                acq(be, key, TOK_A, NULL, i % 4 == 3 ? 30000 : 60, NULL, &g),
+                BACKEND_OK);
+        }
+        while (check_mono_ms() < t0 + 70)
+            check_sleep_ms(2);
+        for (uint32_t limit = 1; limit <= 3; limit += 2) {
+            memset(seen, 0, sizeof(seen));
+            CHECK(
+                mlist_count(be, "u/", limit, seen, UNSWEPT_KEYS, &short_pages));
+            for (int i = 0; i < UNSWEPT_KEYS; i++)
+                CHECK_MSG(seen[i] == (i % 4 == 3), "u/%04d listed %d times", i,
+                          seen[i]);
+        }
+        for (int i = 3; i < UNSWEPT_KEYS; i += 4) {
+            char key[16];
+            snprintf(key, sizeof(key), "u/%04d", i);
+            CHECK_EQ_INT(rel(be, key, TOK_A), BACKEND_OK);
+        }
+    }
+    CHECK_MSG(short_pages > 0, "no short page in %d tries", tries);
+    memory_backend.close(be);
+}
+
+/* The grant that finds the holder expired reports its fence (the
+ * sweeper may reap it first: then 0, never another fence). */
+static void test_mem_takeover_reports_the_expired_fence(void)
+{
+    struct backend *be = open_mem();
+    struct lock_grant g, h, s2;
+    int exact = 0;
+
+    for (int i = 0; i < 3; i++) {
+        int64_t t0 = check_mono_ms();
+        CHECK_EQ_INT(acq(be, "tk", TOK_A, NULL, 40, NULL, &g), BACKEND_OK);
+        CHECK_EQ_U64(g.expired_fence, 0);
+        while (check_mono_ms() < t0 + 42)
+            check_sleep_ms(1);
+        CHECK_EQ_INT(acq(be, "tk", TOK_B, NULL, 5000, NULL, &h), BACKEND_OK);
+        CHECK(h.expired_fence == 0 || h.expired_fence == g.fence);
+        exact += h.expired_fence == g.fence;
+        CHECK_EQ_INT(rel(be, "tk", TOK_B), BACKEND_OK);
+    }
+    CHECK_MSG(exact > 0, "no takeover seen in 3 tries");
+    /* shared: one of two holders expired, the next grant took its place */
+    for (int i = 0; i < 3; i++) {
+        int64_t t0 = check_mono_ms();
+        CHECK_EQ_INT(
+            acq_k(be, "tks", TOK_A, LOCK_SHARED, 2, NULL, 40, NULL, &g),
+            BACKEND_OK);
+        CHECK_EQ_INT(
+            acq_k(be, "tks", TOK_B, LOCK_SHARED, 2, NULL, 5000, NULL, &s2),
+            BACKEND_OK);
+        CHECK_EQ_U64(s2.expired_fence, 0);
+        while (check_mono_ms() < t0 + 42)
+            check_sleep_ms(1);
+        CHECK_EQ_INT(
+            acq_k(be, "tks", TOK_C, LOCK_SHARED, 2, NULL, 5000, NULL, &h),
+            BACKEND_OK);
+        CHECK(h.expired_fence == 0 || h.expired_fence == g.fence);
+        exact += h.expired_fence == g.fence ? 10 : 0;
+        CHECK_EQ_INT(rel(be, "tks", TOK_B), BACKEND_OK);
+        CHECK_EQ_INT(rel(be, "tks", TOK_C), BACKEND_OK);
+    }
+    CHECK_MSG(exact >= 10, "no shared takeover seen in 3 tries");
+    memory_backend.close(be);
+}
+
+/* granted_at_ms is the grant's own instant (expires_at - ttl at grant),
+ * kept through renewals and re-entries; only the last release says it. */
+static void test_mem_release_tells_the_grant_instant(void)
+{
+    struct backend *be = open_mem();
+    struct lock_req req = { .key = "gi", .key_len = 2, .token = TOK_A };
+    struct lock_grant g, r;
+
+    CHECK_EQ_INT(acq(be, "gi", TOK_A, NULL, 5000, NULL, &g), BACKEND_OK);
+    check_sleep_ms(20);
+    CHECK_EQ_INT(renew(be, "gi", TOK_A, 9000, &r), BACKEND_OK);
+    CHECK_EQ_INT(reenter(be, "gi", TOK_A, &r), BACKEND_OK);
+    memset(&r, 0, sizeof(r));
+    CHECK_EQ_INT(memory_backend.release(be, &req, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 1);
+    CHECK_EQ_INT(r.granted_at_ms, 0);
+    CHECK_EQ_INT(memory_backend.release(be, &req, &r), BACKEND_OK);
+    CHECK_EQ_INT(r.holds, 0);
+    CHECK_EQ_INT(r.granted_at_ms, g.expires_at_ms - 5000);
+    memory_backend.close(be);
+}
+
+/* force_release takes every holder off the held count and the index, and
+ * leaves the key's waiters queued, the first one told. */
+static void test_mem_force_release_counts_and_unlists(void)
+{
+    struct backend *be = open_mem();
+    struct lock_waiter w = { .id = 7 };
+    struct lock_entry ents[4];
+    struct lock_list page = { .entries = ents };
+    struct lock_info info = { 0 };
+    struct lock_grant g;
+
+    CHECK_EQ_INT(shr(be, "fq", TOK_A, 0), BACKEND_OK);
+    CHECK_EQ_INT(shr(be, "fq", TOK_B, 0), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "fr", TOK_A, NULL, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "fq", TOK_C, NULL, 5000, &w, &g), BACKEND_HELD);
+    CHECK_EQ_INT(memory_backend.held_count(be), 3);
+    notes_clear();
+    CHECK_EQ_INT(memory_backend.force_release(be, "fq", 2, &info), BACKEND_OK);
+    CHECK_EQ_INT(info.holder_count, 2);
+    lock_info_clear(&info);
+    CHECK_EQ_INT(notes_count("fq"), 1);
+    CHECK_EQ_INT(memory_backend.held_count(be), 1);
+    CHECK_EQ_INT(mlist(be, "f", NULL, 4, &page), BACKEND_OK);
+    CHECK_EQ_INT(page.n, 1);
+    CHECK_STR_EQ(ents[0].key, "fr");
+    /* the waiter's place was kept: it goes before a try-once */
+    CHECK_EQ_INT(acq(be, "fq", TOK_B, NULL, 5000, NULL, &g), BACKEND_HELD);
+    CHECK_EQ_INT(acq(be, "fq", TOK_C, NULL, 5000, &w, &g), BACKEND_OK);
+    CHECK(w.be_data == NULL);
+    memory_backend.close(be);
+}
+
+#define IDX_THREADS 8
+#define IDX_KEYS    2000
+#define IDX_MS      1000
+
+struct idx_run {
+    struct backend *be;
+    atomic_bool stop;
+    atomic_long ops;
+};
+
+struct idx_worker {
+    struct idx_run *run;
+    unsigned seed;
+    int errors;
+};
+
+/* Grant random keys (exclusive or shared) and give them back, holding up
+ * to 4 at a time, so entries come and go in every shard. */
+static void *idx_worker_main(void *arg)
+{
+    struct idx_worker *w = arg;
+    char tok[40], held[4][16];
+    int nheld = 0;
+
+    snprintf(tok, sizeof(tok), "%032x", w->seed);
+    while (!atomic_load(&w->run->stop)) {
+        char key[16];
+        struct lock_grant g;
+        enum backend_result r;
+        snprintf(key, sizeof(key), "ix/%04d", rand_r(&w->seed) % IDX_KEYS);
+        r = acq_k(w->run->be, key, tok,
+                  rand_r(&w->seed) % 2 ? LOCK_SHARED : LOCK_EXCLUSIVE, 0, NULL,
+                  5000, NULL, &g);
+        if (r == BACKEND_OK && nheld < 4)
+            memcpy(held[nheld++], key, sizeof(key));
+        else if (r == BACKEND_OK)
+            w->errors += rel(w->run->be, key, tok) != BACKEND_OK;
+        else if (r != BACKEND_HELD)
+            w->errors++;
+        if (nheld == 4 || (nheld > 0 && rand_r(&w->seed) % 3 == 0))
+            w->errors += rel(w->run->be, held[--nheld], tok) != BACKEND_OK;
+        atomic_fetch_add(&w->run->ops, 1);
+    }
+    while (nheld > 0)
+        w->errors += rel(w->run->be, held[--nheld], tok) != BACKEND_OK;
+    return NULL;
+}
+
+/* 8 threads grant and release random keys while this one lists: every
+ * key held throughout (every tenth, held here) is listed exactly once a
+ * pass, in order; at the end the index holds exactly what is held. */
+static void test_mem_list_index_under_threads(void)
+{
+    struct idx_run run = { .be = open_mem() };
+    struct idx_worker wk[IDX_THREADS];
+    pthread_t th[IDX_THREADS];
+    static int seen[IDX_KEYS];
+    int passes = 0, short_pages = 0, started = 0;
+    struct lock_grant g;
+    int64_t until;
+
+    for (int i = 0; i < IDX_KEYS; i += 10) {
+        char key[16];
+        snprintf(key, sizeof(key), "ix/%04d", i);
+        CHECK_EQ_INT(acq(run.be, key, TOK_A, NULL, 60000, NULL, &g),
+                     BACKEND_OK);
+    }
+    for (int i = 0; i < IDX_THREADS; i++) {
+        wk[i] = (struct idx_worker){ .run = &run, .seed = 0x5eed + i };
+        if (pthread_create(&th[i], NULL, idx_worker_main, &wk[i]) == 0)
+            started++;
+    }
+    CHECK_EQ_INT(started, IDX_THREADS);
+    for (until = check_mono_ms() + IDX_MS; check_mono_ms() < until; passes++) {
+        uint32_t limit = 1 + (uint32_t)(passes * 37 % 200);
+        memset(seen, 0, sizeof(seen));
+        CHECK(mlist_count(run.be, "ix/", limit, seen, IDX_KEYS, &short_pages));
+        for (int i = 0; i < IDX_KEYS; i += 10)
+            CHECK_MSG(seen[i] == 1,
+                      "pass %d, limit %u: ix/%04d listed %d "
+                      "times",
+                      passes, limit, i, seen[i]);
+    }
+    atomic_store(&run.stop, true);
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(wk[i].errors, 0);
+    }
+    printf("  %d listing passes beside %ld grants and releases\n", passes,
+           atomic_load(&run.ops));
+    /* from the first key of the store: no number follows an empty
+     * prefix, so every key listed counts under 0 */
+    memset(seen, 0, sizeof(seen));
+    CHECK(mlist_count(run.be, "", 1000, seen, IDX_KEYS, &short_pages));
+    CHECK_EQ_INT(seen[0], IDX_KEYS / 10);
+    CHECK_EQ_INT(memory_backend.held_count(run.be), IDX_KEYS / 10);
+    memset(seen, 0, sizeof(seen));
+    CHECK(mlist_count(run.be, "ix/", 1000, seen, IDX_KEYS, &short_pages));
+    for (int i = 0; i < IDX_KEYS; i++)
+        CHECK_MSG(seen[i] == (i % 10 == 0), "ix/%04d listed %d times", i,
+                  seen[i]);
+    memory_backend.close(run.be);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_mem_open_rejects_options),
     CHECK_CASE(test_mem_acquire_grants_then_held),
@@ -1600,6 +1903,11 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_mem_shared_holders_expire_one_by_one),
     CHECK_CASE(test_mem_threads_keep_readers_and_writers_apart),
     CHECK_CASE(test_mem_multi_refusal_is_notified),
+    CHECK_CASE(test_mem_list_skips_expired_within_a_budget),
+    CHECK_CASE(test_mem_takeover_reports_the_expired_fence),
+    CHECK_CASE(test_mem_release_tells_the_grant_instant),
+    CHECK_CASE(test_mem_force_release_counts_and_unlists),
+    CHECK_CASE(test_mem_list_index_under_threads),
 };
 
 int main(int argc, char **argv)
