@@ -76,6 +76,12 @@ enum lock_mode {
  * "fifo":"store" in /healthz; without it the order is kept per instance.
  */
 #define BACKEND_CAP_QUEUE 0x1u
+/*
+ * HELD_LAGS: held_count() is the count as of a recent moment (the
+ * adapter's last sweep pass, say), not right now: the adapter says how
+ * old it may be. For /metrics; the contract suite checks it only for sense.
+ */
+#define BACKEND_CAP_HELD_LAGS 0x2u
 
 enum backend_result {
     BACKEND_OK = 0,

@@ -379,8 +379,9 @@ static void put_locks(struct buf *b, int64_t held)
             (long long)atomic_load_explicit(&waiters, memory_order_relaxed));
     if (held >= 0)
         bprintf(b,
-                "# HELP lockd_locks_held Lock holders now (a key held "
-                "shared counts each holder).\n"
+                "# HELP lockd_locks_held Lock holders in the store (a key "
+                "held shared counts each holder; on ZooKeeper as of the "
+                "last sweep pass).\n"
                 "# TYPE lockd_locks_held gauge\nlockd_locks_held %lld\n",
                 (long long)held);
 }

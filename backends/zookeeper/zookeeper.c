@@ -390,7 +390,7 @@ static enum backend_result zk_be_open(const char *url,
 
 const struct backend_ops zookeeper_backend = {
     .scheme = "zookeeper",
-    .caps = BACKEND_CAP_QUEUE,
+    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_HELD_LAGS,
     .open = zk_be_open,
     .acquire = zk_be_acquire,
     .renew = zk_be_renew,

@@ -214,18 +214,23 @@ static void test_held_count_is_exact_or_unknown(void)
     CHECK_MSG(n0 >= -1, "held_count %lld", (long long)n0);
     for (int i = 0; i < 3; i++)
         CHECK_RES(acq(keys[i], TOK_A, 30000, &g), BACKEND_OK);
-    if (n0 == -1) {
+    if ((backend_caps(cur->be) & BACKEND_CAP_HELD_LAGS) != 0) {
+        /* as of the adapter's last pass: only its sense is checked here */
+        CHECK_MSG(backend_held_count(cur->be) >= -1, "held_count %lld",
+                  (long long)backend_held_count(cur->be));
+        n0 = -2;
+    } else if (n0 == -1) {
         CHECK_EQ_INT(backend_held_count(cur->be), -1);
     } else {
         CHECK_EQ_INT(backend_held_count(cur->be), n0 + 3);
         CHECK_RES(rel(keys[0], TOK_A), BACKEND_OK);
         CHECK_EQ_INT(backend_held_count(cur->be), n0 + 2);
     }
-    for (int i = n0 == -1 ? 0 : 1; i < 3; i++)
+    for (int i = n0 < 0 ? 0 : 1; i < 3; i++)
         CHECK_RES(rel(keys[i], TOK_A), BACKEND_OK);
-    if (n0 != -1)
+    if (n0 >= 0)
         CHECK_EQ_INT(backend_held_count(cur->be), n0);
-    else
+    else if (n0 == -1)
         CHECK_EQ_INT(backend_held_count(cur->be), -1);
 }
 
