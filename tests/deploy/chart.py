@@ -50,7 +50,9 @@ def npm_ci():
     if r.returncode != 0:
         out = (r.stdout + r.stderr).strip()
         tail = "\n".join(out.splitlines()[-5:])
-        net = [n for n in ("ENOTFOUND", "ECONNREFUSED", "ETIMEDOUT", "EAI_AGAIN", "ECONNRESET", "ENETUNREACH")
+        net = [n for n in ("ENOTFOUND", "ECONNREFUSED", "ETIMEDOUT", "EAI_AGAIN", "ECONNRESET",
+                           "ENETUNREACH", "SELF_SIGNED_CERT_IN_CHAIN", "UNABLE_TO_GET_ISSUER_CERT",
+                           "CERT_HAS_EXPIRED")
                if n in out]
         if net:
             first = [x for x in out.splitlines() if net[0] in x][0]
