@@ -373,3 +373,19 @@ void events_force_released(const struct api_config *cfg,
     put_str(&fs, "admin", "token");
     log_audit(metrics_event_name(METRICS_EV_FORCE_RELEASED), fs.f, fs.n);
 }
+
+void events_expired(void *arg,
+                    const char *key,
+                    size_t key_len,
+                    uint64_t fence,
+                    const char *owner)
+{
+    static const struct api_event_ctx none = { 0 };
+    struct fields fs = { .n = 0 };
+
+    put_bytes(&fs, "key", key, key_len);
+    put_num(&fs, "fence", (int64_t)fence);
+    put_str(&fs, "owner", owner);
+    put_str(&fs, "reason", "ttl passed");
+    emit(arg, METRICS_EV_EXPIRED, &fs, &none);
+}

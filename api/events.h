@@ -62,4 +62,17 @@ void events_force_released(const struct api_config *cfg,
                            const struct lock_info *info,
                            const struct api_event_ctx *ctx);
 
+/*
+ * The store's backend_expired_fn (backends/backend.h): a holder of key
+ * whose TTL passed was removed by the store's own background work.
+ * Writes lock.expired (reason "ttl passed") as --log-events selects and
+ * counts it. arg is the const struct api_config whose log_events is read
+ * (set before the store opens). Thread-safe.
+ */
+void events_expired(void *arg,
+                    const char *key,
+                    size_t key_len,
+                    uint64_t fence,
+                    const char *owner);
+
 #endif /* API_EVENTS_H */

@@ -301,9 +301,24 @@ void lock_info_clear(struct lock_info *info);
  */
 typedef void (*backend_notify_fn)(void *arg, const char *key, size_t key_len);
 
+/*
+ * Called by an adapter whose own background work (a sweeper) removed a
+ * holder because its TTL passed: the key, that holder's fence and owner
+ * (NULL: none). From the adapter's thread, without its locks held; every
+ * argument borrowed for the call. An expiry that a grant finds is told
+ * through lock_grant.expired_fence instead.
+ */
+typedef void (*backend_expired_fn)(void *arg,
+                                   const char *key,
+                                   size_t key_len,
+                                   uint64_t fence,
+                                   const char *owner);
+
 struct backend_hooks {
     backend_notify_fn notify; /* may be NULL */
     void *arg;
+    backend_expired_fn expired; /* may be NULL; called with expired_arg */
+    void *expired_arg;
 };
 
 struct backend { /* first member of every adapter's state */

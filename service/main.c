@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "api/codec.h"
+#include "api/events.h"
 #include "api/handlers.h"
 #include "backends/backend.h"
 #include "lib/cpus.h"
@@ -191,8 +192,10 @@ static int size_threads(struct config *cfg, char *msg, size_t msglen)
  * queue, and the queue calls the backend: make the queue, open the
  * backend, then bind. 0, or the exit code; *qp and *bep are set to what
  * was made either way. */
-static int
-open_store(struct config *cfg, struct waitq **qp, struct backend **bep)
+static int open_store(struct config *cfg,
+                      struct api_config *api,
+                      struct waitq **qp,
+                      struct backend **bep)
 {
     struct backend_hooks hooks = { 0 }; /* copied by backend_open() */
     char err[512];
@@ -204,6 +207,8 @@ open_store(struct config *cfg, struct waitq **qp, struct backend **bep)
     }
     hooks.notify = waitq_notify;
     hooks.arg = *qp;
+    hooks.expired = events_expired; /* reads api->log_events only */
+    hooks.expired_arg = api;
     if (backend_open(cfg->backend, &hooks, bep, err, sizeof(err)) !=
         BACKEND_OK) {
         fprintf(stderr, "lockd: %s\n", err);
@@ -313,11 +318,13 @@ int main(int argc, char **argv)
         return rc;
     }
     log_info("%s", sizing);
-    rc = open_store(&cfg, &q, &be);
+    api.log_events = cfg.log_events; /* before the store's threads start */
+    rc = open_store(&cfg, &api, &q, &be);
     if (rc != 0)
         goto out;
     metrics_setup(LOCKD_VERSION, backend_scheme(be), api_route_names,
                   API_ROUTE_COUNT, backend_op_names, BACKEND_OP_COUNT);
+    metrics_http_connections_max(cfg.max_connections);
     {
         char rule[64];
         metrics_store_connections(cfg.max_store_connections,
@@ -331,7 +338,6 @@ int main(int argc, char **argv)
     api.max_wait_ms = cfg.max_wait_ms;
     api.auth_token = cfg.auth_token;
     api.admin_token = cfg.admin_token;
-    api.log_events = cfg.log_events;
 
     srv = server_start(&cfg, &api, q);
     if (srv == NULL) {

@@ -668,7 +668,6 @@ struct server *server_start(const struct config *cfg,
     if (per_ip == 0)
         per_ip = cfg->max_connections > 1 ? cfg->max_connections / 2 : 1;
     srv->ct = conntrack_new(cfg->request_timeout_ms, per_ip);
-    metrics_http_connections_max(cfg->max_connections);
     if (srv->ct == NULL) {
         log_error("cannot start the connection reaper: %s", strerror(errno));
         freeaddrinfo(ai);

@@ -12,6 +12,13 @@
 #include "backends/memory/mem_int.h"
 #include "lib/clock.h"
 
+struct sweep_gone { /* a holder the sweep expired, told after unlocking */
+    char *key;      /* owned copy */
+    size_t key_len;
+    uint64_t fence;
+    char *owner; /* owned copy, NULL when none */
+};
+
 struct sweep {
     struct mem_be *m;
     struct mem_shard *s;
@@ -19,7 +26,42 @@ struct sweep {
     size_t nwake;
     char *wake[MEM_SWEEP_BATCH]; /* owned copies of keys to notify */
     size_t wake_len[MEM_SWEEP_BATCH];
+    size_t ngone;
+    struct sweep_gone gone[MEM_SWEEP_BATCH];
 };
+
+/* Copy what the expired hook is told of e's holders that expire now; false
+ * (nothing copied) when the batch has no room for them all. */
+static bool sweep_note_gone(struct sweep *sw, struct mem_entry *e)
+{
+    size_t n0 = sw->ngone;
+
+    if (sw->m->hooks.expired == NULL)
+        return true;
+    for (uint32_t i = 0; i < e->nheld; i++) {
+        struct mem_holder *h = mem_holder_at(e, i);
+        struct sweep_gone *g;
+        if (sw->now < h->expires_mono)
+            continue;
+        if (sw->ngone == MEM_SWEEP_BATCH) {
+            if (n0 == 0)
+                return true; /* more than a batch on one key: tell the
+                                first, expire them all */
+            while (sw->ngone > n0) {
+                g = &sw->gone[--sw->ngone];
+                free(g->key);
+                free(g->owner);
+            }
+            return false;
+        }
+        g = &sw->gone[sw->ngone++];
+        g->key = strndup(e->key, e->ke.key_len);
+        g->key_len = g->key != NULL ? e->ke.key_len : 0;
+        g->fence = h->fence;
+        g->owner = h->owner != NULL ? strdup(h->owner) : NULL;
+    }
+    return true;
+}
 
 static void sweep_entry(struct keytab_entry *ke, void *arg)
 {
@@ -28,6 +70,8 @@ static void sweep_entry(struct keytab_entry *ke, void *arg)
 
     if ((e->qhead != NULL || e->multi_wait) && sw->nwake == MEM_SWEEP_BATCH)
         return; /* no room to notify its waiters: the next pass expires it */
+    if (!sweep_note_gone(sw, e))
+        return; /* no room to tell of its holders: the next pass */
     if (do_mem_expire(sw->m, e, sw->now, NULL) == 0)
         return;
     if (do_mem_wake_due(e)) {
@@ -44,15 +88,24 @@ static void sweep_shard(struct mem_be *m, struct mem_shard *s)
 
     do { /* again while a full batch may have left some behind */
         sw.nwake = 0;
+        sw.ngone = 0;
         pthread_mutex_lock(&s->mu);
         sw.now = clock_mono_ms();
         keytab_foreach(&s->tab, sweep_entry, &sw);
         pthread_mutex_unlock(&s->mu);
+        for (size_t k = 0; k < sw.ngone; k++) {
+            struct sweep_gone *g = &sw.gone[k];
+            if (g->key != NULL)
+                m->hooks.expired(m->hooks.expired_arg, g->key, g->key_len,
+                                 g->fence, g->owner);
+            free(g->key);
+            free(g->owner);
+        }
         for (size_t k = 0; k < sw.nwake; k++) {
             mem_notify(m, sw.wake[k], sw.wake_len[k]);
             free(sw.wake[k]);
         }
-    } while (sw.nwake == MEM_SWEEP_BATCH);
+    } while (sw.nwake == MEM_SWEEP_BATCH || sw.ngone == MEM_SWEEP_BATCH);
 }
 
 void *mem_sweeper_main(void *arg)

@@ -640,7 +640,7 @@ FAMILIES = {
     "lockd_backend_operation_duration_seconds": ("histogram", {"backend", "op"}),
 }
 ROUTES = {"acquire", "renew", "release", "inspect", "acquire_multi", "renew_multi", "release_multi",
-          "healthz", "readyz", "metrics", "other"}
+          "list", "force_release", "healthz", "readyz", "metrics", "other"}
 
 
 def scrape(lockd):

@@ -4,16 +4,12 @@ process and connection families of /metrics, end to end.
 The /metrics scenarios (process_*, lockd_http_connections) run on memory:
 they test lockd itself, not its store.
 
-NEEDS THE SERVER PLUMBING: the event scenarios ("events: ... writes
-lock.granted ...", takeover, waiter timeout, lost token) and the
-lockd_http_connections_max one depend on service/server.c calling
-events_after_call() at each lock call's completion (with the client's
-address, request id and parked time) and on the server setting
-metrics_http_connections_max(); until those are wired they fail: no event
-line reaches the log, and the cap is not shown. The takeover scenario also
-needs the memory adapter to report the expired holder's fence
-(lock_grant.expired_fence), and the release one its grant time
-(granted_at_ms) for held_ms.
+The event scenarios start lockd with --log-format json --log-events all
+and read its log: a grant, renew and release with held_ms; an expiry
+(told by the memory store's sweep, or by the grant that took the key
+over); a waiter's timeout; a lost token. They run on memory, where lockd
+itself is the store; the other stores' takeover and grant-time reports
+are tested in their adapters' unit tests.
 """
 
 import json
@@ -135,7 +131,7 @@ def connections_gauge(ctx):
         scraper.close()
 
 
-@harness.scenario("events: lockd_http_connections_max shows --max-connections (needs the server plumbing)",
+@harness.scenario("events: lockd_http_connections_max shows --max-connections",
                   backends=["memory"])
 def connections_max(ctx):
     ld = ctx.new_lockd(["--max-connections", "77"])
@@ -143,8 +139,7 @@ def connections_max(ctx):
     eq(metric(s, "lockd_http_connections_max"), 77, "lockd_http_connections_max")
 
 
-@harness.scenario("events: grant, renew and release write lock.granted, lock.renewed, lock.released "
-                  "(needs the server plumbing)")
+@harness.scenario("events: grant, renew and release write lock.granted, lock.renewed, lock.released")
 def grant_renew_release(ctx):
     ld = events_lockd(ctx)
     key = ctx.key("ev/n\u00fcrn berg")
@@ -179,28 +174,33 @@ def grant_renew_release(ctx):
            1, "lockd_lock_events_total{event=%s}" % ev)
 
 
-@harness.scenario("events: a takeover after the TTL writes lock.expired then lock.granted "
-                  "(needs the server plumbing)", backends=["memory"])
+@harness.scenario("events: a lock whose TTL passes writes lock.expired (by the sweep, or at the takeover) "
+                  "before the next lock.granted", backends=["memory"])
 def takeover(ctx):
     ld = events_lockd(ctx)
     key = ctx.key("ev-take")
-    g1 = expect_grant(ld.request("POST", path(key), {"ttl_ms": 200}), key, 200)
+    g1 = expect_grant(ld.request("POST", path(key), {"ttl_ms": 200, "owner": "job-a"}), key, 200)
     time.sleep(0.4)
     g2 = expect_grant(ld.request("POST", path(key), {"ttl_ms": 2000}), key, 2000)
     exp = wait_event(ld, "lock.expired", key=key)
     eq(exp.get("fence"), g1["fence"], "lock.expired fence")
-    eq(exp.get("reason"), "taken over", "lock.expired reason")
     gr = wait_event(ld, "lock.granted", key=key, fence=g2["fence"])
-    eq(gr.get("took_over_fence"), g1["fence"], "lock.granted took_over_fence")
+    # the memory store's sweep (every 250 ms) usually expires the holder
+    # first; a grant that finds it expired itself says it took over
+    if exp.get("reason") == "taken over":
+        eq(gr.get("took_over_fence"), g1["fence"], "lock.granted took_over_fence")
+    else:
+        eq(exp.get("reason"), "ttl passed", "lock.expired reason")
+        eq(exp.get("owner"), "job-a", "lock.expired owner")
+        check("took_over_fence" not in gr, "a grant after the sweep took nothing over: %r" % gr)
     lines = event_lines(ld)
     i_exp = next(i for i, o in enumerate(lines) if o.get("event") == "lock.expired" and o.get("key") == key)
     i_gr = next(i for i, o in enumerate(lines) if o.get("event") == "lock.granted" and o.get("fence") == g2["fence"]
                 and o.get("key") == key)
-    check(i_exp < i_gr, "lock.expired comes after the grant that took over")
+    check(i_exp < i_gr, "lock.expired comes before the grant that followed it")
 
 
-@harness.scenario("events: a waiter that times out writes lock.wait_timeout and is in lockd_lock_wait_seconds "
-                  "(needs the server plumbing)")
+@harness.scenario("events: a waiter that times out writes lock.wait_timeout and is in lockd_lock_wait_seconds")
 def wait_timeout(ctx):
     ld = events_lockd(ctx)
     key = ctx.key("ev-wait")
@@ -222,7 +222,7 @@ def wait_timeout(ctx):
     expect_json(r, 200, "release")
 
 
-@harness.scenario("events: a lost token writes lock.lost with op and result (needs the server plumbing)")
+@harness.scenario("events: a lost token writes lock.lost with op and result")
 def lost_token(ctx):
     ld = events_lockd(ctx)
     key = ctx.key("ev-lost")

@@ -565,7 +565,7 @@ static void test_kinds_threads_mixing_modes(void)
 {
     char err[256];
     struct backend *other = NULL;
-    struct backend_hooks hooks = { notes_hook, NULL };
+    struct backend_hooks hooks = { .notify = notes_hook, .arg = NULL };
     struct mix m = { .key = "kinds/mix" };
     struct mixer who[RACE_THREADS];
     pthread_t t[RACE_THREADS];

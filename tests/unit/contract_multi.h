@@ -677,7 +677,7 @@ static void test_multi_threads_never_overlap_nor_deadlock(void)
                                                "multi/mt/4", "multi/mt/5" };
     char err[256];
     struct backend *other = NULL;
-    struct backend_hooks hooks = { notes_hook, NULL };
+    struct backend_hooks hooks = { .notify = notes_hook, .arg = NULL };
     pthread_t th[RACE_THREADS];
     int started = 0;
     int64_t t0 = check_mono_ms();

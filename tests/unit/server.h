@@ -538,7 +538,7 @@ static int __attribute__((unused)) notes_watched(int ms)
 static struct backend *__attribute__((unused))
 be_open(const char *url, backend_notify_fn notify, void *arg)
 {
-    struct backend_hooks hooks = { notify, arg };
+    struct backend_hooks hooks = { .notify = notify, .arg = arg };
     struct backend *be = NULL;
 
     if (TEST_BE_OPS.open(url, &hooks, &be, NULL, 0) != BACKEND_OK)

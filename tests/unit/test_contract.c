@@ -743,7 +743,7 @@ static void test_two_instances_exclude_each_other(void)
     struct backend *other = NULL;
     struct lock_grant g, h;
     struct lock_info info;
-    struct backend_hooks hooks = { notes_hook, NULL };
+    struct backend_hooks hooks = { .notify = notes_hook, .arg = NULL };
     struct race r = { .key = "race/two handles", .rounds = RACE_ROUNDS };
 
     if (strcmp(cur->name, "memory") == 0) {
@@ -901,7 +901,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN); /* as lockd does */
     for (size_t ti = 0; ti < sizeof(targets) / sizeof(targets[0]); ti++) {
         struct target *t = &targets[ti];
-        struct backend_hooks hooks = { notes_hook, NULL };
+        struct backend_hooks hooks = { .notify = notes_hook, .arg = NULL };
         const char *why = "";
         char err[256];
         size_t want = 0;

@@ -1874,6 +1874,66 @@ static void test_mem_list_index_under_threads(void)
     memory_backend.close(run.be);
 }
 
+/* ---- the expired hook: the sweep tells who expired ---- */
+
+static pthread_mutex_t gone_mu = PTHREAD_MUTEX_INITIALIZER;
+static char gone_key[64];
+static uint64_t gone_fence;
+static char gone_owner[64];
+static int gone_calls;
+
+static void record_expired(void *arg,
+                           const char *key,
+                           size_t key_len,
+                           uint64_t fence,
+                           const char *owner)
+{
+    (void)arg;
+    pthread_mutex_lock(&gone_mu);
+    gone_calls++;
+    snprintf(gone_key, sizeof(gone_key), "%.*s", (int)key_len, key);
+    gone_fence = fence;
+    snprintf(gone_owner, sizeof(gone_owner), "%s",
+             owner != NULL ? owner : "(none)");
+    pthread_mutex_unlock(&gone_mu);
+}
+
+static int gone_count(void)
+{
+    int n;
+
+    pthread_mutex_lock(&gone_mu);
+    n = gone_calls;
+    pthread_mutex_unlock(&gone_mu);
+    return n;
+}
+
+/* A holder whose TTL passes with no one touching the key is expired by the
+ * sweep, which tells the expired hook its key, fence and owner, once. */
+static void test_mem_sweep_tells_the_expired_hook(void)
+{
+    struct backend_hooks hooks = { .notify = record_notify,
+                                   .expired = record_expired };
+    struct backend *be = NULL;
+    struct lock_grant g;
+    int64_t deadline;
+
+    CHECK_EQ_INT(memory_backend.open("memory://", &hooks, &be, NULL, 0),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "gone/a", TOK_A, "job-a", 100, NULL, &g), BACKEND_OK);
+    deadline = clock_mono_ms() + 2000;
+    while (gone_count() == 0 && clock_mono_ms() < deadline)
+        check_sleep_ms(20);
+    check_sleep_ms(600); /* two more sweeps: told once */
+    pthread_mutex_lock(&gone_mu);
+    CHECK_EQ_INT(gone_calls, 1);
+    CHECK_STR_EQ(gone_key, "gone/a");
+    CHECK_EQ_U64(gone_fence, g.fence);
+    CHECK_STR_EQ(gone_owner, "job-a");
+    pthread_mutex_unlock(&gone_mu);
+    memory_backend.close(be);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_mem_open_rejects_options),
     CHECK_CASE(test_mem_acquire_grants_then_held),
@@ -1908,6 +1968,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_mem_release_tells_the_grant_instant),
     CHECK_CASE(test_mem_force_release_counts_and_unlists),
     CHECK_CASE(test_mem_list_index_under_threads),
+    CHECK_CASE(test_mem_sweep_tells_the_expired_hook),
 };
 
 int main(int argc, char **argv)
