@@ -4,8 +4,8 @@
 # drains on SIGTERM as PID 1 (lockd handles the signal itself, no init
 # needed).
 #
-#   podman build -t lockd:dev .      (or: docker build -t lockd:dev .)
-#   docker run --rm -p 8080:8080 -e LOCKD_BACKEND=redis://redis:6379 lockd:dev
+#   podman build -t lockd:0.1.0 .      (or: docker build -t lockd:0.1.0 .)
+#   docker run --rm -p 8080:8080 -e LOCKD_BACKEND=redis://redis:6379 lockd:0.1.0
 #
 # See deploy/README.md.
 

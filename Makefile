@@ -3,7 +3,7 @@
 # missing first (see `make deps`). SANITIZE=address (ASan+UBSan) or
 # SANITIZE=thread build apart, in build-address/ and build-thread/; any
 # other build goes apart with BUILD=dir, e.g. make CC=clang BUILD=build-clang.
-# `make image` builds the container image (IMAGE=lockd:dev) with Docker or
+# `make image` builds the container image (IMAGE=lockd:$(VERSION)) with Docker or
 # Podman, whichever can build here.
 
 BUILD    ?= build

@@ -2,7 +2,8 @@
 # Builds the Dockerfile into a local image with Docker or Podman, whichever
 # is installed and can build here (`make image`; IMAGE=... picks the tag).
 #
-#   deploy/image.sh [IMAGE]     build IMAGE (default lockd:dev); run from anywhere
+#   deploy/image.sh [IMAGE]     build IMAGE (default lockd:<version>, the
+#                               Makefile's VERSION); run from anywhere
 #   deploy/image.sh --engine    print the engine command it would use and exit 0,
 #                               or print why none can build and exit 3
 #
@@ -65,7 +66,8 @@ if [ "${1:-}" = --engine ]; then
     exit 0
 fi
 
-image=${1:-lockd:dev}
+version=$(sed -n 's/^VERSION *:= *//p' "$root/Makefile")
+image=${1:-lockd:${version:-dev}}
 set --
 if [ "$engine" != docker ]; then
     # --format docker keeps the HEALTHCHECK (the OCI format has none)

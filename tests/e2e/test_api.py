@@ -872,9 +872,13 @@ def metrics_move(ctx):
         check(got >= 1, "lockd_backend_operations_total{op=%s} moved by %r" % (op, got))
         check(has_metric(after, "lockd_backend_operations_total", backend=ctx.backend, op=op),
               "no lockd_backend_operations_total{backend=%s,op=%s}" % (ctx.backend, op))
-    if has_metric(before, "lockd_locks_held"):
+    # on ZooKeeper the count is the keeper's last sweep pass (documented):
+    # it is there, but need not have moved yet
+    if has_metric(before, "lockd_locks_held") and ctx.backend != "zookeeper":
         check(metric(held_mid, "lockd_locks_held") >= metric(before, "lockd_locks_held") + 1,
               "lockd_locks_held did not count the held lock")
+    elif ctx.backend == "zookeeper":
+        check(has_metric(held_mid, "lockd_locks_held"), "no lockd_locks_held on zookeeper")
 
 
 @harness.scenario("lockd_lock_expiries_total counts a lock that expired", backends=["memory"])

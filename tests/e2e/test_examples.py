@@ -37,7 +37,7 @@ CRONTAB = os.path.join(EXAMPLES, "cron", "crontab")
 FENCED = os.path.join(EXAMPLES, "fenced-write")
 SCRIPTS = ["examples/cron/nightly-report.sh", "examples/fenced-write/write.sh"]
 
-IMAGE = "lockd:dev"
+IMAGE = "lockd:0.1.0"  # the one image name: lockd:<version> (Makefile)
 LOCKD_BIN_IN_IMAGE = "/usr/local/bin/lockd"
 LOCKD_UID = 10001
 SHARED_URL = "http://lockd.lockd.svc:8080"
@@ -299,7 +299,7 @@ MUTANTS = [
     (CRONJOB, check_cronjob, "                - --\n", "", "without `-- CMD`"),
     (CRONJOB, check_cronjob, "lockd.lockd.svc:8080", "lockd.lockd.svc:9090", "--url is"),
     (CRONJOB, check_cronjob, "\n  concurrencyPolicy: Forbid", "\n  concurrencyPolicy: Allow", "not Forbid"),
-    (CRONJOB, check_cronjob, "image: lockd:dev", "image: lockd:0.1.0", "image 'lockd:0.1.0'"),
+    (CRONJOB, check_cronjob, "image: lockd:0.1.0", "image: lockd:dev", "image 'lockd:dev'"),
     (CRONJOB, check_cronjob, "              resources:\n", "              resourcez:\n",
      "resources.requests.cpu missing"),
     (SIDECAR, check_sidecar, 'value: "127.0.0.1:8080"', 'value: "0.0.0.0:8080"', "loopback only"),
@@ -334,7 +334,7 @@ def t_yamllint(ctx):
     check(r.returncode != 0 and "key-duplicates" in r.stdout, "yamllint accepted a duplicate key: " + r.stdout)
 
 
-@scenario("examples: the CronJob and the sidecar Deployment run lockctl run with -- in locked-down lockd:dev "
+@scenario("examples: the CronJob and the sidecar Deployment run lockctl run with -- in locked-down lockd:0.1.0 "
           "containers, the sidecar probed with lockd --check-health", backends=["memory"])
 def t_manifests(ctx):
     eq(service_url_of_deploy(), SHARED_URL, "the shared service's URL (deploy/kubernetes/service.yaml)")

@@ -770,12 +770,13 @@ def live_operator(ld, ctx, ask):
         f.write("adm1n-openapi\n")
     la = ctx.new_lockd(args=["--admin-token-file", tf])
     adm = {"Authorization": "Bearer adm1n-openapi"}
-    ask(la, "grant, to force", "POST", "/locks/" + p + "a", {"owner": "stuck", "ttl_ms": 5000}, status=201)
-    ask(la, "force, no token", "DELETE", "/locks/" + p + "a?force=true", status=401, code="unauthorized")
-    ask(la, "force with a token", "DELETE", "/locks/" + p + "a?force=true", {"token": "x"}, adm, status=400,
+    # its own key: on a shared store the first instance still holds p/a
+    ask(la, "grant, to force", "POST", "/locks/" + p + "c", {"owner": "stuck", "ttl_ms": 5000}, status=201)
+    ask(la, "force, no token", "DELETE", "/locks/" + p + "c?force=true", status=401, code="unauthorized")
+    ask(la, "force with a token", "DELETE", "/locks/" + p + "c?force=true", {"token": "x"}, adm, status=400,
         code="invalid_parameter")
-    ask(la, "force", "DELETE", "/locks/" + p + "a", {"force": True}, adm, status=200)
-    ask(la, "force, free", "DELETE", "/locks/" + p + "a?force=true", None, adm, status=404, code="lock_not_found")
+    ask(la, "force", "DELETE", "/locks/" + p + "c", {"force": True}, adm, status=200)
+    ask(la, "force, free", "DELETE", "/locks/" + p + "c?force=true", None, adm, status=404, code="lock_not_found")
 
 
 def live_answers(ctx):
