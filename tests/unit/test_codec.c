@@ -3619,19 +3619,14 @@ static void test_cursor_round_trips_and_rejects_junk(void)
     char key[LOCK_KEY_MAX + 1];
     size_t len;
     static const char *const junk[] = {
-        "",
-        "k",
-        "kA",
-        "x"
-        "YQ",
-        "kYQ=",
-        "kY+Q",
-        "kY/Q",
-        "kYR",    /* trailing bits set: not what encode makes */
-        "k_w",    /* 0xff: not UTF-8 */
-        "kAA",    /* NUL */
-        "kCQ",    /* a tab: a control character */
-        "kYWJjZ", /* 5 characters: 1 mod 4 */
+        "",       "k",
+        "kA",     "xYQ", /* another tag */
+        "kYQ=",   "kY+Q",
+        "kY/Q",   "kYR", /* trailing bits set: not what encode makes */
+        "k_w",           /* 0xff: not UTF-8 */
+        "kAA",           /* NUL */
+        "kCQ",           /* a tab: a control character */
+        "kYWJjZ",        /* 5 characters: 1 mod 4 */
     };
 
     check_cursor_round_trip("a", 1);
