@@ -57,9 +57,9 @@ static bool authorized(const struct api_config *cfg,
                          secret_check(cfg->admin_token, t));
 }
 
-/* A forced release needs the admin token (SPEC, "Admin credential"): API_OK,
- * else 401 (no or a wrong token while any is configured) or 403 (a valid
- * non-admin token, or no admin token configured) written into resp. */
+/* A forced release needs the admin token (docs/API.md, "Authentication"):
+ * API_OK, else 401 (no or a wrong token while any is configured) or 403 (a
+ * valid non-admin token, or no admin token configured) written into resp. */
 static enum api_error admin_check(const struct api_config *cfg,
                                   const struct api_request *rq,
                                   struct api_response *resp)
