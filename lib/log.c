@@ -349,7 +349,8 @@ static void flush_round(int64_t cut)
         indexed = index_recs(b->out, b->out_len, src++, &n) == 0;
     carry_next_len = 0;
     if (indexed) {
-        qsort(ents, n, sizeof(*ents), ent_cmp);
+        if (n > 0) /* ents is NULL until a round has lines */
+            qsort(ents, n, sizeof(*ents), ent_cmp);
         for (size_t i = 0; i < n; i++)
             if (ents[i].t_ns < cut ||
                 rec_append(&carry_next, &carry_next_len, &carry_next_cap,
