@@ -348,22 +348,39 @@ enum backend_result backend_release_multi(struct backend *be,
     return r;
 }
 
-enum backend_result backend_inspect(struct backend *be,
-                                    const char *key,
-                                    size_t key_len,
-                                    struct lock_info *out)
+typedef enum backend_result (*info_op_fn)(struct backend *,
+                                          const char *,
+                                          size_t,
+                                          struct lock_info *);
+
+/* inspect and force_release: one key in, its holders out. */
+static enum backend_result info_call(struct backend *be,
+                                     info_op_fn op,
+                                     enum backend_op which,
+                                     const char *key,
+                                     size_t key_len,
+                                     struct lock_info *out)
 {
     int64_t t0 = clock_mono_us();
     enum backend_result r;
 
     memset(out, 0, sizeof(*out));
-    if (!backend_key_ok(key, key_len))
+    if (op == NULL || !backend_key_ok(key, key_len))
         return BACKEND_INVALID;
-    r = be->ops->inspect(be, key, key_len, out);
+    r = op(be, key, key_len, out);
     if (r != BACKEND_OK)
         lock_info_clear(out);
-    metrics_backend_op(BACKEND_OP_INSPECT, result_ok(r), clock_mono_us() - t0);
+    metrics_backend_op(which, result_ok(r), clock_mono_us() - t0);
     return r;
+}
+
+enum backend_result backend_inspect(struct backend *be,
+                                    const char *key,
+                                    size_t key_len,
+                                    struct lock_info *out)
+{
+    return info_call(be, be->ops->inspect, BACKEND_OP_INSPECT, key, key_len,
+                     out);
 }
 
 enum backend_result backend_cancel_wait(struct backend *be,
@@ -434,18 +451,8 @@ enum backend_result backend_force_release(struct backend *be,
                                           size_t key_len,
                                           struct lock_info *out)
 {
-    int64_t t0 = clock_mono_us();
-    enum backend_result r;
-
-    memset(out, 0, sizeof(*out));
-    if (be->ops->force_release == NULL || !backend_key_ok(key, key_len))
-        return BACKEND_INVALID;
-    r = be->ops->force_release(be, key, key_len, out);
-    if (r != BACKEND_OK)
-        lock_info_clear(out);
-    metrics_backend_op(BACKEND_OP_FORCE_RELEASE, result_ok(r),
-                       clock_mono_us() - t0);
-    return r;
+    return info_call(be, be->ops->force_release, BACKEND_OP_FORCE_RELEASE, key,
+                     key_len, out);
 }
 
 int64_t backend_held_count(struct backend *be)

@@ -394,12 +394,15 @@ static enum backend_result mem_be_release(struct backend *be,
     return r;
 }
 
-static enum backend_result mem_be_inspect(struct backend *be,
-                                          const char *key,
-                                          size_t key_len,
-                                          struct lock_info *out)
+/* Inspect key (out: its holders, as inspect shows them); with force, then
+ * remove every holder at once, whatever its holds: the fence counter is
+ * the store's (mem_be.fence), so the next grant's fence is greater. */
+static enum backend_result mem_read_holders(struct mem_be *m,
+                                            const char *key,
+                                            size_t key_len,
+                                            bool force,
+                                            struct lock_info *out)
 {
-    struct mem_be *m = (struct mem_be *)be;
     uint64_t hash = keytab_hash(key, key_len);
     struct mem_shard *s = shard_of(m, hash);
     struct mem_entry *e;
@@ -412,48 +415,35 @@ static enum backend_result mem_be_inspect(struct backend *be,
     if (e != NULL && do_mem_expire(m, e, now, NULL) > 0)
         wake = do_mem_wake_due(e);
     if (e != NULL && e->nheld > 0)
-        r = do_mem_fill_info(e, now, out);
-    else if (e != NULL)
-        do_mem_entry_free_if_idle(s, e);
+        r = do_mem_fill_info(e, now, out); /* first: NO_MEMORY changes
+                                              nothing */
+    if (r == BACKEND_OK && force) {
+        while (e->nheld > 0) /* from the last: nothing moves */
+            do_mem_unhold(m, e, e->nheld - 1);
+        wake = do_mem_wake_due(e) || wake;
+    }
+    if (e != NULL)
+        do_mem_entry_free_if_idle(s, e); /* only when no one holds or waits */
     pthread_mutex_unlock(&s->mu);
     if (wake)
         mem_notify(m, key, key_len);
     return r;
 }
 
-/* Every holder of key goes at once, whatever its holds; the fence counter
- * is the store's (mem_be.fence), so the next grant's fence is greater. */
+static enum backend_result mem_be_inspect(struct backend *be,
+                                          const char *key,
+                                          size_t key_len,
+                                          struct lock_info *out)
+{
+    return mem_read_holders((struct mem_be *)be, key, key_len, false, out);
+}
+
 static enum backend_result mem_be_force_release(struct backend *be,
                                                 const char *key,
                                                 size_t key_len,
                                                 struct lock_info *out)
 {
-    struct mem_be *m = (struct mem_be *)be;
-    uint64_t hash = keytab_hash(key, key_len);
-    struct mem_shard *s = shard_of(m, hash);
-    struct mem_entry *e;
-    bool wake = false;
-    int64_t now = clock_mono_ms();
-    enum backend_result r = BACKEND_NOT_FOUND;
-
-    pthread_mutex_lock(&s->mu);
-    e = (struct mem_entry *)keytab_find(&s->tab, key, key_len, hash);
-    if (e != NULL && do_mem_expire(m, e, now, NULL) > 0)
-        wake = do_mem_wake_due(e);
-    if (e != NULL && e->nheld > 0)
-        r = do_mem_fill_info(e, now, out); /* before: NO_MEMORY changes
-                                              nothing */
-    if (r == BACKEND_OK) {
-        while (e->nheld > 0) /* from the last: nothing moves */
-            do_mem_unhold(m, e, e->nheld - 1);
-        wake = do_mem_wake_due(e) || wake;
-    }
-    if (e != NULL)
-        do_mem_entry_free_if_idle(s, e);
-    pthread_mutex_unlock(&s->mu);
-    if (wake)
-        mem_notify(m, key, key_len);
-    return r;
+    return mem_read_holders((struct mem_be *)be, key, key_len, true, out);
 }
 
 static enum backend_result mem_be_cancel_wait(struct backend *be,
