@@ -104,6 +104,14 @@ enum backend_result backend_open(const char *url,
         return BACKEND_INVALID;
     }
     n = (size_t)(sep - url);
+    /* "redis+sentinel://" is a variant of the redis adapter's URL: the
+     * adapter is named by the part before a '+', and its URL parser
+     * tells the variants apart */
+    {
+        const char *plus = memchr(url, '+', n);
+        if (plus != NULL)
+            n = (size_t)(plus - url);
+    }
     for (size_t i = 0; backend_table[i] != NULL; i++) {
         const struct backend_ops *ops = backend_table[i];
         if (strlen(ops->scheme) != n || strncmp(ops->scheme, url, n) != 0)

@@ -1,10 +1,14 @@
 /*
- * backends/redis/options.c - the Redis adapter's URL:
- *   redis://[[user]:password@][host[:port]][/db][?prefix=P
- *           &connect_timeout_ms=N&timeout_ms=N]
- * read into struct redis_be once, by open(). Apart from the operations
- * because it is all checking and messages: each problem is told in the
- * caller's error buffer, starting "redis: ".
+ * backends/redis/options.c - the Redis adapter's URLs:
+ *   redis://[[user]:password@][host[:port]][/db][?options]
+ *   redis+sentinel://[[user]:password@]s1:port,s2:port,.../master[/db][?...]
+ *   redis+cluster://[[user]:password@]h1:port,h2:port,...[?options]
+ * with the options prefix=P, connect_timeout_ms=N, timeout_ms=N,
+ * min_replicas=N and replicas_timeout_ms=N (and those of each variant),
+ * read into struct redis_be once, by open(). The Sentinel and Cluster
+ * variants' hosts and path are read by sentinel.c and cluster.c. Apart from the
+ * operations because it is all checking and messages: each problem is told in
+ * the caller's error buffer, starting "redis: ".
  */
 #include "backends/redis/redis_int.h"
 
@@ -125,6 +129,20 @@ static enum backend_result redis_parse_options(struct redis_be *be,
         redis_parse_timeout(u, "timeout_ms", &be->cmd_ms, err, errlen) != 0)
         return BACKEND_INVALID;
     be->base.call_timeout_ms = be->cmd_ms;
+    v = url_param(u, "min_replicas");
+    if (v != NULL) {
+        uint64_t n;
+        if (text_parse_u64(v, 0, REDIS_BE_REPLICAS_MAX, &n) != 0) {
+            snprintf(err, errlen, "redis: min_replicas must be 0..%d",
+                     REDIS_BE_REPLICAS_MAX);
+            return BACKEND_INVALID;
+        }
+        be->min_replicas = (int)n;
+    }
+    be->replicas_timeout_ms = REDIS_BE_REPLICAS_TIMEOUT_MS;
+    if (redis_parse_timeout(u, "replicas_timeout_ms", &be->replicas_timeout_ms,
+                            err, errlen) != 0)
+        return BACKEND_INVALID;
     len = be->prefix_len + 32;
     be->channel = malloc(len);
     if (be->channel == NULL)
@@ -136,8 +154,10 @@ static enum backend_result redis_parse_options(struct redis_be *be,
 enum backend_result
 redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
 {
-    static const char *const allowed[] = { "prefix", "connect_timeout_ms",
-                                           "timeout_ms", NULL };
+    static const char *const allowed[] = {
+        "prefix",       "connect_timeout_ms",  "timeout_ms",
+        "min_replicas", "replicas_timeout_ms", NULL
+    };
     struct url u;
     enum backend_result res = BACKEND_INVALID;
     const char *bad = NULL;
@@ -146,17 +166,42 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
         snprintf(err, errlen, "redis: malformed URL");
         return BACKEND_INVALID;
     }
-    if (strcmp(u.scheme, "redis") != 0)
-        snprintf(err, errlen, "redis: the URL scheme is not redis://");
-    else if (url_check_params(&u, allowed, &bad) != 0)
+    if (strcmp(u.scheme, "redis") == 0)
+        be->topology = REDIS_BE_SINGLE;
+    else if (strcmp(u.scheme, "redis+sentinel") == 0)
+        be->topology = REDIS_BE_SENTINEL;
+    else if (strcmp(u.scheme, "redis+cluster") == 0)
+        be->topology = REDIS_BE_CLUSTER;
+    else {
+        snprintf(err, errlen,
+                 "redis: the URL scheme is not redis://, redis+sentinel:// "
+                 "or redis+cluster://");
+        url_cleanup(&u);
+        return BACKEND_INVALID;
+    }
+    if (url_check_params(&u, allowed, &bad) != 0)
         snprintf(err, errlen,
                  "redis: unknown URL option '%s' (known: prefix, "
-                 "connect_timeout_ms, timeout_ms)",
+                 "connect_timeout_ms, timeout_ms, min_replicas, "
+                 "replicas_timeout_ms)",
                  bad);
-    else if ((res = redis_parse_hosts(be, u.hosts, err, errlen)) ==
-                 BACKEND_OK &&
-             (res = redis_parse_auth_db(be, &u, err, errlen)) == BACKEND_OK)
-        res = redis_parse_options(be, &u, err, errlen);
+    else {
+        switch (be->topology) {
+        case REDIS_BE_SINGLE:
+            res = redis_parse_hosts(be, u.hosts, err, errlen);
+            if (res == BACKEND_OK)
+                res = redis_parse_auth_db(be, &u, err, errlen);
+            break;
+        case REDIS_BE_SENTINEL:
+            res = redis_sentinel_parse(be, &u, err, errlen);
+            break;
+        case REDIS_BE_CLUSTER:
+            res = redis_cluster_parse(be, &u, err, errlen);
+            break;
+        }
+        if (res == BACKEND_OK)
+            res = redis_parse_options(be, &u, err, errlen);
+    }
     if (res == BACKEND_NO_MEMORY)
         snprintf(err, errlen, "redis: out of memory");
     url_cleanup(&u);

@@ -24,6 +24,7 @@
 
 #include "backends/backend.h"
 #include "backends/threadconn.h"
+#include "lib/url.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,21 +34,23 @@
 
 #include <hiredis/hiredis.h>
 
-#define REDIS_BE_DEFAULT_HOST       "127.0.0.1"
-#define REDIS_BE_DEFAULT_PORT       6379
-#define REDIS_BE_DEFAULT_PREFIX     "lockd:"
-#define REDIS_BE_PREFIX_MAX         256
-#define REDIS_BE_CONNECT_TIMEOUT_MS 500
-#define REDIS_BE_TIMEOUT_MS         1000
-#define REDIS_BE_TIMEOUT_MAX_MS     60000
-#define REDIS_BE_BACKOFF_MIN_MS     50
-#define REDIS_BE_BACKOFF_MAX_MS     1000
-#define REDIS_BE_SUB_POLL_MS        100 /* close() stops the subscriber in this */
-#define REDIS_BE_SUB_PING_MS        5000 /* idle subscriber checks its link */
-#define REDIS_BE_LOG_EVERY_MS       1000 /* rate limit of repeated warnings */
-#define REDIS_BE_INSTANCE_BYTES     8    /* random bytes of an instance id */
-#define REDIS_BE_WAITER_MAX         48   /* instance id ':' waiter id */
-#define REDIS_BE_GRACE_MS           1000 /* holders.lua's grace */
+#define REDIS_BE_DEFAULT_HOST        "127.0.0.1"
+#define REDIS_BE_DEFAULT_PORT        6379
+#define REDIS_BE_DEFAULT_PREFIX      "lockd:"
+#define REDIS_BE_PREFIX_MAX          256
+#define REDIS_BE_CONNECT_TIMEOUT_MS  500
+#define REDIS_BE_TIMEOUT_MS          1000
+#define REDIS_BE_TIMEOUT_MAX_MS      60000
+#define REDIS_BE_REPLICAS_MAX        16  /* min_replicas, at most */
+#define REDIS_BE_REPLICAS_TIMEOUT_MS 200 /* WAIT's timeout, default */
+#define REDIS_BE_BACKOFF_MIN_MS      50
+#define REDIS_BE_BACKOFF_MAX_MS      1000
+#define REDIS_BE_SUB_POLL_MS         100 /* close() stops the subscriber in this */
+#define REDIS_BE_SUB_PING_MS         5000 /* idle subscriber checks its link */
+#define REDIS_BE_LOG_EVERY_MS        1000 /* rate limit of repeated warnings */
+#define REDIS_BE_INSTANCE_BYTES      8    /* random bytes of an instance id */
+#define REDIS_BE_WAITER_MAX          48   /* instance id ':' waiter id */
+#define REDIS_BE_GRACE_MS            1000 /* holders.lua's grace */
 /* how long a key a multi-key acquire found held stays marked beyond the
  * retry hint: the waiter's next try comes by then and marks it again */
 #define REDIS_BE_MARK_MS        5000
@@ -234,10 +237,40 @@ struct redis_trash {
     char key[]; /* key_len bytes, not NUL-terminated */
 };
 
+/* Which Redis deployment the URL names (options.c). */
+enum redis_topology {
+    REDIS_BE_SINGLE = 0, /* redis://: one server */
+    REDIS_BE_SENTINEL,   /* redis+sentinel://: the primary the Sentinels
+                            name (sentinel.c) */
+    REDIS_BE_CLUSTER,    /* redis+cluster://: a Redis Cluster (cluster.c) */
+};
+
+/* One host:port of a URL's list (the Sentinels, or a Cluster's seeds). */
+struct redis_addr {
+    char *host; /* owned */
+    int port;
+};
+
+struct sentinel_state; /* sentinel.c */
+struct cluster_state;  /* cluster.c */
+
 struct redis_be {
     struct backend base; /* first */
     struct backend_hooks hooks;
-    char *host; /* owned */
+    enum redis_topology topology;
+    /* REDIS_BE_SENTINEL: the Sentinels; REDIS_BE_CLUSTER: the seed nodes;
+     * REDIS_BE_SINGLE: none (host and port below) */
+    struct redis_addr *addrs; /* owned, naddrs of them */
+    size_t naddrs;
+    char *master_name;               /* owned; REDIS_BE_SENTINEL only */
+    struct sentinel_state *sentinel; /* owned; REDIS_BE_SENTINEL only */
+    struct cluster_state *cluster;   /* owned; REDIS_BE_CLUSTER only */
+    /* ?min_replicas=N: a grant or renew counts only once N replicas
+     * acknowledged it (WAIT N replicas_timeout_ms); 0: no WAIT */
+    int min_replicas;
+    int64_t replicas_timeout_ms;
+    char *host; /* owned; REDIS_BE_SINGLE: the server; else the node the
+                   per-thread connections are to dial (see conn.c) */
     int port;
     char *user;     /* owned; NULL: AUTH with the password only */
     char *password; /* owned; NULL: no AUTH */
@@ -272,6 +305,24 @@ extern const struct backend_ops redis_backend;
 /* Fill be's settings from url; BACKEND_INVALID with a message in err. */
 enum backend_result
 redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen);
+
+/* ---- sentinel.c: REDIS_BE_SENTINEL ---- */
+
+/* redis+sentinel:// hosts and path into be (addrs, master_name, db):
+ * BACKEND_OK, BACKEND_INVALID (why in err, starting "redis: "). */
+enum backend_result redis_sentinel_parse(struct redis_be *be,
+                                         const struct url *u,
+                                         char *err,
+                                         size_t errlen);
+
+/* ---- cluster.c: REDIS_BE_CLUSTER ---- */
+
+/* redis+cluster:// hosts and path into be (addrs): BACKEND_OK,
+ * BACKEND_INVALID (why in err, starting "redis: "). */
+enum backend_result redis_cluster_parse(struct redis_be *be,
+                                        const struct url *u,
+                                        char *err,
+                                        size_t errlen);
 
 /* ---- conn.c ---- */
 
