@@ -378,26 +378,37 @@ void handle_healthz(struct api_response *resp)
 void handle_readyz_draining(const struct api_config *cfg,
                             struct api_response *resp)
 {
-    codec_reply(resp, 503, "{s:s,s:s,s:s}", "status", "unavailable", "backend",
-                backend_scheme(cfg->backend), "reason", "shutting down");
+    struct backend_topology t;
+
+    backend_describe(cfg->backend, &t);
+    codec_reply(resp, 503, "{s:s,s:s,s:s,s:s}", "status", "unavailable",
+                "backend", backend_scheme(cfg->backend), "topology", t.topology,
+                "reason", "shutting down");
     resp->retry_after = 1;
 }
 
+/* 200 says what the store guarantees (backend_describe()); 503 only which
+ * store it is and why it is not ready. */
 static void readyz_reply(const struct api_config *cfg,
                          enum backend_result r,
                          struct api_response *resp)
 {
     const char *scheme = backend_scheme(cfg->backend);
+    struct backend_topology t;
 
+    backend_describe(cfg->backend, &t);
     if (r == BACKEND_OK) {
-        codec_reply(resp, 200, "{s:s,s:s,s:s}", "status", "ready", "backend",
-                    scheme, "fifo",
+        codec_reply(resp, 200, "{s:s,s:s,s:s,s:s,s:{s:s,s:s,s:I}}", "status",
+                    "ready", "backend", scheme, "fifo",
                     (backend_caps(cfg->backend) & BACKEND_CAP_QUEUE) != 0
                         ? "store"
-                        : "instance");
+                        : "instance",
+                    "topology", t.topology, "guarantees", "fence", t.fence,
+                    "failover", t.failover, "nodes", (json_int_t)t.nodes);
     } else {
-        codec_reply(resp, 503, "{s:s,s:s,s:s}", "status", "unavailable",
-                    "backend", scheme, "reason", backend_result_str(r));
+        codec_reply(resp, 503, "{s:s,s:s,s:s,s:s}", "status", "unavailable",
+                    "backend", scheme, "topology", t.topology, "reason",
+                    backend_result_str(r));
         resp->retry_after = 1;
     }
 }

@@ -469,3 +469,20 @@ int64_t backend_held_count(struct backend *be)
         return -1;
     return be->ops->held_count(be);
 }
+
+void backend_describe(const struct backend *be, struct backend_topology *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (be->ops->describe != NULL)
+        be->ops->describe(be, out);
+    /* an adapter's text is trusted to fit, but never to end in a NUL */
+    out->topology[sizeof(out->topology) - 1] = '\0';
+    out->fence[sizeof(out->fence) - 1] = '\0';
+    out->failover[sizeof(out->failover) - 1] = '\0';
+    if (out->topology[0] == '\0')
+        snprintf(out->topology, sizeof(out->topology), "unknown");
+    if (out->fence[0] == '\0')
+        snprintf(out->fence, sizeof(out->fence), "unknown");
+    if (out->failover[0] == '\0')
+        snprintf(out->failover, sizeof(out->failover), "unknown");
+}

@@ -321,6 +321,28 @@ struct backend_hooks {
     void *expired_arg;
 };
 
+/*
+ * What the store lockd is on guarantees, for /readyz and the README's
+ * "Guarantees by backend and topology": the deployment the URL names,
+ * where fences come from, and what a failover or the loss of a store node
+ * can lose. Fixed when open() returns; describe() never asks the store.
+ */
+#define BACKEND_TOPOLOGY_MAX 16  /* bytes of topology, with its NUL */
+#define BACKEND_PHRASE_MAX   256 /* bytes of fence or failover, with NUL */
+
+struct backend_topology {
+    char topology[BACKEND_TOPOLOGY_MAX]; /* "process" (in lockd), "single"
+                                            (one server), "sentinel",
+                                            "cluster", "ensemble" */
+    char fence[BACKEND_PHRASE_MAX];      /* where fences come from, one
+                                            short phrase */
+    char failover[BACKEND_PHRASE_MAX];   /* what a failover, a restart or
+                                            the loss of a node can lose */
+    unsigned nodes; /* store nodes the URL names (a ZooKeeper ensemble's
+                       servers, the Sentinels, a Cluster's seeds); 0 for a
+                       store inside lockd */
+};
+
 struct backend { /* first member of every adapter's state */
     const struct backend_ops *ops;
     int64_t call_timeout_ms; /* set by open(): the longest one call may wait
@@ -509,6 +531,14 @@ struct backend_ops {
     int64_t (*held_count)(struct backend *be);
     /* Free everything; accepts NULL. No call runs during or after it. */
     void (*close)(struct backend *be);
+    /*
+     * Fill out (zeroed by the wrapper) with what this store, as the URL
+     * configured it, guarantees: every string NUL-terminated, from the
+     * adapter's reading of its own recipe. Reads only what open() fixed;
+     * never asks the store, never blocks; any thread, any time between
+     * open() and close(). May be NULL (the wrapper says "unknown").
+     */
+    void (*describe)(const struct backend *be, struct backend_topology *out);
 };
 
 /* Text for a result, for logs. Never NULL. */
@@ -583,6 +613,9 @@ enum backend_result backend_cancel_wait(struct backend *be,
                                         struct lock_waiter *waiter);
 enum backend_result backend_ping(struct backend *be);
 int64_t backend_held_count(struct backend *be);
+/* describe: out zeroed, then the adapter's; "unknown" for an adapter
+ * without the op or for a field it left empty. Not timed: no store call. */
+void backend_describe(const struct backend *be, struct backend_topology *out);
 /* list: INVALID before the adapter runs for a limit outside
  * 1..LOCK_LIST_MAX, a prefix over LOCK_KEY_MAX bytes or with a NUL, an
  * after that is not a valid key, out->entries NULL, or an adapter

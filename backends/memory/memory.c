@@ -578,6 +578,21 @@ static enum backend_result mem_be_open(const char *url,
     return BACKEND_OK;
 }
 
+/* Locks live in this process only; fences come from mem_be_open()'s seed. */
+static void mem_be_describe(const struct backend *b,
+                            struct backend_topology *out)
+{
+    (void)b;
+    snprintf(out->topology, sizeof(out->topology), "process");
+    snprintf(out->fence, sizeof(out->fence),
+             "a counter in the process, seeded from the wall clock in "
+             "microseconds at start");
+    snprintf(out->failover, sizeof(out->failover),
+             "everything: locks are lost when the process exits (fences of "
+             "the next start still grow while the wall clock does)");
+    out->nodes = 0;
+}
+
 const struct backend_ops memory_backend = {
     .scheme = "memory",
     .caps = BACKEND_CAP_QUEUE,
@@ -595,4 +610,5 @@ const struct backend_ops memory_backend = {
     .ping = mem_be_ping,
     .held_count = mem_be_held_count,
     .close = mem_be_close,
+    .describe = mem_be_describe,
 };

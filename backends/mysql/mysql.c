@@ -48,6 +48,7 @@
  */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -312,6 +313,23 @@ static int64_t mysql_be_held_count(struct backend *base)
     return count;
 }
 
+/* One server (the primary) whatever the URL: a replica is not lockd's. */
+static void mysql_be_describe(const struct backend *b,
+                              struct backend_topology *out)
+{
+    (void)b;
+    snprintf(out->topology, sizeof(out->topology), "single");
+    snprintf(out->fence, sizeof(out->fence),
+             "an AUTO_INCREMENT id of the fence table, inserted in the "
+             "granting transaction");
+    snprintf(out->failover, sizeof(out->failover),
+             "what the primary's durability settings lose (nothing with "
+             "innodb_flush_log_at_trx_commit=1); a failover to an "
+             "asynchronous replica can lose the last grants and reuse "
+             "their fences");
+    out->nodes = 1;
+}
+
 /* No capability flags: no queue in the store (waiters wait in this
  * instance's FIFO). Releases through other instances still reach notify()
  * by the event table, and expiries need no notice: HELD's retry_ms is the
@@ -335,4 +353,5 @@ const struct backend_ops mysql_backend = {
     .ping = mysql_be_ping,
     .held_count = mysql_be_held_count,
     .close = mysql_be_close,
+    .describe = mysql_be_describe,
 };

@@ -436,6 +436,9 @@ static void redis_close(struct backend *b)
     free(be);
 }
 
+/* describe.c: what /readyz says of the deployment */
+void redis_describe(const struct backend *b, struct backend_topology *out);
+
 const struct backend_ops redis_backend = {
     .scheme = "redis",
     .caps = BACKEND_CAP_QUEUE,
@@ -453,4 +456,5 @@ const struct backend_ops redis_backend = {
     .ping = redis_ping,
     .held_count = redis_held_count,
     .close = redis_close,
+    .describe = redis_describe,
 };

@@ -388,6 +388,30 @@ static enum backend_result zk_be_open(const char *url,
     return BACKEND_OK;
 }
 
+/* One server or an ensemble, by the hosts of the URL. Every write is
+ * answered only once a quorum has it in its fsynced transaction log. */
+static void zk_be_describe(const struct backend *b,
+                           struct backend_topology *out)
+{
+    const struct zk_be *be = (const struct zk_be *)b;
+    unsigned n = 1;
+
+    for (const char *p = be->hosts; *p != '\0'; p++)
+        if (*p == ',')
+            n++;
+    snprintf(out->topology, sizeof(out->topology), "%s",
+             n > 1 ? "ensemble" : "single");
+    snprintf(out->fence, sizeof(out->fence),
+             "the czxid of the holder's znode: ZooKeeper's transaction id "
+             "of the grant");
+    snprintf(out->failover, sizeof(out->failover), "%s",
+             n > 1 ? "nothing a quorum acknowledged: a grant is answered "
+                     "once a quorum logged it; without a quorum, 503s"
+                   : "nothing ZooKeeper logged (it fsyncs before it "
+                     "answers); while it is down, 503s");
+    out->nodes = n;
+}
+
 const struct backend_ops zookeeper_backend = {
     .scheme = "zookeeper",
     .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_HELD_LAGS,
@@ -405,4 +429,5 @@ const struct backend_ops zookeeper_backend = {
     .ping = zk_be_ping,
     .held_count = zk_be_held_count,
     .close = zk_be_close,
+    .describe = zk_be_describe,
 };
