@@ -782,15 +782,62 @@ def healthz(ctx):
     eq(r.body, b"", "HEAD /healthz body")
 
 
-@harness.scenario("/readyz answers 200 ready with the backend name and fifo scope")
+# What /readyz must say of a --backend URL: (topology, nodes, a word its
+# fence phrase must hold, one its failover phrase must hold).
+def readyz_expected(url):
+    scheme, rest = url.split("://", 1)
+    hosts = rest.split("/", 1)[0].split("?", 1)[0].rsplit("@", 1)[-1]
+    n = len(hosts.split(","))
+    replicas = re.search(r"[?&]min_replicas=([1-9][0-9]*)", url) is not None
+    if scheme == "memory":
+        return "process", 0, "wall clock", "everything"
+    if scheme == "redis":
+        return "single", 1, "INCR", "appendfsync"
+    if scheme in ("redis+sentinel", "redis+cluster"):
+        return scheme[6:], n, "INCR", "replica" if replicas else "granted again"
+    if scheme == "zookeeper":
+        return ("ensemble", n, "czxid", "quorum") if n > 1 else ("single", 1, "czxid", "logged")
+    if scheme == "mysql":
+        return "single", 1, "AUTO_INCREMENT", "durability"
+    raise harness.Fail("readyz: no expectation for %r" % url)
+
+
+def check_readyz_topology(body, url, what):
+    """body (a /readyz 200) names the topology of url and its guarantees."""
+    topology, nodes, fence, failover = readyz_expected(url)
+    eq(set(body), {"status", "backend", "fifo", "topology", "guarantees"}, what + ": fields")
+    eq(body.get("topology"), topology, what + ": topology")
+    g = body.get("guarantees")
+    check(isinstance(g, dict), what + ": guarantees %r" % (g,))
+    eq(set(g), {"fence", "failover", "nodes"}, what + ": guarantees fields")
+    check(type(g["nodes"]) is int, what + ": nodes %r" % (g["nodes"],))
+    eq(g["nodes"], nodes, what + ": nodes")
+    for name, word in (("fence", fence), ("failover", failover)):
+        check(isinstance(g[name], str) and word in g[name], "%s: %s %r lacks %r" % (what, name, g[name], word))
+
+
+@harness.scenario("/readyz answers 200 ready with the backend name, fifo scope, topology and guarantees")
 def readyz(ctx):
     r = ctx.lockd.request("GET", "/readyz")
     body = expect_json(r, 200, "/readyz")
     eq(body.get("status"), "ready", "status")
     eq(body.get("backend"), ctx.backend, "backend")
     check(body.get("fifo") in ("store", "instance"), "fifo %r" % body.get("fifo"))
+    check_readyz_topology(body, ctx.url, "/readyz")
     r = ctx.lockd.request("HEAD", "/readyz")
     eq(r.status, 200, "HEAD /readyz")
+
+
+@harness.scenario("/readyz counts the URL's hosts: two ZooKeeper hosts are an ensemble", backends=["zookeeper"])
+def readyz_zookeeper_hosts(ctx):
+    # the one server named twice: what is checked is the reading of the URL
+    m = re.match(r"zookeeper://([^/?]+)(.*)$", ctx.url)
+    url = "zookeeper://%s,%s%s" % (m.group(1), m.group(1), m.group(2))
+    ld = harness.Lockd(url, tmpdir=ctx.tmpdir)
+    ctx.extra.append(ld)
+    ld.start()
+    body = expect_json(ld.request("GET", "/readyz", timeout=10), 200, "/readyz with two hosts")
+    check_readyz_topology(body, url, "/readyz with two hosts")
 
 
 @harness.scenario("/metrics is Prometheus text with every documented family")
