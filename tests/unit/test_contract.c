@@ -203,6 +203,34 @@ static void test_ping_answers_ok(void)
     CHECK_RES(backend_ping(cur->be), BACKEND_OK);
 }
 
+/* Every adapter says what its store guarantees (no "unknown"): a known
+ * topology, store nodes only outside the process, and the same answer
+ * every time (it is fixed at open). */
+static void test_describe_names_a_topology_and_its_guarantees(void)
+{
+    static const char *const known[] = { "process", "single", "sentinel",
+                                         "cluster", "ensemble" };
+    struct backend_topology t, again;
+    bool found = false;
+
+    backend_describe(cur->be, &t);
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        found = found || strcmp(t.topology, known[i]) == 0;
+    CHECK_MSG(found, "topology '%s'", t.topology);
+    CHECK_MSG(strlen(t.fence) > 8 && strcmp(t.fence, "unknown") != 0,
+              "fence '%s'", t.fence);
+    CHECK_MSG(strlen(t.failover) > 8 && strcmp(t.failover, "unknown") != 0,
+              "failover '%s'", t.failover);
+    if (strcmp(t.topology, "process") == 0)
+        CHECK_EQ_INT(t.nodes, 0);
+    else
+        CHECK_MSG(t.nodes >= 1, "%s with %u nodes", t.topology, t.nodes);
+    if (strcmp(t.topology, "ensemble") == 0)
+        CHECK_MSG(t.nodes >= 2, "an ensemble of %u nodes", t.nodes);
+    backend_describe(cur->be, &again);
+    CHECK(memcmp(&t, &again, sizeof(t)) == 0);
+}
+
 /* -1 (cannot tell) or the exact number of held locks, following grants
  * and releases. Runs before the cases that leave expired locks behind. */
 static void test_held_count_is_exact_or_unknown(void)
@@ -785,6 +813,7 @@ static void test_two_instances_exclude_each_other(void)
 
 static const struct check_case cases[] = {
     CHECK_CASE(test_ping_answers_ok),
+    CHECK_CASE(test_describe_names_a_topology_and_its_guarantees),
     CHECK_CASE(test_held_count_is_exact_or_unknown),
     CHECK_CASE(test_acquire_grants_a_free_key),
     CHECK_CASE(test_second_token_is_held_with_a_retry_hint),
