@@ -322,7 +322,7 @@ struct backend_hooks {
 };
 
 /*
- * What the store lockd is on guarantees, for /readyz and the README's
+ * The guarantees of the store lockd runs on, for /readyz and the README's
  * "Guarantees by backend and topology": the deployment the URL names,
  * where fences come from, and what a failover or the loss of a store node
  * can lose. Fixed when open() returns; describe() never asks the store.
