@@ -208,8 +208,11 @@ def judge(load, min_grants=20):
 
 def leader_kill_load(ctx):
     def body(ens, a, b):
+        insts = [a, b]
+        n, _ = session_on(ctx, ens, insts, url_of(ens), leader=True)
+        harness.log("     instance %d has its session on the leader" % n)
         keys = [ctx.key("zkl%d" % i) for i in range(4)]
-        load = FaultLoad([a, b], keys, threads=16, ttl_ms=2000, wait_ms=500, client_s=10.0)
+        load = FaultLoad(insts, keys, threads=16, ttl_ms=2000, wait_ms=500, client_s=10.0)
         load.start()
         try:
             time.sleep(1.5)
@@ -222,6 +225,8 @@ def leader_kill_load(ctx):
             check(g is not None, "no grant within 20 s of the leader's kill")
             figure("leader kill -9 -> first 201", (g - t) * 1000)
             load.mark("first grant again")
+            g = until(lambda: load_grant_by(load, n, t), 20.0, "a grant through instance %d" % n)
+            figure("leader kill -9 -> first 201 through the instance whose session was on it", (g - t) * 1000)
             time.sleep(1.0)
             check(ens.restart(leader), "node %d did not serve again" % (leader + 1))
             load.mark("node %d serves again" % (leader + 1))
@@ -234,25 +239,26 @@ def leader_kill_load(ctx):
     with_ensemble(ctx, body)
 
 
-def on_follower(ctx, ens, insts, url):
-    """(instance index, follower node) with the instance's session on that
-    follower, restarting an instance until one is (the client picks its
-    node at random)."""
-    for _ in range(10):
-        leader = ens.leader()
+def session_on(ctx, ens, insts, url, leader):
+    """(instance index, node) with the instance's session on the leader
+    (leader=True) or on a follower, restarting the last instance until one
+    is (the client library picks its server at random)."""
+    for _ in range(12):
+        lead = ens.leader()
         for n, ld in enumerate(insts):
-            nodes = [i for i in ens.node_of(ld.proc.pid) if i != leader]
-            if nodes and leader is not None:
+            nodes = [i for i in ens.node_of(ld.proc.pid) if (i == lead) == leader]
+            if nodes and lead is not None:
                 return n, nodes[0]
         insts[-1].stop(10)
         insts[-1] = start_instances(ctx, url, 1)[0]
-    raise harness.Fail("no instance has its session on a follower after 10 starts")
+    raise harness.Fail("no instance has its session on a %s after 12 starts"
+                       % ("leader" if leader else "follower"))
 
 
 def follower_isolation(ctx):
     def body(ens, a, b):
         insts = [a, b]
-        n, f = on_follower(ctx, ens, insts, url_of(ens))
+        n, f = session_on(ctx, ens, insts, url_of(ens), leader=False)
         ld = insts[n]
         harness.log("     instance %d has its session on follower node %d" % (n, f + 1))
         kh = ctx.key("zkh")
@@ -274,6 +280,9 @@ def follower_isolation(ctx):
             inspect_ok(ld, kh, [fence], "follower isolated")
             moved = [i for i in ens.node_of(ld.proc.pid) if i != f]
             check(moved, "the session is on no other node: %s" % ens.node_of(ld.proc.pid))
+            expired = "session expired" in ld.log_tail(50000)
+            harness.log("     the session %s to node %d" % ("expired; a new one is on" if expired else "moved",
+                                                            moved[0] + 1))
             time.sleep(max(0.0, t + cut - time.monotonic()))
             ens.heal(f)
             load.mark("heal node %d" % (f + 1))
