@@ -17,7 +17,8 @@
     wakes it, in FIFO order; move time measured;
   - a session that expires (lockd stopped past the session timeout) while
     a multi-key waiter is parked: the release made meanwhile still wakes
-    it once the new session is up.
+    it once the new session is up, and a lock granted through the old
+    session is still held (a lock is a persistent node with a TTL).
 
 Every figure is printed on a line of its own ("zk figure: ...")."""
 
@@ -345,9 +346,11 @@ def session_move(ctx):
 
 def expiry_multi_waiter(ctx):
     def body(ens, a, b):
-        k1, k2 = ctx.key("zke1"), ctx.key("zke2")
+        k1, k2, kh = ctx.key("zke1"), ctx.key("zke2"), ctx.key("zkeh")
         r = acquire(b, k1, ttl_ms=LONG_TTL)
         eq(r.status, 201, "grant")
+        mine = acquire(a, kh, ttl_ms=LONG_TTL)  # granted through the session that expires
+        eq(mine.status, 201, "grant through a")
         w = MultiWaiter(a, [k1, k2], 30000)
         w.start()
         time.sleep(0.5)
@@ -366,6 +369,11 @@ def expiry_multi_waiter(ctx):
         figure("new session -> parked multi-key waiter's 201", (w.answered - t) * 1000)
         check(w.answered - t < 10.0, "the multi-key waiter was woken only after %.1f s" % (w.answered - t))
         check("session expired" in a.log_tail(20000), "the session did not expire: %s" % a.log_tail(2000))
+        # a lock is a persistent node with a TTL, not the session's: it is
+        # still held, under the same fence, and renews
+        r = renew_ok(a, kh, mine.json["token"], "after the session expired")
+        eq(r.json["fence"], mine.json["fence"], "fence of the lock granted before the expiry")
+        inspect_ok(b, kh, [mine.json["fence"]], "after the session expired")
 
     with_ensemble(ctx, body)
 
@@ -392,4 +400,5 @@ harness.scenario("zk ensemble: the follower an instance has its session on is cu
 harness.scenario("zk ensemble: kill -9 of the node a parked waiter's session is on: the release still wakes it "
                  "after the session moves, in FIFO order", backends=["zookeeper"])(session_move)
 harness.scenario("zk ensemble: a session that expires while a multi-key waiter is parked: the release made "
-                 "meanwhile still wakes it", backends=["zookeeper"])(expiry_multi_waiter)
+                 "meanwhile still wakes it; locks granted through that session stay held",
+                 backends=["zookeeper"])(expiry_multi_waiter)
