@@ -401,4 +401,4 @@ harness.scenario("zk ensemble: kill -9 of the node a parked waiter's session is 
                  "after the session moves, in FIFO order", backends=["zookeeper"])(session_move)
 harness.scenario("zk ensemble: a session that expires while a multi-key waiter is parked: the release made "
                  "meanwhile still wakes it; locks granted through that session stay held",
-                 backends=["zookeeper"])(expiry_multi_waiter)
+                 backends=["zookeeper"], slow=True)(expiry_multi_waiter)
