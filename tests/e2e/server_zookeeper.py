@@ -6,7 +6,8 @@ second. restart() reuses the port and the data dir, so locks and fences
 survive a kill -9.
 
 ZooKeeperEnsemble runs three nodes (a real quorum) on loopback for the
-fault load: kill -9, SIGSTOP and restart of one node, which one leads
+fault load: kill -9, SIGSTOP and restart of one node, a network partition
+of one node (isolate/heal, iptables through netfault.py), which one leads
 (the srvr four-letter word), and which node a lockd process has its
 session on (its TCP connections, from /proc).
 
@@ -256,8 +257,14 @@ class ZooKeeperEnsemble:
         self.dir = os.path.join(tmpdir, "zk-ensemble")
         self.ports = [harness.free_port() for _ in range(size)]
         quorum = [(harness.free_port(), harness.free_port()) for _ in range(size)]
+        self.quorum = quorum
         self.procs = [None] * size
         self.cfgs, self.logs = [], []
+        self.blocks = [None] * size  # netfault.PortBlock of an isolated node
+        # as root, node i runs under a uid of its own, so that isolate(i)
+        # can drop what it sends from any port (netfault's uids)
+        base = 300000 + (os.getpid() % 100000) * 8
+        self.uids = [base + i for i in range(size)] if os.geteuid() == 0 else [None] * size
         servers = "".join("server.%d=127.0.0.1:%d:%d\n" % (i + 1, q[0], q[1]) for i, q in enumerate(quorum))
         for i in range(size):
             d = os.path.join(self.dir, "node%d" % (i + 1))
@@ -269,11 +276,17 @@ class ZooKeeperEnsemble:
             with open(cfg, "w") as f:
                 # syncLimit 4 ticks: a stopped follower is dropped by the
                 # leader after 2 s; the other two keep the quorum
-                # syncLimit 4 ticks: a stopped follower is dropped by the
-                # leader after 2 s; the other two keep the quorum
                 f.write(zoo_cfg(data, self.ports[i], "initLimit=20\nsyncLimit=4\n" + servers))
             self.cfgs.append(cfg)
             self.logs.append(os.path.join(d, "zookeeper.log"))
+            if self.uids[i] is not None:
+                # the node's uid must reach its dir: let it through ours
+                # (search only, no listing)
+                for up in (tmpdir, self.dir):
+                    os.chmod(up, os.stat(up).st_mode | 0o111)
+                for top, dirs, files in os.walk(d):
+                    for n in [top] + [os.path.join(top, x) for x in dirs + files]:
+                        os.chown(n, self.uids[i], self.uids[i])
         self.url = "zookeeper://%s?session_timeout_ms=%d" % (
             ",".join("127.0.0.1:%d" % p for p in self.ports), SESSION_MS)
 
@@ -284,8 +297,12 @@ class ZooKeeperEnsemble:
                "-Dznode.container.checkIntervalMs=1000",
                "-Dzookeeper.snapCount=100000",
                "-cp", ":".join(JARS), "org.apache.zookeeper.server.quorum.QuorumPeerMain", self.cfgs[i]]
+        uid = self.uids[i]
+        who = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
         log = open(self.logs[i], "ab")
-        self.procs[i] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        env = dict(os.environ, HOME=os.path.dirname(self.cfgs[i]))
+        self.procs[i] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=os.path.dirname(self.cfgs[i]), **who)
         log.close()
 
     def log_tail(self, i, n=2000):
@@ -358,7 +375,33 @@ class ZooKeeperEnsemble:
             time.sleep(0.2)
         return False
 
+    def isolate(self, i):
+        """Cut node i off from the other nodes and from clients: its
+        client, quorum and election ports DROP every tcp packet, and so
+        does everything it sends (a uid of its own), from any port, so its
+        connections out to the others stall too: a real partition, the
+        process runs on. heal(i) ends it. Raises harness.Skip when
+        iptables cannot be used here."""
+        import netfault
+
+        ok, why = netfault.available()
+        if not ok:
+            raise harness.Skip(why)
+        if self.uids[i] is None:
+            raise harness.Skip("not root: the node cannot run under a uid of its own")
+        if self.blocks[i] is None:
+            self.blocks[i] = netfault.PortBlock([self.ports[i]] + list(self.quorum[i]), uids=[self.uids[i]])
+        self.blocks[i].on()
+
+    def heal(self, i):
+        """End isolate(i) (no-op if node i is not isolated)."""
+        if self.blocks[i] is not None:
+            self.blocks[i].close()
+            self.blocks[i] = None
+
     def stop(self):
+        for i in range(len(self.blocks)):
+            self.heal(i)
         for i, p in enumerate(self.procs):
             if p is None or p.poll() is not None:
                 continue
