@@ -606,3 +606,102 @@ class FaultLoad:
             recs = list(self.recs)
             marks = list(self.marks)
         return check_history(recs, store_timeout_ms, slack_ms, marks=marks, t0=self.t0, **kw)
+
+
+STALE_MARGIN = 0.25  # s past a token's last possible expiry before it counts as dead
+
+
+class ChaosLoad(FaultLoad):
+    """FaultLoad with renewals and stale tokens, for the chaos suite. A
+    grant is held (with probability long_p) for 1 to 2.5 renew periods
+    (ttl_ms / 3), renewed each period (PUT) while it lasts; with
+    probability stale_p a round instead sends a renew or a release with the
+    token of one of the worker's earlier grants that is dead for sure:
+    released with a 200, or past its last 200/201's answer + ttl_ms +
+    STALE_MARGIN. A token any of whose requests was answered 503 or not at
+    all is never used so (the store may have applied it later). Every
+    request is a Rec (kind RENEW for renewals)."""
+
+    def __init__(self, instances, keys, long_p=0.12, stale_p=0.08, **kw):
+        super().__init__(instances, keys, **kw)
+        self.long_p, self.stale_p = long_p, stale_p
+
+    def _stale_use(self, c, rnd, i, inst, past):
+        now = time.monotonic()
+        dead = [a for a, at in past if at is not None and now > at]
+        if not dead:
+            return c, False
+        a = rnd.choice(dead)
+        kind = rnd.choice((RENEW, RELEASE))
+        r = Rec(kind, a.key, inst, i, acq=a, ttl_ms=self.ttl_ms)
+        r.stale_use = True
+        method, body = ("PUT", {"ttl_ms": self.ttl_ms}) if kind == RENEW else ("DELETE", None)
+        c = self._request(c, r, method, lock_path(a.key), body, {"Lock-Token": a.body["token"]})
+        return c, True
+
+    def _hold(self, c, rnd, i, inst, a):
+        """Hold grant a: briefly, or renewing for a while. False if it was
+        lost (a renew not answered 200)."""
+        period = self.ttl_ms / 3000.0
+        if rnd.random() >= self.long_p:
+            time.sleep(rnd.uniform(*self.hold_ms) / 1000.0)
+            return c, True
+        end = time.monotonic() + rnd.uniform(1.0, 2.5) * period
+        last = a.sent
+        while not self.stopping.is_set():
+            nxt = last + period
+            if nxt >= end:
+                time.sleep(max(0.0, end - time.monotonic()))
+                return c, True
+            time.sleep(max(0.0, nxt - time.monotonic()))
+            n = Rec(RENEW, a.key, inst, i, acq=a, ttl_ms=self.ttl_ms)
+            a.renews.append(n)
+            c = self._request(c, n, "PUT", lock_path(a.key), {"ttl_ms": self.ttl_ms},
+                              {"Lock-Token": a.body["token"]})
+            if n.status != 200:
+                return c, False
+            last = n.sent
+        return c, True
+
+    @staticmethod
+    def _dead_at(a):
+        """When a's token is dead for sure (monotonic), or None if unknown."""
+        reqs = [a] + a.renews + ([a.release] if a.release is not None else [])
+        if any(q.answered is None or q.status == 503 for q in reqs):
+            return None
+        if a.release is not None and a.release.status == 200:
+            return a.release.answered
+        last = max(q.answered for q in reqs if q.status in (200, 201))
+        return last + a.ttl_ms / 1000.0 + STALE_MARGIN
+
+    def _worker(self, i):
+        rnd = random.Random(self.seed * 1000 + i)
+        inst = i % len(self.instances)
+        c = self._client(inst)
+        past = []  # (acquire Rec, dead at) of this worker's last grants
+        try:
+            while not self.stopping.is_set():
+                if past and rnd.random() < self.stale_p:
+                    c, sent = self._stale_use(c, rnd, i, inst, past)
+                    if sent:
+                        continue
+                key = rnd.choice(self.keys)
+                wait = 0 if rnd.random() < self.try_once else self.wait_ms
+                a = Rec(ACQUIRE, key, inst, i, ttl_ms=self.ttl_ms, wait_ms=wait)
+                c = self._request(c, a, "POST", lock_path(key), {"ttl_ms": self.ttl_ms, "wait_ms": wait,
+                                                                   "owner": "chaos-%d" % i})
+                if a.status == 201 and isinstance(a.body, dict) and "token" in a.body:
+                    c, kept = self._hold(c, rnd, i, inst, a)
+                    if kept and rnd.random() < self.abandon and self._may_abandon(key):
+                        a.abandoned = True
+                    elif kept:
+                        r = Rec(RELEASE, key, inst, i, acq=a)
+                        a.release = r
+                        c = self._request(c, r, "DELETE", lock_path(key), None, {"Lock-Token": a.body["token"]})
+                    past = (past + [(a, self._dead_at(a))])[-4:]
+                elif a.status == 503 or a.answered is None:
+                    time.sleep(0.02)
+                elif a.status == 409 and wait == 0:
+                    time.sleep(0.005)
+        finally:
+            c.close()
