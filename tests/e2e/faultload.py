@@ -164,9 +164,9 @@ class Report:
 
     def chaos_line(self, topology, fault):
         """The one line per chaos scenario."""
-        rec = "n/a" if self.recovery_ms is None else "%.0f" % self.recovery_ms
+        rec = "n/a" if self.recovery_ms is None else "%.0f ms" % self.recovery_ms
         return ("chaos %s %s: %d requests, %d grants, %d 503s, overlaps %d, fence regressions %d, "
-                "stale-token successes %d, recovery %s ms"
+                "stale-token successes %d, recovery %s"
                 % (topology, fault, self.requests, self.grants, self.n503, self.n_overlaps, len(self.regressions),
                    len(self.stale_tokens), rec))
 
@@ -254,7 +254,7 @@ def _paused(r, pauses):
 
 
 def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, marks=(), t0=None, pauses=(),
-                  recover_from=None, recover_inst=None):
+                  recover_from=None, recover_inst=None, offsets=None):
     """Judge recs (see the module doc); a Report. tol_ms: overlap allowed for
     TTLs in whole milliseconds; clock_ms: how far past expires_at a 201 may
     arrive (expires_at has whole ms and may come from the store's clock).
@@ -263,7 +263,9 @@ def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, ma
     answers are not judged stale (the answer may have been written before
     the stop); overlaps are still judged. recover_from: the fault's end;
     the report's recovery_ms is from then to the first 201 answered after
-    it (through recover_inst only, if given)."""
+    it (through recover_inst only, if given). offsets: {instance: seconds}
+    its clock runs ahead of ours, where its expires_at is on its own clock
+    (memory://; a store's clock is the store's)."""
     rep = Report()
     rep.marks = list(marks)
     rep.t0 = t0 if t0 is not None else (min(r.sent for r in recs) if recs else 0.0)
@@ -288,7 +290,8 @@ def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, ma
         if over > slack:
             rep.late.append((r, over))
         if r.kind == ACQUIRE:
-            _check_acquire(rep, r, clock_ms, holds, grants, literal, stopped > 0)
+            off = (offsets or {}).get(r.inst, 0.0)
+            _check_acquire(rep, r, clock_ms - off * 1000.0, holds, grants, literal, stopped > 0)
             if (r.status == 201 and recover_from is not None and r.answered > recover_from
                     and recover_inst in (None, r.inst)):
                 ms = (r.answered - recover_from) * 1000
