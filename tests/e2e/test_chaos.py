@@ -103,12 +103,21 @@ def ready(ld, timeout):
     return False
 
 
-def faketime_env(offset):
+def faketime_env(offset, backend):
+    """The environment of a lockd whose wall clock is offset. Its monotonic
+    clock is left alone, as NTP would, except on zookeeper: there, with
+    FAKETIME_DONT_FAKE_MONOTONIC, the ZooKeeper C client never connects
+    (even with an offset of +0s; libfaketime 0.9.10's timed waits), so the
+    monotonic clock gets the same constant offset, which changes no
+    duration."""
     if LIBFAKETIME is None:
         raise harness.Skip("libfaketime (Debian package faketime) is not installed")
     # under ASan, libfaketime in LD_PRELOAD comes before the ASan runtime
-    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0"}
+    env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": offset,
+           "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0"}
+    if backend != "zookeeper":
+        env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    return env
 
 
 class Fault:
@@ -179,7 +188,11 @@ def run_load(ctx, topology, fault, insts, store_tmo, drive, loss_allowed=False, 
     return rep
 
 
+RECORDED = [0]  # scenarios judged so far
+
+
 def record(topology, fault, rep, took, loss_allowed, passed, line):
+    RECORDED[0] += 1
     if not REPORT:
         return
     obj = {"topology": topology, "fault": fault, "requests": rep.requests, "grants": rep.grants,
@@ -271,7 +284,7 @@ def lockd_stop(ctx):
 
 def clock_skew(offset, secs):
     def sc(ctx):
-        env = faketime_env(offset)
+        env = faketime_env(offset, ctx.backend)
         if ctx.backend == "memory":
             insts, tmo = [new_lockd(ctx, "memory://", env=env)], 0
         else:
@@ -468,6 +481,27 @@ def cluster_failover(min_replicas):
 
 # ---- registration ----
 
+
+def reported(topology, fault, fn):
+    """fn, and a failed row in the report if it fails before it is judged
+    (a store or a lockd that did not start, say)."""
+
+    def run(ctx):
+        before, t0 = RECORDED[0], time.monotonic()
+        try:
+            fn(ctx)
+        except harness.Skip:
+            raise
+        except Exception as e:  # noqa: BLE001 - a Fail, or run.py's timeout
+            if RECORDED[0] == before and REPORT:
+                line = "chaos %s %s: failed before the load was judged: %s" % (
+                    topology, fault, (str(e).splitlines() or [""])[0][:200])
+                with open(REPORT, "a") as f:
+                    f.write(json.dumps({"topology": topology, "fault": fault, "passed": False, "line": line,
+                                        "seconds": round(time.monotonic() - t0, 1), "loss_allowed": False}) + "\n")
+            raise
+    return run
+
 STORES = ["redis", "zookeeper", "mysql"]
 # (topology or backend, fault, function, backends, in the make-test subset)
 SCENARIOS = [("lockd SIGSTOP", lockd_stop, ["memory"] + STORES, ["zookeeper"]),
@@ -482,7 +516,7 @@ def register():
     for fault, fn, backends, subset in SCENARIOS:
         for b in backends:
             if FULL or b in subset:
-                harness.scenario("chaos: %s: %s" % (b, fault), backends=[b], slow=True)(fn)
+                harness.scenario("chaos: %s: %s" % (b, fault), backends=[b], slow=True)(reported(b, fault, fn))
     more = [("zookeeper-ensemble", "follower isolation", ensemble_fault("isolate"), "zookeeper", True),
             ("zookeeper-ensemble", "leader kill -9", ensemble_fault("leader"), "zookeeper", False),
             ("redis-sentinel", "failover min_replicas=1", sentinel_failover(1), "redis", True),
@@ -491,7 +525,7 @@ def register():
             ("redis-cluster", "master failover (loss allowed by design)", cluster_failover(0), "redis", False)]
     for topo, fault, fn, b, sub in more:
         if FULL or sub:
-            harness.scenario("chaos: %s: %s" % (topo, fault), backends=[b], slow=True)(fn)
+            harness.scenario("chaos: %s: %s" % (topo, fault), backends=[b], slow=True)(reported(topo, fault, fn))
 
 
 register()
@@ -602,14 +636,14 @@ def totals(path):
                 rows.append(json.loads(line))
     for r in rows:
         print(("ok   " if r["passed"] else "FAIL ") + r["line"] + " [%.1f s]" % r["seconds"])
-    sums = {k: sum(r[k] for r in rows) for k in ("requests", "grants", "503s", "overlaps", "fence_regressions",
+    sums = {k: sum(r.get(k) or 0 for r in rows) for k in ("requests", "grants", "503s", "overlaps", "fence_regressions",
                                                   "stale_token_successes", "seconds")}
     strict = [r for r in rows if not r["loss_allowed"]]
     print("chaos totals: %d scenarios (%d failed), %d requests, %d grants, %d 503s, overlaps %d (%d where loss is "
           "allowed by design), fence regressions %d, stale-token successes %d, %.0f s"
           % (len(rows), sum(not r["passed"] for r in rows), sums["requests"], sums["grants"], sums["503s"],
-             sum(r["overlaps"] for r in strict), sums["overlaps"] - sum(r["overlaps"] for r in strict),
-             sum(r["fence_regressions"] for r in strict), sum(r["stale_token_successes"] for r in strict),
+             sum(r.get("overlaps", 0) for r in strict), sums["overlaps"] - sum(r.get("overlaps", 0) for r in strict),
+             sum(r.get("fence_regressions", 0) for r in strict), sum(r.get("stale_token_successes", 0) for r in strict),
              sums["seconds"]))
     return 0 if all(r["passed"] for r in rows) else 1
 
