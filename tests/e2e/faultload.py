@@ -156,6 +156,7 @@ class Report:
         self.renews = 0
         self.n503 = 0
         self.excused = 0  # info: answers of a stopped instance, not judged late or stale
+        self.stale_uses = 0  # info: requests sent with a dead token on purpose
         self.recovery_ms = None  # fault's end -> first 201 after it
 
     def violations(self):
@@ -281,6 +282,7 @@ def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, ma
             continue
         rep.counts[(r.kind, r.status)] = rep.counts.get((r.kind, r.status), 0) + 1
         rep.n503 += r.status == 503
+        rep.stale_uses += r.stale_use
         bound = max((r.wait_ms or 0) / 1000.0, store_s)
         stopped = _paused(r, pauses)
         rep.excused += stopped > 0
@@ -681,11 +683,12 @@ class ChaosLoad(FaultLoad):
         rnd = random.Random(self.seed * 1000 + i)
         inst = i % len(self.instances)
         c = self._client(inst)
-        past = []  # (acquire Rec, dead at) of this worker's last grants
+        past = []  # (acquire Rec, dead at) of this worker's last released grants
+        lapsed = []  # the same, of its last grants left to their TTL (abandoned or lost)
         try:
             while not self.stopping.is_set():
-                if past and rnd.random() < self.stale_p:
-                    c, sent = self._stale_use(c, rnd, i, inst, past)
+                if (past or lapsed) and rnd.random() < self.stale_p:
+                    c, sent = self._stale_use(c, rnd, i, inst, past + lapsed)
                     if sent:
                         continue
                 key = rnd.choice(self.keys)
@@ -701,7 +704,10 @@ class ChaosLoad(FaultLoad):
                         r = Rec(RELEASE, key, inst, i, acq=a)
                         a.release = r
                         c = self._request(c, r, "DELETE", lock_path(key), None, {"Lock-Token": a.body["token"]})
-                    past = (past + [(a, self._dead_at(a))])[-4:]
+                    if a.release is not None:
+                        past = (past + [(a, self._dead_at(a))])[-2:]
+                    else:
+                        lapsed = (lapsed + [(a, self._dead_at(a))])[-2:]
                 elif a.status == 503 or a.answered is None:
                     time.sleep(0.02)
                 elif a.status == 409 and wait == 0:

@@ -172,7 +172,7 @@ def run_load(ctx, topology, fault, insts, store_tmo, drive, loss_allowed=False, 
     took = time.monotonic() - t_start
     line = rep.chaos_line(topology, fault) + (" (loss allowed by design)" if loss_allowed else "")
     harness.log("     " + line)
-    harness.log("     %d renews, %s; %.1f s" % (rep.renews, rep.summary(), took))
+    harness.log("     %d renews, %d uses of dead tokens; %s; %.1f s" % (rep.renews, rep.stale_uses, rep.summary(), took))
     problems = []
     if rep.grants < min_grants:
         problems.append("only %d grants (want %d): the load did not run" % (rep.grants, min_grants))
@@ -196,7 +196,7 @@ def record(topology, fault, rep, took, loss_allowed, passed, line):
     if not REPORT:
         return
     obj = {"topology": topology, "fault": fault, "requests": rep.requests, "grants": rep.grants,
-           "renews": rep.renews, "503s": rep.n503, "overlaps": rep.n_overlaps,
+           "renews": rep.renews, "stale_uses": rep.stale_uses, "503s": rep.n503, "overlaps": rep.n_overlaps,
            "fence_regressions": len(rep.regressions), "stale_token_successes": len(rep.stale_tokens),
            "stale_grants": len(rep.stale), "late": len(rep.late), "unanswered": len(rep.unanswered),
            "wrong": len(rep.wrong), "recovery_ms": None if rep.recovery_ms is None else round(rep.recovery_ms),
