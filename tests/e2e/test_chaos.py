@@ -213,11 +213,11 @@ def stall(load, f, stop, cont, what, inst=None, paused=False, seconds=FAULT_S):
     the instance the fault hit (inst) and, if paused (that instance was
     SIGSTOPped), the window."""
     check(load.wait_grant(10.0) is not None, "no grant to place the fault after")
-    t0 = time.monotonic()
+    t0 = time.monotonic()  # the window of a stopped instance starts before the signal
     stop()
-    load.mark("%s, right after a 201" % what)
+    t1 = load.mark("%s, right after a 201" % what)  # the fault lasts seconds once in place
     try:
-        time.sleep(max(0.0, t0 + seconds - time.monotonic()))
+        time.sleep(max(0.0, t1 + seconds - time.monotonic()))
     finally:
         cont()
     f.end = load.mark("its end")
