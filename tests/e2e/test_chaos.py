@@ -172,7 +172,8 @@ def run_load(ctx, topology, fault, insts, store_tmo, drive, loss_allowed=False, 
     took = time.monotonic() - t_start
     line = rep.chaos_line(topology, fault) + (" (loss allowed by design)" if loss_allowed else "")
     harness.log("     " + line)
-    harness.log("     %d renews, %d uses of dead tokens; %s; %.1f s" % (rep.renews, rep.stale_uses, rep.summary(), took))
+    harness.log("     %d renews, %d uses of dead tokens; %s; %.1f s"
+                % (rep.renews, rep.stale_uses, rep.summary(), took))
     problems = []
     if rep.grants < min_grants:
         problems.append("only %d grants (want %d): the load did not run" % (rep.grants, min_grants))
