@@ -35,6 +35,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 import faultload
@@ -120,6 +121,29 @@ def faketime_env(offset, backend):
     return env
 
 
+def warm(ctx, insts, n=THREADS):
+    """n concurrent acquire + release on each instance before the load, so
+    that its worker threads have dialled the store (under ASan a first dial
+    on 2 busy cores can take longer than the answer bound)."""
+    key = ctx.key("chaos-warm")
+
+    def one(ld, i):
+        try:
+            c = ld.client(timeout=10)
+            r = c.request("POST", faultload.lock_path("%s-%d" % (key, i)), {"ttl_ms": 2000})
+            if r.status == 201:
+                c.request("DELETE", faultload.lock_path("%s-%d" % (key, i)), None,
+                          {"Lock-Token": r.json["token"]})
+            c.close()
+        except OSError:
+            pass
+    ts = [threading.Thread(target=one, args=(ld, i)) for ld in insts for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(15)
+
+
 class Fault:
     """What a drive function tells the judge: when the fault ended, which
     instance it hit (None: all or the store), SIGSTOP windows of instances."""
@@ -153,6 +177,7 @@ def run_load(ctx, topology, fault, insts, store_tmo, drive, loss_allowed=False, 
     client_s = max(WAIT_MS, store_tmo) / 1000.0 + FAULT_S + 8.0
     load = ChaosLoad(insts, keys, threads=THREADS, ttl_ms=TTL_MS, wait_ms=WAIT_MS, client_s=client_s)
     f = Fault()
+    warm(ctx, insts)
     load.start()
     try:
         time.sleep(1.5)
