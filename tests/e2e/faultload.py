@@ -40,6 +40,7 @@ tolerance is needed but the clocks' whole milliseconds.
 
 Only the standard library is used."""
 
+import bisect
 import calendar
 import json
 import random
@@ -49,7 +50,7 @@ import urllib.parse
 
 import harness
 
-ACQUIRE, RELEASE = "acquire", "release"
+ACQUIRE, RELEASE, RENEW = "acquire", "release", "renew"
 
 
 def lock_path(key):
@@ -77,10 +78,12 @@ WAITER_TRANSIT = 0.05  # s: a waiter's answer on its way, past send + wait + ttl
 class Rec:
     """One request as the client saw it. sent/answered: time.monotonic();
     wall: time.time() at the answer; answered None = no answer (error says
-    why). For a release, acq is the acquire Rec whose token it gave back."""
+    why). For a release or renew, acq is the acquire Rec whose token it
+    sent; stale_use: the token was dead on purpose (released with a 200, or
+    past its TTL), so any 200 to it is a stale-token success."""
 
     __slots__ = ("kind", "key", "inst", "worker", "sent", "answered", "wall", "status", "body",
-                 "ttl_ms", "wait_ms", "acq", "error", "release", "abandoned")
+                 "ttl_ms", "wait_ms", "acq", "error", "release", "abandoned", "renews", "stale_use")
 
     def __init__(self, kind, key, inst=0, worker=0, sent=0.0, answered=None, wall=None, status=None,
                  body=None, ttl_ms=None, wait_ms=0, acq=None, error=None):
@@ -90,6 +93,8 @@ class Rec:
         self.ttl_ms, self.wait_ms, self.acq = ttl_ms, wait_ms, acq
         self.release = None  # for a granted acquire: its release Rec, if one was sent
         self.abandoned = False
+        self.renews = []  # for a granted acquire: its holder's renew Recs, in the order sent
+        self.stale_use = False
 
     def json(self):
         return self.body if isinstance(self.body, dict) else {}
@@ -147,19 +152,34 @@ class Report:
         self.slowest_grant = None  # the 201 with the longest send -> answer
         self.marks = []
         self.t0 = 0.0
+        self.stale_tokens = []  # (rec, reason): a 200 to a token that was dead
+        self.renews = 0
+        self.n503 = 0
+        self.excused = 0  # info: answers of a stopped instance, not judged late or stale
+        self.stale_uses = 0  # info: requests sent with a dead token on purpose
+        self.recovery_ms = None  # fault's end -> first 201 after it
 
     def violations(self):
         return (self.n_overlaps + len(self.regressions) + len(self.stale) + len(self.late)
-                + len(self.unanswered) + len(self.wrong))
+                + len(self.unanswered) + len(self.wrong) + len(self.stale_tokens))
+
+    def chaos_line(self, topology, fault):
+        """The one line per chaos scenario."""
+        rec = "n/a" if self.recovery_ms is None else "%.0f ms" % self.recovery_ms
+        return ("chaos %s %s: %d requests, %d grants, %d 503s, overlaps %d, fence regressions %d, "
+                "stale-token successes %d, recovery %s"
+                % (topology, fault, self.requests, self.grants, self.n503, self.n_overlaps, len(self.regressions),
+                   len(self.stale_tokens), rec))
 
     def summary(self):
         worst = "n/a" if self.worst_late is None else "%+.0f ms" % (self.worst_late * 1000)
         why = ""
         if self.stale_why:
             why = " (%s)" % ", ".join("%d %s" % (n, w) for w, n in sorted(self.stale_why.items()))
-        return ("%d requests, %d grants; overlaps %d, fence regressions %d, stale grants %d%s, "
+        toks = ", stale-token successes %d" % len(self.stale_tokens) if self.stale_tokens else ""
+        return ("%d requests, %d grants; overlaps %d, fence regressions %d, stale grants %d%s%s, "
                 "late answers %d, unanswered %d, wrong answers %d; worst answer vs its bound %s"
-                % (self.requests, self.grants, self.n_overlaps, len(self.regressions), len(self.stale), why,
+                % (self.requests, self.grants, self.n_overlaps, len(self.regressions), len(self.stale), why, toks,
                    len(self.late), len(self.unanswered), len(self.wrong), worst))
 
     def _t(self, t):
@@ -178,6 +198,11 @@ class Report:
         st = rr.status if rr.answered is not None else "no answer"
         return ", release sent %s -> %s at %s" % (self._t(rr.sent), st, self._t(rr.answered))
 
+    def _r(self, r):
+        a = r.acq.json() if r.acq is not None else {}
+        return ("%s of fence %s via instance %d (worker %d): sent %s, %s at %s"
+                % (r.kind, a.get("fence"), r.inst, r.worker, self._t(r.sent), r.status, self._t(r.answered)))
+
     def text(self, limit=8):
         out = [self.summary()]
         if self.marks:
@@ -194,12 +219,20 @@ class Report:
                        "have been applied and its sender had stopped using the lock)" % self.after_unconfirmed)
         if self.early_refusals:
             out.append("(info) releases refused before the lock could have expired: %d" % self.early_refusals)
+        if self.excused:
+            out.append("(info) answers of an instance while it was stopped, not judged late or stale: %d"
+                       % self.excused)
         for a, b, ov in self.overlaps[:limit]:
             out.append("OVERLAP %.0f ms on %s:\n    %s\n    %s" % (ov * 1000, a.key, self._g(a), self._g(b)))
         for a, b in self.regressions[:limit]:
             out.append("FENCE REGRESSION on %s:\n    %s\n    then %s" % (a.key, self._g(a), self._g(b)))
         for r, why in self.stale[:limit]:
-            out.append("STALE GRANT (%s) on %s:\n    %s" % (why, r.key, self._g(r)))
+            if r.kind == RENEW:
+                out.append("STALE RENEW (%s) on %s: %s" % (why, r.key, self._r(r)))
+            else:
+                out.append("STALE GRANT (%s) on %s:\n    %s" % (why, r.key, self._g(r)))
+        for r, why in self.stale_tokens[:limit]:
+            out.append("STALE TOKEN SUCCESS (%s) on %s: %s" % (why, r.key, self._r(r)))
         for r, late in self.late[:limit]:
             out.append("LATE by %.0f ms: %s %s via instance %d, wait_ms %d, sent %s, %s at %s"
                        % (late * 1000, r.kind, r.key, r.inst, r.wait_ms, self._t(r.sent), r.status,
@@ -213,10 +246,27 @@ class Report:
         return "\n".join(out)
 
 
-def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, marks=(), t0=None):
+def _paused(r, pauses):
+    """Seconds of r's send -> answer that its instance spent stopped
+    (pauses: (instance, stopped at, continued at))."""
+    if r.answered is None:
+        return 0.0
+    return sum(max(0.0, min(r.answered, t1) - max(r.sent, t0)) for inst, t0, t1 in pauses if inst == r.inst)
+
+
+def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, marks=(), t0=None, pauses=(),
+                  recover_from=None, recover_inst=None, offsets=None):
     """Judge recs (see the module doc); a Report. tol_ms: overlap allowed for
     TTLs in whole milliseconds; clock_ms: how far past expires_at a 201 may
-    arrive (expires_at has whole ms and may come from the store's clock)."""
+    arrive (expires_at has whole ms and may come from the store's clock).
+    pauses: (instance, t0, t1) when that lockd was SIGSTOPped: time its
+    requests spent there does not count against their bound, and their
+    answers are not judged stale (the answer may have been written before
+    the stop); overlaps are still judged. recover_from: the fault's end;
+    the report's recovery_ms is from then to the first 201 answered after
+    it (through recover_inst only, if given). offsets: {instance: seconds}
+    its clock runs ahead of ours, where its expires_at is on its own clock
+    (memory://; a store's clock is the store's)."""
     rep = Report()
     rep.marks = list(marks)
     rep.t0 = t0 if t0 is not None else (min(r.sent for r in recs) if recs else 0.0)
@@ -231,14 +281,26 @@ def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, ma
             rep.counts[(r.kind, "none")] = rep.counts.get((r.kind, "none"), 0) + 1
             continue
         rep.counts[(r.kind, r.status)] = rep.counts.get((r.kind, r.status), 0) + 1
+        rep.n503 += r.status == 503
+        rep.stale_uses += r.stale_use
         bound = max((r.wait_ms or 0) / 1000.0, store_s)
-        over = (r.answered - r.sent) - bound
+        stopped = _paused(r, pauses)
+        rep.excused += stopped > 0
+        over = (r.answered - r.sent) - bound - stopped
         if rep.worst_late is None or over > rep.worst_late:
             rep.worst_late, rep.worst_rec = over, r
         if over > slack:
             rep.late.append((r, over))
         if r.kind == ACQUIRE:
-            _check_acquire(rep, r, clock_ms, holds, grants, literal)
+            off = (offsets or {}).get(r.inst, 0.0)
+            _check_acquire(rep, r, clock_ms - off * 1000.0, holds, grants, literal, stopped > 0)
+            if (r.status == 201 and recover_from is not None and r.answered > recover_from
+                    and recover_inst in (None, r.inst)):
+                ms = (r.answered - recover_from) * 1000
+                if rep.recovery_ms is None or ms < rep.recovery_ms:
+                    rep.recovery_ms = ms
+        elif r.kind == RENEW:
+            _check_renew(rep, r, stopped > 0)
         else:
             _check_release(rep, r)
     for key in holds:
@@ -254,11 +316,78 @@ def check_history(recs, store_timeout_ms, slack_ms=300, tol_ms=1, clock_ms=5, ma
                 rep.regressions.append((top, g))
             if top is None or f > top.json()["fence"]:
                 top = g
+        _check_superseded(rep, grants[key])
     rep.late.sort(key=lambda x: -x[1])
     return rep
 
 
-def _check_acquire(rep, r, clock_ms, holds, grants, literal):
+def _check_superseded(rep, gs):
+    """A renew or release of a grant answered 200 though it was sent after a
+    later grant of the key (a higher fence) had been answered 201: the store
+    granted the key while this token still held it, or revived a dead token."""
+    gs = sorted(gs, key=lambda g: g.answered)
+    times, top = [], []  # answer times, and the highest fence answered by then
+    for g in gs:
+        times.append(g.answered)
+        top.append(max(g.json()["fence"], top[-1] if top else 0))
+    for g in gs:
+        fence = g.json()["fence"]
+        for n in g.renews + ([g.release] if g.release is not None else []):
+            if n.answered is None or n.status != 200 or n.stale_use:
+                continue
+            i = bisect.bisect_left(times, n.sent) - 1
+            if i >= 0 and top[i] > fence:
+                rep.stale_tokens.append((n, "%s answered 200 though fence %d was granted before it was sent"
+                                         % (n.kind, top[i])))
+
+
+def _segments(a, ttl):
+    """When the holder of grant a may use it: [(start, end)], and the same
+    with an unconfirmed release held to the end of the TTL. A renew
+    answered 200 that was sent while the hold lasted moves its end to the
+    renew's send + its ttl_ms; one sent after the end starts a new hold at
+    its answer (a late 200 to a dead token: the checker sees whether it
+    overlaps another's hold)."""
+    start, end = a.answered, a.sent + ttl / 1000.0
+    segs = []
+    for n in a.renews:
+        nt = n.json().get("ttl_ms") if n.answered is not None and n.status == 200 else None
+        if not isinstance(nt, int):
+            continue
+        if n.sent < end:
+            end = max(end, n.sent + nt / 1000.0)
+        else:
+            segs.append((start, end))
+            start, end = n.answered, n.sent + nt / 1000.0
+    lit = end
+    rel = a.release
+    if rel is not None and rel.answered is not None and rel.status == 200:
+        end = lit = rel.sent
+    elif rel is not None:
+        end = min(end, rel.sent)
+    return ([x for x in segs + [(start, end)] if x[1] > x[0]],
+            [x for x in segs + [(start, lit)] if x[1] > x[0]])
+
+
+def _check_renew(rep, r, stopped):
+    rep.renews += 1
+    if r.status == 200:
+        j, a = r.json(), (r.acq.json() if r.acq is not None else {})
+        if r.stale_use:
+            rep.stale_tokens.append((r, "renew with a dead token answered 200"))
+        elif not isinstance(j.get("ttl_ms"), int) or j.get("fence") != a.get("fence") or j.get("key") != r.key:
+            rep.wrong.append((r, "renew 200 %r (the grant had fence %r)" % (r.body, a.get("fence"))))
+        elif j["ttl_ms"] > r.ttl_ms:
+            rep.stale.append((r, "ttl_ms %d above the %d asked for" % (j["ttl_ms"], r.ttl_ms)))
+            rep.stale_why["ttl_ms above the request"] = rep.stale_why.get("ttl_ms above the request", 0) + 1
+        elif not stopped and r.answered >= r.sent + j["ttl_ms"] / 1000.0:
+            rep.stale.append((r, "renew 200 answered after send + ttl_ms"))
+            rep.stale_why["renew after send + ttl_ms"] = rep.stale_why.get("renew after send + ttl_ms", 0) + 1
+    elif (r.status, r.code()) not in ((404, "lock_not_found"), (409, "token_mismatch"), (503, "backend_unavailable")):
+        rep.wrong.append((r, "renew: status %d %r" % (r.status, r.body)))
+
+
+def _check_acquire(rep, r, clock_ms, holds, grants, literal, stopped=False):
     j = r.json()
     if r.status == 201:
         rep.grants += 1
@@ -286,20 +415,15 @@ def _check_acquire(rep, r, clock_ms, holds, grants, literal):
                         % (late * 1000, "wait_ms + " if r.wait_ms else "")))
         if r.wall is not None and r.wall > exp + clock_ms / 1000.0:
             why.append(("after its expires_at", "answered %.0f ms after its own expires_at" % ((r.wall - exp) * 1000)))
+        if stopped:  # the instance was stopped meanwhile: the answer may have been written before
+            why = [w for w in why if w[0] == "ttl_ms above the request"]
         if why:
             rep.stale.append((r, "; ".join(w[1] for w in why)))
             for tag, _ in why:
                 rep.stale_why[tag] = rep.stale_why.get(tag, 0) + 1
-        end = lit = r.sent + ttl / 1000.0
-        rel = r.release
-        if rel is not None and rel.answered is not None and rel.status == 200:
-            end = lit = rel.sent
-        elif rel is not None:
-            end = min(end, rel.sent)
-        if end > r.answered:
-            holds.setdefault(r.key, []).append((r.answered, end, r))
-        if lit > r.answered:
-            literal.setdefault(r.key, []).append((r.answered, lit, r))
+        segs, lits = _segments(r, ttl)
+        holds.setdefault(r.key, []).extend((s, e, r) for s, e in segs)
+        literal.setdefault(r.key, []).extend((s, e, r) for s, e in lits)
     elif r.status == 409:
         if r.code() != "lock_held":
             rep.wrong.append((r, "409 %r" % (r.body,)))
@@ -311,7 +435,9 @@ def _check_acquire(rep, r, clock_ms, holds, grants, literal):
 
 
 def _check_release(rep, r):
-    if r.status == 200:
+    if r.status == 200 and r.stale_use:
+        rep.stale_tokens.append((r, "release with a dead token answered 200"))
+    elif r.status == 200:
         if r.json().get("released") is not True:
             rep.wrong.append((r, "200 %r" % (r.body,)))
     elif r.status in (404, 409, 503):
@@ -408,6 +534,10 @@ class FaultLoad:
         with self.lock:
             return sum(1 for r in self.recs if r.kind == ACQUIRE and r.status == 201 and r.answered > t)
 
+    def _client(self, inst):
+        ld = self.instances[inst]
+        return harness.Client(ld.port, host=getattr(ld, "host", "127.0.0.1"), timeout=self.client_s)
+
     def _request(self, c, rec, method, path, body, headers=None):
         """Send, fill rec; the (possibly new) client."""
         data = json.dumps(body).encode() if body is not None else None
@@ -428,11 +558,11 @@ class FaultLoad:
                 rec.body = raw[:200]
             if resp.getheader("connection", "").lower() == "close":
                 c.close()
-                c = harness.Client(self.instances[rec.inst].port, timeout=self.client_s)
+                c = self._client(rec.inst)
         except Exception as e:  # noqa: BLE001 - any failure is no answer
             rec.error = "%s after %.3f s" % (repr(e)[:200], time.monotonic() - rec.sent)
             c.close()
-            c = harness.Client(self.instances[rec.inst].port, timeout=self.client_s)
+            c = self._client(rec.inst)
         with self.lock:
             self.recs.append(rec)
             if rec.kind == ACQUIRE and rec.status == 201:
@@ -453,8 +583,7 @@ class FaultLoad:
     def _worker(self, i):
         rnd = random.Random(self.seed * 1000 + i)
         inst = i % len(self.instances)
-        ld = self.instances[inst]
-        c = harness.Client(ld.port, timeout=self.client_s)
+        c = self._client(inst)
         try:
             while not self.stopping.is_set():
                 key = rnd.choice(self.keys)
@@ -482,3 +611,106 @@ class FaultLoad:
             recs = list(self.recs)
             marks = list(self.marks)
         return check_history(recs, store_timeout_ms, slack_ms, marks=marks, t0=self.t0, **kw)
+
+
+STALE_MARGIN = 0.25  # s past a token's last possible expiry before it counts as dead
+
+
+class ChaosLoad(FaultLoad):
+    """FaultLoad with renewals and stale tokens, for the chaos suite. A
+    grant is held (with probability long_p) for 1 to 2.5 renew periods
+    (ttl_ms / 3), renewed each period (PUT) while it lasts; with
+    probability stale_p a round instead sends a renew or a release with the
+    token of one of the worker's earlier grants that is dead for sure:
+    released with a 200, or past its last 200/201's answer + ttl_ms +
+    STALE_MARGIN. A token any of whose requests was answered 503 or not at
+    all is never used so (the store may have applied it later). Every
+    request is a Rec (kind RENEW for renewals)."""
+
+    def __init__(self, instances, keys, long_p=0.12, stale_p=0.08, **kw):
+        super().__init__(instances, keys, **kw)
+        self.long_p, self.stale_p = long_p, stale_p
+
+    def _stale_use(self, c, rnd, i, inst, past):
+        now = time.monotonic()
+        dead = [a for a, at in past if at is not None and now > at]
+        if not dead:
+            return c, False
+        a = rnd.choice(dead)
+        kind = rnd.choice((RENEW, RELEASE))
+        r = Rec(kind, a.key, inst, i, acq=a, ttl_ms=self.ttl_ms)
+        r.stale_use = True
+        method, body = ("PUT", {"ttl_ms": self.ttl_ms}) if kind == RENEW else ("DELETE", None)
+        c = self._request(c, r, method, lock_path(a.key), body, {"Lock-Token": a.body["token"]})
+        return c, True
+
+    def _hold(self, c, rnd, i, inst, a):
+        """Hold grant a: briefly, or renewing for a while. False if it was
+        lost (a renew not answered 200)."""
+        period = self.ttl_ms / 3000.0
+        if rnd.random() >= self.long_p:
+            time.sleep(rnd.uniform(*self.hold_ms) / 1000.0)
+            return c, True
+        end = time.monotonic() + rnd.uniform(1.0, 2.5) * period
+        last = a.sent
+        while not self.stopping.is_set():
+            nxt = last + period
+            if nxt >= end:
+                time.sleep(max(0.0, end - time.monotonic()))
+                return c, True
+            time.sleep(max(0.0, nxt - time.monotonic()))
+            n = Rec(RENEW, a.key, inst, i, acq=a, ttl_ms=self.ttl_ms)
+            a.renews.append(n)
+            c = self._request(c, n, "PUT", lock_path(a.key), {"ttl_ms": self.ttl_ms},
+                              {"Lock-Token": a.body["token"]})
+            if n.status != 200:
+                return c, False
+            last = n.sent
+        return c, True
+
+    @staticmethod
+    def _dead_at(a):
+        """When a's token is dead for sure (monotonic), or None if unknown."""
+        reqs = [a] + a.renews + ([a.release] if a.release is not None else [])
+        if any(q.answered is None or q.status == 503 for q in reqs):
+            return None
+        if a.release is not None and a.release.status == 200:
+            return a.release.answered
+        last = max(q.answered for q in reqs if q.status in (200, 201))
+        return last + a.ttl_ms / 1000.0 + STALE_MARGIN
+
+    def _worker(self, i):
+        rnd = random.Random(self.seed * 1000 + i)
+        inst = i % len(self.instances)
+        c = self._client(inst)
+        past = []  # (acquire Rec, dead at) of this worker's last released grants
+        lapsed = []  # the same, of its last grants left to their TTL (abandoned or lost)
+        try:
+            while not self.stopping.is_set():
+                if (past or lapsed) and rnd.random() < self.stale_p:
+                    c, sent = self._stale_use(c, rnd, i, inst, past + lapsed)
+                    if sent:
+                        continue
+                key = rnd.choice(self.keys)
+                wait = 0 if rnd.random() < self.try_once else self.wait_ms
+                a = Rec(ACQUIRE, key, inst, i, ttl_ms=self.ttl_ms, wait_ms=wait)
+                c = self._request(c, a, "POST", lock_path(key), {"ttl_ms": self.ttl_ms, "wait_ms": wait,
+                                                                   "owner": "chaos-%d" % i})
+                if a.status == 201 and isinstance(a.body, dict) and "token" in a.body:
+                    c, kept = self._hold(c, rnd, i, inst, a)
+                    if kept and rnd.random() < self.abandon and self._may_abandon(key):
+                        a.abandoned = True
+                    elif kept:
+                        r = Rec(RELEASE, key, inst, i, acq=a)
+                        a.release = r
+                        c = self._request(c, r, "DELETE", lock_path(key), None, {"Lock-Token": a.body["token"]})
+                    if a.release is not None:
+                        past = (past + [(a, self._dead_at(a))])[-2:]
+                    else:
+                        lapsed = (lapsed + [(a, self._dead_at(a))])[-2:]
+                elif a.status == 503 or a.answered is None:
+                    time.sleep(0.02)
+                elif a.status == 409 and wait == 0:
+                    time.sleep(0.005)
+        finally:
+            c.close()

@@ -153,8 +153,8 @@ class Client:
         self.conn.close()
 
 
-def http(port, method, path, body=None, headers=None, timeout=30.0):
-    c = Client(port, timeout=timeout)
+def http(port, method, path, body=None, headers=None, timeout=30.0, host="127.0.0.1"):
+    c = Client(port, host=host, timeout=timeout)
     try:
         return c.request(method, path, body, headers)
     finally:
@@ -216,10 +216,16 @@ def raw(port, data, timeout=5.0, read=True):
 
 
 class Lockd:
-    """One lockd process. Output goes to a log file in the run's temp dir."""
+    """One lockd process. Output goes to a log file in the run's temp dir.
+    wrapper: a command prefix (e.g. ["ip", "netns", "exec", NS], which execs
+    lockd itself, so proc.pid is lockd's); env: added to the environment
+    (LD_PRELOAD, FAKETIME, ...); host: the address it listens on and is
+    reached at (127.0.0.1, or e.g. a veth address in a namespace)."""
 
-    def __init__(self, backend_url, args=(), env=None, port=None, tmpdir=None, wrapper=None):
+    def __init__(self, backend_url, args=(), env=None, port=None, tmpdir=None, wrapper=None,
+                 host="127.0.0.1"):
         self.backend_url = backend_url
+        self.host = host
         self.port = port or free_port()
         self.args = list(args)
         self.env = dict(env or {})
@@ -234,13 +240,13 @@ class Lockd:
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
         self.log_path = os.path.join(self.tmpdir, "lockd-%d.log" % self.port)
         log = open(self.log_path, "ab")
-        cmd = self.wrapper + [LOCKD_BIN, "--listen", "127.0.0.1:%d" % self.port,
+        cmd = self.wrapper + [LOCKD_BIN, "--listen", "%s:%d" % (self.host, self.port),
                               "--backend", self.backend_url] + self.args
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env)
         log.close()
         if wait_ready:
-            if not wait_port(self.port, timeout):
-                raise Fail("lockd did not listen on %d: %s" % (self.port, self.log_tail()))
+            if not wait_port(self.port, timeout, self.host):
+                raise Fail("lockd did not listen on %s:%d: %s" % (self.host, self.port, self.log_tail()))
         return self
 
     def log_tail(self, n=4000):
@@ -251,10 +257,10 @@ class Lockd:
             return ""
 
     def request(self, method, path, body=None, headers=None, timeout=30.0):
-        return http(self.port, method, path, body, headers, timeout)
+        return http(self.port, method, path, body, headers, timeout, self.host)
 
     def client(self, timeout=30.0):
-        return Client(self.port, timeout=timeout)
+        return Client(self.port, host=self.host, timeout=timeout)
 
     def acquire(self, key, **params):
         return self.request("POST", "/locks/" + key, params or None)

@@ -1,0 +1,682 @@
+"""tests/e2e/test_chaos.py - the fault suite (`make chaos`; a subset runs
+in make test). Each scenario `chaos: <topology>: <fault>` runs 2-3 lockd
+instances and 16 clients on 4 keys (faultload.ChaosLoad: acquires, waits,
+renewals every ttl/3, releases, abandoned locks, and renews and releases
+with tokens that are dead for sure), does one fault longer than the TTL,
+then judges the whole history by client-side times (faultload.check_history:
+no two holds of a key overlap, fences strictly increase, no stale 201,
+renew 200 only while the hold is current, no stale-token success, every
+answer within its bound with a documented code) and prints
+
+  chaos <topology> <fault>: R requests, G grants, U 503s, overlaps O, fence
+  regressions F, stale-token successes S, recovery T ms
+
+recovery: from the fault's end (restart, SIGCONT, heal) to the first 201
+after it, through the faulted instance where the fault hit one instance.
+
+Topologies: memory (lockd faults only), redis, zookeeper, mysql (the store
+tests/run.py started, or one of the scenario's own), zookeeper-ensemble
+(server_zookeeper.ZooKeeperEnsemble), redis-sentinel (server_sentinel),
+redis-cluster (server_cluster). Where a topology can lose a lock by design
+(Redis failover without min_replicas) the line says "loss allowed by
+design" and overlaps, fence regressions and stale-token successes are
+reported, not failed on.
+
+Environment:
+  LOCKD_CHAOS=full          every scenario (make chaos); else the subset
+  LOCKD_CHAOS_REPORT=FILE   one JSON object per scenario appended to FILE
+  LOCKD_FAULT_SLACK_MS=S    how late past its bound an answer may be (300)
+
+`python3 tests/e2e/test_chaos.py --totals FILE` prints FILE's lines and
+their totals (make chaos ends with it)."""
+
+import email.utils
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import faultload
+import harness
+from faultload import ACQUIRE, RELEASE, RENEW, ChaosLoad, Rec, check_history, grant
+from harness import check, eq
+
+FULL = os.environ.get("LOCKD_CHAOS", "").strip().lower() == "full"
+REPORT = os.environ.get("LOCKD_CHAOS_REPORT", "")
+SLACK_MS = int(os.environ.get("LOCKD_FAULT_SLACK_MS", "300"))
+TTL_MS = 2000
+WAIT_MS = 500
+THREADS = 16
+KEYS = 4
+MIN_GRANTS = 30
+FAULT_S = TTL_MS / 1000.0 + 1.0  # every stop, partition and isolation outlasts the TTL
+SKEW = ("+3s", 3), ("-3s", -3)
+# store timeouts below the TTL: a call in flight when the store stops gives
+# 503 at the timeout (test_faults.py's SHORT regime)
+STORE = {
+    "redis": ("connect_timeout_ms=500&timeout_ms=700", 700),
+    "zookeeper": ("timeout_ms=700", 700),
+    "mysql": ("connect_timeout_ms=1000&read_timeout_ms=1000&write_timeout_ms=1000", 1000),
+}
+LIBFAKETIME = next((p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+                                "/usr/lib/faketime/libfaketimeMT.so.1") if os.path.exists(p)), None)
+
+
+def with_options(url, opts):
+    return url + ("&" if "?" in url else "?") + opts if opts else url
+
+
+def module(name, *attrs):
+    """Another helper's test module, imported now; Skip if it or one of
+    attrs (a class's "Class.method" too) is not there yet."""
+    try:
+        mod = __import__(name)
+    except ImportError as e:
+        raise harness.Skip("%s not built (%s)" % (name, e))
+    for a in attrs:
+        obj = mod
+        for part in a.split("."):
+            obj = getattr(obj, part, None)
+        if obj is None:
+            raise harness.Skip("%s.%s not built" % (name, a))
+    return mod
+
+
+def new_lockd(ctx, url, **kw):
+    ld = harness.Lockd(url, tmpdir=ctx.tmpdir, **kw)
+    ctx.extra.append(ld)
+    ld.start()
+    check(ready(ld, 20.0), "lockd on %s not ready: %s" % (url, ld.log_tail()))
+    return ld
+
+
+def ready(ld, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if ld.request("GET", "/readyz", timeout=2).status == 200:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def faketime_env(offset, backend):
+    """The environment of a lockd whose wall clock is offset. Its monotonic
+    clock is left alone, as NTP would, except on zookeeper: there, with
+    FAKETIME_DONT_FAKE_MONOTONIC, the ZooKeeper C client never connects
+    (even with an offset of +0s; libfaketime 0.9.10's timed waits), so the
+    monotonic clock gets the same constant offset, which changes no
+    duration."""
+    if LIBFAKETIME is None:
+        raise harness.Skip("libfaketime (Debian package faketime) is not installed")
+    # under ASan, libfaketime in LD_PRELOAD comes before the ASan runtime
+    env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": offset,
+           "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0"}
+    if backend != "zookeeper":
+        env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    return env
+
+
+def warm(ctx, insts, n=THREADS):
+    """n concurrent acquire + release on each instance before the load, so
+    that its worker threads have dialled the store (under ASan a first dial
+    on 2 busy cores can take longer than the answer bound)."""
+    key = ctx.key("chaos-warm")
+
+    def one(ld, i):
+        try:
+            c = ld.client(timeout=10)
+            r = c.request("POST", faultload.lock_path("%s-%d" % (key, i)), {"ttl_ms": 2000})
+            if r.status == 201:
+                c.request("DELETE", faultload.lock_path("%s-%d" % (key, i)), None,
+                          {"Lock-Token": r.json["token"]})
+            c.close()
+        except OSError:
+            pass
+    ts = [threading.Thread(target=one, args=(ld, i)) for ld in insts for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(15)
+
+
+class Fault:
+    """What a drive function tells the judge: when the fault ended, which
+    instance it hit (None: all or the store), SIGSTOP windows of instances."""
+
+    def __init__(self):
+        self.end = None
+        self.inst = None
+        self.pauses = []
+
+
+def wait_grant_via(load, since, inst, timeout=20.0):
+    """The answer time of the first 201 after since (through inst if not
+    None), waiting at most timeout; None if none."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with load.lock:
+            ts = [r.answered for r in load.recs if r.kind == ACQUIRE and r.status == 201 and r.answered > since
+                  and inst in (None, r.inst)]
+        if ts:
+            return min(ts)
+        time.sleep(0.05)
+    return None
+
+
+def run_load(ctx, topology, fault, insts, store_tmo, drive, loss_allowed=False, min_grants=MIN_GRANTS,
+             offsets=None):
+    """The chaos load on insts, drive(load, Fault) as the fault, then judge
+    and print the scenario's line. offsets: see check_history."""
+    t_start = time.monotonic()
+    keys = [ctx.key("chaos%d" % i) for i in range(KEYS)]
+    client_s = max(WAIT_MS, store_tmo) / 1000.0 + FAULT_S + 8.0
+    load = ChaosLoad(insts, keys, threads=THREADS, ttl_ms=TTL_MS, wait_ms=WAIT_MS, client_s=client_s)
+    f = Fault()
+    warm(ctx, insts)
+    load.start()
+    try:
+        time.sleep(1.5)
+        drive(load, f)
+        back = None
+        if f.end is not None:
+            back = wait_grant_via(load, f.end, f.inst)
+            if back is not None:
+                load.mark("first grant again%s, %.0f ms after" % (
+                    "" if f.inst is None else " via instance %d" % f.inst, (back - f.end) * 1000))
+        time.sleep(1.5)
+    finally:
+        stopped = load.stop()
+    check(stopped, "client threads still waiting %.0f s after the load stopped" % (load.client_s + 5))
+    rep = load.check(store_tmo, SLACK_MS, pauses=f.pauses, recover_from=f.end, recover_inst=f.inst,
+                     offsets=offsets)
+    took = time.monotonic() - t_start
+    line = rep.chaos_line(topology, fault) + (" (loss allowed by design)" if loss_allowed else "")
+    harness.log("     " + line)
+    harness.log("     %d renews, %d uses of dead tokens; %s; %.1f s"
+                % (rep.renews, rep.stale_uses, rep.summary(), took))
+    problems = []
+    if rep.grants < min_grants:
+        problems.append("only %d grants (want %d): the load did not run" % (rep.grants, min_grants))
+    if f.end is not None and rep.recovery_ms is None:
+        problems.append("no grant after the fault's end at %+.3f s" % (f.end - load.t0))
+    bad = rep.violations()
+    if loss_allowed:  # what a failover may lose by design is reported, not failed on
+        bad -= rep.n_overlaps + len(rep.regressions) + len(rep.stale_tokens)
+    passed = not (bad or problems)
+    record(topology, fault, rep, took, loss_allowed, passed, line)
+    if not passed:
+        raise harness.Fail("\n".join(problems + [rep.text()]))
+    return rep
+
+
+RECORDED = [0]  # scenarios judged so far
+
+
+def record(topology, fault, rep, took, loss_allowed, passed, line):
+    RECORDED[0] += 1
+    if not REPORT:
+        return
+    obj = {"topology": topology, "fault": fault, "requests": rep.requests, "grants": rep.grants,
+           "renews": rep.renews, "stale_uses": rep.stale_uses, "503s": rep.n503, "overlaps": rep.n_overlaps,
+           "fence_regressions": len(rep.regressions), "stale_token_successes": len(rep.stale_tokens),
+           "stale_grants": len(rep.stale), "late": len(rep.late), "unanswered": len(rep.unanswered),
+           "wrong": len(rep.wrong), "recovery_ms": None if rep.recovery_ms is None else round(rep.recovery_ms),
+           "seconds": round(took, 1), "loss_allowed": loss_allowed, "passed": passed, "line": line}
+    with open(REPORT, "a") as f:
+        f.write(json.dumps(obj, sort_keys=True) + "\n")
+
+
+# ---- faults ----
+
+
+def stall(load, f, stop, cont, what, inst=None, paused=False, seconds=FAULT_S):
+    """Right after a 201, stop() for seconds, then cont(); f gets the end,
+    the instance the fault hit (inst) and, if paused (that instance was
+    SIGSTOPped), the window."""
+    check(load.wait_grant(10.0) is not None, "no grant to place the fault after")
+    t0 = time.monotonic()  # the window of a stopped instance starts before the signal
+    stop()
+    t1 = load.mark("%s, right after a 201" % what)  # the fault lasts seconds once in place
+    try:
+        time.sleep(max(0.0, t1 + seconds - time.monotonic()))
+    finally:
+        cont()
+    f.end = load.mark("its end")
+    f.inst = inst
+    if paused:
+        f.pauses.append((inst, t0, f.end))
+
+
+def server_up(ctx):
+    srv = ctx.server
+    if srv is None or srv.proc is None:
+        return
+    if srv.proc.poll() is None:
+        srv.resume()
+    else:
+        srv.restart()
+
+
+def store_kill(ctx):
+    opts, tmo = STORE[ctx.backend]
+    url = with_options(ctx.url, opts)
+    insts = [new_lockd(ctx, url) for _ in range(2)]
+
+    def drive(load, f):
+        check(load.wait_grant(10.0) is not None, "no grant to place the kill after")
+        ctx.server.kill9()
+        load.mark("kill -9 store, right after a 201")
+        time.sleep(1.0)
+        ctx.server.restart()
+        f.end = load.mark("store restarted")
+
+    try:
+        run_load(ctx, ctx.backend, "store kill -9 and restart", insts, tmo, drive)
+    finally:
+        server_up(ctx)
+
+
+def store_stop(ctx):
+    opts, tmo = STORE[ctx.backend]
+    url = with_options(ctx.url, opts)
+    insts = [new_lockd(ctx, url) for _ in range(2)]
+    srv = ctx.server
+    try:
+        run_load(ctx, ctx.backend, "store SIGSTOP", insts, tmo,
+                 lambda load, f: stall(load, f, srv.pause, srv.resume, "SIGSTOP store %.1f s" % FAULT_S))
+    finally:
+        server_up(ctx)
+
+
+def lockd_stop(ctx):
+    """SIGSTOP one instance past the TTL, right after a 201 (its clients'
+    acquires and renewals are in flight), then SIGCONT: whatever it answers
+    late must not make two holds overlap."""
+    if ctx.backend == "memory":  # memory is not shared: one instance
+        insts, tmo = [new_lockd(ctx, "memory://")], 0
+    else:
+        opts, tmo = STORE[ctx.backend]
+        insts = [new_lockd(ctx, with_options(ctx.url, opts)) for _ in range(3)]
+    ld = insts[0]
+    run_load(ctx, ctx.backend, "lockd SIGSTOP", insts, tmo,
+             lambda load, f: stall(load, f, lambda: ld.signal(signal.SIGSTOP), lambda: ld.signal(signal.SIGCONT),
+                                   "SIGSTOP instance 0 %.1f s" % FAULT_S, inst=0, paused=True))
+
+
+def clock_skew(offset, secs):
+    def sc(ctx):
+        env = faketime_env(offset, ctx.backend)
+        if ctx.backend == "memory":
+            insts, tmo = [new_lockd(ctx, "memory://", env=env)], 0
+        else:
+            opts, tmo = STORE[ctx.backend]
+            url = with_options(ctx.url, opts)
+            insts = [new_lockd(ctx, url), new_lockd(ctx, url, env=env)]
+        skewed = insts[-1]
+        r = skewed.request("GET", "/healthz")
+        their = email.utils.parsedate_to_datetime(r.header("Date")).timestamp()
+        check(abs(their - time.time() - secs) < 2, "Date %r is not %+d s off" % (r.header("Date"), secs))
+
+        def drive(load, f):
+            load.mark("instance %d runs %+d s off the real clock" % (len(insts) - 1, secs))
+            time.sleep(FAULT_S)
+
+        # memory's expires_at is on the instance's own clock, a store's on the store's
+        offsets = {len(insts) - 1: secs} if ctx.backend == "memory" else None
+        run_load(ctx, ctx.backend, "clock skew %+d s" % secs, insts, tmo, drive, offsets=offsets)
+    return sc
+
+
+def partition(ctx):
+    """One instance in a namespace of its own, one on the host, both on a
+    store that listens on the host end of the veth; DROP between the
+    namespace and the store past the TTL, then heal."""
+    import netns
+    ok, why = netns.available()
+    if not ok:
+        raise harness.Skip(why)
+    opts, tmo = STORE[ctx.backend]
+    ns = netns.Namespace().open()
+    srv = None
+    try:
+        d = os.path.join(ctx.tmpdir, "chaos-%s" % ns.name)
+        os.makedirs(d, exist_ok=True)
+        srv = netns.store_on(ctx.backend, d, ns.outer, reach=(ns.inner,))
+        url = with_options(srv.url, opts)
+        inner = new_lockd(ctx, url, wrapper=ns.wrapper(), host=ns.inner)
+        outer = new_lockd(ctx, url)
+        harness.log("     instance 0 in %s at %s:%d, store at %s:%d" % (ns.name, ns.inner, inner.port, ns.outer,
+                                                                       srv.port))
+        run_load(ctx, ctx.backend, "partition lockd-store", [inner, outer], tmo,
+                 lambda load, f: stall(load, f, lambda: ns.partition(ns.outer, srv.port), ns.heal,
+                                       "partition instance 0 from the store %.1f s" % FAULT_S, inst=0))
+        inner.stop(10)
+    finally:
+        for ld in list(ctx.extra):
+            ld.stop(5)
+        if srv is not None:
+            srv.stop()
+        ns.close()
+
+
+# ---- the stores' own clusters ----
+
+
+def ensemble_fault(which):
+    def sc(ctx):
+        zk = module("server_zookeeper", "ZooKeeperEnsemble")
+        if not zk.available():
+            raise harness.Skip("no java or zookeeper.jar, the ensemble cannot run")
+        if which == "isolate":
+            module("server_zookeeper", "ZooKeeperEnsemble.isolate", "ZooKeeperEnsemble.heal")
+            nf = module("netfault", "available")
+            ok, why = nf.available()
+            if not ok:
+                raise harness.Skip(why)
+        opts, tmo = STORE["zookeeper"]
+        ens = zk.ZooKeeperEnsemble(ctx.tmpdir)
+        try:
+            ens.start()
+            url = with_options(ens.url, opts)
+            insts = [new_lockd(ctx, url) for _ in range(2)]
+            if which == "leader":
+                run_load(ctx, "zookeeper-ensemble", "leader kill -9", insts, tmo, lambda l, f: kill_leader(ens, l, f))
+            else:
+                node, inst = follower_of(ctx, ens, insts, url)
+                run_load(ctx, "zookeeper-ensemble", "follower isolation", insts, tmo,
+                         lambda l, f: stall(l, f, lambda: ens.isolate(node), lambda: ens.heal(node),
+                                            "isolate follower node %d (instance %d's) %.1f s"
+                                            % (node + 1, inst, FAULT_S + 1), inst=inst, seconds=FAULT_S + 1))
+        finally:
+            for ld in list(ctx.extra):
+                ld.stop(5)
+            ens.stop()
+    return sc
+
+
+def kill_leader(ens, load, f):
+    leader = ens.leader()
+    check(leader is not None, "no leader: %s" % ens.modes())
+    check(load.wait_grant(10.0) is not None, "no grant to place the kill after")
+    ens.kill9(leader)
+    t = load.mark("kill -9 leader node %d, right after a 201" % (leader + 1))
+    time.sleep(max(0.0, t + FAULT_S - time.monotonic()))
+    check(ens.restart(leader), "node %d did not serve again: %s" % (leader + 1, ens.log_tail(leader)))
+    f.end = load.mark("node %d serves again (%s)" % (leader + 1, ens.modes()))
+
+
+def follower_of(ctx, ens, insts, url):
+    """(node, instance): a follower that one instance has its session on
+    (restarting an instance until one does, at most 8 times)."""
+    for _ in range(8):
+        leader = ens.leader()
+        for n, ld in enumerate(insts):
+            nodes = [i for i in ens.node_of(ld.proc.pid) if i != leader]
+            if nodes and leader is not None:
+                return nodes[0], n
+        old = insts.pop()
+        old.stop(10)
+        insts.append(new_lockd(ctx, url))
+    raise harness.Fail("no instance has its session on a follower after 8 starts")
+
+
+def sentinel_failover(min_replicas):
+    def sc(ctx):
+        mod = module("server_sentinel", "SentinelSet")
+        opts, tmo = STORE["redis"]
+        if min_replicas:
+            opts += "&min_replicas=1"
+        ss = mod.SentinelSet(ctx.tmpdir)
+        try:
+            ss.start()
+            insts = [new_lockd(ctx, ss.url(opts)) for _ in range(2)]
+
+            def drive(load, f):
+                check(load.wait_grant(10.0) is not None, "no grant to place the failover after")
+                load.mark("SENTINEL FAILOVER")
+                old, new = ss.failover(timeout=30)
+                f.end = load.mark("node %s is primary (was %s)" % (new, old))
+
+            run_load(ctx, "redis-sentinel", "failover" + (" min_replicas=1" if min_replicas else ""), insts, tmo,
+                     drive, loss_allowed=not min_replicas)
+        finally:
+            for ld in list(ctx.extra):
+                ld.stop(5)
+            ss.stop()
+    return sc
+
+
+def crc16(data):
+    """Redis Cluster's key slot CRC (XMODEM)."""
+    crc = 0
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def lock_slot(key):
+    """The slot of lock key's Redis keys in cluster mode: the hash tag is 16
+    hex digits of FNV-1a 64 of the key's own hash tag (SPEC-17)."""
+    b = key.encode()
+    i = b.find(b"{")
+    j = b.find(b"}", i + 1) if i >= 0 else -1
+    tag = b[i + 1:j] if i >= 0 and j > i + 1 else b
+    h = 0xCBF29CE484222325
+    for c in tag:
+        h = ((h ^ c) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return crc16(b"%016x" % h) % 16384
+
+
+def cluster_failover(min_replicas):
+    def sc(ctx):
+        mod = module("server_cluster", "RedisCluster")
+        opts, tmo = STORE["redis"]
+        if min_replicas:
+            opts += "&min_replicas=1"
+        cl = mod.RedisCluster(ctx.tmpdir)
+        try:
+            cl.start()
+            insts = [new_lockd(ctx, cl.url(opts)) for _ in range(2)]
+
+            def drive(load, f):
+                owners = [cl.master_of_slot(lock_slot(k)) for k in load.keys]
+                victim = max(set(owners), key=owners.count) if owners and owners[0] is not None \
+                    else cl.masters()[0]
+                check(load.wait_grant(10.0) is not None, "no grant to place the failover after")
+                load.mark("kill -9 master node %d (holds %d of the %d keys)" % (victim, owners.count(victim),
+                                                                                 len(owners)))
+                new = cl.failover(victim, timeout=30)
+                f.end = load.mark("node %s took over" % new)
+
+            run_load(ctx, "redis-cluster", "master failover" + (" min_replicas=1" if min_replicas else ""), insts,
+                     tmo, drive, loss_allowed=not min_replicas)
+        finally:
+            for ld in list(ctx.extra):
+                ld.stop(5)
+            cl.stop()
+    return sc
+
+
+# ---- registration ----
+
+
+def reported(topology, fault, fn):
+    """fn, and a failed row in the report if it fails before it is judged
+    (a store or a lockd that did not start, say)."""
+
+    def run(ctx):
+        before, t0 = RECORDED[0], time.monotonic()
+        try:
+            fn(ctx)
+        except harness.Skip:
+            raise
+        except Exception as e:  # noqa: BLE001 - a Fail, or run.py's timeout
+            if RECORDED[0] == before and REPORT:
+                line = "chaos %s %s: failed before the load was judged: %s" % (
+                    topology, fault, (str(e).splitlines() or [""])[0][:200])
+                with open(REPORT, "a") as f:
+                    f.write(json.dumps({"topology": topology, "fault": fault, "passed": False, "line": line,
+                                        "seconds": round(time.monotonic() - t0, 1), "loss_allowed": False}) + "\n")
+            raise
+    return run
+
+STORES = ["redis", "zookeeper", "mysql"]
+# (topology or backend, fault, function, backends, in the make-test subset)
+SCENARIOS = [("lockd SIGSTOP", lockd_stop, ["memory"] + STORES, ["zookeeper"]),
+             ("partition lockd-store", partition, STORES, ["redis"]),
+             ("store kill -9 and restart", store_kill, STORES, []),
+             ("store SIGSTOP", store_stop, STORES, [])]
+SCENARIOS += [("clock skew %+d s" % s, clock_skew(o, s), ["memory"] + STORES, ["redis"] if s > 0 else [])
+              for o, s in SKEW]
+
+
+def register():
+    for fault, fn, backends, subset in SCENARIOS:
+        for b in backends:
+            if FULL or b in subset:
+                harness.scenario("chaos: %s: %s" % (b, fault), backends=[b], slow=True)(reported(b, fault, fn))
+    more = [("zookeeper-ensemble", "follower isolation", ensemble_fault("isolate"), "zookeeper", True),
+            ("zookeeper-ensemble", "leader kill -9", ensemble_fault("leader"), "zookeeper", False),
+            ("redis-sentinel", "failover min_replicas=1", sentinel_failover(1), "redis", True),
+            ("redis-sentinel", "failover (loss allowed by design)", sentinel_failover(0), "redis", False),
+            ("redis-cluster", "master failover min_replicas=1", cluster_failover(1), "redis", True),
+            ("redis-cluster", "master failover (loss allowed by design)", cluster_failover(0), "redis", False)]
+    for topo, fault, fn, b, sub in more:
+        if FULL or sub:
+            harness.scenario("chaos: %s: %s" % (topo, fault), backends=[b], slow=True)(reported(topo, fault, fn))
+
+
+register()
+
+
+# ---- the checker's self-test: what the chaos checks add must be caught ----
+
+
+def _renew(a, sent, answered, status=200, ttl_ms=2000, stale=False, inst=0):
+    j = a.json()
+    body = ({"key": a.key, "token": j["token"], "fence": j["fence"], "ttl_ms": ttl_ms, "expires_at": j["expires_at"]}
+            if status == 200 else {"error": {"code": {404: "lock_not_found", 409: "token_mismatch",
+                                                      503: "backend_unavailable"}[status]}})
+    r = Rec(RENEW, a.key, inst, sent=sent, answered=answered, wall=answered, status=status, body=body, ttl_ms=2000,
+            acq=a)
+    r.stale_use = stale
+    if not stale:
+        a.renews.append(r)
+    return r
+
+
+def _stale_release(a, sent, status):
+    r = Rec(RELEASE, a.key, sent=sent, answered=sent + 0.001, wall=sent, status=status,
+            body={"key": a.key, "released": True} if status == 200 else {"error": {"code": "lock_not_found"}}, acq=a)
+    r.stale_use = True
+    return r
+
+
+@harness.scenario("chaos: checker self-test: it catches a stale-token success and an overlap through a late "
+                  "renew, excuses a stopped instance, and passes a clean history", backends=["memory"])
+def chaos_checker_self_test(ctx):
+    k = "k"
+    # clean: A renews in time and holds 0.01 -> 2.5; B waits and is granted
+    # after A's release; a stale renew and release of A's token get 404;
+    # a 201 of a stopped instance arrives after send + ttl (excused)
+    a = grant(k, 0.0, 0.01, 10, release_sent=2.5)
+    clean = a + [_renew(a[0], 0.6, 0.61), _renew(a[0], 1.2, 1.21)]
+    clean += grant(k, 2.0, 2.51, 11, wait_ms=500, release_sent=2.6)
+    clean += [_renew(a[0], 3.0, 3.01, 404, stale=True), _stale_release(a[0], 3.1, 404)]
+    late = grant("other", 0.0, 4.5, 3, release_sent=4.6)
+    late[0].inst = 1
+    clean += late
+    rep = check_history(clean, 700, 300, pauses=[(1, 0.1, 4.4)], recover_from=2.0)
+    eq(rep.violations(), 0, "violations in a clean history:\n" + rep.text())
+    eq((rep.renews, rep.excused, round(rep.recovery_ms)), (3, 1, 510), "renews, excused, recovery ms")
+    check("chaos t f: 10 requests, 3 grants, 0 503s, overlaps 0" in rep.chaos_line("t", "f"), rep.chaos_line("t", "f"))
+
+    def late_renew():
+        # A (ttl 1 s) lapses at 1.0; B granted at 1.2; A's renew, sent at
+        # 1.5, is answered 200: A holds again from 1.52 while B holds
+        x = grant(k, 0.0, 0.01, 10, ttl_ms=1000, release_sent=1.9)
+        return x + [_renew(x[0], 1.5, 1.52, ttl_ms=1000)] + grant(k, 1.1, 1.2, 11, release_sent=1.8)
+
+    def stale_renew():
+        x = grant(k, 0.0, 0.01, 10, release_sent=0.1)
+        return x + [_renew(x[0], 0.5, 0.51, stale=True)]
+
+    def stale_release():
+        x = grant(k, 0.0, 0.01, 10, release_sent=0.1)
+        return x + [_stale_release(x[0], 0.5, 200)]
+
+    def release_after_next():
+        # A's release 200 sent after B's 201: A's token was dead by then
+        x = grant(k, 0.0, 0.01, 10, ttl_ms=500)
+        y = grant(k, 0.6, 0.61, 11, release_sent=0.7)
+        r = Rec(RELEASE, k, sent=0.65, answered=0.66, wall=0.66, status=200, body={"key": k, "released": True},
+                acq=x[0])
+        x[0].release, x[0].abandoned = r, False
+        return x + y + [r]
+
+    def renew_wrong_fence():
+        x = grant(k, 0.0, 0.01, 10, release_sent=1.0)
+        n = _renew(x[0], 0.5, 0.51)
+        n.body["fence"] = 9
+        return x + [n]
+
+    def stopped_overlap():
+        # excused lateness, but its hold still overlaps: caught
+        x = grant(k, 0.0, 0.01, 10, ttl_ms=3000, release_sent=2.5)
+        x[0].inst = 1
+        return x + grant(k, 1.0, 1.01, 11, release_sent=1.2)
+
+    cases = {
+        "overlap through a late renew": (late_renew(), lambda r: r.n_overlaps == 1 and len(r.stale_tokens) == 2),
+        "stale renew": (stale_renew(), lambda r: len(r.stale_tokens) == 1 and r.n_overlaps == 0),
+        "stale release": (stale_release(), lambda r: len(r.stale_tokens) == 1),
+        "release after the next grant": (release_after_next(), lambda r: len(r.stale_tokens) == 1),
+        "renew with another fence": (renew_wrong_fence(), lambda r: len(r.wrong) == 1),
+        "overlap on a stopped instance": (stopped_overlap(), lambda r: r.n_overlaps == 1),
+    }
+    missed = []
+    for name, (recs, caught) in cases.items():
+        rep = check_history(recs, 700, 300, pauses=[(1, 0.0, 3.0)])
+        if not caught(rep) or rep.violations() == 0:
+            missed.append("%s:\n%s" % (name, rep.text()))
+    check(not missed, "the checker missed:\n" + "\n".join(missed))
+    rep = check_history(stale_renew(), 700, 300)
+    check("STALE TOKEN SUCCESS" in rep.text() and "stale-token successes 1" in rep.chaos_line("t", "f"), rep.text())
+    check(faultload.STALE_MARGIN > 0, "stale margin")
+
+
+def totals(path):
+    """Print the report's lines and their totals; 1 if a scenario failed."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                rows.append(json.loads(line))
+    for r in rows:
+        print(("ok   " if r["passed"] else "FAIL ") + r["line"] + " [%.1f s]" % r["seconds"])
+    sums = {k: sum(r.get(k) or 0 for r in rows) for k in ("requests", "grants", "503s", "overlaps", "fence_regressions",
+                                                  "stale_token_successes", "seconds")}
+    strict = [r for r in rows if not r["loss_allowed"]]
+    print("chaos totals: %d scenarios (%d failed), %d requests, %d grants, %d 503s, overlaps %d (%d where loss is "
+          "allowed by design), fence regressions %d, stale-token successes %d, %.0f s"
+          % (len(rows), sum(not r["passed"] for r in rows), sums["requests"], sums["grants"], sums["503s"],
+             sum(r.get("overlaps", 0) for r in strict), sums["overlaps"] - sum(r.get("overlaps", 0) for r in strict),
+             sum(r.get("fence_regressions", 0) for r in strict), sum(r.get("stale_token_successes", 0) for r in strict),
+             sums["seconds"]))
+    return 0 if all(r["passed"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "--totals":
+        sys.exit("usage: test_chaos.py --totals REPORT.jsonl")
+    if not os.path.exists(sys.argv[2]):
+        sys.exit("no chaos report at %s (no scenario ran)" % sys.argv[2])
+    sys.exit(totals(sys.argv[2]))
