@@ -222,3 +222,14 @@ def sentinel_bad_urls(ctx):
                            env=dict(os.environ, ASAN_OPTIONS="detect_leaks=1"))
         eq(p.returncode, 2, "exit code for %s (%s)" % (url, p.stderr.strip()))
         check(want in p.stderr, "%s: message names the problem (%r): %s" % (url, want, p.stderr))
+
+
+@harness.scenario("sentinel: min_replicas=1 on a plain redis:// URL with no replica answers 503 and "
+                  "keeps no grant; without it, 201", backends=["redis"])
+def sentinel_plain_min_replicas(ctx):
+    ld = lockd_on(ctx, ctx.url + "?min_replicas=1&replicas_timeout_ms=50")
+    key = ctx.key("plain")
+    r = acquire(ld, key)
+    eq(r.status, 503, "acquire: no replica can acknowledge: %s" % r.body)
+    eq(ctx.server.command("EXISTS", "lockd:lock:{%s}" % key), 0, "no grant left behind")
+    eq(acquire(ctx.lockd, key).status, 201, "the key is free: 201 without min_replicas")
