@@ -41,8 +41,7 @@ struct sentinel_state {
     atomic_uint gen;        /* bumped whenever host:port changes */
     _Atomic int64_t ask_ms; /* monotonic: a worker last asked */
     char *password;         /* owned: the Sentinels' AUTH; NULL none */
-    pthread_cond_t cond;    /* monotonic; signalled on stop */
-    bool stop;
+    bool stop;              /* the watcher ends within REDIS_BE_SUB_POLL_MS */
     pthread_t thread;
     bool started;
 };
@@ -172,11 +171,6 @@ static struct sentinel_state *sentinel_state_new(void)
     if (st == NULL)
         return NULL;
     if (pthread_mutex_init(&st->mu, NULL) != 0) {
-        free(st);
-        return NULL;
-    }
-    if (clock_cond_init(&st->cond) != 0) {
-        pthread_mutex_destroy(&st->mu);
         free(st);
         return NULL;
     }
@@ -412,17 +406,6 @@ static bool sentinel_stopping(struct sentinel_state *st)
     return stop;
 }
 
-static void sentinel_sleep(struct sentinel_state *st, int64_t ms)
-{
-    int64_t deadline = clock_deadline_ms(ms);
-
-    pthread_mutex_lock(&st->mu);
-    while (!st->stop)
-        if (clock_cond_wait_until(&st->cond, &st->mu, deadline) != 0)
-            break;
-    pthread_mutex_unlock(&st->mu);
-}
-
 /*
  * A message, from the wire:
  *   +switch-master  "<name> <old-ip> <old-port> <new-ip> <new-port>"
@@ -469,78 +452,141 @@ static void sentinel_handle(struct redis_be *be, const redisReply *r)
     sentinel_message(be, r->element[1], r->element[2]);
 }
 
-/* Read the subscription until it breaks or close() asks. Every
- * REDIS_BE_SENTINEL_POLL_MS the Sentinels are asked again (a message lost
- * with a Sentinel is made up for) and the link PINGed: a link silent for
- * two periods is dead. */
-static void sentinel_read(struct redis_be *be, redisContext *c)
+/* The watcher's link to one Sentinel. */
+struct sentinel_link {
+    redisContext *c;  /* subscribed; NULL while down */
+    int64_t last_rx;  /* monotonic: it last sent something */
+    int64_t retry_at; /* monotonic: when to dial it again */
+    int64_t backoff;
+};
+
+static void sentinel_link_drop(struct redis_be *be, struct sentinel_link *l)
 {
-    struct sentinel_state *st = be->sentinel;
-    int64_t last_rx = clock_mono_ms(), last_ask = last_rx;
+    if (l->c != NULL)
+        redisFree(l->c);
+    l->c = NULL;
+    l->backoff = threadconn_backoff_next(&be->conns, l->backoff);
+    l->retry_at = clock_mono_ms() + l->backoff;
+}
 
-    while (!sentinel_stopping(st)) {
-        redisReply *r = NULL;
-        struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
-        int n, done = 0;
+/* Dial Sentinel i and SUBSCRIBE: true once subscribed. */
+static bool
+sentinel_link_up(struct redis_be *be, size_t i, struct sentinel_link *l)
+{
+    redisReply *r;
 
-        if (redisGetReplyFromReader(c, (void **)&r) != REDIS_OK)
-            return;
-        if (r != NULL) {
-            sentinel_handle(be, r);
-            freeReplyObject(r);
-            continue;
-        }
-        n = poll(&pfd, 1, REDIS_BE_SUB_POLL_MS);
-        if (n < 0 && errno != EINTR)
-            return;
-        if (n > 0) {
-            if (redisBufferRead(c) != REDIS_OK)
-                return;
-            last_rx = clock_mono_ms();
-        }
-        if (clock_mono_ms() - last_rx > 2 * REDIS_BE_SENTINEL_POLL_MS)
-            return;
-        if (clock_mono_ms() - last_ask < REDIS_BE_SENTINEL_POLL_MS)
-            continue;
-        last_ask = clock_mono_ms();
-        sentinel_ask(be);
-        if (redisAppendCommand(c, "PING") != REDIS_OK)
-            return;
-        while (!done)
-            if (redisBufferWrite(c, &done) != REDIS_OK)
-                return;
+    l->c = sentinel_dial(be, i);
+    if (l->c == NULL) {
+        sentinel_link_drop(be, l);
+        return false;
+    }
+    r = redisCommand(l->c, "SUBSCRIBE %s %s", REDIS_BE_SENTINEL_SWITCH,
+                     REDIS_BE_SENTINEL_PROMOTED);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        sentinel_link_drop(be, l);
+        return false;
+    }
+    freeReplyObject(r);
+    l->backoff = 0;
+    l->last_rx = clock_mono_ms();
+    return true;
+}
+
+/* Read what l's Sentinel sent: 0, or -1 when the link broke. */
+static int sentinel_link_read(struct redis_be *be, struct sentinel_link *l)
+{
+    redisReply *r = NULL;
+
+    if (redisBufferRead(l->c) != REDIS_OK)
+        return -1;
+    l->last_rx = clock_mono_ms();
+    for (;;) {
+        if (redisGetReplyFromReader(l->c, (void **)&r) != REDIS_OK)
+            return -1;
+        if (r == NULL)
+            return 0;
+        sentinel_handle(be, r);
+        freeReplyObject(r);
     }
 }
 
+/* PING l (a subscribed link may): 0, or -1. */
+static int sentinel_link_ping(struct sentinel_link *l)
+{
+    int done = 0;
+
+    if (redisAppendCommand(l->c, "PING") != REDIS_OK)
+        return -1;
+    while (!done)
+        if (redisBufferWrite(l->c, &done) != REDIS_OK)
+            return -1;
+    return 0;
+}
+
+/*
+ * One round of the watcher: dial the links that are due (then ask, so no
+ * switch falls between), wait for messages, and every
+ * REDIS_BE_SENTINEL_POLL_MS ask again (a message lost is made up for) and
+ * PING each link; a link silent for two periods is dead.
+ */
+static void sentinel_round(struct redis_be *be,
+                           struct sentinel_link *links,
+                           struct pollfd *pfd,
+                           int64_t *last_ask)
+{
+    int64_t now = clock_mono_ms();
+    bool ask = now - *last_ask >= REDIS_BE_SENTINEL_POLL_MS;
+    size_t n = be->naddrs;
+
+    for (size_t i = 0; i < n; i++) {
+        if (links[i].c == NULL && now >= links[i].retry_at &&
+            sentinel_link_up(be, i, &links[i]))
+            ask = true;
+        pfd[i].fd = links[i].c != NULL ? links[i].c->fd : -1;
+        pfd[i].events = POLLIN;
+        pfd[i].revents = 0;
+    }
+    if (ask) {
+        *last_ask = clock_mono_ms();
+        sentinel_ask(be);
+    }
+    if (poll(pfd, (nfds_t)n, REDIS_BE_SUB_POLL_MS) < 0 && errno != EINTR)
+        return;
+    now = clock_mono_ms();
+    for (size_t i = 0; i < n; i++) {
+        struct sentinel_link *l = &links[i];
+        if (l->c == NULL)
+            continue;
+        if ((pfd[i].revents != 0 && sentinel_link_read(be, l) != 0) ||
+            now - l->last_rx > 2 * REDIS_BE_SENTINEL_POLL_MS ||
+            (ask && sentinel_link_ping(l) != 0))
+            sentinel_link_drop(be, l);
+    }
+}
+
+/* Subscribed to every Sentinel at once: +promoted-slave comes only from
+ * the one leading the failover, the others tell later. */
 static void *sentinel_main(void *arg)
 {
     struct redis_be *be = arg;
-    struct sentinel_state *st = be->sentinel;
-    int64_t backoff = 0;
-    size_t i = 0;
+    struct sentinel_link *links = calloc(be->naddrs, sizeof(*links));
+    struct pollfd *pfd = calloc(be->naddrs, sizeof(*pfd));
+    int64_t last_ask = clock_mono_ms();
 
-    while (!sentinel_stopping(st)) {
-        redisContext *c = sentinel_dial(be, i);
-        redisReply *r = NULL;
-
-        if (c != NULL)
-            r = redisCommand(c, "SUBSCRIBE %s %s", REDIS_BE_SENTINEL_SWITCH,
-                             REDIS_BE_SENTINEL_PROMOTED);
-        if (r != NULL && r->type == REDIS_REPLY_ARRAY) {
-            freeReplyObject(r);
-            /* subscribed first, so no switch falls between the two */
-            sentinel_ask(be);
-            backoff = 0;
-            sentinel_read(be, c);
-        } else {
-            freeReplyObject(r);
-            backoff = threadconn_backoff_next(&be->conns, backoff);
-        }
-        if (c != NULL)
-            redisFree(c);
-        i = (i + 1) % be->naddrs;
-        sentinel_sleep(st, backoff);
+    if (links == NULL || pfd == NULL) {
+        log_warn("redis: out of memory: no Sentinel watcher; the primary is "
+                 "found again only after errors");
+        goto out;
     }
+    while (!sentinel_stopping(be->sentinel))
+        sentinel_round(be, links, pfd, &last_ask);
+    for (size_t i = 0; i < be->naddrs; i++)
+        if (links[i].c != NULL)
+            redisFree(links[i].c);
+out:
+    free(links);
+    free(pfd);
     return NULL;
 }
 
@@ -566,11 +612,9 @@ void redis_sentinel_free(struct redis_be *be)
     if (st->started) {
         pthread_mutex_lock(&st->mu);
         st->stop = true;
-        pthread_cond_broadcast(&st->cond);
         pthread_mutex_unlock(&st->mu);
         pthread_join(st->thread, NULL);
     }
-    pthread_cond_destroy(&st->cond);
     pthread_mutex_destroy(&st->mu);
     free(st->password);
     free(st);
