@@ -34,10 +34,10 @@
 #define REDIS_BE_SENTINEL_PROMOTED "+promoted-slave"
 
 struct sentinel_state {
-    pthread_mutex_t mu; /* guards host, port, next and stop */
+    pthread_mutex_t mu; /* guards host, port, epoch and stop */
     char host[REDIS_BE_SENTINEL_HOST_MAX]; /* the primary; "" unknown */
     int port;
-    size_t next;            /* the Sentinel to ask first */
+    int64_t epoch;          /* Sentinel's config-epoch of host:port; -1 none */
     atomic_uint gen;        /* bumped whenever host:port changes */
     _Atomic int64_t ask_ms; /* monotonic: a worker last asked */
     char *password;         /* owned: the Sentinels' AUTH; NULL none */
@@ -175,6 +175,7 @@ static struct sentinel_state *sentinel_state_new(void)
         return NULL;
     }
     atomic_init(&st->gen, 1);
+    st->epoch = -1;
     atomic_init(&st->ask_ms, 0);
     return st;
 }
@@ -237,16 +238,30 @@ static redisContext *sentinel_dial(struct redis_be *be, size_t i)
     return c;
 }
 
-/* Record host:port as the primary; bump the generation if it changed. */
-static void sentinel_set(struct redis_be *be, const char *host, int port)
+/*
+ * Record host:port as the primary; bump the generation if it changed.
+ * epoch: the Sentinel's config-epoch for it, bumped by every failover; an
+ * answer older than what we know is ignored, for while a failover goes on
+ * the Sentinels that have not heard of it still name the old primary (and
+ * it still takes writes). -1: from a failover message, newer than any
+ * epoch known so far.
+ */
+static void
+sentinel_set(struct redis_be *be, const char *host, int port, int64_t epoch)
 {
     struct sentinel_state *st = be->sentinel;
-    bool changed;
+    bool changed = false;
 
     if (strlen(host) >= sizeof(st->host))
         return;
     pthread_mutex_lock(&st->mu);
-    changed = strcmp(st->host, host) != 0 || st->port != port;
+    if (epoch < 0 || epoch >= st->epoch) {
+        changed = strcmp(st->host, host) != 0 || st->port != port;
+        if (epoch >= 0)
+            st->epoch = epoch;
+        else if (changed)
+            st->epoch++; /* at least one more than the one we had */
+    }
     if (changed) {
         snprintf(st->host, sizeof(st->host), "%s", host);
         st->port = port;
@@ -274,50 +289,79 @@ static int sentinel_port(const redisReply *e)
     return text_parse_u64(buf, 1, 65535, &n) == 0 ? (int)n : 0;
 }
 
-/* Ask Sentinel i for the primary: 0 (recorded), or -1. */
-static int sentinel_ask_one(struct redis_be *be, size_t i)
+/* config-epoch of SENTINEL MASTER's flat field list: >= 0, or -1. */
+static int64_t sentinel_epoch(const redisReply *r)
+{
+    uint64_t n;
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (r->element[i]->type == REDIS_REPLY_STRING &&
+            strcmp(r->element[i]->str, "config-epoch") == 0 &&
+            r->element[i + 1]->type == REDIS_REPLY_STRING &&
+            text_parse_u64(r->element[i + 1]->str, 0, INT64_MAX, &n) == 0)
+            return (int64_t)n;
+    return -1;
+}
+
+/* One Sentinel's answer. */
+struct sentinel_answer {
+    char host[REDIS_BE_SENTINEL_HOST_MAX];
+    int port;
+    int64_t epoch;
+};
+
+/* Ask Sentinel i for the primary and its epoch (one round trip): 0, or
+ * -1. */
+static int
+sentinel_ask_one(struct redis_be *be, size_t i, struct sentinel_answer *a)
 {
     redisContext *c = sentinel_dial(be, i);
-    redisReply *r;
+    redisReply *r = NULL, *m = NULL;
     int rc = -1;
 
     if (c == NULL)
         return -1;
-    r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", be->master_name);
+    if (redisAppendCommand(c, "SENTINEL get-master-addr-by-name %s",
+                           be->master_name) != REDIS_OK ||
+        redisAppendCommand(c, "SENTINEL MASTER %s", be->master_name) !=
+            REDIS_OK ||
+        redisGetReply(c, (void **)&r) != REDIS_OK ||
+        redisGetReply(c, (void **)&m) != REDIS_OK)
+        goto out;
     if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[0]->type == REDIS_REPLY_STRING && r->element[0]->len > 0 &&
         r->element[0]->len < REDIS_BE_SENTINEL_HOST_MAX &&
-        sentinel_port(r->element[1]) != 0) {
-        sentinel_set(be, r->element[0]->str, sentinel_port(r->element[1]));
+        sentinel_port(r->element[1]) != 0 && sentinel_epoch(m) >= 0) {
+        memcpy(a->host, r->element[0]->str, r->element[0]->len + 1);
+        a->port = sentinel_port(r->element[1]);
+        a->epoch = sentinel_epoch(m);
         rc = 0;
     } else if (r != NULL && r->type == REDIS_REPLY_NIL) {
         redis_warn(be, "Sentinel", "does not know the master name");
     }
+out:
     freeReplyObject(r);
+    freeReplyObject(m);
     redisFree(c);
     return rc;
 }
 
-/* Ask the Sentinels in turn, from the last that answered: 0, or -1. */
+/* Ask every Sentinel; the answer of the newest epoch wins: 0, or -1. */
 static int sentinel_ask(struct redis_be *be)
 {
-    struct sentinel_state *st = be->sentinel;
-    size_t first;
+    struct sentinel_answer best = { .epoch = -1 }, a;
 
-    pthread_mutex_lock(&st->mu);
-    first = st->next;
-    pthread_mutex_unlock(&st->mu);
-    for (size_t k = 0; k < be->naddrs; k++) {
-        size_t i = (first + k) % be->naddrs;
-        if (sentinel_ask_one(be, i) == 0) {
-            pthread_mutex_lock(&st->mu);
-            st->next = i;
-            pthread_mutex_unlock(&st->mu);
-            return 0;
-        }
+    for (size_t i = 0; i < be->naddrs; i++)
+        if (sentinel_ask_one(be, i, &a) == 0 && a.epoch > best.epoch)
+            best = a;
+    if (best.epoch < 0) {
+        redis_warn(be, "Sentinels", "none named a primary");
+        return -1;
     }
-    redis_warn(be, "Sentinels", "none named a primary");
-    return -1;
+    sentinel_set(be, best.host, best.port, best.epoch);
+    return 0;
 }
 
 void redis_sentinel_lost(struct redis_be *be)
@@ -436,10 +480,10 @@ static void sentinel_message(struct redis_be *be,
     if (promoted && n == 8 && strcmp(f[0], "slave") == 0 &&
         strcmp(f[5], be->master_name) == 0 &&
         text_parse_u64(f[3], 1, 65535, &port) == 0)
-        sentinel_set(be, f[2], (int)port);
+        sentinel_set(be, f[2], (int)port, -1);
     else if (!promoted && n == 5 && strcmp(f[0], be->master_name) == 0 &&
              text_parse_u64(f[4], 1, 65535, &port) == 0)
-        sentinel_set(be, f[3], (int)port);
+        sentinel_set(be, f[3], (int)port, -1);
 }
 
 /* ["message", channel, payload]. */
