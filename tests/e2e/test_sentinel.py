@@ -236,4 +236,12 @@ def sentinel_plain_min_replicas(ctx):
     r = acquire(ld, key)
     eq(r.status, 503, "acquire: no replica can acknowledge: %s" % r.body)
     eq(ctx.server.command("EXISTS", "lockd:lock:{%s}" % key), 0, "no grant left behind")
+    # several keys at once: every one of them released again
+    keys = [ctx.key("m%d" % n) for n in range(3)]
+    r = ld.request("POST", "/locks", {"keys": keys, "ttl_ms": TTL_MS})
+    eq(r.status, 503, "multi-key acquire: %s" % r.body)
+    for k in keys:
+        eq(ctx.server.command("EXISTS", "lockd:lock:{%s}" % k), 0, "%s: no grant left behind" % k)
     eq(acquire(ctx.lockd, key).status, 201, "the key is free: 201 without min_replicas")
+    r = ctx.lockd.request("POST", "/locks", {"keys": keys, "ttl_ms": TTL_MS})
+    eq(r.status, 201, "the keys are free: 201 without min_replicas: %s" % r.body)
