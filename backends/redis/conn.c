@@ -36,6 +36,7 @@ void redis_warn(struct redis_be *be, const char *what, const char *detail)
 void redis_mark(struct redis_be *be, int up, const char *detail)
 {
     int was;
+    char where[320];
 
     /* every success, not a sample of them: a thread that failed a moment
      * before the last sample would otherwise keep backing off (and answer
@@ -47,10 +48,20 @@ void redis_mark(struct redis_be *be, int up, const char *detail)
     was = atomic_exchange(&be->up, up);
     if (was == up)
         return;
+    redis_where(be, where, sizeof(where));
     if (up)
-        log_info("redis: connected to %s:%d", be->host, be->port);
+        log_info("redis: connected to %s", where);
     else
-        log_warn("redis: %s:%d unavailable: %s", be->host, be->port, detail);
+        log_warn("redis: %s unavailable: %s", where, detail);
+}
+
+void redis_where(struct redis_be *be, char *buf, size_t len)
+{
+    /* sentinel: the primary changes, sentinel.c knows it (issue 17) */
+    if (be->topology == REDIS_BE_SENTINEL)
+        redis_sentinel_where(be, buf, len);
+    else
+        snprintf(buf, len, "%s:%d", be->host, be->port);
 }
 
 /* ---- dialling ---- */
@@ -93,10 +104,11 @@ redis_auth(struct redis_be *be, redisContext *c, char *err, size_t errlen)
  * why in err). Blocks at most the connect timeout plus one command timeout
  * per round trip.
  */
-redisContext *redis_dial(struct redis_be *be, char *err, size_t errlen)
+redisContext *redis_dial_to(
+    struct redis_be *be, const char *host, int port, char *err, size_t errlen)
 {
     redisContext *c =
-        redisConnectWithTimeout(be->host, be->port, redis_tv(be->connect_ms));
+        redisConnectWithTimeout(host, port, redis_tv(be->connect_ms));
 
     if (c == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -117,6 +129,14 @@ redisContext *redis_dial(struct redis_be *be, char *err, size_t errlen)
         return NULL;
     }
     return c;
+}
+
+redisContext *redis_dial(struct redis_be *be, char *err, size_t errlen)
+{
+    /* sentinel: the primary the Sentinels name, ROLE checked (issue 17) */
+    if (be->topology == REDIS_BE_SENTINEL)
+        return redis_sentinel_dial(be, err, errlen);
+    return redis_dial_to(be, be->host, be->port, err, errlen);
 }
 
 /* A decimal integer reply element: 0, or -1. */
@@ -167,11 +187,14 @@ static int redis_conn_open(struct redis_be *be,
                            char *err,
                            size_t errlen)
 {
-    redisContext *c = redis_dial(be, err, errlen);
+    redisContext *c;
     redisReply *r = NULL;
     char db[16];
     int rc = 0;
 
+    /* sentinel: read before dialling, so a switch meanwhile drops it */
+    cn->gen = be->topology == REDIS_BE_SENTINEL ? redis_sentinel_gen(be) : 0;
+    c = redis_dial(be, err, errlen);
     if (c == NULL)
         return -1;
     snprintf(db, sizeof(db), "%u", be->db);
@@ -263,12 +286,21 @@ void redis_conn_fail(struct redis_be *be,
     }
     threadconn_failed(&be->conns, &cn->tc);
     redis_mark(be, 0, why);
+    if (be->topology == REDIS_BE_SENTINEL)
+        redis_sentinel_lost(be); /* a failover, maybe: ask (issue 17) */
 }
 
 int redis_conn_ready(struct redis_be *be, struct redis_conn *cn)
 {
     char err[256];
 
+    /* sentinel: dialled before the last switch, to a demoted primary
+     * maybe: never send it anything (issue 17) */
+    if (cn->ctx != NULL && be->topology == REDIS_BE_SENTINEL &&
+        cn->gen != redis_sentinel_gen(be)) {
+        redisFree(cn->ctx);
+        cn->ctx = NULL;
+    }
     if (cn->ctx != NULL)
         return 0;
     /* back off, unless another thread has reached Redis since we failed:
@@ -307,16 +339,49 @@ redis_command_failed(struct redis_be *be, struct redis_conn *cn, int saved)
     redis_conn_fail(be, cn, why); /* frees the context */
 }
 
-/*
- * Run one command on this thread's connection: the reply (caller frees;
- * may be an error reply), or NULL when Redis is unavailable. A context the
- * server had closed is reopened and the command sent once more: each
- * command here is safe to repeat (acquire recognises its own token).
- */
+/* Is r the answer of a node that is not (or no longer) the primary? It
+ * ran nothing: the command may go once more, to the primary. */
+static bool redis_not_primary(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_ERROR &&
+           (strncmp(r->str, "READONLY", 8) == 0 ||
+            strncmp(r->str, "MASTERDOWN", 10) == 0);
+}
+
+/* Send one command and read its reply, and with acks, WAIT's after it
+ * (replicas.c): the reply, or NULL when the context broke. */
+static redisReply *redis_round_trip(struct redis_be *be,
+                                    struct redis_conn *cn,
+                                    int argc,
+                                    const char **argv,
+                                    const size_t *lens,
+                                    long long *acks)
+{
+    if (acks == NULL)
+        return redisCommandArgv(cn->ctx, argc, argv, lens);
+    return redis_replicas_command(be, cn->ctx, argc, argv, lens, acks);
+}
+
 redisReply *redis_command(struct redis_be *be,
                           int argc,
                           const char **argv,
                           const size_t *lens)
+{
+    return redis_command_acked(be, argc, argv, lens, NULL);
+}
+
+/*
+ * Run one command on this thread's connection: the reply (caller frees;
+ * may be an error reply), or NULL when Redis is unavailable. A context the
+ * server had closed is reopened and the command sent once more: each
+ * command here is safe to repeat (acquire recognises its own token). So is
+ * one answered READONLY or MASTERDOWN by a demoted primary: it ran nothing.
+ */
+redisReply *redis_command_acked(struct redis_be *be,
+                                int argc,
+                                const char **argv,
+                                const size_t *lens,
+                                long long *acks)
 {
     struct redis_conn *cn = redis_conn_get(be);
     redisReply *r;
@@ -330,8 +395,20 @@ redisReply *redis_command(struct redis_be *be,
         if (redis_conn_ready(be, cn) != 0)
             return NULL;
         errno = 0;
-        r = redisCommandArgv(cn->ctx, argc, argv, lens);
+        r = redis_round_trip(be, cn, argc, argv, lens, acks);
         saved = errno;
+        if (r != NULL && cn->ctx->err == 0 &&
+            be->topology == REDIS_BE_SENTINEL && redis_not_primary(r)) {
+            redis_warn(be, "not the primary", r->str);
+            redisFree(cn->ctx); /* dropped; the next dial checks ROLE */
+            cn->ctx = NULL;
+            redis_sentinel_lost(be);
+            if (attempt == 0) {
+                freeReplyObject(r);
+                continue;
+            }
+            return r;
+        }
         if (r != NULL && cn->ctx->err == 0) {
             cn->tc.backoff_ms = 0;
             redis_mark(be, 1, NULL);

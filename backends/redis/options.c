@@ -155,8 +155,13 @@ enum backend_result
 redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
 {
     static const char *const allowed[] = {
-        "prefix",       "connect_timeout_ms",  "timeout_ms",
-        "min_replicas", "replicas_timeout_ms", NULL
+        "prefix",
+        "connect_timeout_ms",
+        "timeout_ms",
+        "min_replicas",
+        "replicas_timeout_ms",
+        "sentinel_password", /* redis+sentinel:// only (sentinel.c) */
+        NULL
     };
     struct url u;
     enum backend_result res = BACKEND_INVALID;
@@ -183,7 +188,7 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
         snprintf(err, errlen,
                  "redis: unknown URL option '%s' (known: prefix, "
                  "connect_timeout_ms, timeout_ms, min_replicas, "
-                 "replicas_timeout_ms)",
+                 "replicas_timeout_ms, sentinel_password)",
                  bad);
     else {
         switch (be->topology) {
@@ -201,6 +206,20 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
         }
         if (res == BACKEND_OK)
             res = redis_parse_options(be, &u, err, errlen);
+        if (res == BACKEND_OK && be->topology != REDIS_BE_SENTINEL &&
+            url_param(&u, "sentinel_password") != NULL) {
+            snprintf(err, errlen,
+                     "redis: sentinel_password is for redis+sentinel:// only");
+            res = BACKEND_INVALID;
+        }
+        /* WAIT must answer before the command timeout, or a grant it
+         * followed would be answered 503 and kept (issue 17) */
+        if (res == BACKEND_OK && be->min_replicas > 0 &&
+            be->replicas_timeout_ms >= be->cmd_ms) {
+            snprintf(err, errlen,
+                     "redis: replicas_timeout_ms must be below timeout_ms");
+            res = BACKEND_INVALID;
+        }
     }
     if (res == BACKEND_NO_MEMORY)
         snprintf(err, errlen, "redis: out of memory");

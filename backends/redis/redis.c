@@ -112,14 +112,22 @@ static enum backend_result redis_open(const char *url,
         redis_close(&be->base);
         return r;
     }
+    /* sentinel: learn the primary before anything dials it (issue 17) */
+    if (be->topology == REDIS_BE_SENTINEL && redis_sentinel_start(be) != 0) {
+        redis_close(&be->base);
+        return BACKEND_NO_MEMORY;
+    }
     if (redis_sub_start(be) != 0) {
         redis_close(&be->base);
         return BACKEND_NO_MEMORY;
     }
-    if (redis_ping(&be->base) != BACKEND_OK)
-        log_warn("redis: %s:%d not reachable yet; requests answer 503 "
+    if (redis_ping(&be->base) != BACKEND_OK) {
+        char where[320];
+        redis_where(be, where, sizeof(where));
+        log_warn("redis: %s not reachable yet; requests answer 503 "
                  "until it is",
-                 be->host, be->port);
+                 where);
+    }
     *out = &be->base;
     return BACKEND_OK;
 }
@@ -424,10 +432,15 @@ static void redis_close(struct backend *b)
     if (be == NULL)
         return;
     redis_sub_stop(be);
+    redis_sentinel_free(be); /* uses be->conns: before them */
     redis_conns_free(be);
     redis_trash_free(be); /* their places go at their deadlines */
     pthread_cond_destroy(&be->sub_cond);
     pthread_mutex_destroy(&be->lock);
+    for (size_t i = 0; i < be->naddrs; i++)
+        free(be->addrs[i].host);
+    free(be->addrs);
+    free(be->master_name);
     free(be->host);
     free(be->user);
     free(be->password);

@@ -15,6 +15,8 @@
  *   list.c        list (the index of held keys) and held_count
  *   queue.c       a waiter's place in a key's queue, failed cancels
  *   subscriber.c  the thread that hears releases through other instances
+ *   sentinel.c    redis+sentinel://: the primary the Sentinels name
+ *   replicas.c    min_replicas: WAIT after grants and renews
  *
  * Functions and types are named redis_*; macros and enum constants
  * REDIS_BE_*, as hiredis owns REDIS_*.
@@ -214,6 +216,7 @@ struct redis_conn {
     struct redis_be *be;  /* borrowed */
     redisContext *ctx;    /* owned; NULL while disconnected */
     int64_t offset_ms;    /* Redis's unix ms minus our monotonic ms */
+    unsigned gen;         /* sentinel: the primary's generation when dialled */
     char sha[REDIS_BE_SCRIPT_COUNT][41];
 };
 
@@ -315,6 +318,25 @@ enum backend_result redis_sentinel_parse(struct redis_be *be,
                                          char *err,
                                          size_t errlen);
 
+/* Ask the Sentinels for the primary now and start the thread that follows
+ * +switch-master: 0, or -1 (no thread). A Sentinel that does not answer is
+ * no error: requests answer 503 until one names a primary. */
+int redis_sentinel_start(struct redis_be *be);
+/* Stop the thread (if started) and free be->sentinel; accepts none. */
+void redis_sentinel_free(struct redis_be *be);
+/* The primary's generation: it changes whenever the primary does. */
+unsigned redis_sentinel_gen(struct redis_be *be);
+/* A reply or a broken link says the primary may have changed: ask the
+ * Sentinels (one thread at a time, at most every 100 ms; may block for a
+ * connect and a command timeout per Sentinel). */
+void redis_sentinel_lost(struct redis_be *be);
+/* Dial the primary the Sentinels named and confirm ROLE master: a context,
+ * or NULL (why in err; the Sentinels are asked again). */
+redisContext *
+redis_sentinel_dial(struct redis_be *be, char *err, size_t errlen);
+/* "host:port (primary of 'name')" into buf, for the log. */
+void redis_sentinel_where(struct redis_be *be, char *buf, size_t len);
+
 /* ---- cluster.c: REDIS_BE_CLUSTER ---- */
 
 /* redis+cluster:// hosts and path into be (addrs): BACKEND_OK,
@@ -332,6 +354,11 @@ void redis_warn(struct redis_be *be, const char *what, const char *detail);
 void redis_mark(struct redis_be *be, int up, const char *detail);
 /* Connect and AUTH: a context with command timeouts, or NULL and why. */
 redisContext *redis_dial(struct redis_be *be, char *err, size_t errlen);
+/* The same to host:port (borrowed). */
+redisContext *redis_dial_to(
+    struct redis_be *be, const char *host, int port, char *err, size_t errlen);
+/* Where be's commands go, for the log: "host:port" and more. */
+void redis_where(struct redis_be *be, char *buf, size_t len);
 /* Redis's unix ms minus our monotonic ms into *offset: 0, or -1. */
 int redis_clock(redisContext *c, int64_t *offset);
 
@@ -351,6 +378,13 @@ redisReply *redis_command(struct redis_be *be,
                           int argc,
                           const char **argv,
                           const size_t *lens);
+/* The same; with acks, WAIT be->min_replicas follows in the same write
+ * and *acks is its answer (-1 when unknown). */
+redisReply *redis_command_acked(struct redis_be *be,
+                                int argc,
+                                const char **argv,
+                                const size_t *lens,
+                                long long *acks);
 
 /* ---- scripts.c ---- */
 
@@ -403,6 +437,30 @@ redisReply *redis_script_argv(struct redis_be *be,
                               size_t *argl);
 /* True if r is an array whose element i is an integer. */
 bool redis_reply_is_int(const redisReply *r, size_t i);
+
+/* ---- replicas.c: min_replicas ---- */
+
+/* argv then WAIT be->min_replicas be->replicas_timeout_ms, pipelined on c:
+ * argv's reply (the caller frees; NULL when c broke), WAIT's count in
+ * *acks (-1 when it gave none). */
+redisReply *redis_replicas_command(struct redis_be *be,
+                                   redisContext *c,
+                                   int argc,
+                                   const char **argv,
+                                   const size_t *lens,
+                                   long long *acks);
+/* After stamped script s (its arguments in argv, as redis_script_argv()
+ * got them) answered r and WAIT acks: r when it is no success or enough
+ * replicas have it; else NULL (r freed, a warning logged), and a fresh
+ * grant is released best-effort with its token. */
+redisReply *redis_replicas_check(struct redis_be *be,
+                                 enum redis_script s,
+                                 int nkeys,
+                                 int nargs,
+                                 const char **argv,
+                                 const size_t *argl,
+                                 redisReply *r,
+                                 long long acks);
 
 /* ---- inspect.c ---- */
 

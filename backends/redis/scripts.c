@@ -300,13 +300,15 @@ bool redis_reply_is_int(const redisReply *r, size_t i)
 /* ---- running ---- */
 
 /* EVALSHA the script in argv (argv[2..] filled); EVAL when Redis lost it
- * (SCRIPT FLUSH), which also caches it again. */
+ * (SCRIPT FLUSH), which also caches it again. With acks, WAIT follows
+ * each (min_replicas, replicas.c). */
 static redisReply *redis_script_eval(struct redis_be *be,
                                      struct redis_conn *cn,
                                      enum redis_script s,
                                      int argc,
                                      const char **argv,
-                                     size_t *argl)
+                                     size_t *argl,
+                                     long long *acks)
 {
     redisReply *r;
 
@@ -316,7 +318,7 @@ static redisReply *redis_script_eval(struct redis_be *be,
     argl[0] = 7;
     argv[1] = cn->sha[s];
     argl[1] = 40;
-    r = redis_command(be, argc, argv, argl);
+    r = redis_command_acked(be, argc, argv, argl, acks);
     if (r != NULL && r->type == REDIS_REPLY_ERROR &&
         strncmp(r->str, "NOSCRIPT", 8) == 0) {
         freeReplyObject(r);
@@ -324,7 +326,7 @@ static redisReply *redis_script_eval(struct redis_be *be,
         argl[0] = 4;
         argv[1] = redis_scripts[s].text;
         argl[1] = redis_scripts[s].len;
-        r = redis_command(be, argc, argv, argl);
+        r = redis_command_acked(be, argc, argv, argl, acks);
     }
     return r;
 }
@@ -365,6 +367,8 @@ redisReply *redis_script_argv(struct redis_be *be,
     struct redis_conn *cn = redis_conn_get(be);
     redisReply *r;
     int total = 3 + nargs + (def->stamped ? 1 : 0);
+    long long acks = -1; /* min_replicas: WAIT's answer (issue 17) */
+    long long *want = def->stamped && be->min_replicas > 0 ? &acks : NULL;
 
     if (cn == NULL)
         return NULL;
@@ -380,7 +384,7 @@ redisReply *redis_script_argv(struct redis_be *be,
             argv[3 + nargs] = stamp;
             argl[3 + nargs] = strlen(stamp);
         }
-        r = redis_script_eval(be, cn, s, total, argv, argl);
+        r = redis_script_eval(be, cn, s, total, argv, argl, want);
         if (r == NULL)
             return NULL;
         if (!(def->stamped && redis_reply_is_int(r, 0) &&
@@ -397,7 +401,10 @@ redisReply *redis_script_argv(struct redis_be *be,
             return NULL;
         }
     }
-    return redis_script_checked(be, r);
+    r = redis_script_checked(be, r);
+    if (r != NULL && want != NULL)
+        r = redis_replicas_check(be, s, nkeys, nargs, argv, argl, r, acks);
+    return r;
 }
 
 redisReply *

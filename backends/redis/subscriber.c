@@ -76,7 +76,7 @@ static int redis_sub_ping(redisContext *c)
  * timeout so stopping is noticed; an idle link is checked with PING now and
  * then (a subscribed connection may PING) so a dead peer is noticed too.
  */
-static void redis_sub_read(struct redis_be *be, redisContext *c)
+static void redis_sub_read(struct redis_be *be, redisContext *c, unsigned gen)
 {
     int64_t last_rx = clock_mono_ms(), last_trash = 0;
     bool ping_out = false;
@@ -85,6 +85,10 @@ static void redis_sub_read(struct redis_be *be, redisContext *c)
         redisReply *r = NULL;
         struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
         int n;
+
+        /* sentinel: the primary changed; PUBLISHes go to the new one */
+        if (be->topology == REDIS_BE_SENTINEL && redis_sentinel_gen(be) != gen)
+            return;
 
         /* on another connection: this one only listens */
         redis_trash_tick(be, &last_trash);
@@ -147,6 +151,8 @@ static void *redis_sub_main(void *arg)
     char err[256];
 
     while (!atomic_load(&be->stopping)) {
+        unsigned gen =
+            be->topology == REDIS_BE_SENTINEL ? redis_sentinel_gen(be) : 0;
         redisContext *c = redis_sub_dial(be, err, sizeof(err));
 
         if (c != NULL) {
@@ -154,7 +160,7 @@ static void *redis_sub_main(void *arg)
             redis_mark(be, 1, NULL);
             backoff = 0;
             redis_sub_tried(be);
-            redis_sub_read(be, c);
+            redis_sub_read(be, c, gen);
             redisFree(c);
             if (!atomic_load(&be->stopping))
                 log_debug("redis: release subscription lost; resubscribing");

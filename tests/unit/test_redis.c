@@ -84,6 +84,44 @@ static void test_open_rejects_bad_urls(void)
     }
 }
 
+/* redis+sentinel:// (issue 17): refused without Sentinels, master name or
+ * with a bad port; opened while no Sentinel answers (503 until one does). */
+static void test_sentinel_urls_refused_or_opened(void)
+{
+    static const char *const bad[] = {
+        "redis+sentinel://127.0.0.1:26379",
+        "redis+sentinel://127.0.0.1:26379/",
+        "redis+sentinel:///lockd",
+        "redis+sentinel://127.0.0.1:70000/lockd",
+        "redis+sentinel://127.0.0.1:26379,/lockd",
+        "redis+sentinel://127.0.0.1:26379/lockd/x",
+        "redis+sentinel://user@127.0.0.1:26379/lockd",
+        "redis://127.0.0.1?sentinel_password=x",
+        NULL,
+    };
+    char u[160];
+    struct backend *be;
+    char err[256];
+
+    for (int i = 0; bad[i] != NULL; i++) {
+        be = (struct backend *)1;
+        CHECK_EQ_INT(redis_backend.open(bad[i], NULL, &be, err, sizeof(err)),
+                     BACKEND_INVALID);
+        CHECK(be == NULL);
+        CHECK(strncmp(err, "redis: ", 7) == 0);
+    }
+    snprintf(u, sizeof(u),
+             "redis+sentinel://:pw@127.0.0.1:%d,127.0.0.1:%d/lockd/2"
+             "?sentinel_password=s&min_replicas=1&timeout_ms=300",
+             testsrv_free_port(), testsrv_free_port());
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(redis_backend.ping(be), BACKEND_UNAVAILABLE);
+    redis_backend.close(be);
+}
+
 static void test_open_succeeds_while_redis_is_down(void)
 {
     char u[128];
@@ -1951,6 +1989,7 @@ static void test_multi_stalled_redis_answers_unavailable_grants_none(void)
 
 static const struct check_case cases[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
+    CHECK_CASE(test_sentinel_urls_refused_or_opened),
     CHECK_CASE(test_open_succeeds_while_redis_is_down),
     CHECK_CASE(test_acquire_grants_free_key_once),
     CHECK_CASE(test_fence_grows_with_every_grant),
