@@ -87,6 +87,8 @@ static int on_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
     return CURL_SOCKOPT_OK;
 }
 
+/* Only while perform_watched() owns the connection: one in a caller's
+ * multi handle may be closed after its call was freed. */
 static int on_close(void *arg, curl_socket_t fd)
 {
     struct http_call *c = arg;
@@ -177,8 +179,6 @@ static int set_options(struct http_call *c, const char *method, int64_t tmo)
     bad |= curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
     bad |= curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_socket);
     bad |= curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, c);
-    bad |= curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close);
-    bad |= curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, c);
     bad |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->err);
     bad |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
     bad |= curl_easy_setopt(e, CURLOPT_USERAGENT, "lockctl/" LOCKD_VERSION);
@@ -301,6 +301,8 @@ static CURLcode perform_watched(struct http_call *c)
         return CURLE_OUT_OF_MEMORY;
     if (readable(watch_fd))
         goto out; /* stopped before a byte went out */
+    curl_easy_setopt(c->easy, CURLOPT_CLOSESOCKETFUNCTION, on_close);
+    curl_easy_setopt(c->easy, CURLOPT_CLOSESOCKETDATA, c);
     if (curl_multi_add_handle(m, c->easy) != CURLM_OK) {
         cc = CURLE_OUT_OF_MEMORY;
         goto out;
@@ -328,7 +330,8 @@ static CURLcode perform_watched(struct http_call *c)
     }
     curl_multi_remove_handle(m, c->easy);
 out:
-    curl_multi_cleanup(m);
+    curl_multi_cleanup(m); /* closes c's connection: on_close() sees c */
+    curl_easy_setopt(c->easy, CURLOPT_CLOSESOCKETFUNCTION, NULL);
     return cc;
 }
 
