@@ -1,17 +1,25 @@
 /*
  * cli/http.c - lockctl's HTTP requests to lockd on libcurl: building a
- * request, collecting its answer, parsing it once.
+ * request, collecting its answer, parsing it once; a blocking perform that
+ * a watched fd (run's signalfd) can stop.
  */
 #include "cli/http.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "lib/clock.h"
 
-#define MAX_ANSWER (1 << 20) /* lockd's answers are small; refuse junk */
+#define MAX_ANSWER    (1 << 20) /* lockd's answers are small; refuse junk */
+#define WATCH_POLL_MS 1000      /* curl's own timers want a turn this often */
+
+static int watch_fd = -1; /* see http_watch_fd() */
 
 int http_global_init(void)
 {
@@ -65,16 +73,29 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
     return len;
 }
 
-/* Every socket libcurl opens: close-on-exec, so run's child gets none. */
+/* Every socket libcurl opens: close-on-exec, so run's child gets none;
+ * the call's connection from now on, for stop_sending(). */
 static int on_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
 {
+    struct http_call *c = arg;
     int flags = fcntl(fd, F_GETFD);
 
-    (void)arg;
     (void)purpose;
     if (flags < 0 || fcntl(fd, F_SETFD, flags | FD_CLOEXEC) < 0)
         return CURL_SOCKOPT_ERROR;
+    c->sock = fd;
     return CURL_SOCKOPT_OK;
+}
+
+/* Only while perform_watched() owns the connection: one in a caller's
+ * multi handle may be closed after its call was freed. */
+static int on_close(void *arg, curl_socket_t fd)
+{
+    struct http_call *c = arg;
+
+    if (c->sock == fd)
+        c->sock = CURL_SOCKET_BAD;
+    return close(fd);
 }
 
 char *http_key_path(const char *key)
@@ -157,6 +178,7 @@ static int set_options(struct http_call *c, const char *method, int64_t tmo)
     bad |= curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     bad |= curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
     bad |= curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_socket);
+    bad |= curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, c);
     bad |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->err);
     bad |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
     bad |= curl_easy_setopt(e, CURLOPT_USERAGENT, "lockctl/" LOCKD_VERSION);
@@ -184,6 +206,7 @@ struct http_call *http_call_new(const struct http_conf *conf,
     if (c == NULL)
         return NULL;
     c->retry_after_ms = -1;
+    c->sock = CURL_SOCKET_BAD;
     n = strlen(conf->url) + strlen(path) + 1;
     c->url = malloc(n);
     c->easy = curl_easy_init();
@@ -243,10 +266,85 @@ void http_call_finish(struct http_call *c, CURLcode cc)
         c->retry_after_ms = json_integer_value(ra);
 }
 
+void http_watch_fd(int fd)
+{
+    watch_fd = fd;
+}
+
+static bool readable(int fd)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
+}
+
+/* The watched fd fired while c is in flight: a request not yet connected
+ * is dropped (true: stop now); one on a connection gets its write side
+ * shut, so lockd sees its client leave (a waiter leaves the queue), while
+ * its answer, which may be a grant, can still be read. A request cut
+ * short by the shutdown is one lockd never answers. */
+static bool stop_sending(struct http_call *c)
+{
+    return c->sock == CURL_SOCKET_BAD || shutdown(c->sock, SHUT_WR) != 0;
+}
+
+/* c on a multi handle of its own that also polls watch_fd. */
+static CURLcode perform_watched(struct http_call *c)
+{
+    CURLM *m = curl_multi_init();
+    CURLcode cc = CURLE_ABORTED_BY_CALLBACK;
+    int64_t stop_at = -1, now; /* mono ms: give up the answer then */
+    int running, left, ms;
+    CURLMsg *msg;
+
+    if (m == NULL)
+        return CURLE_OUT_OF_MEMORY;
+    if (readable(watch_fd))
+        goto out; /* stopped before a byte went out */
+    curl_easy_setopt(c->easy, CURLOPT_CLOSESOCKETFUNCTION, on_close);
+    curl_easy_setopt(c->easy, CURLOPT_CLOSESOCKETDATA, c);
+    if (curl_multi_add_handle(m, c->easy) != CURLM_OK) {
+        cc = CURLE_OUT_OF_MEMORY;
+        goto out;
+    }
+    for (;;) {
+        struct curl_waitfd wfd = { .fd = watch_fd, .events = CURL_WAIT_POLLIN };
+        if (curl_multi_perform(m, &running) != CURLM_OK)
+            break;
+        msg = curl_multi_info_read(m, &left);
+        if (msg != NULL && msg->msg == CURLMSG_DONE) {
+            cc = msg->data.result;
+            break;
+        }
+        now = clock_mono_ms();
+        if (stop_at < 0 && readable(watch_fd)) {
+            if (stop_sending(c))
+                break;
+            stop_at = now + HTTP_STOP_GRACE_MS;
+        }
+        if (stop_at >= 0 && now >= stop_at)
+            break;
+        ms = stop_at < 0 ? WATCH_POLL_MS : (int)(stop_at - now);
+        if (curl_multi_poll(m, &wfd, stop_at < 0 ? 1 : 0, ms, NULL) != CURLM_OK)
+            break;
+    }
+    curl_multi_remove_handle(m, c->easy);
+out:
+    curl_multi_cleanup(m); /* closes c's connection: on_close() sees c */
+    curl_easy_setopt(c->easy, CURLOPT_CLOSESOCKETFUNCTION, NULL);
+    return cc;
+}
+
 long http_call_perform(struct http_call *c)
 {
     http_call_started(c);
-    http_call_finish(c, curl_easy_perform(c->easy));
+    if (watch_fd < 0) {
+        http_call_finish(c, curl_easy_perform(c->easy));
+        return c->status;
+    }
+    http_call_finish(c, perform_watched(c));
+    if (c->cc == CURLE_ABORTED_BY_CALLBACK)
+        c->retry_after_ms = HTTP_STOPPED_MS; /* a retry loop gives up */
     return c->status;
 }
 

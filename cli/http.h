@@ -30,6 +30,7 @@ struct http_call {
     json_t *json;              /* owned: body parsed, or NULL */
     int64_t retry_after_ms;    /* Retry-After (s) or retry_after_ms; -1 none */
     int64_t sent_ms;           /* monotonic ms when the request started */
+    curl_socket_t sock;        /* its connection's, or CURL_SOCKET_BAD */
 };
 
 /* Process-wide setup and teardown of libcurl (call once each). */
@@ -49,8 +50,23 @@ struct http_call *http_call_new(const struct http_conf *conf,
                                 int64_t timeout_ms);
 
 /* Perform c blocking; fills its answer fields. Returns c->status (0 when
- * no answer came: see c->cc and c->err). */
+ * no answer came: see c->cc and c->err). While a fd is watched (see
+ * http_watch_fd) and becomes readable, c is stopped: see there. */
 long http_call_perform(struct http_call *c);
+
+#define HTTP_STOP_GRACE_MS 1000 /* for the answer to a stopped request */
+#define HTTP_STOPPED_MS    (INT64_C(1) << 40) /* retry_after_ms: never */
+
+/* From now on http_call_perform also watches fd (-1: none, the default;
+ * borrowed, never read): once fd is readable (a signal in run's
+ * signalfd), a request not yet sent is not sent, and one sent has its
+ * connection's write side shut, so lockd sees the client leave, and its
+ * answer is awaited HTTP_STOP_GRACE_MS at most: an answer that comes is
+ * kept as usual (it may be a grant, to be released). A call stopped
+ * without an answer has cc CURLE_ABORTED_BY_CALLBACK, status 0 and
+ * retry_after_ms HTTP_STOPPED_MS. Not thread-safe: lockctl has one
+ * thread. */
+void http_watch_fd(int fd);
 
 /* Before adding c->easy to a multi handle (again): forget any earlier
  * answer and stamp the send time. */

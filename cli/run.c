@@ -8,6 +8,12 @@
  * The lock is ours until the time its last successful acquire or renew
  * was sent plus the ttl_ms lockd answered; a margin before that, with no
  * renew through, it counts as lost and the child is stopped.
+ *
+ * From the start, before the acquire, SIGINT, SIGTERM, SIGHUP and SIGQUIT
+ * are blocked and read from the signalfd: one that comes before the
+ * command started stops the acquire (cli/http.c watches the signalfd),
+ * gives back a grant that came anyway, and lockctl exits 128+N; never is
+ * a grant left to its TTL by a lockctl killed while it was on its way.
  */
 #include "cli/run.h"
 
@@ -43,7 +49,9 @@ struct run {
     struct http_call *renew; /* in flight in multi, or NULL */
     CURLM *multi;
     int sfd;
-    sigset_t sigs, old_mask;
+    sigset_t sigs, old_mask; /* sigs: what sfd reads */
+    bool masked;             /* old_mask to be restored */
+    int stop_sig;            /* a stop signal before the command, or 0 */
     pid_t child;
     int status;
     bool reaped, lost, killed, tty;
@@ -59,6 +67,39 @@ static int64_t margin(const struct run *r)
 static int64_t min64(int64_t a, int64_t b)
 {
     return a < b ? a : b;
+}
+
+static const int stop_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+
+/* Step 0, before the acquire: the stop signals, except those ignored on
+ * entry (nohup's SIGHUP stays ignored, for the command too), and SIGCHLD
+ * are blocked; the stop signals go to a signalfd. 0, or -1. */
+static int watch_signals(struct run *r)
+{
+    struct sigaction sa;
+    sigset_t block;
+
+    sigemptyset(&r->sigs);
+    for (size_t i = 0; i < sizeof stop_sigs / sizeof stop_sigs[0]; i++)
+        if (sigaction(stop_sigs[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
+            sigaddset(&r->sigs, stop_sigs[i]);
+    block = r->sigs;
+    sigaddset(&block, SIGCHLD);
+    if (sigprocmask(SIG_BLOCK, &block, &r->old_mask) != 0)
+        return -1;
+    r->masked = true;
+    r->sfd = signalfd(-1, &r->sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    return r->sfd < 0 ? -1 : 0;
+}
+
+/* Before the child: the first stop signal noted so far, or 0. */
+static int stop_signal(struct run *r)
+{
+    struct signalfd_siginfo si;
+
+    if (r->stop_sig == 0 && read(r->sfd, &si, sizeof si) == (ssize_t)sizeof si)
+        r->stop_sig = (int)si.ssi_signo;
+    return r->stop_sig;
 }
 
 /* LOCKD_* for the child, from the grant: 0, or -1. */
@@ -102,6 +143,10 @@ static int take_lock(struct run *r)
 
     if (c == NULL)
         return EXIT_INTERNAL;
+    if (rc != EXIT_OK && stop_signal(r) != 0) { /* no error: we stopped it */
+        http_call_free(c);
+        return EXIT_INTERNAL;
+    }
     if (rc != EXIT_OK) {
         output_error(o, c, false);
         http_call_free(c);
@@ -137,6 +182,10 @@ static void exec_child(struct run *r, pid_t parent)
     if (r->tty)
         tcsetpgrp(STDIN_FILENO, getpid()); /* SIGTTOU still ignored */
     signal(SIGTTOU, SIG_DFL);
+    /* the command's signals as lockctl found them: default, or ignored */
+    for (size_t i = 0; i < sizeof stop_sigs / sizeof stop_sigs[0]; i++)
+        if (sigismember(&r->sigs, stop_sigs[i]) == 1)
+            signal(stop_sigs[i], SIG_DFL);
     sigprocmask(SIG_SETMASK, &r->old_mask, NULL);
     /* lockctl gone (killed -9) means no one renews: stop too */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -147,21 +196,15 @@ static void exec_child(struct run *r, pid_t parent)
     _exit(errno == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_RUN);
 }
 
-/* Step 2: signals into a signalfd, then fork and exec. 0, or -1. */
+/* Step 2: SIGCHLD into the signalfd too, then fork and exec. 0, or -1.
+ * A stop signal from now on stays in the signalfd, for hold() to pass on
+ * to the command's group. */
 static int start_child(struct run *r)
 {
     pid_t parent = getpid();
 
-    sigemptyset(&r->sigs);
     sigaddset(&r->sigs, SIGCHLD);
-    sigaddset(&r->sigs, SIGINT);
-    sigaddset(&r->sigs, SIGTERM);
-    sigaddset(&r->sigs, SIGHUP);
-    sigaddset(&r->sigs, SIGQUIT);
-    if (sigprocmask(SIG_BLOCK, &r->sigs, &r->old_mask) != 0)
-        return -1;
-    r->sfd = signalfd(-1, &r->sigs, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (r->sfd < 0)
+    if (signalfd(r->sfd, &r->sigs, SFD_CLOEXEC | SFD_NONBLOCK) < 0)
         return -1;
     r->tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
     if (r->tty)
@@ -416,7 +459,23 @@ int run_main(const struct opts *o, const struct http_conf *conf)
     int rc;
 
     output_keys_label(o, r.label, sizeof r.label);
+    if (watch_signals(&r) != 0) {
+        fprintf(stderr, "lockctl: cannot watch signals: %s\n", strerror(errno));
+        rc = EXIT_INTERNAL;
+        goto out;
+    }
+    http_watch_fd(r.sfd);
     rc = take_lock(&r);
+    http_watch_fd(-1); /* the release must not stop short */
+    if (stop_signal(&r) != 0) {
+        fprintf(stderr, "lockctl: %s: %s before the command started%s\n",
+                r.label, strsignal(r.stop_sig),
+                r.token != NULL ? "; releasing the lock" : "");
+        if (r.token != NULL)
+            cmds_release_retrying(o, conf, r.token, RELEASE_BUDGET_MS);
+        rc = 128 + r.stop_sig;
+        goto out;
+    }
     /* not granted: rc says why, and --exit-held may make that 0 */
     if (r.token == NULL)
         goto out;
@@ -435,10 +494,10 @@ int run_main(const struct opts *o, const struct http_conf *conf)
 out:
     if (r.multi != NULL)
         curl_multi_cleanup(r.multi);
-    if (r.sfd >= 0) {
+    if (r.sfd >= 0)
         close(r.sfd);
+    if (r.masked)
         sigprocmask(SIG_SETMASK, &r.old_mask, NULL);
-    }
     free(r.token);
     return rc;
 }

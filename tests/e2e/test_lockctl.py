@@ -11,7 +11,9 @@ real lockd:
   longer child, stopping the child's process group (SIGTERM, SIGKILL
   after --grace) when the lock is lost (released behind its back, or lockd
   stopped past the TTL), signals forwarded, release on exit, exit codes
-  passed through;
+  passed through; SIGTERM at random moments around the acquire (its 201
+  held back by a proxy) and around the grant of a waiting run: 143, and
+  never a lock left held;
 - two runs on one key (through two lockd instances on a shared store)
   never overlap.
 
@@ -22,6 +24,7 @@ too. Keys always come from ctx.key().
 import json
 import os
 import pty
+import random
 import re
 import select
 import signal
@@ -29,7 +32,7 @@ import subprocess
 import time
 
 import harness
-from client import expect_free, expect_held, expect_json, path, release
+from client import expect_free, expect_held, expect_json, inspect, metric, metrics, path, release
 from multi import ensure_server_up
 from harness import check, eq
 
@@ -625,6 +628,130 @@ def test_run_forwards(ctx):
         expect_free(ctx, key, "after SIGTERM to lockctl")
     finally:
         run.kill()
+
+
+def free_within(ctx, key, timeout):
+    """Whether GET /locks/key answers 404 within timeout s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if inspect(ctx, key).status == 404:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def term_tries(ctx, port, n, extra, prepare, fire):
+    """n tries of lockctl run --ttl 20s KEY extra -- (touch a marker; sleep
+    30) through 127.0.0.1:port, each on a key of its own: prepare(key)
+    before lockctl starts, fire(key, proc, t0, i) to send it SIGTERM.
+    Returns (bad, outcomes): the tries that left the key held for over 1 s,
+    or exited other than 143 (but for a death by SIGTERM before lockctl
+    could start the command), as (try, exit code, command started, key
+    free, stderr's end); and how many tries ended how."""
+    bad, outcomes = [], {}
+    for i in range(n):
+        key = ctx.key("run/term")
+        marker = os.path.join(ctx.tmpdir, "term-%s" % key.replace("/", "_"))
+        prepare(key)
+        cmd = ([LOCKCTL, "--url", "http://127.0.0.1:%d" % port, "run", key, "--ttl", "20s"] + list(extra)
+               + ["--", "sh", "-c", 'touch "$0"; exec sleep 30', marker])
+        t0 = time.monotonic()
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=base_env())
+        try:
+            fire(key, p, t0, i)
+            try:
+                _, err = p.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                raise harness.Fail("lockctl run still runs 5 s after SIGTERM (try %d)" % i)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        free, started = free_within(ctx, key, 1.0), os.path.exists(marker)
+        err = err.decode("utf-8", "replace")
+        how = "%s, %s" % (p.returncode, "started" if started else
+                          "released a grant" if "releasing the lock" in err else "not started")
+        outcomes[how] = outcomes.get(how, 0) + 1
+        # -15: killed before lockctl blocked SIGTERM (it was still loading)
+        if not free or not (p.returncode == 143 or (p.returncode == -15 and not started)):
+            bad.append((i, p.returncode, started, free, err.strip()[-160:]))
+    return bad, outcomes
+
+
+@harness.scenario("lockctl: SIGTERM to run at random moments around its acquire (-5..+35 ms from when its "
+                  "request goes out; the 201 held back 15 ms on the way) exits 143 and leaves the key free",
+                  backends=MEMORY)
+def test_run_term_during_acquire(ctx):
+    from delayproxy import DelayProxy
+    rng = random.Random()
+    with DelayProxy(ctx.lockd.port) as proxy:
+        def prepare(key):
+            proxy.hold_replies(0.015, when=lambda chunk: chunk.startswith(b"POST /locks/"))
+
+        # how long lockctl takes from its start to its request (it loads
+        # libcurl first: tens of ms), measured as the median of 3
+        starts = []
+        for _ in range(3):
+            key = ctx.key("run/term")
+            prepare(key)
+            t0 = time.monotonic()
+            rc, _, err = ctl(ctx.lockd, "--url", "http://127.0.0.1:%d" % proxy.port, "run", key, "--", "true",
+                             url=False)
+            eq(rc, 0, "lockctl run through the proxy (stderr %r)" % err)
+            check(proxy.wait_triggered(1), "the proxy saw no acquire")
+            starts.append(proxy.triggered_at - t0)
+        start = sorted(starts)[1]
+        offsets = []
+
+        def fire(key, p, t0, i):
+            # one try in each 2 ms slice of -5..+35 ms: lockctl still
+            # loading, its request on the way, the 201 held, the command
+            # starting
+            offsets.append(start - 0.005 + (i + rng.random()) * 0.002)
+            time.sleep(max(0.0, t0 + offsets[-1] - time.monotonic()))
+            p.send_signal(signal.SIGTERM)
+
+        bad, outcomes = term_tries(ctx, proxy.port, 20, [], prepare, fire)
+    harness.log("lockctl starts its request %.1f ms after exec; 20 SIGTERMs: %r" % (start * 1000, outcomes))
+    check(not bad, "%d of 20 tries (try, exit code, started, free, stderr) at %r ms after exec (the request "
+          "%.1f ms): %r" % (len(bad), [round(o * 1000, 1) for o in offsets], start * 1000, bad))
+
+
+def waiters(ctx):
+    return metric(metrics(ctx), "lockd_waiters")
+
+
+@harness.scenario("lockctl: SIGTERM to run while it waits, at random moments -3..+3 ms around the release "
+                  "that grants it, exits 143 and leaves the key free", backends=MEMORY)
+def test_run_term_while_waiting(ctx):
+    rng = random.Random()
+    grants = {}
+
+    def prepare(key):
+        deadline = time.monotonic() + 5
+        while waiters(ctx) > 0:  # the last try's waiter is gone
+            check(time.monotonic() < deadline, "a waiter of an earlier try is still queued")
+            time.sleep(0.01)
+        grants[key] = grant_of(ctx, key, ttl_ms=20000)
+
+    def fire(key, p, t0, i):
+        deadline = time.monotonic() + 5
+        while waiters(ctx) < 1:
+            check(time.monotonic() < deadline and p.poll() is None, "lockctl run never queued")
+            time.sleep(0.01)
+        d = rng.uniform(-0.003, 0.003)
+        acts = [(0.0, lambda: release(ctx, key, grants[key]["token"])),
+                (d, lambda: p.send_signal(signal.SIGTERM))]
+        t = time.monotonic() + 0.01
+        for at, act in sorted(acts, key=lambda x: x[0]):
+            time.sleep(max(0.0, t + at - time.monotonic()))
+            act()
+
+    bad, outcomes = term_tries(ctx, ctx.lockd.port, 10, ["--wait", "10s"], prepare, fire)
+    harness.log("10 SIGTERMs to a waiting run: %r" % outcomes)
+    check(not bad, "%d of 10 tries (try, exit code, started, free, stderr): %r" % (len(bad), bad))
 
 
 def read_pty(fd, want, deadline):
