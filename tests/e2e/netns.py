@@ -163,29 +163,6 @@ def _close_all():
 # ---- a store that also listens on the host end of the veth ----
 
 
-class _RewriteArgs:
-    """Stands in for the subprocess module inside one server_<name>.py while
-    its start() runs: Popen gets its argument list rewritten by fix."""
-
-    def __init__(self, fix):
-        self.fix = fix
-
-    def Popen(self, cmd, *a, **kw):  # noqa: N802 - subprocess's name
-        return subprocess.Popen(self.fix(list(cmd)), *a, **kw)
-
-    def __getattr__(self, name):
-        return getattr(subprocess, name)
-
-
-def _start_rewritten(mod, srv, fix):
-    saved = mod.subprocess
-    mod.subprocess = _RewriteArgs(fix)
-    try:
-        srv.start()
-    finally:
-        mod.subprocess = saved
-
-
 def _zk_ready(addr, port, timeout=1.0):
     try:
         with socket.create_connection((addr, port), timeout=timeout) as s:
@@ -204,26 +181,14 @@ def store_on(backend, tmpdir, addr, reach=()):
     instances). The caller stops it."""
     if backend == "redis":
         import server_redis
-        srv = server_redis.RedisServer(tmpdir)
-
-        def fix(cmd):
-            i = cmd.index("--bind")
-            cmd[i + 1] = "127.0.0.1 " + addr
-            # protected mode refuses clients off loopback when there is no
-            # password; it listens on loopback and our veth only
-            i = cmd.index("--protected-mode")
-            cmd[i + 1] = "no"
-            return cmd
-        _start_rewritten(server_redis, srv, fix)
+        srv = server_redis.RedisServer(tmpdir, also_bind=addr)
+        srv.start()
         srv.url = "redis://%s:%d" % (addr, srv.port)
         return srv
     if backend == "mysql":
         import server_mysql
-        srv = server_mysql.MysqlServer(tmpdir)
-
-        def fix(cmd):
-            return [a + "," + addr if a == "--bind-address=127.0.0.1" else a for a in cmd]
-        _start_rewritten(server_mysql, srv, fix)
+        srv = server_mysql.MysqlServer(tmpdir, also_bind=addr)
+        srv.start()
         for peer in sorted(set(reach) | {addr}):
             srv.sql("CREATE USER IF NOT EXISTS 'lockd'@'%s' IDENTIFIED BY '%s'; GRANT ALL ON lockd.* TO 'lockd'@'%s'"
                     % (peer, server_mysql.PASSWORD, peer), database=None)

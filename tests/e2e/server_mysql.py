@@ -19,8 +19,11 @@ PASSWORD = "lockd-e2e-pw"
 class MysqlServer(harness.Server):
     name = "mysql"
 
-    def __init__(self, tmpdir):
+    def __init__(self, tmpdir, also_bind=None):
+        """also_bind: one more address to listen on (a network namespace's
+        veth end, for the partition faults)."""
         super().__init__(tmpdir)
+        self.also_bind = also_bind
         self.port = harness.free_port()
         self.dir = os.path.join(tmpdir, "mysql")
         self.datadir = os.path.join(self.dir, "data")
@@ -55,7 +58,7 @@ class MysqlServer(harness.Server):
                "--datadir=" + self.datadir,
                "--socket=" + self.socket,
                "--port=%d" % self.port,
-               "--bind-address=127.0.0.1",
+               "--bind-address=127.0.0.1" + ("," + self.also_bind if self.also_bind else ""),
                "--pid-file=" + os.path.join(self.dir, "mariadbd.pid"),
                "--log-error=" + self.log_path,
                "--user=root",

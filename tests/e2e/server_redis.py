@@ -66,8 +66,11 @@ def redis_command(port, *args, timeout=2.0):
 class RedisServer(harness.Server):
     name = "redis"
 
-    def __init__(self, tmpdir):
+    def __init__(self, tmpdir, also_bind=None):
+        """also_bind: one more address to listen on (a network namespace's
+        veth end, for the partition faults), protected mode off then."""
         super().__init__(tmpdir)
+        self.also_bind = also_bind
         self.port = harness.free_port()
         self.dir = os.path.join(tmpdir, "redis")
         os.makedirs(self.dir, exist_ok=True)
@@ -76,8 +79,9 @@ class RedisServer(harness.Server):
     def start(self):
         cmd = [REDIS_SERVER,
                "--port", str(self.port),
-               "--bind", "127.0.0.1",
-               "--protected-mode", "yes",
+               "--bind", "127.0.0.1" + (" " + self.also_bind if self.also_bind else ""),
+               # protected mode refuses clients off loopback without a password
+               "--protected-mode", "no" if self.also_bind else "yes",
                "--dir", self.dir,
                "--daemonize", "no",
                "--save", "",
