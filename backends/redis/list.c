@@ -54,12 +54,6 @@
 #define REDIS_BE_LST_HEAD 4
 #define REDIS_BE_LST_EACH 6
 
-/* a ZRANGEBYLEX bound: '(' or '[' and a key, or "-" / "+" */
-struct redis_lex {
-    char s[LOCK_KEY_MAX + 2];
-    size_t n;
-};
-
 static void redis_lex_set(struct redis_lex *b, char c, const char *k, size_t n)
 {
     b->s[0] = c;
@@ -82,9 +76,9 @@ static int redis_keycmp(const char *a, size_t an, const char *b, size_t bn)
  * that starts with the prefix (exclusive): the prefix without its
  * trailing 0xff bytes, its last byte plus one; "+" when nothing is left
  * (an empty prefix or one of 0xff bytes only). */
-static void redis_list_range(const struct lock_list_req *req,
-                             struct redis_lex *min,
-                             struct redis_lex *max)
+void redis_list_range(const struct lock_list_req *req,
+                      struct redis_lex *min,
+                      struct redis_lex *max)
 {
     size_t n = req->prefix_len;
 
@@ -190,6 +184,8 @@ enum backend_result redis_list(struct backend *b,
     redisReply *r;
     enum backend_result res = BACKEND_OK;
 
+    if (be->topology == REDIS_BE_CLUSTER) /* clusterdir.c */
+        return redis_cluster_list(be, req, out);
     redis_list_range(req, &min, &max);
     snprintf(limit, sizeof(limit), "%u", (unsigned)req->limit);
     snprintf(budget, sizeof(budget), "%u",
@@ -222,6 +218,8 @@ int64_t redis_held_count(struct backend *b)
     redisReply *r;
     int64_t n = -1;
 
+    if (be->topology == REDIS_BE_CLUSTER) /* clusterdir.c */
+        return redis_cluster_held_count(be);
     /* a lock key's name is the prefix, "lock:{", the key, "}" */
     snprintf(cut, sizeof(cut), "%zu", be->prefix_len + strlen("lock:{"));
     snprintf(stale, sizeof(stale), "%d", REDIS_BE_STALE_MS);
