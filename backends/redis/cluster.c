@@ -496,16 +496,24 @@ void redis_cluster_fail(struct redis_be *be,
                         struct redis_conn *cn,
                         const char *why)
 {
+    struct cluster_state *st = be->cluster;
+    char detail[512];
+
+    /* be->host names the first seed only: say which node failed */
+    pthread_mutex_lock(&st->lock);
+    snprintf(detail, sizeof(detail), "node %s:%d: %s", st->nodes[cn->node].host,
+             st->nodes[cn->node].port, why);
+    pthread_mutex_unlock(&st->lock);
     if (cn->cnodes != NULL && cn->cnodes[cn->node].ctx != NULL) {
         redisFree(cn->cnodes[cn->node].ctx);
         cn->cnodes[cn->node].ctx = NULL;
     }
     cn->ctx = NULL;
-    pthread_mutex_lock(&be->cluster->lock);
-    be->cluster->stale = true; /* a failover moves slots: read them again */
-    pthread_mutex_unlock(&be->cluster->lock);
+    pthread_mutex_lock(&st->lock);
+    st->stale = true; /* a failover moves slots: read them again */
+    pthread_mutex_unlock(&st->lock);
     threadconn_failed(&be->conns, &cn->tc);
-    redis_mark(be, 0, why);
+    redis_mark(be, 0, detail);
 }
 
 redisContext *

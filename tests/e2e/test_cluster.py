@@ -268,5 +268,10 @@ def _failover_run(ctx, cl):
     # without min_replicas a grant the replica had not received is lost by
     # design (404 here); anything else is a bug
     check(st in (200, 404), "renew after the failover: %s" % last["r"].text[:200])
+    # TODO(#17): with min_replicas=1 (WAIT after each grant and renew, the
+    # Sentinel helper's part) a held lock must survive every failover:
+    # assert st == 200 there once WAIT is merged
+    harness.log("    cluster failover with min_replicas=1: not run, WAIT is not "
+                "merged into this branch yet")
     g2 = acquire(c, ctx.key("after"), ttl_ms=1000)
     eq(g2.status, 201, "a fresh grant after the failover")
