@@ -220,10 +220,23 @@ def master_failover(ctx):
         cl.stop()
 
 
+def subscriber_node(cl):
+    """The master a SUBSCRIBE connection is on (one lockd running)."""
+    for m in cl.masters():
+        if b" sub=1 " in cl.cmd(m, "CLIENT", "LIST"):
+            return m
+    return None
+
+
 def _failover_run(ctx, cl):
-    ld = cluster_lockd(ctx, cl, opts="timeout_ms=500&connect_timeout_ms=200")
+    opts = "timeout_ms=500&connect_timeout_ms=200"
+    # the waiting instance first, alone: its subscriber's node is the victim,
+    # so the subscriber has to move to another node
+    ld2 = cluster_lockd(ctx, cl, opts=opts)
+    victim = wait_until(lambda: subscriber_node(cl), 5)
+    check(victim is not None, "no subscriber connection on any master")
+    ld = cluster_lockd(ctx, cl, opts=opts)
     c = ld.client(timeout=10)
-    victim = cl.master_of_slot(0)
     # a key on the victim, one elsewhere
     k = next(k for k in (ctx.key("fo%d" % i) for i in range(500))
              if cl.master_of_slot(lock_slot(k)) == victim)
@@ -273,5 +286,20 @@ def _failover_run(ctx, cl):
     # assert st == 200 there once WAIT is merged
     harness.log("    cluster failover with min_replicas=1: not run, WAIT is not "
                 "merged into this branch yet")
-    g2 = acquire(c, ctx.key("after"), ttl_ms=1000)
+    k2 = ctx.key("after")
+    g2 = acquire(c, k2, ttl_ms=10000)
     eq(g2.status, 201, "a fresh grant after the failover")
+    # the other instance's subscriber moved off the dead node: a release
+    # here wakes its waiter at once, not at the TTL
+    w = {}
+    t = threading.Thread(target=lambda: w.update(
+        r=acquire(ld2.client(timeout=15), k2, ttl_ms=5000, wait_ms=9000)))
+    t.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    eq(release(c, k2, g2.json["token"]).status, 200, "release after the failover")
+    t.join(15)
+    eq(w["r"].status, 201, "the other instance's waiter")
+    woke = time.monotonic() - t0
+    # (without a subscriber it would retry only after 2 s of waiting)
+    check(woke < 0.8, "the waiter on the other instance was woken after %.1f s" % woke)
