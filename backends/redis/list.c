@@ -39,11 +39,9 @@
  * holder expired before any script saw them (their members cannot be
  * found by the key).
  *
- * Redis Cluster (issue 17): the index and the held set are one key each
- * for the whole prefix, and list.lua reads the lock keys the index names
- * without declaring them in KEYS: a cluster needs one index and one held
- * set per hash slot (the slot of each key's {K} tag), each script naming
- * its slot's pair.
+ * Redis Cluster: a script touches one slot only, so the scripts keep these
+ * two sets per lock tag there, and list() and held_count() read the
+ * directory clusterdir.c keeps instead.
  */
 #include "backends/redis/redis_int.h"
 
