@@ -15,6 +15,9 @@
  *   list.c        list (the index of held keys) and held_count
  *   queue.c       a waiter's place in a key's queue, failed cancels
  *   subscriber.c  the thread that hears releases through other instances
+ *   cluster.c     redis+cluster://: slots, the slot map, routing, MOVED/ASK
+ *   clusterdir.c  redis+cluster://: the directory list() and held_count()
+ *                 read there
  *
  * Functions and types are named redis_*; macros and enum constants
  * REDIS_BE_*, as hiredis owns REDIS_*.
