@@ -94,6 +94,7 @@ enum api_error api_error_from(enum backend_result r)
         return API_LIMIT_MISMATCH;
     case BACKEND_HOLDS_MAX:
     case BACKEND_IDEM_CONFLICT:
+    case BACKEND_KEYS_APART:
         return API_INVALID_PARAMETER;
     }
     return API_INTERNAL;
@@ -113,6 +114,9 @@ const char *api_result_message(enum backend_result r)
     case BACKEND_IDEM_CONFLICT:
         return "the Idempotency-Key names a live grant of another mode or "
                "limit";
+    case BACKEND_KEYS_APART:
+        return "on a Redis Cluster the keys of one request must share a hash "
+               "tag, e.g. order:{42}:a and order:{42}:b";
     case BACKEND_OK:
     case BACKEND_HELD:
     case BACKEND_NOT_FOUND:

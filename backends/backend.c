@@ -57,6 +57,8 @@ const char *backend_result_str(enum backend_result r)
         return "too many holds";
     case BACKEND_IDEM_CONFLICT:
         return "idempotency key conflict";
+    case BACKEND_KEYS_APART:
+        return "keys apart";
     }
     return "unknown";
 }

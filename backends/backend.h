@@ -101,6 +101,9 @@ enum backend_result {
                                LOCK_HOLDS_MAX holds (nothing changed) */
     BACKEND_IDEM_CONFLICT,  /* acquire: the Idempotency-Key names a live
                                grant of another mode or limit */
+    BACKEND_KEYS_APART,     /* multi-key: the store cannot change these
+                               keys in one step (a Redis Cluster: they
+                               do not share a hash tag); nothing changed */
 };
 
 /*

@@ -180,23 +180,26 @@ int redis_clock(redisContext *c, int64_t *offset)
 
 /*
  * Dial, SELECT the database and load the scripts, in one round trip, then
- * measure Redis's clock: 0, or -1 (why in err).
+ * measure Redis's clock.
  */
-static int redis_conn_open(struct redis_be *be,
-                           struct redis_conn *cn,
-                           char *err,
-                           size_t errlen)
+redisContext *redis_node_open(struct redis_be *be,
+                              const char *host,
+                              int port,
+                              char sha[][41],
+                              int64_t *offset,
+                              char *err,
+                              size_t errlen)
 {
-    redisContext *c;
+    /* host NULL: the server of the URL, or the primary the Sentinels
+     * name (redis_dial) */
+    redisContext *c = host != NULL ? redis_dial_to(be, host, port, err, errlen)
+                                   : redis_dial(be, err, errlen);
     redisReply *r = NULL;
     char db[16];
     int rc = 0;
 
-    /* sentinel: read before dialling, so a switch meanwhile drops it */
-    cn->gen = be->topology == REDIS_BE_SENTINEL ? redis_sentinel_gen(be) : 0;
-    c = redis_dial(be, err, errlen);
     if (c == NULL)
-        return -1;
+        return NULL;
     snprintf(db, sizeof(db), "%u", be->db);
     if (be->db != 0) {
         const char *argv[] = { "SELECT", db };
@@ -215,7 +218,7 @@ static int redis_conn_open(struct redis_be *be,
         }
         freeReplyObject(r);
     }
-    switch (redis_scripts_recv(c, cn->sha, err, errlen)) {
+    switch (redis_scripts_recv(c, sha, err, errlen)) {
     case 0:
         break;
     case -1:
@@ -226,16 +229,27 @@ static int redis_conn_open(struct redis_be *be,
     }
     if (rc != 0) {
         redisFree(c);
-        return -1;
+        return NULL;
     }
-    if (redis_clock(c, &cn->offset_ms) != 0)
+    if (redis_clock(c, offset) != 0)
         goto fail;
-    cn->ctx = c;
-    return 0;
+    return c;
 fail:
     snprintf(err, errlen, "%s", c->errstr[0] != '\0' ? c->errstr : "I/O error");
     redisFree(c);
-    return -1;
+    return NULL;
+}
+
+static int redis_conn_open(struct redis_be *be,
+                           struct redis_conn *cn,
+                           char *err,
+                           size_t errlen)
+{
+    /* sentinel: read before dialling, so a switch meanwhile drops it */
+    cn->gen = be->topology == REDIS_BE_SENTINEL ? redis_sentinel_gen(be) : 0;
+    cn->ctx =
+        redis_node_open(be, NULL, 0, cn->sha, &cn->offset_ms, err, errlen);
+    return cn->ctx != NULL ? 0 : -1;
 }
 
 /* ---- per-thread connections ---- */
@@ -246,6 +260,10 @@ static void redis_conn_drop(struct threadconn *tc, bool thread_exits)
     (void)thread_exits;
     struct redis_conn *cn = (struct redis_conn *)tc;
 
+    if (cn->cnodes != NULL) { /* cluster mode: ctx is one of them */
+        redis_cluster_conn_drop(cn);
+        return;
+    }
     if (cn->ctx != NULL)
         redisFree(cn->ctx);
     cn->ctx = NULL;
@@ -269,8 +287,10 @@ struct redis_conn *redis_conn_get(struct redis_be *be)
 {
     struct redis_conn *cn = (struct redis_conn *)threadconn_get(&be->conns);
 
-    if (cn != NULL)
+    if (cn != NULL && cn->be == NULL) {
         cn->be = be;
+        cn->slot = -1; /* cluster mode: any node until a script names one */
+    }
     return cn;
 }
 
@@ -280,6 +300,10 @@ void redis_conn_fail(struct redis_be *be,
                      struct redis_conn *cn,
                      const char *why)
 {
+    if (be->topology == REDIS_BE_CLUSTER) { /* cluster.c: per node */
+        redis_cluster_fail(be, cn, why);
+        return;
+    }
     if (cn->ctx != NULL) {
         redisFree(cn->ctx);
         cn->ctx = NULL;
@@ -294,6 +318,8 @@ int redis_conn_ready(struct redis_be *be, struct redis_conn *cn)
 {
     char err[256];
 
+    if (be->topology == REDIS_BE_CLUSTER) /* cluster.c: the slot's node */
+        return redis_cluster_ready(be, cn);
     /* sentinel: dialled before the last switch, to a demoted primary
      * maybe: never send it anything (issue 17) */
     if (cn->ctx != NULL && be->topology == REDIS_BE_SENTINEL &&
@@ -390,6 +416,8 @@ redisReply *redis_command_acked(struct redis_be *be,
 
     if (cn == NULL)
         return NULL;
+    if (be->topology == REDIS_BE_CLUSTER) /* cluster.c: routed */
+        return redis_cluster_command(be, cn, argc, argv, lens, acks);
     for (int attempt = 0; attempt < 2; attempt++) {
         reused = cn->ctx != NULL;
         if (redis_conn_ready(be, cn) != 0)

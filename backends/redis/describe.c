@@ -9,9 +9,6 @@
 
 #include <stdio.h>
 
-/* The ops table's describe (redis.c). */
-void redis_describe(const struct backend *b, struct backend_topology *out);
-
 /* A failover to a replica: with min_replicas, a grant counts only once N
  * replicas have it, and the promoted one is normally one of them. */
 static void redis_describe_failover(const struct redis_be *be,

@@ -39,11 +39,9 @@
  * holder expired before any script saw them (their members cannot be
  * found by the key).
  *
- * Redis Cluster (issue 17): the index and the held set are one key each
- * for the whole prefix, and list.lua reads the lock keys the index names
- * without declaring them in KEYS: a cluster needs one index and one held
- * set per hash slot (the slot of each key's {K} tag), each script naming
- * its slot's pair.
+ * Redis Cluster: a script touches one slot only, so the scripts keep these
+ * two sets per lock tag there, and list() and held_count() read the
+ * directory clusterdir.c keeps instead.
  */
 #include "backends/redis/redis_int.h"
 
@@ -53,12 +51,6 @@
 /* list.lua's reply: the head, then 6 elements per key */
 #define REDIS_BE_LST_HEAD 4
 #define REDIS_BE_LST_EACH 6
-
-/* a ZRANGEBYLEX bound: '(' or '[' and a key, or "-" / "+" */
-struct redis_lex {
-    char s[LOCK_KEY_MAX + 2];
-    size_t n;
-};
 
 static void redis_lex_set(struct redis_lex *b, char c, const char *k, size_t n)
 {
@@ -82,9 +74,9 @@ static int redis_keycmp(const char *a, size_t an, const char *b, size_t bn)
  * that starts with the prefix (exclusive): the prefix without its
  * trailing 0xff bytes, its last byte plus one; "+" when nothing is left
  * (an empty prefix or one of 0xff bytes only). */
-static void redis_list_range(const struct lock_list_req *req,
-                             struct redis_lex *min,
-                             struct redis_lex *max)
+void redis_list_range(const struct lock_list_req *req,
+                      struct redis_lex *min,
+                      struct redis_lex *max)
 {
     size_t n = req->prefix_len;
 
@@ -190,6 +182,8 @@ enum backend_result redis_list(struct backend *b,
     redisReply *r;
     enum backend_result res = BACKEND_OK;
 
+    if (be->topology == REDIS_BE_CLUSTER) /* clusterdir.c */
+        return redis_cluster_list(be, req, out);
     redis_list_range(req, &min, &max);
     snprintf(limit, sizeof(limit), "%u", (unsigned)req->limit);
     snprintf(budget, sizeof(budget), "%u",
@@ -222,6 +216,8 @@ int64_t redis_held_count(struct backend *b)
     redisReply *r;
     int64_t n = -1;
 
+    if (be->topology == REDIS_BE_CLUSTER) /* clusterdir.c */
+        return redis_cluster_held_count(be);
     /* a lock key's name is the prefix, "lock:{", the key, "}" */
     snprintf(cut, sizeof(cut), "%zu", be->prefix_len + strlen("lock:{"));
     snprintf(stale, sizeof(stale), "%d", REDIS_BE_STALE_MS);

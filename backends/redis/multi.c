@@ -80,7 +80,7 @@ static int redis_margs_init(const struct redis_be *be,
         for (size_t k = 0; k < nkinds; k++)
             bytes += redis_key_len(be, kinds[k], req->key_lens[i]);
     for (size_t g = 0; g < 2; g++)
-        bytes += be->prefix_len + strlen(globals[g]);
+        bytes += be->prefix_len + strlen(globals[g]) + REDIS_BE_CLUSTER_TAG;
     /* the command, the digest and the KEYS count first; the stamp last */
     slots = 3 + req->n * nkinds + 2 + nargv + 1;
     m->v = calloc(slots, sizeof(*m->v));
@@ -98,14 +98,37 @@ static int redis_margs_init(const struct redis_be *be,
             at += n;
         }
     for (size_t g = 0; g < 2; g++) {
-        size_t gl = strlen(globals[g]);
+        size_t gl = strlen(globals[g]), n = be->prefix_len;
         memcpy(m->names + at, be->prefix, be->prefix_len);
-        memcpy(m->names + at + be->prefix_len, globals[g], gl);
-        redis_margs_push(m, m->names + at, be->prefix_len + gl);
-        at += be->prefix_len + gl;
+        if (be->topology == REDIS_BE_CLUSTER) { /* the first key's slot */
+            memcpy(m->names + at + n, m->names + n, REDIS_BE_CLUSTER_TAG);
+            n += REDIS_BE_CLUSTER_TAG;
+        }
+        memcpy(m->names + at + n, globals[g], gl);
+        redis_margs_push(m, m->names + at, n + gl);
+        at += n + gl;
     }
     m->nkeys = m->nargs;
     return 0;
+}
+
+/* A Redis Cluster runs one script on one slot only: keys apart cannot be
+ * changed in one atomic step, so the request is refused (a 400). */
+static bool redis_multi_apart(const struct redis_be *be,
+                              const struct lock_multi_req *req)
+{
+    return be->topology == REDIS_BE_CLUSTER &&
+           !redis_cluster_same_slot(req->keys, req->key_lens, req->n);
+}
+
+/* Directory notes (clusterdir.c) for every key of a grant or renew. */
+static void redis_multi_note(struct redis_be *be,
+                             const struct lock_multi_req *req,
+                             const struct lock_multi_grant *g)
+{
+    for (size_t i = 0; be->topology == REDIS_BE_CLUSTER && i < req->n; i++)
+        redis_cluster_note(be, req->keys[i], req->key_lens[i], req->token,
+                           g->expires_at_ms);
 }
 
 /* Run script s with m, which is freed: the reply, or NULL (Redis is
@@ -212,6 +235,8 @@ enum backend_result redis_acquire_multi(struct backend *b,
 
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
     snprintf(mark, sizeof(mark), "%d", REDIS_BE_MARK_MS);
+    if (redis_multi_apart(be, req))
+        return BACKEND_KEYS_APART;
     if (redis_margs_init(be, req, acquire_kinds, 6 + req->n, &m) != 0)
         return BACKEND_NO_MEMORY;
     redis_margs_push(&m, req->token, strlen(req->token));
@@ -224,12 +249,14 @@ enum backend_result redis_acquire_multi(struct backend *b,
     r = redis_margs_run(be, REDIS_BE_SCRIPT_ACQUIRE_MULTI, &m);
     if (r == NULL)
         return BACKEND_UNAVAILABLE;
-    if (redis_multi_grant_fill(r, req->n, out))
+    if (redis_multi_grant_fill(r, req->n, out)) {
         res = BACKEND_OK;
-    else if (redis_multi_held_fill(r, req->n, out))
+        redis_multi_note(be, req, out);
+    } else if (redis_multi_held_fill(r, req->n, out)) {
         res = BACKEND_HELD;
-    else
+    } else {
         res = redis_multi_odd(be, "acquire_multi", out);
+    }
     freeReplyObject(r);
     return res;
 }
@@ -245,6 +272,8 @@ enum backend_result redis_renew_multi(struct backend *b,
     enum backend_result res = BACKEND_UNAVAILABLE;
 
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    if (redis_multi_apart(be, req))
+        return BACKEND_KEYS_APART;
     if (redis_margs_init(be, req, renew_kinds, 2, &m) != 0)
         return BACKEND_NO_MEMORY;
     redis_margs_push(&m, req->token, strlen(req->token));
@@ -254,6 +283,7 @@ enum backend_result redis_renew_multi(struct backend *b,
         return BACKEND_UNAVAILABLE;
     if (redis_multi_grant_fill(r, req->n, out)) {
         res = BACKEND_OK;
+        redis_multi_note(be, req, out);
     } else if ((redis_multi_ints(r, 0) || redis_multi_ints(r, -1)) &&
                r->elements == 2 && redis_multi_indexes(r, 1, req->n)) {
         res =
@@ -278,6 +308,8 @@ enum backend_result redis_release_multi(struct backend *b,
     redisReply *r;
     enum backend_result res = BACKEND_OK;
 
+    if (redis_multi_apart(be, req))
+        return BACKEND_KEYS_APART;
     if (redis_margs_init(be, req, release_kinds, 2 + req->n, &m) != 0)
         return BACKEND_NO_MEMORY;
     redis_margs_push(&m, req->token, strlen(req->token));
@@ -292,6 +324,10 @@ enum backend_result redis_release_multi(struct backend *b,
                r->elements <= 1 + req->n && redis_multi_indexes(r, 1, req->n)) {
         for (size_t i = 1; i < r->elements; i++)
             out->released[r->element[i]->integer] = true;
+        for (size_t i = 0; be->topology == REDIS_BE_CLUSTER && i < req->n; i++)
+            if (out->released[i])
+                redis_cluster_unnote(be, req->keys[i], req->key_lens[i],
+                                     req->token);
     } else {
         res = redis_multi_odd(be, "release_multi", out);
     }

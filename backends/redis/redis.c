@@ -288,6 +288,10 @@ static enum backend_result redis_acquire(struct backend *b,
         return BACKEND_UNAVAILABLE; /* the waiter keeps its place, if any */
     res = redis_acquire_reply(be, r, out);
     freeReplyObject(r);
+    if (res == BACKEND_OK && be->topology == REDIS_BE_CLUSTER)
+        redis_cluster_note(be, req->key, req->key_len,
+                           out->replay ? out->token : req->token,
+                           out->expires_at_ms);
     if (res == BACKEND_OK && req->waiter != NULL)
         redis_wait_free(req->waiter); /* out of the queue (a replay too) */
     return res;
@@ -337,11 +341,14 @@ static enum backend_result redis_renew(struct backend *b,
     r = redis_script_run(be, REDIS_BE_SCRIPT_RENEW, &a);
     if (r == NULL)
         return BACKEND_UNAVAILABLE;
-    if (redis_grant_fill(r, out))
+    if (redis_grant_fill(r, out)) {
         res = BACKEND_OK;
-    else if (redis_reply_ints(r, 1, 0))
+        if (be->topology == REDIS_BE_CLUSTER)
+            redis_cluster_note(be, req->key, req->key_len, req->token,
+                               out->expires_at_ms);
+    } else if (redis_reply_ints(r, 1, 0)) {
         res = BACKEND_NOT_FOUND;
-    else if (redis_reply_ints(r, 1, -1))
+    } else if (redis_reply_ints(r, 1, -1))
         res = BACKEND_MISMATCH;
     else if (redis_reply_ints(r, 1, -3))
         res = BACKEND_HOLDS_MAX;
@@ -389,6 +396,9 @@ static enum backend_result redis_release(struct backend *b,
         redis_warn(be, "release", "unexpected reply");
     }
     freeReplyObject(r);
+    if (res == BACKEND_OK && out->holds == 0 &&
+        be->topology == REDIS_BE_CLUSTER)
+        redis_cluster_unnote(be, req->key, req->key_len, req->token);
     /* the last hold: wake local waiters now; the published message will
      * wake them again (spurious is fine) and reaches the other instances */
     if (res == BACKEND_OK && out->holds == 0 && be->hooks.notify != NULL)
@@ -437,6 +447,7 @@ static void redis_close(struct backend *b)
     redis_trash_free(be); /* their places go at their deadlines */
     pthread_cond_destroy(&be->sub_cond);
     pthread_mutex_destroy(&be->lock);
+    redis_cluster_free(be->cluster);
     for (size_t i = 0; i < be->naddrs; i++)
         free(be->addrs[i].host);
     free(be->addrs);
@@ -448,9 +459,6 @@ static void redis_close(struct backend *b)
     free(be->channel);
     free(be);
 }
-
-/* describe.c: what /readyz says of the deployment */
-void redis_describe(const struct backend *b, struct backend_topology *out);
 
 const struct backend_ops redis_backend = {
     .scheme = "redis",

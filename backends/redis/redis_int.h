@@ -17,6 +17,9 @@
  *   subscriber.c  the thread that hears releases through other instances
  *   sentinel.c    redis+sentinel://: the primary the Sentinels name
  *   replicas.c    min_replicas: WAIT after grants and renews
+ *   cluster.c     redis+cluster://: slots, the slot map, routing, MOVED/ASK
+ *   clusterdir.c  redis+cluster://: the directory list() and held_count()
+ *                 read there
  *
  * Functions and types are named redis_*; macros and enum constants
  * REDIS_BE_*, as hiredis owns REDIS_*.
@@ -67,8 +70,15 @@
 /* the prefix-wide keys, after the prefix (redis.c) */
 #define REDIS_BE_INDEX "index"
 #define REDIS_BE_HELD  "held"
-/* prefix + "fence:{" + key + "}", the longest kind (with "mwait:") */
-#define REDIS_BE_KEYBUF (REDIS_BE_PREFIX_MAX + 8 + LOCK_KEY_MAX + 1)
+/* prefix + "fence:{" + key + "}", the longest kind (with "mwait:"), and
+ * in cluster mode "{" + 16 hex + "}" after the prefix */
+#define REDIS_BE_KEYBUF \
+    (REDIS_BE_PREFIX_MAX + REDIS_BE_CLUSTER_TAG + 8 + LOCK_KEY_MAX + 1)
+/* cluster.c: the hash slots, the nodes a map may name (at most), and the
+ * bytes of the tag "{" + 16 hex + "}" each key gets in cluster mode */
+#define REDIS_BE_CLUSTER_SLOTS     16384
+#define REDIS_BE_CLUSTER_NODES_MAX 64
+#define REDIS_BE_CLUSTER_TAG       18
 
 /* ---- the scripts and their arguments ---- */
 
@@ -214,9 +224,15 @@ struct redis_args {
 struct redis_conn {
     struct threadconn tc; /* first: back-off, the set's list */
     struct redis_be *be;  /* borrowed */
-    redisContext *ctx;    /* owned; NULL while disconnected */
-    int64_t offset_ms;    /* Redis's unix ms minus our monotonic ms */
-    unsigned gen;         /* sentinel: the primary's generation when dialled */
+    redisContext *ctx;    /* owned; NULL while disconnected; cluster mode:
+                             borrowed from cnodes[node] */
+    /* cluster mode (cluster.c): this call's slot (-1: any node), the node
+     * it went to, and one context per node (owned array) */
+    int slot;
+    int node;
+    struct redis_cnode *cnodes;
+    int64_t offset_ms; /* Redis's unix ms minus our monotonic ms */
+    unsigned gen;      /* sentinel: the primary's generation when dialled */
     char sha[REDIS_BE_SCRIPT_COUNT][41];
 };
 
@@ -309,6 +325,11 @@ extern const struct backend_ops redis_backend;
 enum backend_result
 redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen);
 
+/* ---- describe.c ---- */
+
+/* backend_ops' describe: what /readyz says of the deployment. */
+void redis_describe(const struct backend *b, struct backend_topology *out);
+
 /* ---- sentinel.c: REDIS_BE_SENTINEL ---- */
 
 /* redis+sentinel:// hosts and path into be (addrs, master_name, db):
@@ -346,6 +367,62 @@ enum backend_result redis_cluster_parse(struct redis_be *be,
                                         char *err,
                                         size_t errlen);
 
+/* Cluster mode: the Redis key names of the lock key (redis_key_name)
+ * carry "{" h "}" after the prefix; a script's slot is its first key's.
+ * Free the shared state (accepts NULL). */
+void redis_cluster_free(struct cluster_state *st);
+/* CRC16 (XMODEM) as Redis Cluster computes it. */
+uint16_t redis_cluster_crc16(const char *buf, size_t len);
+/* Redis's hash tag rule: the bytes between the first '{' and the first '}'
+ * after it when they are not empty, else the whole key: key[*at..+*n). */
+void redis_cluster_tag(const char *key, size_t len, size_t *at, size_t *n);
+/* The hash slot of a Redis key name (with the tag rule), 0..16383. */
+int redis_cluster_keyslot(const char *key, size_t len);
+/* h of a lockd key: 16 lowercase hex of FNV-1a 64 of its tag, NUL. */
+void redis_cluster_hash(const char *key, size_t len, char out[17]);
+/* True if every lockd key's Redis keys land in one slot. */
+bool redis_cluster_same_slot(const char *const *keys,
+                             const size_t *lens,
+                             size_t n);
+/* conn.c's hooks in cluster mode: pick (and open) the node of cn->slot;
+ * drop the current node's context; one command with MOVED/ASK/TRYAGAIN
+ * followed, and WAIT after it when acks (replicas.c) (the reply, or NULL:
+ * unavailable); free cn's node contexts. */
+int redis_cluster_ready(struct redis_be *be, struct redis_conn *cn);
+void redis_cluster_fail(struct redis_be *be,
+                        struct redis_conn *cn,
+                        const char *why);
+redisReply *redis_cluster_command(struct redis_be *be,
+                                  struct redis_conn *cn,
+                                  int argc,
+                                  const char **argv,
+                                  const size_t *lens,
+                                  long long *acks);
+void redis_cluster_conn_drop(struct redis_conn *cn);
+/* A plain context to any node that answers (the subscriber's), or NULL. */
+redisContext *
+redis_cluster_dial_any(struct redis_be *be, char *err, size_t errlen);
+
+/* ---- clusterdir.c: the prefix-wide keys in cluster mode ---- */
+
+/* After a grant or renew that reached Redis: note key's holder (token)
+ * until expires_at_ms in the directory (best effort, logged). */
+void redis_cluster_note(struct redis_be *be,
+                        const char *key,
+                        size_t key_len,
+                        const char *token,
+                        int64_t expires_at_ms);
+/* After a release: the holder is gone (best effort). */
+void redis_cluster_unnote(struct redis_be *be,
+                          const char *key,
+                          size_t key_len,
+                          const char *token);
+/* list() and held_count() in cluster mode. */
+enum backend_result redis_cluster_list(struct redis_be *be,
+                                       const struct lock_list_req *req,
+                                       struct lock_list *out);
+int64_t redis_cluster_held_count(struct redis_be *be);
+
 /* ---- conn.c ---- */
 
 /* Warn at most once a second: a down Redis must not flood the log. */
@@ -354,11 +431,21 @@ void redis_warn(struct redis_be *be, const char *what, const char *detail);
 void redis_mark(struct redis_be *be, int up, const char *detail);
 /* Connect and AUTH: a context with command timeouts, or NULL and why. */
 redisContext *redis_dial(struct redis_be *be, char *err, size_t errlen);
-/* The same to host:port (borrowed). */
+/* The same to host:port (borrowed): cluster nodes, Sentinels. */
 redisContext *redis_dial_to(
     struct redis_be *be, const char *host, int port, char *err, size_t errlen);
 /* Where be's commands go, for the log: "host:port" and more. */
 void redis_where(struct redis_be *be, char *buf, size_t len);
+/* Dial host:port (host NULL: as redis_dial), SELECT be->db, load the
+ * scripts into sha and measure the clock into *offset: the context, or
+ * NULL (why in err). */
+redisContext *redis_node_open(struct redis_be *be,
+                              const char *host,
+                              int port,
+                              char sha[][41],
+                              int64_t *offset,
+                              char *err,
+                              size_t errlen);
 /* Redis's unix ms minus our monotonic ms into *offset: 0, or -1. */
 int redis_clock(redisContext *c, int64_t *offset);
 
@@ -408,7 +495,9 @@ size_t redis_key_name(const struct redis_be *be,
 size_t
 redis_key_len(const struct redis_be *be, const char *kind, size_t key_len);
 /* Set key argument i of a to be's name of the prefix-wide key name
- * (REDIS_BE_INDEX or REDIS_BE_HELD): the prefix, then name. */
+ * (REDIS_BE_INDEX or REDIS_BE_HELD): the prefix, then name. Cluster mode:
+ * the prefix, key argument 0's "{h}" (set before), then name, so the
+ * script stays on its lock's slot (clusterdir.c keeps the real view). */
 void redis_arg_global(const struct redis_be *be,
                       struct redis_args *a,
                       int i,
@@ -477,6 +566,17 @@ enum backend_result redis_force_release(struct backend *b,
                                         struct lock_info *out);
 
 /* ---- list.c: backend_ops' list and held_count ---- */
+
+/* a ZRANGEBYLEX bound: '(' or '[' and a key, or "-" / "+" */
+struct redis_lex {
+    char s[LOCK_KEY_MAX + 2];
+    size_t n;
+};
+
+/* The index's lex range of a page of req (shared with clusterdir.c). */
+void redis_list_range(const struct lock_list_req *req,
+                      struct redis_lex *min,
+                      struct redis_lex *max);
 
 enum backend_result redis_list(struct backend *b,
                                const struct lock_list_req *req,

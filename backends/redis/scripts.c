@@ -242,7 +242,9 @@ void redis_arg(struct redis_args *a, int i, const char *s, size_t n)
 size_t
 redis_key_len(const struct redis_be *be, const char *kind, size_t key_len)
 {
-    return be->prefix_len + strlen(kind) + key_len + 2;
+    size_t tag = be->topology == REDIS_BE_CLUSTER ? REDIS_BE_CLUSTER_TAG : 0;
+
+    return be->prefix_len + tag + strlen(kind) + key_len + 2;
 }
 
 /* prefix kind "{" key "}": the prefix and the fixed words around the key
@@ -257,6 +259,12 @@ size_t redis_key_name(const struct redis_be *be,
 
     memcpy(buf + n, be->prefix, be->prefix_len);
     n += be->prefix_len;
+    if (be->topology == REDIS_BE_CLUSTER) { /* cluster.c: the slot's tag */
+        buf[n++] = '{';
+        redis_cluster_hash(key, key_len, buf + n); /* writes a NUL too */
+        n += 16;
+        buf[n++] = '}';
+    }
     memcpy(buf + n, kind, kl);
     n += kl;
     buf[n++] = '{';
@@ -271,11 +279,17 @@ void redis_arg_global(const struct redis_be *be,
                       int i,
                       const char *name)
 {
-    size_t nl = strlen(name);
+    size_t nl = strlen(name), at = be->prefix_len;
 
     memcpy(a->keys[i], be->prefix, be->prefix_len);
-    memcpy(a->keys[i] + be->prefix_len, name, nl);
-    redis_arg(a, i, a->keys[i], be->prefix_len + nl);
+    if (be->topology == REDIS_BE_CLUSTER) {
+        /* cluster mode: the first key's slot (its "{h}"), so the script
+         * stays on one slot; clusterdir.c keeps the prefix-wide view */
+        memcpy(a->keys[i] + at, a->keys[0] + at, REDIS_BE_CLUSTER_TAG);
+        at += REDIS_BE_CLUSTER_TAG;
+    }
+    memcpy(a->keys[i] + at, name, nl);
+    redis_arg(a, i, a->keys[i], at + nl);
 }
 
 /* Into a->keys[i], REDIS_BE_KEYBUF bytes: room for the longest kind. */
@@ -375,6 +389,10 @@ redisReply *redis_script_argv(struct redis_be *be,
     snprintf(nk, sizeof(nk), "%d", nkeys);
     argv[2] = nk;
     argl[2] = strlen(nk);
+    /* cluster mode: every KEYS of a script share the first one's slot */
+    cn->slot = be->topology == REDIS_BE_CLUSTER && nkeys > 0
+                   ? redis_cluster_keyslot(argv[3], argl[3])
+                   : -1;
     for (int attempt = 0;; attempt++) {
         if (redis_conn_ready(be, cn) != 0)
             return NULL;

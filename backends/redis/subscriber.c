@@ -124,7 +124,10 @@ static void redis_sub_read(struct redis_be *be, redisContext *c, unsigned gen)
 static redisContext *
 redis_sub_dial(struct redis_be *be, char *err, size_t errlen)
 {
-    redisContext *c = redis_dial(be, err, errlen);
+    /* cluster mode: PUBLISH reaches every node; any one that answers */
+    redisContext *c = be->topology == REDIS_BE_CLUSTER
+                          ? redis_cluster_dial_any(be, err, errlen)
+                          : redis_dial(be, err, errlen);
     const char *argv[] = { "SUBSCRIBE", be->channel };
     size_t lens[] = { 9, strlen(be->channel) };
     redisReply *r;

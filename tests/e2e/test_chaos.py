@@ -496,7 +496,14 @@ def cluster_failover(min_replicas):
                 load.mark("kill -9 master node %d (holds %d of the %d keys)" % (victim, owners.count(victim),
                                                                                  len(owners)))
                 new = cl.failover(victim, timeout=30)
-                f.end = load.mark("node %s took over" % new)
+                if min_replicas:
+                    # the new master has no replica (WAIT 1 fails, 503s)
+                    # until the old one is back as its replica
+                    load.mark("node %s took over" % new)
+                    cl.rejoin(victim)
+                    f.end = load.mark("node %d rejoined as a replica" % victim)
+                else:
+                    f.end = load.mark("node %s took over" % new)
 
             run_load(ctx, "redis-cluster", "master failover" + (" min_replicas=1" if min_replicas else ""), insts,
                      tmo, drive, loss_allowed=not min_replicas)
