@@ -220,6 +220,10 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
                      "redis: replicas_timeout_ms must be below timeout_ms");
             res = BACKEND_INVALID;
         }
+        /* a grant or renew is the script, then WAIT: the longest a call
+         * can take, for the bound of the answer */
+        if (res == BACKEND_OK && be->min_replicas > 0)
+            be->base.call_timeout_ms = be->cmd_ms + be->replicas_timeout_ms;
     }
     if (res == BACKEND_NO_MEMORY)
         snprintf(err, errlen, "redis: out of memory");

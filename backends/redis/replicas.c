@@ -1,9 +1,9 @@
 /*
  * backends/redis/replicas.c - ?min_replicas=N: a grant or renew counts
  * only once N replicas have it. After every stamped script (acquire,
- * renew, re-entry and their multi-key forms) the same connection sends
- * WAIT N replicas_timeout_ms in the same write, so the cost is the
- * replicas' round trip and no more. When fewer than N acknowledge, the
+ * renew, re-entry and their multi-key forms) that granted or renewed, the
+ * same connection sends WAIT N replicas_timeout_ms: one more round trip
+ * per grant and renew, none for an attempt that found the key held. When fewer than N acknowledge, the
  * operation answers BACKEND_UNAVAILABLE, never a grant, and a fresh grant
  * is released again (best-effort: it is the primary's, which may be going
  * away; at worst it stays until its TTL under a token nobody has).
@@ -38,13 +38,16 @@ redisReply *redis_replicas_command(struct redis_be *be,
     wl[0] = 4;
     wl[1] = strlen(n);
     wl[2] = strlen(ms);
-    /* one write: the script and WAIT leave together */
-    if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK ||
-        redisAppendCommandArgv(c, 3, wv, wl) != REDIS_OK)
-        return NULL;
-    if (redisGetReply(c, (void **)&r) != REDIS_OK || r == NULL)
-        return NULL;
-    if (redisGetReply(c, (void **)&w) != REDIS_OK || w == NULL)
+    r = redisCommandArgv(c, argc, argv, lens);
+    if (r == NULL || c->err != 0)
+        return r; /* the caller drops both */
+    /* WAIT only after a grant or renew (first element 1): a refused
+     * attempt wrote nothing, and a waiter's retries must not each wait
+     * replicas_timeout_ms for replicas that are catching up */
+    if (!redis_reply_is_int(r, 0) || r->element[0]->integer != 1)
+        return r;
+    w = redisCommandArgv(c, 3, wv, wl);
+    if (w == NULL)
         return r; /* c->err is set: the caller drops both */
     if (w->type == REDIS_REPLY_INTEGER)
         *acks = w->integer;

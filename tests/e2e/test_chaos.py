@@ -433,6 +433,7 @@ def sentinel_failover(min_replicas):
             # every replica: one that the Sentinels do not promote keeps
             # acking what the old primary still takes during a failover
             opts += "&min_replicas=2"
+            tmo += 200  # a grant's WAIT may take replicas_timeout_ms more
         ss = mod.SentinelSet(ctx.tmpdir)
         try:
             ss.start()
@@ -483,6 +484,7 @@ def cluster_failover(min_replicas):
         opts, tmo = STORE["redis"]
         if min_replicas:
             opts += "&min_replicas=1"
+            tmo += 200  # a grant's WAIT may take replicas_timeout_ms more
         cl = mod.RedisCluster(ctx.tmpdir)
         try:
             cl.start()
