@@ -3,10 +3,10 @@
  * only once N replicas have it. After every stamped script (acquire,
  * renew, re-entry and their multi-key forms) that granted or renewed, the
  * same connection sends WAIT N replicas_timeout_ms: one more round trip
- * per grant and renew, none for an attempt that found the key held. When fewer than N acknowledge, the
- * operation answers BACKEND_UNAVAILABLE, never a grant, and a fresh grant
- * is released again (best-effort: it is the primary's, which may be going
- * away; at worst it stays until its TTL under a token nobody has).
+ * per grant and renew, none for an attempt that found the key held. When fewer
+ * than N acknowledge, the operation answers BACKEND_UNAVAILABLE, never a grant,
+ * and a fresh grant is released again (best-effort: it is the primary's, which
+ * may be going away; at worst it stays until its TTL under a token nobody has).
  *
  * Why: Redis replicates asynchronously, so a failover can promote a
  * replica that never saw a grant, and the lock is then free on the new
