@@ -266,12 +266,22 @@ class RedisCluster:
                 return self.ports.index(port) if port in self.ports else None
         return None
 
-    def failover(self, i, timeout=30.0):
-        """kill -9 master i; wait until one of its replicas is master of its
-        slots and the cluster is ok again; the new master's index."""
+    def replicas_of(self, i):
+        """The indexes of the nodes that replicate master i now."""
+        text = self.cmd(i, "INFO", "replication").decode()
+        ports = [int(f.split("=", 1)[1]) for line in text.split("\r\n") if line.startswith("slave")
+                 for f in line.split(":", 1)[1].split(",") if f.startswith("port=")]
+        return [j for j, p in enumerate(self.ports) if p in ports]
+
+    def failover(self, i, timeout=30.0, after_kill=None):
+        """kill -9 master i (then after_kill(), e.g. to resume a paused
+        replica); wait until one of its replicas is master of its slots and
+        the cluster is ok again; the new master's index."""
         slots = [lo for lo, hi, m, *_ in self.cmd(i, "CLUSTER", "SLOTS")
                  if m[1] == self.ports[i]]
         self.kill9(i)
+        if after_kill is not None:
+            after_kill()
 
         def promoted():
             j = self.master_of_slot(slots[0])

@@ -169,13 +169,13 @@ def wait_grant_via(load, since, inst, timeout=20.0):
 
 
 def run_load(ctx, topology, fault, insts, store_tmo, drive, loss_allowed=False, min_grants=MIN_GRANTS,
-             offsets=None):
+             offsets=None, ttl_ms=TTL_MS):
     """The chaos load on insts, drive(load, Fault) as the fault, then judge
     and print the scenario's line. offsets: see check_history."""
     t_start = time.monotonic()
     keys = [ctx.key("chaos%d" % i) for i in range(KEYS)]
     client_s = max(WAIT_MS, store_tmo) / 1000.0 + FAULT_S + 8.0
-    load = ChaosLoad(insts, keys, threads=THREADS, ttl_ms=TTL_MS, wait_ms=WAIT_MS, client_s=client_s)
+    load = ChaosLoad(insts, keys, threads=THREADS, ttl_ms=ttl_ms, wait_ms=WAIT_MS, client_s=client_s)
     f = Fault()
     warm(ctx, insts)
     load.start()
@@ -478,6 +478,20 @@ def lock_slot(key):
     return crc16(b"%016x" % h) % 16384
 
 
+def driver_acquire(load, key, ttl_ms, wait_ms):
+    """An acquire of the fault driver's, in the load's history (judged
+    with the rest) and never released: held until its TTL."""
+    a = Rec(ACQUIRE, key, 0, len(load.recs) + 1000, ttl_ms=ttl_ms, wait_ms=wait_ms)
+    c = load._client(0)
+    try:
+        load._request(c, a, "POST", faultload.lock_path(key),
+                      {"ttl_ms": ttl_ms, "wait_ms": wait_ms, "owner": "chaos-driver"})
+    finally:
+        c.close()
+    a.abandoned = a.status == 201
+    return a
+
+
 def cluster_failover(min_replicas):
     def sc(ctx):
         mod = module("server_cluster", "RedisCluster")
@@ -494,10 +508,28 @@ def cluster_failover(min_replicas):
                 owners = [cl.master_of_slot(lock_slot(k)) for k in load.keys]
                 victim = max(set(owners), key=owners.count) if owners and owners[0] is not None \
                     else cl.masters()[0]
+                reps = cl.replicas_of(victim)
+                # a key of the victim's that only this driver takes: held
+                # (20 s, never released) while the replica lags, and asked
+                # for again once the replica took over
+                kx = next(k for k in (ctx.key("lost%d" % i) for i in range(2000))
+                          if cl.master_of_slot(lock_slot(k)) == victim)
                 check(load.wait_grant(10.0) is not None, "no grant to place the failover after")
+                # the replica lags: what the master takes meanwhile is on the
+                # master only (with min_replicas, WAIT fails: 503, no grant)
+                for r in reps:
+                    cl.pause(r)
+                load.mark("SIGSTOP replica node(s) %s of master node %d" % (reps, victim))
+                held = driver_acquire(load, kx, 20000, 0)
+                load.mark("driver's acquire of %s on the lagging master: %s" % (kx, held.status))
+                time.sleep(max(0.0, 0.8 - (held.answered or time.monotonic()) + held.sent))
                 load.mark("kill -9 master node %d (holds %d of the %d keys)" % (victim, owners.count(victim),
                                                                                  len(owners)))
-                new = cl.failover(victim, timeout=30)
+
+                def resume():
+                    for r in reps:
+                        cl.resume(r)
+                new = cl.failover(victim, timeout=30, after_kill=resume)
                 if min_replicas:
                     # the new master has no replica (WAIT 1 fails, 503s)
                     # until the old one is back as its replica
@@ -506,9 +538,16 @@ def cluster_failover(min_replicas):
                     f.end = load.mark("node %d rejoined as a replica" % victim)
                 else:
                     f.end = load.mark("node %s took over" % new)
+                again = driver_acquire(load, kx, 2000, 5000)
+                load.mark("driver's acquire of %s after the failover: %s%s" % (
+                    kx, again.status, " (the lagging master's grant is lost)"
+                    if again.status == 201 and held.status == 201 else ""))
 
+            # a TTL longer than the failover (node timeout 1 s + election):
+            # a grant the replica lacks is then still held when the promoted
+            # replica grants the key again
             run_load(ctx, "redis-cluster", "master failover" + (" min_replicas=1" if min_replicas else ""), insts,
-                     tmo, drive, loss_allowed=not min_replicas)
+                     tmo, drive, loss_allowed=not min_replicas, ttl_ms=6000)
         finally:
             for ld in list(ctx.extra):
                 ld.stop(5)
