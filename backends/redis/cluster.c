@@ -121,65 +121,6 @@ void redis_cluster_hash(const char *key, size_t len, char out[17])
 
 /* ---- the URL ---- */
 
-/* One "host:port" of the seed list into be->addrs: BACKEND_OK, ... */
-static enum backend_result
-cluster_parse_seed(struct redis_be *be, const char *s, char *err, size_t errlen)
-{
-    unsigned port = REDIS_BE_DEFAULT_PORT;
-    char *host = NULL;
-    int rc = url_hostport(s, &host, &port, URL_HOSTPORT_BARE_V6);
-
-    if (rc == -2)
-        return BACKEND_NO_MEMORY;
-    if (rc != 0 || host == NULL || host[0] == '\0') {
-        free(host);
-        snprintf(err, errlen, "redis: bad cluster node '%s' in the URL", s);
-        return BACKEND_INVALID;
-    }
-    be->addrs[be->naddrs].host = host;
-    be->addrs[be->naddrs].port = (int)port;
-    be->naddrs++;
-    return BACKEND_OK;
-}
-
-static enum backend_result cluster_parse_seeds(struct redis_be *be,
-                                               const char *hosts,
-                                               char *err,
-                                               size_t errlen)
-{
-    size_t n = 1;
-    char *copy, *p, *comma;
-    enum backend_result res = BACKEND_OK;
-
-    if (hosts == NULL || hosts[0] == '\0') {
-        snprintf(err, errlen,
-                 "redis: redis+cluster:// needs at least one "
-                 "node (host:port,host:port,...)");
-        return BACKEND_INVALID;
-    }
-    for (p = strchr(hosts, ','); p != NULL; p = strchr(p + 1, ','))
-        n++;
-    if (n > REDIS_BE_CLUSTER_NODES_MAX) {
-        snprintf(err, errlen, "redis: more than %d cluster nodes in the URL",
-                 REDIS_BE_CLUSTER_NODES_MAX);
-        return BACKEND_INVALID;
-    }
-    be->addrs = calloc(n, sizeof(*be->addrs));
-    copy = strdup(hosts);
-    if (be->addrs == NULL || copy == NULL) {
-        free(copy);
-        return BACKEND_NO_MEMORY;
-    }
-    for (p = copy; res == BACKEND_OK && p != NULL; p = comma) {
-        comma = strchr(p, ',');
-        if (comma != NULL)
-            *comma++ = '\0';
-        res = cluster_parse_seed(be, p, err, errlen);
-    }
-    free(copy);
-    return res;
-}
-
 /* The shared state, its node table starting with the seeds. */
 static struct cluster_state *cluster_state_new(const struct redis_be *be)
 {
@@ -227,23 +168,19 @@ enum backend_result redis_cluster_parse(struct redis_be *be,
                  "there)");
         return BACKEND_INVALID;
     }
-    if (u->user != NULL && u->password == NULL) {
-        snprintf(err, errlen, "redis: URL has a user but no password");
+    if (u->hosts == NULL || u->hosts[0] == '\0') {
+        snprintf(err, errlen,
+                 "redis: redis+cluster:// needs at least one "
+                 "node (host:port,host:port,...)");
         return BACKEND_INVALID;
     }
-    res = cluster_parse_seeds(be, u->hosts, err, errlen);
+    res = redis_parse_addrs(be, u->hosts, REDIS_BE_DEFAULT_PORT,
+                            REDIS_BE_CLUSTER_NODES_MAX, "cluster node", err,
+                            errlen);
+    if (res == BACKEND_OK)
+        res = redis_parse_auth(be, u, err, errlen);
     if (res != BACKEND_OK)
         return res;
-    if (u->password != NULL) {
-        be->password = strdup(u->password);
-        if (be->password == NULL)
-            return BACKEND_NO_MEMORY;
-        if (u->user != NULL && u->user[0] != '\0') {
-            be->user = strdup(u->user);
-            if (be->user == NULL)
-                return BACKEND_NO_MEMORY;
-        }
-    }
     /* be->host names the first seed in log lines */
     be->host = strdup(be->addrs[0].host);
     be->port = be->addrs[0].port;

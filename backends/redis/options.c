@@ -46,6 +46,86 @@ static enum backend_result redis_parse_hosts(struct redis_be *be,
     return BACKEND_OK;
 }
 
+enum backend_result redis_parse_auth(struct redis_be *be,
+                                     const struct url *u,
+                                     char *err,
+                                     size_t errlen)
+{
+    if (u->user != NULL && u->password == NULL) {
+        snprintf(err, errlen,
+                 "redis: URL has a user but no password "
+                 "(use %s://:password@host)",
+                 u->scheme);
+        return BACKEND_INVALID;
+    }
+    if (u->password == NULL)
+        return BACKEND_OK;
+    be->password = strdup(u->password);
+    if (be->password == NULL)
+        return BACKEND_NO_MEMORY;
+    if (u->user != NULL && u->user[0] != '\0') {
+        be->user = strdup(u->user);
+        if (be->user == NULL)
+            return BACKEND_NO_MEMORY;
+    }
+    return BACKEND_OK;
+}
+
+enum backend_result redis_parse_addrs(struct redis_be *be,
+                                      const char *hosts,
+                                      unsigned default_port,
+                                      size_t max,
+                                      const char *what,
+                                      char *err,
+                                      size_t errlen)
+{
+    size_t n = 1;
+    char *copy, *p, *comma;
+    enum backend_result res = BACKEND_OK;
+
+    for (p = strchr(hosts, ','); p != NULL; p = strchr(p + 1, ','))
+        n++;
+    if (n > max) {
+        snprintf(err, errlen, "redis: more than %zu %ss in the URL", max, what);
+        return BACKEND_INVALID;
+    }
+    be->addrs = calloc(n, sizeof(*be->addrs));
+    copy = strdup(hosts);
+    if (be->addrs == NULL || copy == NULL) {
+        free(copy);
+        return BACKEND_NO_MEMORY;
+    }
+    for (p = copy; res == BACKEND_OK && p != NULL; p = comma) {
+        unsigned port = default_port;
+        char *host = NULL;
+        int rc;
+
+        comma = strchr(p, ',');
+        if (comma != NULL)
+            *comma++ = '\0';
+        if (p[0] == '\0') {
+            snprintf(err, errlen, "redis: empty %s address in the URL", what);
+            res = BACKEND_INVALID;
+            break;
+        }
+        rc = url_hostport(p, &host, &port, URL_HOSTPORT_BARE_V6);
+        if (rc == -2)
+            res = BACKEND_NO_MEMORY;
+        else if (rc != 0 || host == NULL || host[0] == '\0') {
+            free(host);
+            snprintf(err, errlen, "redis: bad %s host or port '%s' in the URL",
+                     what, p);
+            res = BACKEND_INVALID;
+        } else {
+            be->addrs[be->naddrs].host = host;
+            be->addrs[be->naddrs].port = (int)port;
+            be->naddrs++;
+        }
+    }
+    free(copy);
+    return res;
+}
+
 /* [[user]:password@] and /db. */
 static enum backend_result redis_parse_auth_db(struct redis_be *be,
                                                const struct url *u,
@@ -53,23 +133,10 @@ static enum backend_result redis_parse_auth_db(struct redis_be *be,
                                                size_t errlen)
 {
     uint64_t n;
+    enum backend_result res = redis_parse_auth(be, u, err, errlen);
 
-    if (u->user != NULL && u->password == NULL) {
-        snprintf(err, errlen,
-                 "redis: URL has a user but no password "
-                 "(use redis://:password@host)");
-        return BACKEND_INVALID;
-    }
-    if (u->password != NULL) {
-        be->password = strdup(u->password);
-        if (be->password == NULL)
-            return BACKEND_NO_MEMORY;
-        if (u->user != NULL && u->user[0] != '\0') {
-            be->user = strdup(u->user);
-            if (be->user == NULL)
-                return BACKEND_NO_MEMORY;
-        }
-    }
+    if (res != BACKEND_OK)
+        return res;
     if (u->path != NULL) {
         if (text_parse_u64(u->path, 0, INT_MAX, &n) != 0) {
             snprintf(err, errlen,

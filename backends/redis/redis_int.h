@@ -321,6 +321,21 @@ extern const struct backend_ops redis_backend;
 
 /* ---- options.c ---- */
 
+/* [[user]:password@] of u into be (user, password), for every variant. */
+enum backend_result redis_parse_auth(struct redis_be *be,
+                                     const struct url *u,
+                                     char *err,
+                                     size_t errlen);
+/* A "host[:port],host[:port],..." list (hosts non-empty) into be->addrs,
+ * default_port where none is given, at most max; what names one entry in
+ * messages ("Sentinel", "cluster node"). */
+enum backend_result redis_parse_addrs(struct redis_be *be,
+                                      const char *hosts,
+                                      unsigned default_port,
+                                      size_t max,
+                                      const char *what,
+                                      char *err,
+                                      size_t errlen);
 /* Fill be's settings from url; BACKEND_INVALID with a message in err. */
 enum backend_result
 redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen);

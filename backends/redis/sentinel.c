@@ -30,6 +30,7 @@
 #define REDIS_BE_SENTINEL_ASK_MS   100   /* workers ask at most this often */
 #define REDIS_BE_SENTINEL_POLL_MS  2000  /* the watcher asks again anyway */
 #define REDIS_BE_SENTINEL_HOST_MAX 256
+#define REDIS_BE_SENTINELS_MAX     64 /* Sentinels in a URL, at most */
 #define REDIS_BE_SENTINEL_SWITCH   "+switch-master"
 #define REDIS_BE_SENTINEL_PROMOTED "+promoted-slave"
 
@@ -47,64 +48,6 @@ struct sentinel_state {
 };
 
 /* ---- the URL ---- */
-
-/* One "host[:port]" of the list into a. */
-static enum backend_result sentinel_parse_addr(
-    const char *s, size_t n, struct redis_addr *a, char *err, size_t errlen)
-{
-    char one[REDIS_BE_SENTINEL_HOST_MAX + 8];
-    unsigned port = REDIS_BE_SENTINEL_PORT;
-    int rc;
-
-    if (n == 0 || n >= sizeof(one)) {
-        snprintf(err, errlen, "redis: empty or too long Sentinel address");
-        return BACKEND_INVALID;
-    }
-    memcpy(one, s, n);
-    one[n] = '\0';
-    rc = url_hostport(one, &a->host, &port, 0);
-    if (rc == -2)
-        return BACKEND_NO_MEMORY;
-    if (rc != 0) {
-        snprintf(err, errlen, "redis: bad Sentinel host or port '%s'", one);
-        return BACKEND_INVALID;
-    }
-    a->port = (int)port;
-    return BACKEND_OK;
-}
-
-/* s1:port,s2:port,... into be->addrs. */
-static enum backend_result sentinel_parse_hosts(struct redis_be *be,
-                                                const char *hosts,
-                                                char *err,
-                                                size_t errlen)
-{
-    size_t n = 1;
-    const char *p;
-    enum backend_result res = BACKEND_OK;
-
-    if (hosts == NULL || hosts[0] == '\0') {
-        snprintf(err, errlen,
-                 "redis: redis+sentinel:// needs at least one Sentinel "
-                 "(redis+sentinel://host:port,.../master-name)");
-        return BACKEND_INVALID;
-    }
-    for (p = hosts; *p != '\0'; p++)
-        n += *p == ',';
-    be->addrs = calloc(n, sizeof(*be->addrs));
-    if (be->addrs == NULL)
-        return BACKEND_NO_MEMORY;
-    p = hosts;
-    while (res == BACKEND_OK && be->naddrs < n) {
-        const char *end = strchr(p, ',');
-        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
-        res = sentinel_parse_addr(p, len, &be->addrs[be->naddrs], err, errlen);
-        if (res == BACKEND_OK)
-            be->naddrs++;
-        p += len + 1;
-    }
-    return res;
-}
 
 /* master-name[/db] into be. */
 static enum backend_result sentinel_parse_path(struct redis_be *be,
@@ -139,31 +82,6 @@ static enum backend_result sentinel_parse_path(struct redis_be *be,
     return BACKEND_OK;
 }
 
-/* [[user]:password@]: the Redis nodes' AUTH, as for redis://. */
-static enum backend_result sentinel_parse_auth(struct redis_be *be,
-                                               const struct url *u,
-                                               char *err,
-                                               size_t errlen)
-{
-    if (u->user != NULL && u->password == NULL) {
-        snprintf(err, errlen,
-                 "redis: URL has a user but no password "
-                 "(use redis+sentinel://:password@host:port,...)");
-        return BACKEND_INVALID;
-    }
-    if (u->password == NULL)
-        return BACKEND_OK;
-    be->password = strdup(u->password);
-    if (be->password == NULL)
-        return BACKEND_NO_MEMORY;
-    if (u->user != NULL && u->user[0] != '\0') {
-        be->user = strdup(u->user);
-        if (be->user == NULL)
-            return BACKEND_NO_MEMORY;
-    }
-    return BACKEND_OK;
-}
-
 static struct sentinel_state *sentinel_state_new(void)
 {
     struct sentinel_state *st = calloc(1, sizeof(*st));
@@ -191,11 +109,23 @@ enum backend_result redis_sentinel_parse(struct redis_be *be,
     be->sentinel = sentinel_state_new();
     if (be->sentinel == NULL)
         return BACKEND_NO_MEMORY;
-    res = sentinel_parse_hosts(be, u->hosts, err, errlen);
+    if (u->hosts == NULL || u->hosts[0] == '\0') {
+        snprintf(err, errlen,
+                 "redis: redis+sentinel:// needs at least one Sentinel "
+                 "(redis+sentinel://host:port,.../master-name)");
+        return BACKEND_INVALID;
+    }
+    res = redis_parse_addrs(be, u->hosts, REDIS_BE_SENTINEL_PORT,
+                            REDIS_BE_SENTINELS_MAX, "Sentinel", err, errlen);
+    for (size_t i = 0; res == BACKEND_OK && i < be->naddrs; i++)
+        if (strlen(be->addrs[i].host) >= REDIS_BE_SENTINEL_HOST_MAX) {
+            snprintf(err, errlen, "redis: Sentinel host name too long");
+            res = BACKEND_INVALID;
+        }
     if (res == BACKEND_OK)
         res = sentinel_parse_path(be, u->path, err, errlen);
     if (res == BACKEND_OK)
-        res = sentinel_parse_auth(be, u, err, errlen);
+        res = redis_parse_auth(be, u, err, errlen);
     if (res == BACKEND_OK && pw != NULL && pw[0] != '\0') {
         be->sentinel->password = strdup(pw);
         if (be->sentinel->password == NULL)
