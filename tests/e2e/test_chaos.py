@@ -454,30 +454,6 @@ def sentinel_failover(min_replicas):
     return sc
 
 
-def crc16(data):
-    """Redis Cluster's key slot CRC (XMODEM)."""
-    crc = 0
-    for b in data:
-        crc ^= b << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc
-
-
-def lock_slot(key):
-    """The slot of lock key's Redis keys in cluster mode: the hash tag is 16
-    hex digits of FNV-1a 64 of the key's own hash tag (SPEC-17)."""
-    b = key.encode()
-    i = b.find(b"{")
-    j = b.find(b"}", i + 1) if i >= 0 else -1
-    tag = b[i + 1:j] if i >= 0 and j > i + 1 else b
-    h = 0xCBF29CE484222325
-    for c in tag:
-        h = ((h ^ c) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return crc16(b"%016x" % h) % 16384
-
-
 def driver_acquire(load, key, ttl_ms, wait_ms):
     """An acquire of the fault driver's, in the load's history (judged
     with the rest) and never released: held until its TTL."""
@@ -505,7 +481,7 @@ def cluster_failover(min_replicas):
             insts = [new_lockd(ctx, cl.url(opts)) for _ in range(2)]
 
             def drive(load, f):
-                owners = [cl.master_of_slot(lock_slot(k)) for k in load.keys]
+                owners = [cl.master_of_slot(mod.lock_slot(k)) for k in load.keys]
                 victim = max(set(owners), key=owners.count) if owners and owners[0] is not None \
                     else cl.masters()[0]
                 reps = cl.replicas_of(victim)
@@ -513,7 +489,7 @@ def cluster_failover(min_replicas):
                 # (20 s, never released) while the replica lags, and asked
                 # for again once the replica took over
                 kx = next(k for k in (ctx.key("lost%d" % i) for i in range(2000))
-                          if cl.master_of_slot(lock_slot(k)) == victim)
+                          if cl.master_of_slot(mod.lock_slot(k)) == victim)
                 check(load.wait_grant(10.0) is not None, "no grant to place the failover after")
                 # the replica lags: what the master takes meanwhile is on the
                 # master only (with min_replicas, WAIT fails: 503, no grant)
