@@ -69,7 +69,7 @@ def with_options(url, opts):
 
 
 def module(name, *attrs):
-    """Another helper's test module, imported now; Skip if it or one of
+    """A test module of one topology, imported now; Skip if it or one of
     attrs (a class's "Class.method" too) is not there yet."""
     try:
         mod = __import__(name)
