@@ -565,31 +565,42 @@ def t_worker_loop(ctx):
     def lines():
         return read(log).splitlines() if os.path.exists(log) else []
 
+    outfiles = [os.path.join(ctx.tmpdir, "loop-%s-%d" % (pod, ld.port)) for pod in ("pod-a", "pod-b")]
+
+    def seen():
+        """The batches so far and what each loop printed (lockctl's
+        messages, the loop's exit notes), with the time: for a failure."""
+        return "%r; loops printed %r at +%.1f s" % (
+            lines(), [read(f) if os.path.exists(f) else "" for f in outfiles], time.monotonic() - t0)
+
     procs = []
+    t0 = time.monotonic()
     try:
-        for pod in ("pod-a", "pod-b"):
+        for pod, out in zip(("pod-a", "pod-b"), outfiles):
             env = script_env({"POD_NAME": pod, "BATCH": batch, "W": log})
-            procs.append(subprocess.Popen(["/bin/sh", "-c", body], env=env, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                          start_new_session=True))
+            with open(out, "w") as f:
+                procs.append(subprocess.Popen(["/bin/sh", "-c", body], env=env, stdin=subprocess.DEVNULL,
+                                              stdout=f, stderr=subprocess.STDOUT, start_new_session=True))
         deadline = time.monotonic() + 10
         while len({ln.split()[1] for ln in lines() if ln.startswith("end ")}) < 2 or len(lines()) < 6:
-            check(time.monotonic() < deadline, "two loops ran too few batches in 10 s: %r" % lines())
+            check(time.monotonic() < deadline, "two loops ran too few batches in 10 s: %s" % seen())
             time.sleep(0.05)
         open(log + ".long", "w").close()
         n = len(lines())
+        deadline = time.monotonic() + 5
         while not [ln for ln in lines()[n:] if ln.startswith("start ")]:
-            check(time.monotonic() < deadline, "no batch started after the short ones: %r" % lines())
+            check(time.monotonic() < deadline, "no batch started within 5 s after the short ones: %s" % seen())
             time.sleep(0.05)
         stopped = time.monotonic()
         for p in procs:
             p.send_signal(15)
         outs = []
-        for p in procs:
+        for p, out in zip(procs, outfiles):
             try:
-                outs.append(p.communicate(timeout=max(0.1, stopped + 5 - time.monotonic()))[0])
+                p.wait(timeout=max(0.1, stopped + 5 - time.monotonic()))
             except subprocess.TimeoutExpired:
-                raise Fail("a worker loop still runs 5 s after SIGTERM, in a 20 s batch: %r" % lines())
+                raise Fail("a worker loop still runs 5 s after SIGTERM, in a 20 s batch: %s" % seen())
+            outs.append(read(out))
         got = lines()
         check(got[-1].startswith("start "), "the long batch was not cut short: %r" % got)
         fences = []

@@ -1325,15 +1325,18 @@ static void test_multi_waiter_after_the_read_fails_the_whole_grant(void)
     }
     key_node("w/x", xnode, sizeof(xnode));
     CHECK_EQ_INT(raw_node(zh, xnode, NULL), ZOK);
-    raw_holder(zh, xnode, TOK_A, 1, 0, &st);
     key_node("w/y", inj.parent, sizeof(inj.parent));
     CHECK_EQ_INT(raw_node(zh, inj.parent, NULL), ZOK); /* empty, as read */
-    check_sleep_ms(20);                                /* w/x expired */
+    /* armed before w/x's holder exists: should the keeper's sweep reap it
+     * before the acquire does, its notice queues the waiter then, and the
+     * acquire still finds w/y taken (else it took both, the hook unheard) */
     pthread_mutex_lock(&inj.mu);
     inj.zh = zh;
     inj.trigger = "w/x";
     inj.armed = true;
     pthread_mutex_unlock(&inj.mu);
+    raw_holder(zh, xnode, TOK_A, 1, 0, &st);
+    check_sleep_ms(20); /* w/x expired */
     CHECK_EQ_INT(zkm(be, ZKM_ACQUIRE, keys, TOK_B, NULL, 5000, &mg),
                  BACKEND_HELD);
     CHECK(inj.made[0] != '\0');
