@@ -1294,6 +1294,8 @@ static void inject_hook(void *arg, const char *key, size_t len)
         inj.armed = false;
         snprintf(path, sizeof(path), "%s/wffffffffffffffff-1-%lld-", inj.parent,
                  (long long)clock_wall_ms() + 60000);
+        /* the sweep may have reaped the empty key node meanwhile */
+        (void)raw_node(inj.zh, inj.parent, NULL);
         if (zoo_create(inj.zh, path, "", 0, &ZOO_OPEN_ACL_UNSAFE,
                        ZOO_EPHEMERAL_SEQUENTIAL, inj.made,
                        sizeof(inj.made)) != ZOK)
@@ -1325,9 +1327,10 @@ static void test_multi_waiter_after_the_read_fails_the_whole_grant(void)
     }
     key_node("w/x", xnode, sizeof(xnode));
     CHECK_EQ_INT(raw_node(zh, xnode, NULL), ZOK);
+    raw_holder(zh, xnode, TOK_A, 1, 0, &st);
     key_node("w/y", inj.parent, sizeof(inj.parent));
     CHECK_EQ_INT(raw_node(zh, inj.parent, NULL), ZOK); /* empty, as read */
-    /* armed before w/x's holder exists: should the keeper's sweep reap it
+    /* armed before w/x's holder expires: should the keeper's sweep reap it
      * before the acquire does, its notice queues the waiter then, and the
      * acquire still finds w/y taken (else it took both, the hook unheard) */
     pthread_mutex_lock(&inj.mu);
@@ -1335,7 +1338,6 @@ static void test_multi_waiter_after_the_read_fails_the_whole_grant(void)
     inj.trigger = "w/x";
     inj.armed = true;
     pthread_mutex_unlock(&inj.mu);
-    raw_holder(zh, xnode, TOK_A, 1, 0, &st);
     check_sleep_ms(20); /* w/x expired */
     CHECK_EQ_INT(zkm(be, ZKM_ACQUIRE, keys, TOK_B, NULL, 5000, &mg),
                  BACKEND_HELD);
