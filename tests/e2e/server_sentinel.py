@@ -57,7 +57,10 @@ class SentinelSet:
         os.makedirs(d, exist_ok=True)
         cmd = [REDIS_SERVER, "--port", str(self.ports[i]), "--bind", "127.0.0.1",
                "--dir", d, "--daemonize", "no", "--save", "", "--appendonly", "no",
-               "--logfile", os.path.join(d, "redis.log")]
+               "--logfile", os.path.join(d, "redis.log"),
+               # a replica syncs at once, not after the default 5 s wait
+               # for more replicas to share the transfer
+               "--repl-diskless-sync-delay", "0"]
         if replicaof is not None:
             cmd += ["--replicaof", "127.0.0.1", str(self.ports[replicaof])]
         return cmd
@@ -91,7 +94,8 @@ class SentinelSet:
                 self._start_node(i, 0)
             for j in range(len(self.sentinels)):
                 self._start_sentinel(j)
-            self._until(self._settled, 30, "the Sentinels know every replica and each other")
+            # Sentinels learn replicas from the primary's INFO, every 10 s
+            self._until(self._settled, 60, "the Sentinels know every replica and each other")
         except BaseException:
             self.stop()
             raise
