@@ -99,6 +99,11 @@ def sighup_rotates_log_file(ctx):
     try:
         for i in range(100):
             if i == 50:
+                # an access line is written once its answer is sent: wait
+                # for the last one before the rename, or it may land after
+                deadline = time.monotonic() + 5
+                while '"rot-049"' not in read(logf) and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 os.rename(logf, logf + ".1")
                 hup(ld, logf, 1)
             r = c.request("GET", "/healthz", headers={"X-Request-Id": "rot-%03d" % i})
