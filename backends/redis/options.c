@@ -297,3 +297,18 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
     url_cleanup(&u);
     return res;
 }
+
+void redis_url_free(struct redis_be *be)
+{
+    redis_cluster_free(be->cluster);
+    be->cluster = NULL;
+    for (size_t i = 0; i < be->naddrs; i++)
+        free(be->addrs[i].host);
+    free(be->addrs);
+    free(be->master_name);
+    free(be->host);
+    free(be->user);
+    free(be->password);
+    free(be->prefix);
+    free(be->channel);
+}

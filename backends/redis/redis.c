@@ -447,16 +447,7 @@ static void redis_close(struct backend *b)
     redis_trash_free(be); /* their places go at their deadlines */
     pthread_cond_destroy(&be->sub_cond);
     pthread_mutex_destroy(&be->lock);
-    redis_cluster_free(be->cluster);
-    for (size_t i = 0; i < be->naddrs; i++)
-        free(be->addrs[i].host);
-    free(be->addrs);
-    free(be->master_name);
-    free(be->host);
-    free(be->user);
-    free(be->password);
-    free(be->prefix);
-    free(be->channel);
+    redis_url_free(be);
     free(be);
 }
 

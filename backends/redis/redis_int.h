@@ -321,6 +321,9 @@ extern const struct backend_ops redis_backend;
 
 /* ---- options.c ---- */
 
+/* Free what redis_parse_url() set in be (the Cluster state too; the
+ * Sentinel watcher is sentinel.c's): close(), and tests of the parser. */
+void redis_url_free(struct redis_be *be);
 /* [[user]:password@] of u into be (user, password), for every variant. */
 enum backend_result redis_parse_auth(struct redis_be *be,
                                      const struct url *u,

@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.parse
 
+import harness
 from harness import check, eq
 
 
@@ -61,6 +62,18 @@ def safe(fn):
 def wait_ready(ld, timeout):
     """Poll ld's /readyz until it answers 200; whether it did in time."""
     return wait_until(lambda: safe(lambda: ld.request("GET", "/readyz", timeout=5).status == 200), timeout)
+
+
+def start_instances(ctx, url, n=2):
+    """n lockd instances on url (stopped by ctx.cleanup), each ready."""
+    out = []
+    for _ in range(n):
+        ld = harness.Lockd(url, tmpdir=ctx.tmpdir)
+        ctx.extra.append(ld)
+        ld.start()
+        check(wait_ready(ld, 15.0), "lockd on %s not ready: %s" % (url, ld.log_tail()))
+        out.append(ld)
+    return out
 
 
 def wait_first_grant(ctx, timeout):

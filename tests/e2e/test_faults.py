@@ -36,7 +36,7 @@ import harness
 import server_zookeeper
 from faultload import ACQUIRE, RELEASE, FaultLoad, Rec, check_history, grant
 from harness import check, eq
-from multi import ensure_server_up, wait_ready
+from multi import ensure_server_up, start_instances
 
 RUNS = max(1, int(os.environ.get("LOCKD_FAULT_RUNS", "1")))
 SLACK_MS = int(os.environ.get("LOCKD_FAULT_SLACK_MS", "300"))
@@ -70,18 +70,6 @@ STORES = sorted(STORE)
 
 def with_options(url, opts):
     return url + ("&" if "?" in url else "?") + opts
-
-
-def start_instances(ctx, url, n=2):
-    """n lockd instances on url (stopped by ctx.cleanup), each ready."""
-    out = []
-    for _ in range(n):
-        ld = harness.Lockd(url, tmpdir=ctx.tmpdir)
-        ctx.extra.append(ld)
-        ld.start()
-        check(wait_ready(ld, 15.0), "lockd on %s not ready: %s" % (url, ld.log_tail()))
-        out.append(ld)
-    return out
 
 
 def new_load(ctx, instances, store_timeout_ms, ttl_ms=TTL_MS):

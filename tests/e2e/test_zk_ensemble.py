@@ -31,7 +31,7 @@ import netfault
 import server_zookeeper
 from faultload import FaultLoad
 from harness import check, eq
-from multi import wait_ready
+from multi import start_instances
 
 OPTS = "timeout_ms=700"
 TIMEOUT_MS = 700
@@ -68,17 +68,6 @@ def with_ensemble(ctx, body, need_iptables=False):
             if ld.alive():
                 ld.stop(10)
         ens.stop()
-
-
-def start_instances(ctx, url, n):
-    out = []
-    for _ in range(n):
-        ld = harness.Lockd(url, tmpdir=ctx.tmpdir)
-        ctx.extra.append(ld)
-        ld.start()
-        check(wait_ready(ld, 15.0), "lockd on %s not ready: %s" % (url, ld.log_tail()))
-        out.append(ld)
-    return out
 
 
 def until(fn, timeout, what):

@@ -137,15 +137,7 @@ static enum backend_result parse(const char *url, char *err, size_t errlen)
         CHECK_EQ_INT(be->topology, REDIS_BE_CLUSTER);
         CHECK(be->cluster != NULL);
     }
-    redis_cluster_free(be->cluster);
-    for (size_t i = 0; i < be->naddrs; i++)
-        free(be->addrs[i].host);
-    free(be->addrs);
-    free(be->host);
-    free(be->user);
-    free(be->password);
-    free(be->prefix);
-    free(be->channel);
+    redis_url_free(be);
     free(be);
     return r;
 }
