@@ -35,6 +35,9 @@ endif
 ALL_ADAPTERS := $(notdir $(patsubst %/,%,$(wildcard backends/*/)))
 ADAPTERS ?= $(ALL_ADAPTERS)
 override ADAPTERS := memory $(filter-out memory,$(filter $(ALL_ADAPTERS),$(ADAPTERS)))
+# redlock:// is built from the redis adapter's parts (backends/redis/
+# redis_int.h, "fan.c"): asking for it brings redis in.
+override ADAPTERS += $(if $(filter redlock,$(ADAPTERS)),$(filter-out $(ADAPTERS),redis))
 GEN      := $(BUILD)/gen
 CFLAGS   += -I$(GEN)
 

@@ -488,3 +488,20 @@ void backend_describe(const struct backend *be, struct backend_topology *out)
     if (out->failover[0] == '\0')
         snprintf(out->failover, sizeof(out->failover), "unknown");
 }
+
+size_t backend_nodes(const struct backend *be,
+                     struct backend_node *out,
+                     size_t max,
+                     unsigned *quorum)
+{
+    size_t n;
+
+    memset(out, 0, max * sizeof(*out));
+    *quorum = 0;
+    if (be->ops->nodes == NULL)
+        return 0;
+    n = be->ops->nodes(be, out, max, quorum);
+    for (size_t i = 0; i < n && i < max; i++)
+        out[i].name[sizeof(out[i].name) - 1] = '\0';
+    return n;
+}

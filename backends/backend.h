@@ -82,6 +82,14 @@ enum lock_mode {
  * old it may be. For /metrics; the contract suite checks it only for sense.
  */
 #define BACKEND_CAP_HELD_LAGS 0x2u
+/*
+ * NO_SEMAPHORE: a shared acquire with a limit above 1 cannot be kept
+ * safe by this store (a Redlock majority: with 3 nodes and limit 2, three
+ * holders can each sit on a majority while no node has more than 2).
+ * api/ answers it 400 invalid_parameter naming the backend before the
+ * adapter runs; limit 0 (no limit) and 1 are served.
+ */
+#define BACKEND_CAP_NO_SEMAPHORE 0x4u
 
 enum backend_result {
     BACKEND_OK = 0,
@@ -322,6 +330,28 @@ struct backend_hooks {
     void *arg;
     backend_expired_fn expired; /* may be NULL; called with expired_arg */
     void *expired_arg;
+    uint64_t max_ttl_ms; /* the longest TTL lockd grants (--max-ttl-ms);
+                            0 = unknown (a test's caller): an adapter
+                            that needs it assumes 86400000 */
+};
+
+/*
+ * One node of a store made of independent servers (redlock://), as the
+ * adapter last saw it: for /readyz and /metrics. Filled by
+ * backend_ops.nodes() from what the adapter already knows: never a store
+ * call.
+ */
+#define BACKEND_NODES_MAX 9
+#define BACKEND_NODE_NAME 64 /* bytes of "host:port", with its NUL */
+
+struct backend_node {
+    char name[BACKEND_NODE_NAME]; /* "host:port" as the URL names it */
+    bool up;                      /* answered its last check */
+    bool voting;                  /* its grants count now */
+    bool quarantined;   /* restarted or lost its data: not voting until
+                           quarantine_ms passes */
+    int64_t quarantine_ms; /* quarantined: ms left, else 0 */
+    int64_t latency_us;    /* its last check's round trip; -1 unknown */
 };
 
 /*
@@ -542,6 +572,17 @@ struct backend_ops {
      * open() and close(). May be NULL (the wrapper says "unknown").
      */
     void (*describe)(const struct backend *be, struct backend_topology *out);
+    /*
+     * A store of independent nodes (redlock://): fill out[0..max) with
+     * its nodes as last checked and return how many it has (at most
+     * BACKEND_NODES_MAX), and the majority its grants need in *quorum.
+     * Never asks the store, never blocks; any thread. May be NULL (the
+     * wrapper returns 0: no per-node view).
+     */
+    size_t (*nodes)(const struct backend *be,
+                    struct backend_node *out,
+                    size_t max,
+                    unsigned *quorum);
 };
 
 /* Text for a result, for logs. Never NULL. */
@@ -619,6 +660,12 @@ int64_t backend_held_count(struct backend *be);
 /* describe: out zeroed, then the adapter's; "unknown" for an adapter
  * without the op or for a field it left empty. Not timed: no store call. */
 void backend_describe(const struct backend *be, struct backend_topology *out);
+/* nodes: out[0..max) and *quorum zeroed, then the adapter's; 0 for an
+ * adapter without the op. Not timed: no store call. */
+size_t backend_nodes(const struct backend *be,
+                     struct backend_node *out,
+                     size_t max,
+                     unsigned *quorum);
 /* list: INVALID before the adapter runs for a limit outside
  * 1..LOCK_LIST_MAX, a prefix over LOCK_KEY_MAX bytes or with a NUL, an
  * after that is not a valid key, out->entries NULL, or an adapter

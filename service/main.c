@@ -209,6 +209,7 @@ static int open_store(struct config *cfg,
     hooks.arg = *qp;
     hooks.expired = events_expired; /* reads api->log_events only */
     hooks.expired_arg = api;
+    hooks.max_ttl_ms = cfg->max_ttl_ms; /* redlock's quarantine */
     if (backend_open(cfg->backend, &hooks, bep, err, sizeof(err)) !=
         BACKEND_OK) {
         fprintf(stderr, "lockd: %s\n", err);
