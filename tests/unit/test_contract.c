@@ -64,6 +64,7 @@ struct target {
     /* start the store's server in srv, fill url: 0, or -1 and *why */
     int (*start)(struct target *t, const char **why);
     struct test_server srv;
+    struct test_server more[2]; /* redlock: the other two nodes */
     char url[256];
     struct backend *be; /* the main handle, its hooks are notes_hook */
     unsigned caps;
@@ -861,6 +862,38 @@ static int start_redis(struct target *t, const char **why)
     return 0;
 }
 
+/* Three redis-server nodes, AOF with fsync always and trust_fsync=1:
+ * every node votes from the start (and after a restart). */
+static int start_redlock(struct target *t, const char **why)
+{
+    struct test_server *s[3] = { &t->srv, &t->more[0], &t->more[1] };
+
+    if (access(TESTSRV_REDIS, X_OK) != 0) {
+        *why = TESTSRV_REDIS " is not installed";
+        return -1;
+    }
+    for (size_t i = 0; i < 3; i++) {
+        *s[i] = (struct test_server)TEST_SERVER_INIT;
+        if (testsrv_setup(s[i], "contract-redlock") != 0 ||
+            testsrv_redis_start(s[i]) != 0) {
+            *why = TESTSRV_REDIS " did not start";
+            return -1;
+        }
+    }
+    snprintf(t->url, sizeof(t->url),
+             "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?trust_fsync=1",
+             s[0]->port, s[1]->port, s[2]->port);
+    return 0;
+}
+
+/* Stop t's servers and remove their dirs. */
+static void stop_target(struct target *t)
+{
+    testsrv_cleanup(&t->srv, SIGKILL);
+    for (size_t i = 0; i < 2; i++)
+        testsrv_cleanup(&t->more[i], SIGKILL);
+}
+
 static int start_zookeeper(struct target *t, const char **why)
 {
     if (access(TESTSRV_JAVA, X_OK) != 0 || access(TESTSRV_ZK_JAR, R_OK) != 0) {
@@ -909,6 +942,7 @@ static int start_mysql(struct target *t, const char **why)
 static struct target targets[] = {
     { .name = "memory", .start = start_memory, .srv = TEST_SERVER_INIT },
     { .name = "redis", .start = start_redis, .srv = TEST_SERVER_INIT },
+    { .name = "redlock", .start = start_redlock, .srv = TEST_SERVER_INIT },
     { .name = "zookeeper", .start = start_zookeeper, .srv = TEST_SERVER_INIT },
     { .name = "mysql", .start = start_mysql, .srv = TEST_SERVER_INIT },
 };
@@ -944,7 +978,7 @@ int main(int argc, char **argv)
         if (t->start(t, &why) != 0) {
             printf("skip store: %s: %s\n", t->name, why);
             skipped += (int)want;
-            testsrv_cleanup(&t->srv, SIGKILL);
+            stop_target(t);
             continue;
         }
         t_started = check_mono_ms();
@@ -952,7 +986,7 @@ int main(int argc, char **argv)
             BACKEND_OK) {
             printf("FAIL %s: %s\n", t->name, err);
             failed += (int)want;
-            testsrv_cleanup(&t->srv, SIGKILL);
+            stop_target(t);
             continue;
         }
         t->caps = backend_caps(t->be);
@@ -979,7 +1013,7 @@ int main(int argc, char **argv)
         backend_close(t->be);
         t->be = NULL;
         cur = NULL;
-        testsrv_cleanup(&t->srv, SIGKILL);
+        stop_target(t);
         printf("  %s: %d passed, %d failed, %d skipped; server start %.1f s, "
                "cases %.1f s\n",
                t->name, passed - p0, failed - f0, skipped - s0,

@@ -8,6 +8,8 @@
  */
 #include "backends/redlock/redlock_int.h"
 
+#include <stdlib.h>
+
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +17,13 @@
 
 #include "lib/clock.h"
 #include "tests/unit/check.h"
+#define TEST_BE_OPS redlock_backend
 #include "tests/unit/server.h"
+
+#include <hiredis/hiredis.h>
+
+#define TOK1 "11111111111111111111111111111111"
+#define TOK2 "22222222222222222222222222222222"
 
 /* ---- the URL ---- */
 
@@ -391,6 +399,228 @@ static void test_node_restart_and_flush(void)
     CHECK_EQ_INT(redlock_node_step(&st, NULL, 0, 100600, &r), 0);
 }
 
+
+/* ---- on real servers ---- */
+
+#define NSRV    3
+#define MAX_TTL 5000 /* hooks.max_ttl_ms: the quarantine is about this */
+
+static struct test_server srv[NSRV];
+static bool have_servers;
+
+/* Start node i afresh (its dir emptied: a restart without its data). */
+static int start_empty(size_t i)
+{
+    char cmd[128];
+
+    testsrv_signal(&srv[i], SIGKILL);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'/*", srv[i].dir);
+    if (system(cmd) != 0)
+        return -1;
+    return testsrv_redis_start(&srv[i]);
+}
+
+static struct backend *open_rl(const char *opts)
+{
+    struct backend_hooks hooks = { .max_ttl_ms = MAX_TTL };
+    struct backend *be = NULL;
+    char url[256], err[256] = "";
+
+    snprintf(url, sizeof(url),
+             "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d%s",
+             srv[0].port, srv[1].port, srv[2].port, opts);
+    if (backend_open(url, &hooks, &be, err, sizeof(err)) != BACKEND_OK)
+        printf("open %s: %s\n", url, err);
+    return be;
+}
+
+/* Wait (at most ms) for node i to be in state voting/quarantined. */
+static bool wait_node(struct backend *be, size_t i, bool voting, int ms)
+{
+    int64_t end = clock_mono_ms() + ms;
+
+    do {
+        struct backend_node nd[REDLOCK_NODES_MAX];
+        unsigned q;
+        if (backend_nodes(be, nd, REDLOCK_NODES_MAX, &q) == NSRV &&
+            (voting ? nd[i].voting : nd[i].quarantined))
+            return true;
+        usleep(20000);
+    } while (clock_mono_ms() < end);
+    return false;
+}
+
+/* One command on node i, outside lockd: its integer (or -1). */
+static long long node_cmd(size_t i, const char *fmt, const char *arg)
+{
+    redisContext *c = redisConnect("127.0.0.1", srv[i].port);
+    redisReply *r;
+    long long v = -1;
+
+    if (c == NULL || c->err != 0) {
+        redisFree(c);
+        return -1;
+    }
+    r = redisCommand(c, fmt, arg);
+    if (r != NULL && r->type == REDIS_REPLY_INTEGER)
+        v = r->integer;
+    else if (r != NULL && r->type == REDIS_REPLY_STRING)
+        v = strtoll(r->str, NULL, 10);
+    freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+#define SKIP_NO_SERVERS()                          \
+    do {                                           \
+        if (!have_servers) {                       \
+            printf("skip: no redis-server here\n"); \
+            return;                                \
+        }                                          \
+    } while (0)
+
+/* Fresh nodes are a new deployment: all vote, get the marker; a grant
+ * needs a majority, survives one node down, not two. */
+static void test_live_majority(void)
+{
+    struct backend *be;
+    struct backend_node nd[REDLOCK_NODES_MAX];
+    struct backend_topology top;
+    struct lock_grant g;
+    unsigned q = 0;
+
+    SKIP_NO_SERVERS();
+    be = open_rl("");
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(backend_nodes(be, nd, REDLOCK_NODES_MAX, &q), NSRV);
+    CHECK_EQ_INT(q, 2);
+    for (size_t i = 0; i < NSRV; i++) {
+        CHECK(nd[i].voting && nd[i].up && !nd[i].quarantined);
+        CHECK(nd[i].latency_us >= 0);
+        CHECK_EQ_INT(node_cmd(i, "EXISTS %s", "lockd:redlock"), 1);
+    }
+    backend_describe(be, &top);
+    CHECK_STR_EQ(top.topology, "redlock");
+    CHECK_EQ_INT(top.nodes, NSRV);
+    CHECK_EQ_INT(be->call_timeout_ms, 3 * 1000 + 500);
+    CHECK_EQ_INT(backend_ping(be), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "live/maj", TOK1, 2000, &g), BACKEND_OK);
+    CHECK(g.fence > UINT64_C(1000000000000000)); /* the µs floor */
+    CHECK(g.ttl_ms < 2000 && g.ttl_ms > 1500);  /* validity */
+    CHECK_EQ_INT(acq(be, "live/maj", TOK2, 2000, &g), BACKEND_HELD);
+    CHECK(g.retry_ms > 0);
+    testsrv_signal(&srv[2], SIGSTOP);
+    CHECK_EQ_INT(acq(be, "live/maj2", TOK1, 2000, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be, "live/maj", TOK1), BACKEND_OK);
+    testsrv_signal(&srv[1], SIGSTOP);
+    CHECK_EQ_INT(acq(be, "live/maj3", TOK1, 2000, &g), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(rel(be, "live/maj2", TOK1), BACKEND_UNAVAILABLE);
+    testsrv_signal(&srv[1], SIGCONT);
+    testsrv_signal(&srv[2], SIGCONT);
+    /* the undo: nothing of the refused grant is left on node 0 */
+    CHECK_EQ_INT(node_cmd(0, "EXISTS %s", "lockd:lock:{live/maj3}"), 0);
+    backend_close(be);
+}
+
+/* A fence a granting node gave above the others is written back to a
+ * majority before the answer: the next grant's is greater even without
+ * that node. */
+static void test_live_write_back(void)
+{
+    struct backend *be;
+    struct lock_grant g;
+    const char *high = "4000000000000000";
+
+    SKIP_NO_SERVERS();
+    be = open_rl("");
+    if (be == NULL) {
+        CHECK(be != NULL);
+        return;
+    }
+    CHECK_EQ_INT(node_cmd(0, "SET lockd:fence:{live/wb} %s", high), -1);
+    CHECK_EQ_INT(acq(be, "live/wb", TOK1, 2000, &g), BACKEND_OK);
+    CHECK_EQ_U64(g.fence, UINT64_C(4000000000000001));
+    CHECK(node_cmd(1, "GET %s", "lockd:fence:{live/wb}") >= 4000000000000001);
+    CHECK(node_cmd(2, "GET %s", "lockd:fence:{live/wb}") >= 4000000000000001);
+    CHECK_EQ_INT(rel(be, "live/wb", TOK1), BACKEND_OK);
+    testsrv_signal(&srv[0], SIGSTOP);
+    CHECK_EQ_INT(acq(be, "live/wb", TOK2, 2000, &g), BACKEND_OK);
+    CHECK(g.fence > UINT64_C(4000000000000001));
+    testsrv_signal(&srv[0], SIGCONT);
+    CHECK_EQ_INT(rel(be, "live/wb", TOK2), BACKEND_OK);
+    backend_close(be);
+}
+
+/* A node restarted without its data is quarantined for about the max
+ * TTL, and is not counted meanwhile; then it votes again, marker set. */
+static void test_live_restart_empty_quarantine(void)
+{
+    struct backend *be;
+    struct backend_node nd[REDLOCK_NODES_MAX];
+    struct lock_grant g;
+    unsigned q;
+    uint64_t f1;
+
+    SKIP_NO_SERVERS();
+    be = open_rl("");
+    if (be == NULL) {
+        CHECK(be != NULL);
+        return;
+    }
+    CHECK_EQ_INT(acq(be, "live/q", TOK1, 1000, &g), BACKEND_OK);
+    f1 = g.fence;
+    CHECK_EQ_INT(start_empty(0), 0);
+    CHECK_EQ_INT(start_empty(1), 0);
+    CHECK(wait_node(be, 0, false, 3000));
+    CHECK(wait_node(be, 1, false, 3000));
+    backend_nodes(be, nd, REDLOCK_NODES_MAX, &q);
+    CHECK(nd[0].quarantine_ms > 0 && nd[0].quarantine_ms <= MAX_TTL + 100);
+    CHECK(!nd[0].voting);
+    /* two of three not counted: no grant, though they would say yes */
+    CHECK_EQ_INT(acq(be, "live/q2", TOK1, 1000, &g), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(backend_ping(be), BACKEND_UNAVAILABLE);
+    CHECK(wait_node(be, 0, true, MAX_TTL + 3000));
+    CHECK(wait_node(be, 1, true, 3000));
+    CHECK_EQ_INT(node_cmd(0, "EXISTS %s", "lockd:redlock"), 1);
+    CHECK_EQ_INT(acq(be, "live/q", TOK2, 1000, &g), BACKEND_OK);
+    CHECK(g.fence > f1);
+    backend_close(be);
+}
+
+/* A node restarted with its data (AOF) and the marker, seen by a new
+ * handle: young, so quarantined for the hold; trusted at once with
+ * trust_fsync=1, as its AOF is fsynced always. */
+static void test_live_marker_and_trust(void)
+{
+    struct backend *be;
+    struct backend_node nd[REDLOCK_NODES_MAX];
+    unsigned q;
+
+    SKIP_NO_SERVERS();
+    testsrv_signal(&srv[2], SIGKILL);
+    CHECK_EQ_INT(testsrv_redis_start(&srv[2]), 0);
+    CHECK_EQ_INT(node_cmd(2, "EXISTS %s", "lockd:redlock"), 1);
+    be = open_rl("");
+    if (be == NULL) {
+        CHECK(be != NULL);
+        return;
+    }
+    backend_nodes(be, nd, REDLOCK_NODES_MAX, &q);
+    CHECK(nd[2].quarantined && !nd[2].voting);
+    CHECK(nd[2].quarantine_ms > MAX_TTL - 3000);
+    backend_close(be);
+    be = open_rl("?trust_fsync=1");
+    if (be == NULL) {
+        CHECK(be != NULL);
+        return;
+    }
+    backend_nodes(be, nd, REDLOCK_NODES_MAX, &q);
+    CHECK(nd[2].voting);
+    backend_close(be);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_url_three_nodes),
     CHECK_CASE(test_url_auth_and_v6),
@@ -403,10 +633,26 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_kth_largest),
     CHECK_CASE(test_node_first_sight),
     CHECK_CASE(test_node_restart_and_flush),
+    CHECK_CASE(test_live_majority),
+    CHECK_CASE(test_live_write_back),
+    CHECK_CASE(test_live_marker_and_trust),
+    CHECK_CASE(test_live_restart_empty_quarantine),
 };
 
 int main(int argc, char **argv)
 {
+    int rc;
+
     signal(SIGPIPE, SIG_IGN);
-    return CHECK_MAIN(cases);
+    have_servers = access(TESTSRV_REDIS, X_OK) == 0;
+    for (size_t i = 0; have_servers && i < NSRV; i++) {
+        srv[i] = (struct test_server)TEST_SERVER_INIT;
+        if (testsrv_setup(&srv[i], "redlock") != 0 ||
+            testsrv_redis_start(&srv[i]) != 0)
+            have_servers = false;
+    }
+    rc = CHECK_MAIN(cases);
+    for (size_t i = 0; i < NSRV; i++)
+        testsrv_cleanup(&srv[i], SIGKILL);
+    return rc;
 }
