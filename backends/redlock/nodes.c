@@ -252,7 +252,7 @@ static void redlock_check_apply(struct redlock_be *be,
     pthread_mutex_unlock(&be->lock);
 }
 
-void redlock_check(struct redlock_be *be, int64_t deadline_us)
+void redlock_check(struct redlock_be *be, int64_t wait_ms)
 {
     struct redis_fan ping[REDLOCK_NODES_MAX];
     struct redis_identity id[REDLOCK_NODES_MAX];
@@ -261,14 +261,16 @@ void redlock_check(struct redlock_be *be, int64_t deadline_us)
     const char *argv[1] = { "PING" };
     size_t lens[1] = { 4 };
 
-    redis_fan_command(be->nodes, be->n, 1, argv, lens, deadline_us, ping);
+    /* each fan its own wait: a silent node must not use up the next's */
+    redis_fan_command(be->nodes, be->n, 1, argv, lens,
+                      clock_mono_us() + wait_ms * 1000, ping);
     for (size_t i = 0; i < be->n; i++)
         have[i] = ping[i].reply != NULL &&
                   redis_conn_identity(be->nodes[i], &id[i]) == 0;
-    redlock_read_markers(be, ping, deadline_us, marker);
+    redlock_read_markers(be, ping, clock_mono_us() + wait_ms * 1000, marker);
     redlock_check_apply(be, ping, id, have, marker, set);
     redis_fan_clear(ping, be->n);
-    redlock_set_markers(be, set, deadline_us);
+    redlock_set_markers(be, set, clock_mono_us() + wait_ms * 1000);
 }
 
 /* ---- the monitor thread ---- */
@@ -280,7 +282,7 @@ static void *redlock_monitor_main(void *arg)
     while (!atomic_load(&be->stopping)) {
         int64_t next = clock_mono_ms() + REDLOCK_MONITOR_MS;
 
-        redlock_check(be, clock_mono_us() + be->timeout_ms * 1000);
+        redlock_check(be, be->timeout_ms);
         pthread_mutex_lock(&be->lock);
         while (!atomic_load(&be->stopping) &&
                clock_cond_wait_until(&be->cond, &be->lock, next) == 0)

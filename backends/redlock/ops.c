@@ -126,7 +126,8 @@ static bool redlock_write_back(struct redlock_be *be,
     bool holders[REDLOCK_NODES_MAX], voting[REDLOCK_NODES_MAX], any = false;
     struct redis_fan f[REDLOCK_NODES_MAX];
     struct redis_call c;
-    int64_t deadline, validity;
+    int64_t deadline, validity,
+        validity_ms = (int64_t)req->ttl_ms - redlock_drift(be, req->ttl_ms);
 
     for (size_t i = 0; i < be->n; i++) {
         holders[i] = v[i].answered && v[i].res == BACKEND_OK &&
@@ -138,9 +139,10 @@ static bool redlock_write_back(struct redlock_be *be,
         if (redis_call_refence(be->nodes[0], &req->key, &req->key_len, 1,
                                req->token, &p->fence, &c) != 0)
             return false;
-        deadline = redlock_deadline(be, t0, req->ttl_ms);
-        if (deadline > clock_mono_us() + be->timeout_ms * 1000)
-            deadline = clock_mono_us() + be->timeout_ms * 1000;
+        /* a node timeout of its own, but never past the validity */
+        deadline = clock_mono_us() + be->timeout_ms * 1000;
+        if (deadline > t0 + validity_ms * 1000)
+            deadline = t0 + validity_ms * 1000;
         redlock_fan(be, p->refence, &c, deadline, f);
         redis_call_free(&c);
         bool again[REDLOCK_NODES_MAX];

@@ -322,7 +322,7 @@ static enum backend_result redlock_open(const char *url,
         r = redlock_open_nodes(be, err, errlen);
     if (r == BACKEND_OK) {
         /* the first pass before any call: who votes */
-        redlock_check(be, clock_mono_us() + be->connect_ms * 1000);
+        redlock_check(be, be->connect_ms);
         if (redlock_monitor_start(be) != 0)
             r = BACKEND_NO_MEMORY;
     }
@@ -346,7 +346,7 @@ static enum backend_result redlock_ping(struct backend *b)
     checked = be->checked_ms;
     pthread_mutex_unlock(&be->lock);
     if (clock_mono_ms() - checked > REDLOCK_PING_STALE_MS)
-        redlock_check(be, clock_mono_us() + be->timeout_ms * 1000);
+        redlock_check(be, be->timeout_ms);
     pthread_mutex_lock(&be->lock);
     for (size_t i = 0; i < be->n; i++)
         ok += be->st[i].up && be->st[i].state == REDLOCK_VOTING;

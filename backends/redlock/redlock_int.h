@@ -131,8 +131,8 @@ extern const struct backend_ops redlock_backend;
 int64_t redlock_drift(const struct redlock_be *be, uint64_t ttl_ms);
 
 /* One pass of the monitor on the calling thread: PING, identities,
- * markers, the rules, marker SETs; deadline_us bounds each fan. */
-void redlock_check(struct redlock_be *be, int64_t deadline_us);
+ * markers, the rules, marker SETs; each fan waits wait_ms at most. */
+void redlock_check(struct redlock_be *be, int64_t wait_ms);
 /* Start the monitor thread: 0, or -1. Stop it (if started). */
 int redlock_monitor_start(struct redlock_be *be);
 void redlock_monitor_stop(struct redlock_be *be);
