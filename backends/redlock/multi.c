@@ -174,7 +174,8 @@ enum backend_result redlock_acquire_multi(struct backend *b,
     validity = (int64_t)req->ttl_ms - redlock_elapsed_ms(t0) -
                redlock_drift(be, req->ttl_ms);
     memcpy(out->fences, fences, sizeof(fences));
-    out->ttl_ms = (uint64_t)validity;
+    /* from the send, as the wrappers count: the client sees validity */
+    out->ttl_ms = req->ttl_ms - (uint64_t)redlock_drift(be, req->ttl_ms);
     out->expires_at_ms = clock_wall_ms() + validity;
     return BACKEND_OK;
 }
@@ -207,7 +208,7 @@ static enum backend_result redlock_mrenewed(struct redlock_be *be,
         memset(out, 0, sizeof(*out));
         return BACKEND_UNAVAILABLE;
     }
-    out->ttl_ms = (uint64_t)validity;
+    out->ttl_ms = ttl - (uint64_t)redlock_drift(be, ttl);
     out->expires_at_ms = clock_wall_ms() + validity;
     return BACKEND_OK;
 }

@@ -4,7 +4,8 @@
  * on all N nodes in parallel (redis_fan_run), parses each answer with the
  * single-server parser and lets vote.c decide. A grant holds only within
  * its validity: the TTL less the time the fan took and the drift, which
- * is the TTL the client is told.
+ * is the TTL the client is told (the adapter answers the TTL less the
+ * drift; the wrappers count it from when the call was sent).
  */
 #include "backends/redlock/redlock_int.h"
 
@@ -158,15 +159,21 @@ static bool redlock_write_back(struct redlock_be *be,
     return redlock_grant_holds(holders, voting, be->n, be->quorum, validity);
 }
 
-/* Fill out for a grant (or replay) good for ttl_ms more. */
+/*
+ * Fill out for a grant (or replay) good for ttl_ms counted from when the
+ * call was sent (the wrappers' valid_until_us counts from there, so the
+ * client is told ttl_ms less the time spent: the validity), left_ms of
+ * it still left now.
+ */
 static void redlock_grant_out(const struct lock_grant *g,
                               uint64_t fence,
                               uint64_t ttl_ms,
+                              int64_t left_ms,
                               struct lock_grant *out)
 {
     out->fence = fence;
     out->ttl_ms = ttl_ms;
-    out->expires_at_ms = clock_wall_ms() + (int64_t)ttl_ms;
+    out->expires_at_ms = clock_wall_ms() + left_ms;
     out->mode = g->mode;
     out->limit = g->limit;
     out->holds = g->holds;
@@ -192,14 +199,17 @@ static enum backend_result redlock_acquire_finish(struct redlock_be *be,
                                                   const struct redlock_vote *v,
                                                   struct redlock_acq_plan *p,
                                                   int64_t t0,
+                                                  int64_t spent_ms,
                                                   struct lock_grant *out)
 {
-    int64_t validity;
+    int64_t drift = redlock_drift(be, req->ttl_ms), validity;
 
     if (p->v == REDLOCK_V_REPLAY) {
         const struct lock_grant *g = &v[p->replay_from].g;
         redlock_undo(be, req->key, req->key_len, req->token, p->undo);
-        redlock_grant_out(g, p->fence, p->ttl_ms, out);
+        /* p->ttl_ms is what is left less spent_ms (elapsed + drift) */
+        redlock_grant_out(g, p->fence, p->ttl_ms + (uint64_t)(spent_ms - drift),
+                          (int64_t)p->ttl_ms, out);
         out->replay = true;
         memcpy(out->token, g->token, sizeof(out->token));
         return BACKEND_OK;
@@ -213,11 +223,11 @@ static enum backend_result redlock_acquire_finish(struct redlock_be *be,
         redlock_acquire_undo_all(be, req, v);
         return BACKEND_UNAVAILABLE;
     }
-    validity = (int64_t)req->ttl_ms - redlock_elapsed_ms(t0) -
-               redlock_drift(be, req->ttl_ms);
+    validity = (int64_t)req->ttl_ms - redlock_elapsed_ms(t0) - drift;
     for (size_t i = 0; i < be->n; i++)
         if (v[i].answered && v[i].res == BACKEND_OK && !v[i].g.replay) {
-            redlock_grant_out(&v[i].g, p->fence, (uint64_t)validity, out);
+            redlock_grant_out(&v[i].g, p->fence, req->ttl_ms - (uint64_t)drift,
+                              validity, out);
             break;
         }
     out->holds = 1;
@@ -236,6 +246,7 @@ enum backend_result redlock_acquire(struct backend *b,
     struct redis_call c;
     int64_t t0 = clock_mono_us(), deadline;
     enum backend_result r;
+    int64_t spent;
 
     if (req->mode == LOCK_SHARED && req->limit > 1)
         return BACKEND_INVALID; /* BACKEND_CAP_NO_SEMAPHORE */
@@ -249,10 +260,9 @@ enum backend_result redlock_acquire(struct backend *b,
     redis_call_free(&c);
     redlock_votes(be, f, redis_reply_acquire, v);
     redis_fan_clear(f, be->n);
-    redlock_acquire_plan(
-        v, be->n, be->quorum,
-        redlock_elapsed_ms(t0) + redlock_drift(be, req->ttl_ms), &p);
-    r = redlock_acquire_finish(be, req, v, &p, t0, out);
+    spent = redlock_elapsed_ms(t0) + redlock_drift(be, req->ttl_ms);
+    redlock_acquire_plan(v, be->n, be->quorum, spent, &p);
+    r = redlock_acquire_finish(be, req, v, &p, t0, spent, out);
     if (r != BACKEND_OK && r != BACKEND_HELD)
         memset(out, 0, sizeof(*out));
     return r;
@@ -306,7 +316,9 @@ enum backend_result redlock_renew(struct backend *b,
             return BACKEND_UNAVAILABLE;
         for (size_t i = 0; i < be->n; i++)
             if (v[i].answered && v[i].voting && v[i].res == BACKEND_OK) {
-                redlock_grant_out(&v[i].g, 0, (uint64_t)validity, out);
+                redlock_grant_out(&v[i].g, 0,
+                                  ttl - (uint64_t)redlock_drift(be, ttl),
+                                  validity, out);
                 break;
             }
         out->holds = (uint32_t)redlock_ok_kth(be, v, 1);
