@@ -175,8 +175,8 @@ static enum api_error check_semaphore(const struct api_config *cfg,
         return API_OK;
     snprintf(msg, msglen,
              "limit above 1 (a semaphore) is not offered on %s://: a "
-             "majority of independent nodes cannot bound the holders; use "
-             "limit 0 or 1, or another backend",
+             "majority of independent nodes cannot bound the holders; leave "
+             "limit out (no limit) or use 1, or another backend",
              backend_scheme(cfg->backend));
     return API_INVALID_PARAMETER;
 }

@@ -3939,8 +3939,8 @@ static void test_router_semaphore_refused_on_no_semaphore_store(void)
         CHECK_STR_EQ(err_message(&r),
                      "limit above 1 (a semaphore) is not offered on "
                      "redlock://: a majority of independent nodes cannot "
-                     "bound the holders; use limit 0 or 1, or another "
-                     "backend");
+                     "bound the holders; leave limit out (no limit) or "
+                     "use 1, or another backend");
         reply_cleanup(&r);
     }
     request(&r, "POST", "/locks/sem?mode=shared&limit=3", NULL, NULL, NULL);
