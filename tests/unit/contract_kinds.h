@@ -240,13 +240,13 @@ static void test_kinds_reentry_counts_holds(void)
     CHECK_RES(reenter(key, TOK_A, &r), BACKEND_OK);
     CHECK_EQ_INT(r.holds, 2);
     CHECK_EQ_U64(r.fence, g.fence);
-    CHECK_EQ_U64(r.ttl_ms, 5000); /* the last TTL */
+    CHECK_TTL(r.ttl_ms, 5000); /* the last TTL */
     CHECK_RES(reenter(key, TOK_B, &r), BACKEND_MISMATCH);
     CHECK_RES(ren(key, TOK_A, 7000, &r), BACKEND_OK);
     CHECK_EQ_INT(r.holds, 2);
     CHECK_RES(reenter(key, TOK_A, &r), BACKEND_OK);
     CHECK_EQ_INT(r.holds, 3);
-    CHECK_EQ_U64(r.ttl_ms, 7000);
+    CHECK_TTL(r.ttl_ms, 7000);
     CHECK_RES(insp(key, &info), BACKEND_OK);
     CHECK_EQ_INT(info.holds, 3);
     CHECK_RES(rel_holds(key, TOK_A, false, &left), BACKEND_OK);
