@@ -105,6 +105,8 @@ int redis_call_refence(struct redis_be *be,
  * Parsers: one server's reply r (not NULL; borrowed) to the call above
  * into the single-server op's result and out (zeroed first), exactly as
  * that op answers; an unexpected reply is BACKEND_UNAVAILABLE (logged).
+ * list: out->entries is the caller's array (req->limit entries) and is
+ * kept; n, more and resume are set.
  * acquire: OK (a fresh grant, the same token's grant again, or a replay),
  * HELD (retry_ms), LIMIT_MISMATCH, IDEM_CONFLICT. refence: the number of
  * keys the token holds on that server (0..n), or -1 for a bad reply.

@@ -30,9 +30,10 @@
  *   P "qdl:{" K "}"     hash waiter id -> its deadline (Redis's unix ms),
  *                       followed by " s " limit for a shared waiter
  *   P "mwait:{" K "}"   string, set with a PX expiry by a multi-key acquire
- *                       that found K held: a multi-key waiter keeps no
- *                       place in the queue, so while it lives a release of
- *                       K (or its queue's last cancel) is published too
+ *                       (or a try-once acquire asked to mark: redlock)
+ *                       that found K held: such a waiter keeps no place
+ *                       in the queue, so while it lives a release of K
+ *                       (or its queue's last cancel) is published too
  *   P "index"           zset of the held keys K, score 0, for list()
  *   P "held"            zset, one member per holder scored by its expiry,
  *                       for held_count() and takeovers (list.c says both)

@@ -61,6 +61,11 @@ _Static_assert(REDIS_BE_GRACE_MS == 1000, "holders.lua's grace");
  * another instance's waiter on a free key, retry soon (it should take the
  * key at once); a waiter's grant is published when others wait, so they
  * learn the new holder's TTL and shared waiters behind go with it.
+ * With floor "1" (redlock), the fence counter is first raised to Redis's
+ * clock in microseconds, so the grant's fence is at least that clock; with
+ * mark_ms > 0, a try-once acquire that is not granted sets the mwait mark
+ * for the retry hint + mark_ms, as acquire_multi does. redis:// sends "0"
+ * for both.
  */
 static const char acquire_lua[] =
 #include "backends/redis/holders.lua.h"

@@ -259,6 +259,43 @@ static void test_floored_fences_strictly_increase(void)
     }
 }
 
+/* acquire_multi with the floor: every key's fence at or above the clock;
+ * without it, fresh keys start at 1 (redis://). */
+static void test_multi_acquire_floor_on_every_key(void)
+{
+    const char *keys[] = { "fm-1", "fm-2" }, *plain[] = { "fm-3", "fm-4" };
+    size_t lens[] = { 4, 4 };
+    struct lock_multi_req req = {
+        .keys = keys, .key_lens = lens, .n = 2, .token = TOK_A, .ttl_ms = 10000
+    };
+    struct lock_multi_grant g;
+    struct redis_fan out[NSRV];
+    struct redis_call c;
+    int64_t before[NSRV];
+
+    for (int pass = 0; pass < 2; pass++) {
+        req.keys = pass == 0 ? keys : plain;
+        for (int i = 0; i < NSRV; i++)
+            before[i] = server_us(i);
+        CHECK(redis_call_acquire_multi(be[0], &req, pass == 0, 0, &c) == 0);
+        redis_fan_run(be, NSRV, &c, clock_mono_us() + 1000000, out);
+        redis_call_free(&c);
+        for (int i = 0; i < NSRV; i++) {
+            CHECK(out[i].reply != NULL &&
+                  redis_reply_acquire_multi(be[i], &req, out[i].reply, &g) ==
+                      BACKEND_OK);
+            for (size_t k = 0; k < 2; k++)
+                CHECK_MSG(pass == 0 ? (int64_t)g.fences[k] >= before[i]
+                                    : g.fences[k] == 1,
+                          "pass %d server %d key %zu: %llu", pass, i, k,
+                          (unsigned long long)g.fences[k]);
+        }
+        redis_fan_clear(out, NSRV);
+        for (int i = 0; i < NSRV; i++)
+            redis_release_multi(&be[i]->base, &req, &g);
+    }
+}
+
 /* A try-once acquire with mark_ms that is not granted marks the key (so a
  * release is published); with 0 it marks nothing. */
 static void test_refused_try_once_marks_the_key(void)
@@ -486,6 +523,7 @@ static void test_identity_fsync_false_without_aof(void)
 static const struct check_case cases[] = {
     CHECK_CASE(test_fan_acquire_grants_on_all_with_floored_fences),
     CHECK_CASE(test_floored_fences_strictly_increase),
+    CHECK_CASE(test_multi_acquire_floor_on_every_key),
     CHECK_CASE(test_refused_try_once_marks_the_key),
     CHECK_CASE(test_refence_raises_counter_and_holder_fence),
     CHECK_CASE(test_fan_command_pings_every_server),
