@@ -366,11 +366,8 @@ struct store_conns {
 };
 
 static const struct store_conns store_conns[] = {
-    { "memory", 0, 0 },
-    { "redis", 2, 3 },
-    { "redlock", 2, 4 },
-    { "mysql", 2, 1 },
-    { "zookeeper", 0, 1 },
+    { "memory", 0, 0 }, { "redis", 2, 3 },     { "redlock", 2, 4 },
+    { "mysql", 2, 1 },  { "zookeeper", 0, 1 },
 };
 
 static const struct store_conns *store_conns_of(const char *scheme)
