@@ -1179,7 +1179,7 @@ def data_cases(ctx):
 # ------------------------------------------------ backend_unavailable
 
 @harness.scenario("a paused store gives 503 backend_unavailable with Retry-After 1, never a grant, and recovers",
-                  backends=["redis", "zookeeper", "mysql"], slow=True)
+                  backends=["redis", "redlock", "zookeeper", "mysql"], slow=True)
 def store_paused(ctx):
     key = ctx.key("down")
     g = acquire(ctx, key, ttl_ms=60000)
