@@ -41,7 +41,9 @@ static const struct opt opts[] = {
       "(default 127.0.0.1:8080)" },
     { "backend", "LOCKD_BACKEND", OPT_STRING, M(backend), 0, 0,
       "lock store URL: memory://, redis://..., zookeeper://..., "
-      "mysql://... (default memory://)" },
+      "mysql://..., redlock://h1:6379,h2:6379,h3:6379 (3, 5, 7 or 9 "
+      "independent Redis servers; a grant needs a majority) (default "
+      "memory://)" },
     { "threads", "LOCKD_THREADS", OPT_UINT, M(threads), 1, 256,
       "HTTP worker threads (default: the CPUs lockd may use - affinity "
       "capped by the cgroup CPU quota, rounded up - on memory://, 4 per "

@@ -247,9 +247,25 @@ static int redis_conn_open(struct redis_be *be,
 {
     /* sentinel: read before dialling, so a switch meanwhile drops it */
     cn->gen = be->topology == REDIS_BE_SENTINEL ? redis_sentinel_gen(be) : 0;
+    cn->has_identity = false;
     cn->ctx =
         redis_node_open(be, NULL, 0, cn->sha, &cn->offset_ms, err, errlen);
-    return cn->ctx != NULL ? 0 : -1;
+    if (cn->ctx == NULL)
+        return -1;
+    /* redlock (fan.c): who the server is, read on this very connection,
+     * so a restart is never mistaken for the server it replaced */
+    if (be->topology == REDIS_BE_SINGLE && atomic_load(&be->want_identity)) {
+        if (redis_identity_read(cn->ctx, &cn->identity) != 0) {
+            snprintf(err, errlen, "identity: %s",
+                     cn->ctx->errstr[0] != '\0' ? cn->ctx->errstr
+                                                : "I/O error");
+            redisFree(cn->ctx);
+            cn->ctx = NULL;
+            return -1;
+        }
+        cn->has_identity = true;
+    }
+    return 0;
 }
 
 /* ---- per-thread connections ---- */
@@ -324,6 +340,12 @@ int redis_conn_ready(struct redis_be *be, struct redis_conn *cn)
      * maybe: never send it anything (issue 17) */
     if (cn->ctx != NULL && be->topology == REDIS_BE_SENTINEL &&
         cn->gen != redis_sentinel_gen(be)) {
+        redisFree(cn->ctx);
+        cn->ctx = NULL;
+    }
+    /* dialled before the identity was asked for: dial again with it */
+    if (cn->ctx != NULL && !cn->has_identity &&
+        be->topology == REDIS_BE_SINGLE && atomic_load(&be->want_identity)) {
         redisFree(cn->ctx);
         cn->ctx = NULL;
     }
