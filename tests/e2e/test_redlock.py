@@ -31,8 +31,9 @@ FAST = "timeout_ms=500&connect_timeout_ms=500"
 NODE_TIMEOUT_S = 0.5
 # lockd's validity counts from its first write to a node, the client's view
 # from its send: what lockd spends before that write (parsing, a thread) is
-# the client's to allow for, as lockd does (WQ_ANSWER_SLACK_US, 20 ms)
-SLACK_MS = 20
+# the client's to allow for; 20 ms on a quiet machine, up to 91 ms seen on
+# two busy cores. The exact check is the one against the held time.
+SLACK_MS = 100
 
 
 def with_opts(url, opts):
