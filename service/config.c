@@ -355,7 +355,9 @@ void config_cleanup(struct config *c)
  * Redis's start-up check (on the main thread, kept until close), its
  * subscriber's SUBSCRIBE connection and that thread's command connection
  * for cancel retries (3); MySQL's background thread (1). ZooKeeper shares
- * one session whatever the threads; memory has no store.
+ * one session whatever the threads; memory has no store. Redlock opens
+ * Redis's set to each of its servers, plus the monitor thread's (4): the
+ * figure is per server, each server sees as many.
  */
 struct store_conns {
     const char *scheme;
@@ -366,6 +368,7 @@ struct store_conns {
 static const struct store_conns store_conns[] = {
     { "memory", 0, 0 },
     { "redis", 2, 3 },
+    { "redlock", 2, 4 },
     { "mysql", 2, 1 },
     { "zookeeper", 0, 1 },
 };

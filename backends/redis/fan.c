@@ -164,21 +164,35 @@ static bool redis_fan_stale(const redisContext *ctx)
 }
 
 /* This thread's connection to be, ready for a command: NULL when the
- * server is backing off, cannot be dialled, or the deadline passed. */
-static struct redis_conn *redis_fan_conn(struct redis_be *be,
-                                         int64_t deadline_us)
+ * server is backing off, cannot be dialled, or the deadline passed; also
+ * NULL, with *later set, when it needs a dial and dial is false. */
+static struct redis_conn *
+redis_fan_conn(struct redis_be *be, int64_t deadline_us, bool dial, bool *later)
 {
     struct redis_conn *cn = redis_conn_get(be);
+    int64_t left_ms;
+    int rc;
 
+    *later = false;
     if (cn == NULL)
         return NULL;
     if (cn->ctx != NULL && redis_fan_stale(cn->ctx))
         redis_fan_drop(cn);
-    if (cn->ctx == NULL && clock_mono_us() >= deadline_us)
-        return NULL; /* no time left for a dial */
-    if (redis_conn_ready(be, cn) != 0)
+    if (cn->ctx != NULL && !cn->has_identity && atomic_load(&be->want_identity))
+        redis_fan_drop(cn); /* dialled before the identity was asked for */
+    if (cn->ctx == NULL && !dial) {
+        *later = true;
         return NULL;
-    return cn;
+    }
+    left_ms = (deadline_us - clock_mono_us()) / 1000;
+    if (cn->ctx == NULL && left_ms < 1)
+        return NULL; /* no time left for a dial */
+    /* each step of a dial within the time left (a dial is up to five
+     * steps: connect, AUTH, SELECT and the scripts, TIME, the identity) */
+    redis_dial_cap(left_ms > 0 ? left_ms : 1);
+    rc = redis_conn_ready(be, cn);
+    redis_dial_cap(0);
+    return rc == 0 ? cn : NULL;
 }
 
 /* The context of cn broke: drop it and back off, saying why. */
@@ -253,7 +267,33 @@ struct redis_fan_slot {
     int64_t sent_us;
 };
 
-/* Step one: write the command to every server. */
+/* Write the command to server i on cn (argv from c when a script). */
+static void redis_fan_send_one(struct redis_be *be,
+                               struct redis_conn *cn,
+                               const struct redis_call *c,
+                               int argc,
+                               const char **argv,
+                               const size_t *lens,
+                               int64_t deadline_us,
+                               struct redis_fan_slot *slot,
+                               struct redis_fan *out)
+{
+    char buf[2][24];
+
+    if (c != NULL) {
+        argc = redis_fan_script_argv(be, cn, c, deadline_us, buf);
+        argv = c->argv;
+        lens = c->argl;
+    }
+    slot->sent_us = clock_mono_us();
+    out->sent = true; /* even a failed write may have reached it */
+    if (redis_fan_write(be, cn, argc, argv, lens) == 0)
+        slot->cn = cn;
+}
+
+/* Step one: write the command to every server: first on the connections
+ * that are up, then dialling the others, so that a slow dial delays no
+ * server that is up. */
 static void redis_fan_send(struct redis_be *const *be,
                            size_t n,
                            const struct redis_call *c,
@@ -264,25 +304,18 @@ static void redis_fan_send(struct redis_be *const *be,
                            struct redis_fan_slot *slot,
                            struct redis_fan *out)
 {
-    char buf[2][24];
+    bool later[BACKEND_NODES_MAX];
 
-    for (size_t i = 0; i < n; i++) {
-        struct redis_conn *cn = redis_fan_conn(be[i], deadline_us);
-        int ac = argc;
-        const char **av = argv;
-        const size_t *al = lens;
-        if (cn == NULL)
-            continue;
-        if (c != NULL) {
-            ac = redis_fan_script_argv(be[i], cn, c, deadline_us, buf);
-            av = c->argv;
-            al = c->argl;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < n; i++) {
+            struct redis_conn *cn;
+            if (pass == 1 && !later[i])
+                continue;
+            cn = redis_fan_conn(be[i], deadline_us, pass == 1, &later[i]);
+            if (cn != NULL)
+                redis_fan_send_one(be[i], cn, c, argc, argv, lens, deadline_us,
+                                   &slot[i], &out[i]);
         }
-        slot[i].sent_us = clock_mono_us();
-        out[i].sent = true; /* even a failed write may have reached it */
-        if (redis_fan_write(be[i], cn, ac, av, al) == 0)
-            slot[i].cn = cn;
-    }
 }
 
 /* One answer r from server be on cn, in time: kept in out, or dropped
@@ -360,13 +393,18 @@ static void redis_fan_recv(struct redis_be *const *be,
                                          .events = POLLIN };
                 who[np++] = i;
             }
-        if (np == 0 || left <= 0)
+        if (np == 0)
             break;
-        if (poll(p, np, (int)((left + 999) / 1000)) < 0 && errno != EINTR)
+        /* past the deadline, one last look (timeout 0): an answer that
+         * came while a slow dial held this thread is in time */
+        if (poll(p, np, left > 0 ? (int)((left + 999) / 1000) : 0) < 0 &&
+            errno != EINTR)
             break;
         for (size_t k = 0; k < np; k++)
             if (p[k].revents != 0)
                 redis_fan_read(be[who[k]], c, &slot[who[k]], &out[who[k]]);
+        if (left <= 0)
+            break;
     }
     for (size_t i = 0; i < n; i++)
         if (slot[i].cn != NULL)

@@ -469,6 +469,9 @@ int64_t redis_cluster_held_count(struct redis_be *be);
 void redis_warn(struct redis_be *be, const char *what, const char *detail);
 /* Note that Redis answered (up = 1) or not (0, and why). */
 void redis_mark(struct redis_be *be, int up, const char *detail);
+/* Cap each step of this thread's dials (connect, every round trip) at ms
+ * (0: no cap), for fan.c: a dial ends near a fan-out's deadline. */
+void redis_dial_cap(int64_t ms);
 /* Connect and AUTH: a context with command timeouts, or NULL and why. */
 redisContext *redis_dial(struct redis_be *be, char *err, size_t errlen);
 /* The same to host:port (borrowed): cluster nodes, Sentinels. */

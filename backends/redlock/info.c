@@ -29,7 +29,7 @@ static void redlock_info_votes(struct redlock_be *be,
 {
     bool voting[REDLOCK_NODES_MAX];
 
-    redlock_voting(be, f, voting);
+    redlock_voting(be, f, voting, NULL);
     for (size_t i = 0; i < be->n; i++) {
         res[i] = BACKEND_UNAVAILABLE;
         if (f[i].reply != NULL)

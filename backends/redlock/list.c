@@ -111,7 +111,7 @@ enum backend_result redlock_list(struct backend *b,
     }
     redlock_fan(be, NULL, &c, clock_mono_us() + be->timeout_ms * 1000, f);
     redis_call_free(&c);
-    redlock_voting(be, f, voting);
+    redlock_voting(be, f, voting, NULL);
     for (size_t i = 0; i < be->n; i++) {
         counts[i] = voting[i] && redis_reply_list(be->nodes[i], req, f[i].reply,
                                                   &pages[i]) == BACKEND_OK;
@@ -138,7 +138,7 @@ int64_t redlock_held_count(struct backend *b)
         return -1;
     redlock_fan(be, NULL, &c, clock_mono_us() + REDLOCK_HELD_MS * 1000, f);
     redis_call_free(&c);
-    redlock_voting(be, f, voting);
+    redlock_voting(be, f, voting, NULL);
     for (size_t i = 0; i < be->n; i++) {
         int64_t h = voting[i] ? redis_reply_held(f[i].reply) : -1;
         if (h >= 0)

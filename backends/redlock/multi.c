@@ -28,15 +28,16 @@ static void redlock_mvotes(struct redlock_be *be,
                            struct lock_multi_grant *g)
 {
     struct redis_fan f[REDLOCK_NODES_MAX];
-    bool voting[REDLOCK_NODES_MAX];
+    bool voting[REDLOCK_NODES_MAX], benched[REDLOCK_NODES_MAX];
 
     redlock_fan(be, NULL, c, deadline_us, f);
-    redlock_voting(be, f, voting);
+    redlock_voting(be, f, voting, benched);
     for (size_t i = 0; i < be->n; i++) {
         memset(&v[i], 0, sizeof(v[i]));
         memset(&g[i], 0, sizeof(g[i]));
         v[i].sent = f[i].sent;
         v[i].voting = voting[i];
+        v[i].benched = benched[i];
         if (f[i].reply == NULL)
             continue;
         v[i].res = parse(be->nodes[i], req, f[i].reply, &g[i]);
@@ -97,7 +98,7 @@ static bool redlock_mwrite_back(struct redlock_be *be,
         redlock_fan(be, refence, &c, clock_mono_us() + be->timeout_ms * 1000,
                     f);
         redis_call_free(&c);
-        redlock_voting(be, f, again);
+        redlock_voting(be, f, again, NULL);
         for (size_t i = 0; i < be->n; i++)
             if (refence[i] && f[i].reply != NULL && again[i] &&
                 redis_reply_refence(f[i].reply, req->n) == (int)req->n)

@@ -25,7 +25,10 @@
 
 int64_t redlock_restart_ms(const struct redis_identity *id)
 {
-    return id->dialled_ms - id->uptime_s * 1000 - 1000;
+    /* uptime_in_seconds is truncated: the restart came at the latest
+     * uptime_s whole seconds before the reading, which is the safe end
+     * to count the quarantine from */
+    return id->dialled_ms - id->uptime_s * 1000;
 }
 
 static bool redlock_trusted(const struct redis_identity *id,
@@ -152,7 +155,8 @@ static unsigned redlock_apply(struct redlock_be *be,
 
 void redlock_voting(struct redlock_be *be,
                     const struct redis_fan *f,
-                    bool *voting)
+                    bool *voting,
+                    bool *benched)
 {
     struct redis_identity id[REDLOCK_NODES_MAX];
     bool have[REDLOCK_NODES_MAX];
@@ -166,13 +170,18 @@ void redlock_voting(struct redlock_be *be,
     for (size_t i = 0; i < be->n; i++) {
         struct redlock_nstate *st = &be->st[i];
         voting[i] = false;
-        if (!have[i])
+        if (!have[i]) {
+            if (benched != NULL)
+                benched[i] = st->state == REDLOCK_QUARANTINED;
             continue;
+        }
         if (st->state != REDLOCK_UNKNOWN &&
             strcmp(st->run_id, id[i].run_id) != 0)
             redlock_apply(be, i, &id[i], -1, &r);
         voting[i] = st->state == REDLOCK_VOTING &&
                     strcmp(st->run_id, id[i].run_id) == 0;
+        if (benched != NULL)
+            benched[i] = st->state == REDLOCK_QUARANTINED;
     }
     pthread_mutex_unlock(&be->lock);
 }

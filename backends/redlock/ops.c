@@ -99,13 +99,14 @@ static void redlock_votes(struct redlock_be *be,
                           redlock_parse_fn parse,
                           struct redlock_vote *v)
 {
-    bool voting[REDLOCK_NODES_MAX];
+    bool voting[REDLOCK_NODES_MAX], benched[REDLOCK_NODES_MAX];
 
-    redlock_voting(be, f, voting);
+    redlock_voting(be, f, voting, benched);
     for (size_t i = 0; i < be->n; i++) {
         memset(&v[i], 0, sizeof(v[i]));
         v[i].sent = f[i].sent;
         v[i].voting = voting[i];
+        v[i].benched = benched[i];
         if (f[i].reply == NULL)
             continue;
         v[i].res = parse(be->nodes[i], f[i].reply, &v[i].g);
@@ -147,7 +148,7 @@ static bool redlock_write_back(struct redlock_be *be,
         redlock_fan(be, p->refence, &c, deadline, f);
         redis_call_free(&c);
         bool again[REDLOCK_NODES_MAX];
-        redlock_voting(be, f, again);
+        redlock_voting(be, f, again, NULL);
         for (size_t i = 0; i < be->n; i++)
             if (p->refence[i] && f[i].reply != NULL && again[i] &&
                 redis_reply_refence(f[i].reply, 1) == 1)

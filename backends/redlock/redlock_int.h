@@ -101,7 +101,8 @@ unsigned redlock_node_step(struct redlock_nstate *st,
                            int64_t now_ms,
                            const struct redlock_rules *r);
 /* The monotonic ms a server with identity id restarted, at the latest
- * (a second of slack for uptime's rounding). */
+ * (uptime_in_seconds is truncated, so the restart came no later than
+ * uptime_s whole seconds before the reading). */
 int64_t redlock_restart_ms(const struct redis_identity *id);
 
 /* ---- the adapter's state ---- */
@@ -141,11 +142,14 @@ void redlock_monitor_stop(struct redlock_be *be);
  * After a fan-out on this thread: voting[i] = node i's answer counts
  * (it answered, the node is VOTING and the connection that carried the
  * answer reads the run_id the node state knows). A connection to a
- * restarted server runs the restart rule first.
+ * restarted server runs the restart rule first. benched (may be NULL):
+ * benched[i] = node i is QUARANTINED, so no answer of its could count,
+ * whether it answered or not.
  */
 void redlock_voting(struct redlock_be *be,
                     const struct redis_fan *f,
-                    bool *voting);
+                    bool *voting,
+                    bool *benched);
 
 /* ---- vote.c: pure rules over the nodes' answers ---- */
 
@@ -155,6 +159,8 @@ struct redlock_vote {
                                 !answered */
     bool answered;           /* a reply came and parsed (not UNAVAILABLE) */
     bool voting;             /* it counts (see redlock_voting) */
+    bool benched;            /* quarantined: its answer could not count
+                                had it said yes (not "uncounted") */
     bool sent;               /* written: the node may have run it */
     struct lock_grant g;     /* the parsed grant (acquire, renew, release) */
 };

@@ -6,7 +6,9 @@
  * An answer counts only when its node votes (struct redlock_vote's
  * voting); every other node, answering or not, is "uncounted": it could
  * have said yes, so a refusal needs more than N - quorum counted noes,
- * else the result is UNAVAILABLE (too few nodes answered to tell).
+ * else the result is UNAVAILABLE (too few nodes answered to tell). A
+ * quarantined node (benched) is not uncounted: whatever it said, it could
+ * not have counted, so a key it cannot help grant is HELD, not 503.
  */
 #include "backends/redlock/redlock_int.h"
 
@@ -50,7 +52,7 @@ size_t redlock_uncounted(const struct redlock_vote *v, size_t n)
     size_t c = 0;
 
     for (size_t i = 0; i < n; i++)
-        if (!redlock_counts(&v[i]))
+        if (!redlock_counts(&v[i]) && !v[i].benched)
             c++;
     return c;
 }
@@ -159,8 +161,10 @@ void redlock_acquire_plan(const struct redlock_vote *v,
         p->res = BACKEND_IDEM_CONFLICT;
     else if (grants + redlock_uncounted(v, n) >= quorum)
         p->res = BACKEND_UNAVAILABLE;
-    else
+    else if (redlock_count(v, n, BACKEND_HELD) > 0)
         p->res = BACKEND_HELD;
+    else /* free wherever it was asked, but too few nodes vote */
+        p->res = BACKEND_UNAVAILABLE;
     if (p->res == BACKEND_HELD && p->retry_ms == 0)
         p->retry_ms = 1;
 }

@@ -779,9 +779,9 @@ static void test_threads_never_hold_a_key_at_once(void)
     race_run(&r);
 }
 
-/* Two handles on one store are two lockd instances. */
 /* BACKEND_CAP_NO_SEMAPHORE: a shared acquire with a limit above 1 is
- * INVALID (the API answers it 400 first), limits 0 and 1 are served. */
+ * INVALID (the API answers it 400 first), limits 0 and 1 are served; the
+ * kinds cases take those there (kind_limit() in contract_kinds.h). */
 static void test_no_semaphore_refuses_a_limit_above_one(void)
 {
     struct lock_req req = { .key = "nosem",
@@ -809,6 +809,7 @@ static void test_no_semaphore_refuses_a_limit_above_one(void)
     CHECK_RES(rel("nosem", TOK_B), BACKEND_OK);
 }
 
+/* Two handles on one store are two lockd instances. */
 static void test_two_instances_exclude_each_other(void)
 {
     char err[256];
@@ -991,32 +992,6 @@ static struct target targets[] = {
     { .name = "mysql", .start = start_mysql, .srv = TEST_SERVER_INIT },
 };
 
-/* Cases that take a shared key with a limit above 1 (a semaphore): not
- * offered where the adapter says BACKEND_CAP_NO_SEMAPHORE (the API
- * answers 400 before the adapter runs); the adapter's INVALID for it is
- * checked by test_no_semaphore_refuses_a_limit_above_one. */
-static const char *const need_semaphore[] = {
-    "test_kinds_shared_up_to_the_limit",
-    "test_kinds_retry_hint_is_the_first_expiry",
-    "test_kinds_readers_and_a_writer_exclude",
-    "test_kinds_limit_mismatch",
-    "test_kinds_reentry_of_a_shared_holder",
-    "test_kinds_idempotent_replay",
-    "test_kinds_release_of_a_holder_notifies",
-    "test_kinds_threads_mixing_modes",
-    "test_kinds_fifo_across_modes",
-    "test_kinds_shared_waiters_go_together",
-};
-
-static bool needs_semaphore(const char *name)
-{
-    for (size_t i = 0; i < sizeof(need_semaphore) / sizeof(need_semaphore[0]);
-         i++)
-        if (strcmp(name, need_semaphore[i]) == 0)
-            return true;
-    return false;
-}
-
 static bool selected(const struct target *t, size_t c, int argc, char **argv)
 {
     char name[128];
@@ -1066,11 +1041,7 @@ int main(int argc, char **argv)
                 continue;
             check_failures = 0;
             case_skip_why = NULL;
-            if ((t->caps & BACKEND_CAP_NO_SEMAPHORE) &&
-                needs_semaphore(cases[c].name))
-                skip_case("a limit above 1: BACKEND_CAP_NO_SEMAPHORE");
-            else
-                cases[c].fn();
+            cases[c].fn();
             if (check_failures > 0) {
                 failed++;
                 printf("FAIL %s: %s (%d checks failed)\n", t->name,
