@@ -70,7 +70,7 @@ sys.path.insert(0, os.path.join(HERE, "e2e"))
 
 import harness  # noqa: E402
 
-BACKENDS = ["memory", "redis", "zookeeper", "mysql"]
+BACKENDS = ["memory", "redis", "redlock", "zookeeper", "mysql"]
 SCENARIO_TIMEOUT = 180
 SKIP_EXIT = 77  # a unit program that cannot run here (tests/unit/check.h)
 

@@ -799,13 +799,17 @@ def readyz_expected(url):
         return ("ensemble", n, "czxid", "quorum") if n > 1 else ("single", 1, "czxid", "logged")
     if scheme == "mysql":
         return "single", 1, "AUTO_INCREMENT", "durability"
+    if scheme == "redlock":
+        return "redlock", n, "majority", "max TTL"
     raise harness.Fail("readyz: no expectation for %r" % url)
 
 
 def check_readyz_topology(body, url, what):
     """body (a /readyz 200) names the topology of url and its guarantees."""
     topology, nodes, fence, failover = readyz_expected(url)
-    eq(set(body), {"status", "backend", "fifo", "topology", "guarantees"}, what + ": fields")
+    # a store of independent nodes also says how many are up and vote
+    several = {"nodes"} if url.startswith("redlock://") else set()
+    eq(set(body), {"status", "backend", "fifo", "topology", "guarantees"} | several, what + ": fields")
     eq(body.get("topology"), topology, what + ": topology")
     g = body.get("guarantees")
     check(isinstance(g, dict), what + ": guarantees %r" % (g,))
@@ -1179,7 +1183,7 @@ def data_cases(ctx):
 # ------------------------------------------------ backend_unavailable
 
 @harness.scenario("a paused store gives 503 backend_unavailable with Retry-After 1, never a grant, and recovers",
-                  backends=["redis", "zookeeper", "mysql"], slow=True)
+                  backends=["redis", "redlock", "zookeeper", "mysql"], slow=True)
 def store_paused(ctx):
     key = ctx.key("down")
     g = acquire(ctx, key, ttl_ms=60000)

@@ -56,11 +56,13 @@ MIN_GRANTS = 30
 #   its TTL when the answer can be sent, and must not be answered 201.
 STORE = {
     "redis": ("connect_timeout_ms=500&timeout_ms=700", 700),
+    "redlock": ("connect_timeout_ms=500&timeout_ms=700", 700),
     "zookeeper": ("timeout_ms=700", 700),
     "mysql": ("connect_timeout_ms=1000&read_timeout_ms=1000&write_timeout_ms=1000", 1000),
 }
 STORE_LONG = {
     "redis": ("connect_timeout_ms=500&timeout_ms=2000", 2000),
+    "redlock": ("connect_timeout_ms=500&timeout_ms=2000", 2000),
     "zookeeper": ("timeout_ms=2000", 2000),
     "mysql": ("connect_timeout_ms=1000&read_timeout_ms=2000&write_timeout_ms=2000", 2000),
 }

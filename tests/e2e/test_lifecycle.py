@@ -511,7 +511,8 @@ def check_health(ctx):
         srv.close()
 
 
-@harness.scenario("a second lockd on the same store serves the same locks", backends=["redis", "zookeeper", "mysql"])
+@harness.scenario("a second lockd on the same store serves the same locks",
+                  backends=["redis", "redlock", "zookeeper", "mysql"])
 def shared_store(ctx):
     ld = ctx.new_lockd()
     key = ctx.key("shared")

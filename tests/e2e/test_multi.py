@@ -744,7 +744,7 @@ def multi_load_scenario(ctx):
 # --------------------------------------------------------- kill -9
 
 @harness.scenario("multi: lockd killed with SIGKILL between a multi-key grant and its release leaves every key "
-                  "held until the TTL, then all free", backends=["redis", "zookeeper", "mysql"])
+                  "held until the TTL, then all free", backends=["redis", "redlock", "zookeeper", "mysql"])
 def multi_kill9(ctx):
     doomed = ctx.new_lockd()
     ld = ctx.lockd

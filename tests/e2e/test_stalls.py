@@ -23,7 +23,7 @@ import harness
 from harness import check, eq
 from multi import acquire, path, release, renew
 
-STORES = ("redis", "zookeeper", "mysql")
+STORES = ("redis", "redlock", "zookeeper", "mysql")
 TIMEOUT_MS = 1000  # the store timeout these scenarios set
 SLACK = 0.35  # seconds a request may be answered after its bound
 STALL_S = 6.0  # how long the store is stopped
@@ -181,9 +181,36 @@ def chain_of_expiries(ctx):
     release(c, key, r.json["token"])
 
 
+class Proxies:
+    """A DelayProxy in front of each server of the store: one, or every
+    node of redlock:// (independent servers, all of whose answers are held
+    alike, so that the store as a whole answers late)."""
+
+    def __init__(self, ctx):
+        from delayproxy import DelayProxy
+
+        srv = ctx.server
+        ports = [nd.port for nd in srv.nodes] if ctx.backend == "redlock" else [srv.port]
+        self.proxies = [(p, DelayProxy(p)) for p in ports]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for _, p in self.proxies:
+            p.close()
+
+    def hold_replies(self, seconds, when=None):
+        for _, p in self.proxies:
+            p.hold_replies(seconds, when=when)
+
+
 def proxied(ctx, proxy, timeout_ms):
-    """lockd's backend URL through proxy, with the store timeout given."""
-    url = ctx.url.replace("127.0.0.1:%d" % ctx.server.port, "127.0.0.1:%d" % proxy.port)
+    """lockd's backend URL through proxy (Proxies), with the store timeout
+    given."""
+    url = ctx.url
+    for port, p in proxy.proxies:
+        url = url.replace("127.0.0.1:%d" % port, "127.0.0.1:%d" % p.port)
     check(url != ctx.url, "the store URL names its port")
     sep = "&" if "?" in url else "?"
     if ctx.backend == "mysql":
@@ -206,9 +233,7 @@ def start_proxied(ctx, proxy):
 @harness.scenario("a grant whose answer the store sends late is answered with what is left of its TTL",
                   backends=STORES, slow=True)
 def late_store_answer(ctx):
-    from delayproxy import DelayProxy
-
-    with DelayProxy(ctx.server.port) as proxy:
+    with Proxies(ctx) as proxy:
         _, c = start_proxied(ctx, proxy)
         # the store's answer held 0.6 s: granted, with 0.6 s less of its TTL
         key = ctx.key("late")
@@ -248,9 +273,7 @@ def late_store_answer(ctx):
 @harness.scenario("a grant whose answer the store sends after its TTL passed is a 503 (or 409), never a 201 "
                   "beside the next holder", backends=STORES, slow=True)
 def dead_store_answer(ctx):
-    from delayproxy import DelayProxy
-
-    with DelayProxy(ctx.server.port) as proxy:
+    with Proxies(ctx) as proxy:
         slow, _ = start_proxied(ctx, proxy)
         direct = ctx.lockd
         # held past the TTL: the lock expired before lockd heard of it
@@ -263,7 +286,7 @@ def dead_store_answer(ctx):
             out["r"] = cc.request("POST", path(key), {"ttl_ms": 1000})
             out["answered"] = time.monotonic()
 
-        if ctx.backend == "redis":
+        if ctx.backend in ("redis", "redlock"):
             # from the command that names the key: its own reply is held
             proxy.hold_replies(1.8, when=lambda chunk: key.encode() in chunk)
         else:
