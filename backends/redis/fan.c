@@ -305,13 +305,25 @@ static void redis_fan_send(struct redis_be *const *be,
                            struct redis_fan *out)
 {
     bool later[BACKEND_NODES_MAX];
+    size_t dials = 0;
 
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < n; i++) {
             struct redis_conn *cn;
+            int64_t until = deadline_us;
             if (pass == 1 && !later[i])
                 continue;
-            cn = redis_fan_conn(be[i], deadline_us, pass == 1, &later[i]);
+            if (pass == 1) {
+                /* a dial gets its share of the time left, the answers
+                 * one more: a stopped server (whose kernel still takes
+                 * the connection) must not spend the next one's dial */
+                until = clock_mono_us();
+                until += (deadline_us - until) / (int64_t)(dials + 1);
+                dials--;
+            }
+            cn = redis_fan_conn(be[i], until, pass == 1, &later[i]);
+            if (pass == 0 && later[i])
+                dials++;
             if (cn != NULL)
                 redis_fan_send_one(be[i], cn, c, argc, argv, lens, deadline_us,
                                    &slot[i], &out[i]);

@@ -52,7 +52,7 @@ static unsigned redlock_quarantine(struct redlock_nstate *st, int64_t until)
     return REDLOCK_ACT_CHANGED;
 }
 
-/* First sight of a node (UNKNOWN). */
+/* First sight of a node (UNKNOWN), its marker read. */
 static unsigned redlock_first_sight(struct redlock_nstate *st,
                                     const struct redis_identity *id,
                                     int marker,
@@ -61,21 +61,44 @@ static unsigned redlock_first_sight(struct redlock_nstate *st,
 {
     int64_t until = redlock_restart_ms(id) + r->hold_ms;
 
-    if (id->uptime_s * 1000 >= r->hold_ms || redlock_trusted(id, r))
-        return redlock_admit(st, marker);
     if (marker < 0)
         return 0;
     if (marker == 1)
-        return until > now_ms ? redlock_quarantine(st, until)
-                              : redlock_admit(st, marker);
+        return redlock_admit(st, marker); /* the same run it was admitted in */
+    if (marker == 2) {
+        /* restarted with its old data: what it lost is no older than the
+         * restart; with appendfsync always it lost nothing */
+        if (redlock_trusted(id, r) || until <= now_ms)
+            return redlock_admit(st, marker);
+        return redlock_quarantine(st, until);
+    }
     /* no marker: a new deployment only if a quorum was seen and none of
-     * them was ever admitted; else this one lost its data */
+     * them was ever admitted; else its data went, when is unknown: from
+     * now (a FLUSHALL leaves the uptime long) */
     if (r->any_marked)
-        return until > now_ms ? redlock_quarantine(st, until)
-                              : redlock_admit(st, marker);
+        return redlock_quarantine(st, now_ms + r->hold_ms);
     if (r->seen >= r->quorum)
         return redlock_admit(st, marker);
     return 0;
+}
+
+/* A known node under a new run_id: it restarted. */
+static unsigned redlock_restarted(struct redlock_nstate *st,
+                                  const struct redis_identity *id,
+                                  int marker,
+                                  int64_t now_ms,
+                                  const struct redlock_rules *r)
+{
+    st->state = REDLOCK_UNKNOWN;
+    st->quarantine_until = 0;
+    if (marker >= 0)
+        return redlock_first_sight(st, id, marker, now_ms, r) |
+               REDLOCK_ACT_CHANGED;
+    /* a worker saw it (marker unread): never counted before the monitor
+     * reads the marker; untrusted, the quarantine is certain already */
+    if (!redlock_trusted(id, r))
+        return redlock_quarantine(st, redlock_restart_ms(id) + r->hold_ms);
+    return REDLOCK_ACT_CHANGED;
 }
 
 unsigned redlock_node_step(struct redlock_nstate *st,
@@ -88,25 +111,19 @@ unsigned redlock_node_step(struct redlock_nstate *st,
 
     if (id == NULL || id->run_id[0] == '\0')
         return 0;
-    if (st->state == REDLOCK_UNKNOWN) {
+    if (st->state != REDLOCK_UNKNOWN && strcmp(st->run_id, id->run_id) != 0) {
+        act = redlock_restarted(st, id, marker, now_ms, r);
+    } else if (st->state == REDLOCK_UNKNOWN) {
         act = redlock_first_sight(st, id, marker, now_ms, r);
-        if (st->state != REDLOCK_UNKNOWN)
-            snprintf(st->run_id, sizeof(st->run_id), "%s", id->run_id);
-    } else if (strcmp(st->run_id, id->run_id) != 0) {
-        int64_t until = redlock_restart_ms(id) + r->hold_ms;
-        /* it restarted: what it held may be gone */
-        snprintf(st->run_id, sizeof(st->run_id), "%s", id->run_id);
-        if (redlock_trusted(id, r) || until <= now_ms)
-            act = st->state != REDLOCK_VOTING ? redlock_admit(st, marker) : 0;
-        else
-            act = redlock_quarantine(st, until);
     } else if (st->state == REDLOCK_VOTING && marker == 0) {
         /* FLUSHALL, eviction: the counters may be gone too */
         act = redlock_quarantine(st, now_ms + r->hold_ms);
     } else if (st->state == REDLOCK_QUARANTINED &&
-               now_ms >= st->quarantine_until) {
+               (now_ms >= st->quarantine_until || marker == 1)) {
+        /* its time passed here, or another instance found it had */
         act = redlock_admit(st, marker);
     }
+    snprintf(st->run_id, sizeof(st->run_id), "%s", id->run_id);
     if (marker >= 0)
         st->marked = marker == 1;
     if (act & REDLOCK_ACT_SET_MARKER)
@@ -186,13 +203,15 @@ void redlock_voting(struct redlock_be *be,
     pthread_mutex_unlock(&be->lock);
 }
 
-/* SET the marker on the nodes set[] names. */
-static void
-redlock_set_markers(struct redlock_be *be, const bool *set, int64_t deadline_us)
+/* SET the marker, naming the server's run, on the nodes set[] names. */
+static void redlock_set_markers(struct redlock_be *be,
+                                const bool *set,
+                                const struct redis_identity *id,
+                                int64_t deadline_us)
 {
     struct redis_fan f[REDLOCK_NODES_MAX];
-    const char *argv[3] = { "SET", NULL, "1" };
-    size_t lens[3] = { 3, 0, 1 };
+    const char *argv[3] = { "SET", NULL, NULL };
+    size_t lens[3] = { 3, 0, 0 };
     char key[REDIS_BE_PREFIX_MAX + sizeof(REDLOCK_MARKER)];
 
     snprintf(key, sizeof(key), "%s%s", be->cfg.prefix, REDLOCK_MARKER);
@@ -201,20 +220,24 @@ redlock_set_markers(struct redlock_be *be, const bool *set, int64_t deadline_us)
     for (size_t i = 0; i < be->n; i++) {
         if (!set[i])
             continue;
+        argv[2] = id[i].run_id;
+        lens[2] = strlen(id[i].run_id);
         redis_fan_command(&be->nodes[i], 1, 3, argv, lens, deadline_us, &f[i]);
         redis_fan_clear(&f[i], 1);
     }
 }
 
-/* EXISTS marker on the nodes that answered PING: marker[i] 1/0/-1. */
+/* GET marker on the nodes whose identity was read: marker[i] 1 (names
+ * that run), 2 (names another), 0 (none) or -1 (not read). */
 static void redlock_read_markers(struct redlock_be *be,
-                                 const struct redis_fan *ping,
+                                 const bool *have,
+                                 const struct redis_identity *id,
                                  int64_t deadline_us,
                                  int *marker)
 {
     struct redis_fan f[REDLOCK_NODES_MAX];
-    const char *argv[2] = { "EXISTS", NULL };
-    size_t lens[2] = { 6, 0 };
+    const char *argv[2] = { "GET", NULL };
+    size_t lens[2] = { 3, 0 };
     char key[REDIS_BE_PREFIX_MAX + sizeof(REDLOCK_MARKER)];
 
     snprintf(key, sizeof(key), "%s%s", be->cfg.prefix, REDLOCK_MARKER);
@@ -224,9 +247,12 @@ static void redlock_read_markers(struct redlock_be *be,
     for (size_t i = 0; i < be->n; i++) {
         const redisReply *r = f[i].reply;
         marker[i] = -1;
-        if (ping[i].reply != NULL && r != NULL &&
-            r->type == REDIS_REPLY_INTEGER)
-            marker[i] = r->integer > 0;
+        if (!have[i] || r == NULL)
+            continue;
+        if (r->type == REDIS_REPLY_NIL)
+            marker[i] = 0;
+        else if (r->type == REDIS_REPLY_STRING)
+            marker[i] = strcmp(r->str, id[i].run_id) == 0 ? 1 : 2;
     }
     redis_fan_clear(f, be->n);
 }
@@ -248,7 +274,7 @@ static void redlock_check_apply(struct redlock_be *be,
         if (have[i] && marker[i] >= 0) {
             r.seen++;
             r.any_marked |=
-                marker[i] == 1 || be->st[i].state != REDLOCK_UNKNOWN;
+                marker[i] >= 1 || be->st[i].state != REDLOCK_UNKNOWN;
         }
     for (size_t i = 0; i < be->n; i++) {
         struct redlock_nstate *st = &be->st[i];
@@ -276,10 +302,11 @@ void redlock_check(struct redlock_be *be, int64_t wait_ms)
     for (size_t i = 0; i < be->n; i++)
         have[i] = ping[i].reply != NULL &&
                   redis_conn_identity(be->nodes[i], &id[i]) == 0;
-    redlock_read_markers(be, ping, clock_mono_us() + wait_ms * 1000, marker);
+    redlock_read_markers(be, have, id, clock_mono_us() + wait_ms * 1000,
+                         marker);
     redlock_check_apply(be, ping, id, have, marker, set);
     redis_fan_clear(ping, be->n);
-    redlock_set_markers(be, set, clock_mono_us() + wait_ms * 1000);
+    redlock_set_markers(be, set, id, clock_mono_us() + wait_ms * 1000);
 }
 
 /* ---- the monitor thread ---- */

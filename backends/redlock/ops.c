@@ -26,9 +26,18 @@ void redlock_fan(struct redlock_be *be,
     struct redis_fan tmp[REDLOCK_NODES_MAX];
     size_t idx[REDLOCK_NODES_MAX], m = 0;
 
+    bool up[REDLOCK_NODES_MAX];
+
+    /* a node the monitor found silent is not asked: dialling a stopped
+     * server (its kernel still accepts the connection) would spend the
+     * time the others need; the monitor tells when it answers again */
+    pthread_mutex_lock(&be->lock);
+    for (size_t i = 0; i < be->n; i++)
+        up[i] = be->st[i].up;
+    pthread_mutex_unlock(&be->lock);
     memset(f, 0, be->n * sizeof(*f));
     for (size_t i = 0; i < be->n; i++)
-        if (which == NULL || which[i]) {
+        if ((which == NULL || which[i]) && up[i]) {
             sub[m] = be->nodes[i];
             idx[m++] = i;
         }

@@ -86,14 +86,17 @@ struct redlock_rules {
 };
 
 /* The rule's effects, for the caller to act on. */
-#define REDLOCK_ACT_SET_MARKER 0x1u /* SET <prefix>redlock 1 on the node */
+#define REDLOCK_ACT_SET_MARKER 0x1u /* SET <prefix>redlock <run_id> on it */
 #define REDLOCK_ACT_CHANGED    0x2u /* the state changed: log it */
 
 /*
- * Apply the node-state rules (SPEC "Restart safety") to st, given the
- * identity id of the server a connection read, marker (1 the marker key
- * exists, 0 it does not, -1 not read) and now (monotonic ms). Pure: no
- * lock, no I/O. Returns REDLOCK_ACT_* flags.
+ * Apply the node-state rules (docs/redlock.md, "Restart safety") to st,
+ * given the identity id of the server a connection read, marker and now
+ * (monotonic ms). The marker key holds the run_id of the server process
+ * that was admitted: marker is 1 when it names id's run_id (admitted, not
+ * restarted since), 2 when it names another run (restarted with its old
+ * data), 0 when it is missing (a new deployment, or the data is gone),
+ * -1 not read. Pure: no lock, no I/O. Returns REDLOCK_ACT_* flags.
  */
 unsigned redlock_node_step(struct redlock_nstate *st,
                            const struct redis_identity *id,
