@@ -28,13 +28,20 @@ void redlock_fan(struct redlock_be *be,
 
     bool up[REDLOCK_NODES_MAX];
 
+    size_t nup = 0;
+
     /* a node the monitor found silent is not asked: dialling a stopped
      * server (its kernel still accepts the connection) would spend the
-     * time the others need; the monitor tells when it answers again */
+     * time the others need; the monitor tells when it answers again.
+     * Unless the others cannot make a quorum: then it is asked too (a
+     * dial gets only its share of the time), as it may be back already */
     pthread_mutex_lock(&be->lock);
     for (size_t i = 0; i < be->n; i++)
-        up[i] = be->st[i].up;
+        nup += up[i] = be->st[i].up;
     pthread_mutex_unlock(&be->lock);
+    if (nup < be->quorum)
+        for (size_t i = 0; i < be->n; i++)
+            up[i] = true;
     memset(f, 0, be->n * sizeof(*f));
     for (size_t i = 0; i < be->n; i++)
         if ((which == NULL || which[i]) && up[i]) {
