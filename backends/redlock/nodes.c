@@ -5,9 +5,10 @@
  * grant of a key a majority already granted, or hand out a smaller fence.
  * So it does not vote until every lock it may have held has expired (the
  * max TTL plus drift after its restart), by which time its clock floor
- * (fences are at least the server's clock in µs) is above every fence it
- * ever gave. The marker key <prefix>redlock tells a node lockd admitted
- * before (it restarted empty) from a new deployment.
+ * (fences are at least the server's clock in whole seconds x 10^6) is
+ * above every fence it ever gave. The marker key <prefix>redlock holds the
+ * run_id of the process lockd admitted: it tells the same process from a
+ * restart with old data, and a lost one from a new deployment.
  *
  * redlock_node_step() is the rule, pure; the monitor thread checks every
  * node every REDLOCK_MONITOR_MS (PING, the connection's identity, EXISTS
@@ -25,10 +26,11 @@
 
 int64_t redlock_restart_ms(const struct redis_identity *id)
 {
-    /* uptime_in_seconds is truncated: the restart came at the latest
-     * uptime_s whole seconds before the reading, which is the safe end
+    /* Redis counts uptime_in_seconds between two wall clock seconds, each
+     * truncated: the true uptime is above uptime_s - 1, so the restart
+     * came at the latest (uptime_s - 1) s before the reading, the safe end
      * to count the quarantine from */
-    return id->dialled_ms - id->uptime_s * 1000;
+    return id->dialled_ms - (id->uptime_s - 1) * 1000;
 }
 
 static bool redlock_trusted(const struct redis_identity *id,
@@ -138,6 +140,8 @@ static void redlock_rules_of(const struct redlock_be *be,
 {
     memset(r, 0, sizeof(*r));
     r->hold_ms = be->max_ttl_ms + redlock_drift(be, (uint64_t)be->max_ttl_ms);
+    if (r->hold_ms < 1000)
+        r->hold_ms = 1000; /* the fence floor moves once a second */
     r->trust_fsync = be->cfg.trust_fsync;
     r->quorum = be->quorum;
 }

@@ -317,8 +317,9 @@ enum backend_result redlock_renew(struct backend *b,
     enum backend_result r;
 
     deadline = redlock_deadline(be, t0, req->ttl_ms);
-    if (deadline == 0)
-        return BACKEND_UNAVAILABLE;
+    if (deadline == 0) /* a TTL within the drift: the nodes still say
+                          whether the token holds the key (404, 409) */
+        deadline = t0 + be->timeout_ms * 1000;
     if (redis_call_renew(be->nodes[0], req, &c) != 0)
         return BACKEND_NO_MEMORY;
     redlock_fan(be, NULL, &c, deadline, f);
@@ -329,8 +330,9 @@ enum backend_result redlock_renew(struct backend *b,
         ttl = req->ttl_ms > 0 ? req->ttl_ms : redlock_ok_kth(be, v, 0);
         validity =
             (int64_t)ttl - redlock_elapsed_ms(t0) - redlock_drift(be, ttl);
-        if (validity <= 0)
-            return BACKEND_UNAVAILABLE;
+        if (validity <= 0) /* renewed to no time at all: it is gone */
+            return (int64_t)ttl <= redlock_drift(be, ttl) ? BACKEND_NOT_FOUND
+                                                          : BACKEND_UNAVAILABLE;
         for (size_t i = 0; i < be->n; i++)
             if (v[i].answered && v[i].voting && v[i].res == BACKEND_OK) {
                 redlock_grant_out(&v[i].g, 0,

@@ -104,8 +104,8 @@ unsigned redlock_node_step(struct redlock_nstate *st,
                            int64_t now_ms,
                            const struct redlock_rules *r);
 /* The monotonic ms a server with identity id restarted, at the latest
- * (uptime_in_seconds is truncated, so the restart came no later than
- * uptime_s whole seconds before the reading). */
+ * (Redis's uptime_in_seconds is the difference of two truncated seconds,
+ * so the true uptime is above uptime_s - 1). */
 int64_t redlock_restart_ms(const struct redis_identity *id);
 
 /* ---- the adapter's state ---- */

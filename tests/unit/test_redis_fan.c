@@ -46,15 +46,15 @@ static redisReply *raw(int i, const char *fmt, const char *arg)
     return r;
 }
 
-/* Server i's clock in microseconds (TIME), or -1. */
+/* Server i's clock (TIME) in whole seconds, as microseconds: what the
+ * floor grants at least; or -1. */
 static int64_t server_us(int i)
 {
     redisReply *r = raw(i, "TIME", NULL);
     int64_t us = -1;
 
     if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
-        us = strtoll(r->element[0]->str, NULL, 10) * 1000000 +
-             strtoll(r->element[1]->str, NULL, 10);
+        us = strtoll(r->element[0]->str, NULL, 10) * 1000000;
     freeReplyObject(r);
     return us;
 }

@@ -324,7 +324,7 @@ static void test_node_first_sight(void)
 {
     struct redlock_nstate st;
     struct redlock_rules r = rules(1, false, false);
-    struct redis_identity old = ident("a", HOLD / 1000, false);
+    struct redis_identity old = ident("a", HOLD / 1000 + 1, false);
     struct redis_identity young = ident("a", 2, false);
     struct redis_identity fs = ident("a", 2, true);
     unsigned act;
@@ -341,7 +341,7 @@ static void test_node_first_sight(void)
     memset(&st, 0, sizeof(st));
     act = redlock_node_step(&st, &young, 2, 100000, &r);
     CHECK_EQ_INT(st.state, REDLOCK_QUARANTINED);
-    CHECK_EQ_INT(st.quarantine_until, 100000 - 2000 + HOLD);
+    CHECK_EQ_INT(st.quarantine_until, 100000 - 1000 + HOLD);
     CHECK(act & REDLOCK_ACT_CHANGED);
     CHECK(!(act & REDLOCK_ACT_SET_MARKER));
     /* ... unless that restart was longer than the hold ago */
@@ -406,15 +406,15 @@ static void test_node_restart_and_flush(void)
     CHECK_EQ_INT(st.state, REDLOCK_QUARANTINED);
     CHECK(act & REDLOCK_ACT_CHANGED);
     CHECK_STR_EQ(st.run_id, "b");
-    CHECK_EQ_INT(st.quarantine_until, 100000 - 1000 + HOLD);
+    CHECK_EQ_INT(st.quarantine_until, 100000 + HOLD);
     /* still quarantined before the time (its old marker read), voting at
      * it, the marker set to its run */
-    CHECK_EQ_INT(redlock_node_step(&st, &b, 2, 108999, &r), 0);
+    CHECK_EQ_INT(redlock_node_step(&st, &b, 2, 109999, &r), 0);
     CHECK_EQ_INT(st.state, REDLOCK_QUARANTINED);
-    act = redlock_node_step(&st, &b, 2, 109000, &r);
+    act = redlock_node_step(&st, &b, 2, 110000, &r);
     CHECK_EQ_INT(st.state, REDLOCK_VOTING);
     CHECK(act & REDLOCK_ACT_SET_MARKER);
-    CHECK_EQ_INT(redlock_node_step(&st, &b, 1, 109250, &r), 0);
+    CHECK_EQ_INT(redlock_node_step(&st, &b, 1, 110250, &r), 0);
     /* the marker vanished (FLUSHALL): quarantined from now */
     act = redlock_node_step(&st, &b, 0, 200000, &r);
     CHECK_EQ_INT(st.state, REDLOCK_QUARANTINED);
@@ -646,7 +646,7 @@ static void test_live_marker_young_quarantined(void)
     backend_nodes(be, nd, REDLOCK_NODES_MAX, &q);
     CHECK(nd[0].quarantined && !nd[0].voting);
     CHECK(nd[0].quarantine_ms > 0 &&
-          nd[0].quarantine_ms <= MAX_TTL + MAX_TTL / 100 + 2);
+          nd[0].quarantine_ms <= MAX_TTL + MAX_TTL / 100 + 2 + 1000);
     CHECK(nd[1].voting && nd[2].voting);
     backend_close(be);
 }
@@ -670,7 +670,8 @@ static void test_live_restart_empty_quarantine(void)
     CHECK(wait_node(rl, 0, false, 3000));
     CHECK(wait_node(rl, 1, false, 3000));
     backend_nodes(rl, nd, REDLOCK_NODES_MAX, &q);
-    CHECK(nd[0].quarantine_ms > 0 && nd[0].quarantine_ms <= MAX_TTL + 100);
+    CHECK(nd[0].quarantine_ms > 0 &&
+          nd[0].quarantine_ms <= MAX_TTL + 100 + 1000);
     CHECK(!nd[0].voting);
     /* two of three not counted: no grant, though they would say yes;
      * the third still has TOK1's hold: 409, the key is held */
