@@ -548,9 +548,11 @@ REDLOCK_OPTS = "connect_timeout_ms=300&timeout_ms=%d" % REDLOCK_CALL_MS
 # granted then undoes what it may have taken there (another timeout)
 REDLOCK_TMO = WAIT_MS + 2 * REDLOCK_CALL_MS
 REDLOCK_GRANTS_PER_S = 3  # floor: grants per second of a minority fault, and of a quarantine
-# a node that came back empty votes again at the earliest at its restart
-# (which lockd rounds down by up to 1 s + 1 s) + max TTL + drift
-QUARANTINE_MIN_S = (REDLOCK_MAX_TTL_MS - 1000) / 1000.0 - 0.1
+# a node that came back empty is not counted until its restart + max TTL
+# + drift: what it held before may still be held elsewhere. lockd knows
+# the restart from the node's uptime in whole seconds (which reads 1
+# right after a start as often as 0), so it must err late.
+QUARANTINE_MIN_S = REDLOCK_MAX_TTL_MS / 1000.0 - 0.05
 
 
 def redlock_nodes(ctx, n):
@@ -564,8 +566,8 @@ def redlock_nodes(ctx, n):
 
 
 def redlock_lockd(ctx, nodes, env=None):
-    return new_lockd(ctx, with_options(nodes.url, REDLOCK_OPTS), args=["--max-ttl-ms", str(REDLOCK_MAX_TTL_MS)],
-                     env=env)
+    args = ["--max-ttl-ms", str(REDLOCK_MAX_TTL_MS), "--default-ttl-ms", str(TTL_MS)]
+    return new_lockd(ctx, with_options(nodes.url, REDLOCK_OPTS), args=args, env=env)
 
 
 def node_view(ld):
@@ -591,14 +593,16 @@ def wait_all_voting(load, ld, n, since):
     return None
 
 
-def grants_in(load, t0, t1):
+def acquires_in(load, status, t0, t1):
     with load.lock:
-        return [r for r in load.recs if r.kind == ACQUIRE and r.status == 201 and t0 <= r.answered <= t1]
+        return [r for r in load.recs if r.kind == ACQUIRE and r.status == status and t0 <= r.answered <= t1]
 
 
 def floor_judge(windows):
-    """judge for a minority fault: at least REDLOCK_GRANTS_PER_S grants per
-    second of each window (name, start, end) in windows."""
+    """judge for a minority fault: in each window (name, start, end) at
+    least REDLOCK_GRANTS_PER_S grants per second, and fewer acquires
+    answered 503 than 201 (a majority answers: a 503 is then only for a
+    key held on too few of the nodes that answer)."""
 
     def judge(load, rep):
         problems, parts = [], []
@@ -606,11 +610,12 @@ def floor_judge(windows):
             if t1 is None:
                 problems.append("the %s did not end" % name)
                 continue
-            g, want = len(grants_in(load, t0, t1)), int(REDLOCK_GRANTS_PER_S * (t1 - t0))
-            parts.append("%d grants in the %.1f s %s" % (g, t1 - t0, name))
-            if g < want:
-                problems.append("only %d grants in the %.1f s %s (want %d): a minority fault stopped the grants"
-                                % (g, t1 - t0, name, want))
+            g, want = len(acquires_in(load, 201, t0, t1)), int(REDLOCK_GRANTS_PER_S * (t1 - t0))
+            u = len(acquires_in(load, 503, t0, t1))
+            parts.append("%d grants and %d 503s to acquires in the %.1f s %s" % (g, u, t1 - t0, name))
+            if g < want or u >= g:
+                problems.append("%d grants (want %d) and %d 503s (want fewer than the grants) to acquires in the "
+                                "%.1f s %s: a minority fault stopped the grants" % (g, want, u, t1 - t0, name))
         return problems, "; " + ", ".join(parts)
     return judge
 
@@ -649,21 +654,18 @@ def redlock_kill(n, down):
                     problems.append("the restarted nodes were not all voting %d s after their restart"
                                     % (REDLOCK_MAX_TTL_MS / 1000 + 10))
                 elif back - t["restart"] < QUARANTINE_MIN_S:
-                    problems.append("the empty nodes voted again %.1f s after their restart (quarantine: max TTL "
-                                    "%d ms + drift)" % (back - t["restart"], REDLOCK_MAX_TTL_MS))
+                    problems.append("the empty nodes voted again %.2f s after their restart, before its max TTL "
+                                    "%d ms + drift" % (back - t["restart"], REDLOCK_MAX_TTL_MS))
                 if down < quorum:
                     p, more = floor_judge([("fault", t["kill"], t["restart"]),
                                            ("quarantine", t["restart"], back)])(load, rep)
                     problems += p
                 else:
                     until = t["restart"] + QUARANTINE_MIN_S
-                    with load.lock:
-                        early = [r for r in load.recs if r.kind == ACQUIRE and r.status == 201
-                                 and r.sent > t["kill"] and r.answered < until]
-                        n503 = sum(1 for r in load.recs if r.kind == ACQUIRE and r.status == 503
-                                   and r.sent > t["kill"] and r.answered < until)
+                    early = [r for r in acquires_in(load, 201, t["kill"], until) if r.sent > t["kill"]]
+                    n503 = len(acquires_in(load, 503, t["kill"], until))
                     for r in early[:8]:
-                        problems.append("GRANT WITHOUT A MAJORITY: %s" % rep._g(r))
+                        problems.append("GRANT BEFORE THE QUARANTINE ENDED: %s" % rep._g(r))
                     if early or n503 == 0:
                         problems.append("%d grants and %d 503s to acquires from the kill to %.1f s after the "
                                         "restart (want 0 grants, some 503s)" % (len(early), n503, QUARANTINE_MIN_S))
