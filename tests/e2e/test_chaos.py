@@ -749,8 +749,63 @@ def redlock_skew(n, offset, secs):
     return sc
 
 
+def redlock_hazard(ctx):
+    """The restart hazard with nothing to spare: lock A of the max TTL on
+    nodes 1 and 2 (node 3 down), then nodes 3 and 1 started again EMPTY at
+    once. A majority (1, 3) no longer knows A, so only their quarantine
+    (restart + max TTL + drift) keeps B from being granted while A holds:
+    B's try-once acquires, every 100 ms, get no 201 before A's send + its
+    ttl_ms, then one soon after, with a larger fence."""
+    nodes = redlock_nodes(ctx, 3)
+    try:
+        ld = redlock_lockd(ctx, nodes)
+        c = ld.client(timeout=10)
+        key = ctx.key("hazard")
+        nodes.node(2).kill9()
+        t_a = time.monotonic()
+        a = c.request("POST", faultload.lock_path(key), {"ttl_ms": REDLOCK_MAX_TTL_MS})
+        eq(a.status, 201, "A's acquire (max TTL) with node 3 down: %r" % (a.json,))
+        a_end = t_a + a.json["ttl_ms"] / 1000.0
+        t_r = time.monotonic()
+        nodes.node(2).restart_empty()
+        nodes.node(0).restart_empty()
+        refused, b = {}, None
+        while b is None and time.monotonic() < a_end + 4.0:
+            r = c.request("POST", faultload.lock_path(key), {"ttl_ms": TTL_MS})
+            if r.status == 201:
+                b = (time.monotonic(), r.json)
+            else:
+                refused[r.status] = refused.get(r.status, 0) + 1
+                time.sleep(0.1)
+        line = ("chaos redlock-3 empty restarts under a lock of max TTL: A's ttl_ms %d, nodes 3 and 1 started again "
+                "empty %.0f ms after its send; %s; B %s" % (
+                    a.json["ttl_ms"], (t_r - t_a) * 1000,
+                    ", ".join("%d %ss" % (n, st) for st, n in sorted(refused.items())) or "no refusals",
+                    "never granted" if b is None else "granted %.0f ms %s A's TTL ran out, fence %s A's" % (
+                        abs(b[0] - a_end) * 1000, "after" if b[0] >= a_end else "BEFORE",
+                        "above" if b[1]["fence"] > a.json["fence"] else "NOT above")))
+        harness.log("     " + line)
+        ok = b is not None and b[0] >= a_end and b[1]["fence"] > a.json["fence"]
+        if REPORT:
+            with open(REPORT, "a") as f:
+                f.write(json.dumps({"topology": "redlock-3", "fault": "empty restarts under a lock of max TTL",
+                                    "grants": 1 + (b is not None), "overlaps": int(b is not None and b[0] < a_end),
+                                    "passed": ok, "line": line, "loss_allowed": False,
+                                    "seconds": round(time.monotonic() - t_a, 1)}) + "\n")
+        RECORDED[0] += 1
+        check(b is not None, "B was not granted within 4 s after A's TTL ran out")
+        check(b[0] >= a_end, "B granted %.0f ms before A's TTL ran out: an empty node was counted within the max TTL "
+              "of its restart" % ((a_end - b[0]) * 1000))
+        check(b[1]["fence"] > a.json["fence"], "B's fence %s not above A's %s" % (b[1]["fence"], a.json["fence"]))
+    finally:
+        for x in list(ctx.extra):
+            x.stop(5)
+        nodes.stop()
+
+
 # (nodes, fault, function, in the make-test subset)
-REDLOCK = [(3, "node kill -9, restart empty", redlock_kill(3, 1), True),
+REDLOCK = [(3, "empty restarts under a lock of max TTL", redlock_hazard, True),
+           (3, "node kill -9, restart empty", redlock_kill(3, 1), True),
            (3, "node SIGSTOP", redlock_stop(3, 1), True),
            (3, "2 nodes kill -9, restart empty (majority)", redlock_kill(3, 2), False),
            (5, "2 nodes kill -9, restart empty", redlock_kill(5, 2), True),
