@@ -17,7 +17,10 @@ after it, through the faulted instance where the fault hit one instance.
 Topologies: memory (lockd faults only), redis, zookeeper, mysql (the store
 tests/run.py started, or one of the scenario's own), zookeeper-ensemble
 (server_zookeeper.ZooKeeperEnsemble), redis-sentinel (server_sentinel),
-redis-cluster (server_cluster). Where a topology can lose a lock by design
+redis-cluster (server_cluster), redlock-3 and redlock-5 (independent
+masters of server_redlock, without persistence: nodes killed and started
+again empty, stopped, a majority down, a skewed lockd clock; each line
+goes on with the grants per fault window and the quarantine). Where a topology can lose a lock by design
 (Redis failover without min_replicas) the line says "loss allowed by
 design" and overlaps, fence regressions and stale-token successes are
 reported, not failed on.
@@ -696,11 +699,12 @@ def redlock_stop(n, down):
         try:
             insts = [redlock_lockd(ctx, nodes) for _ in range(2)]
             victims = [nodes.node(i) for i in range(n - down, n)]
-            win = []
+            win, stopped = [], []
 
             def stop():
                 for v in victims:
                     v.pause()
+                stopped.append(time.monotonic())
 
             def cont():
                 for v in victims:
@@ -708,7 +712,7 @@ def redlock_stop(n, down):
 
             def drive(load, f):
                 stall(load, f, stop, cont, "SIGSTOP node(s) %s of %d %.1f s" % (list(range(n - down, n)), n, FAULT_S))
-                win.append(("fault", load.marks[-2][0], f.end))
+                win.append(("fault", stopped[0], f.end))
 
             what = "node SIGSTOP" if down == 1 else "%d nodes SIGSTOP" % down
             run_load(ctx, "redlock-%d" % n, what, insts, REDLOCK_TMO, drive, judge=floor_judge(win))
