@@ -159,6 +159,28 @@ check_acquire(const struct api_params *p, char *msg, size_t msglen)
     return API_INVALID_PARAMETER;
 }
 
+/* A shared acquire with a limit above 1 on a store that cannot bound its
+ * holders (BACKEND_CAP_NO_SEMAPHORE: a majority of independent nodes, where
+ * each of three holders may sit on a different majority): refused before
+ * the store is asked. A re-entry takes no limit, so only a fresh acquire
+ * (and its Idempotency-Key replays, which carry the same parameters)
+ * reaches this. */
+static enum api_error check_semaphore(const struct api_config *cfg,
+                                      const struct api_params *p,
+                                      char *msg,
+                                      size_t msglen)
+{
+    if (!p->has_limit || p->limit <= 1 || p->mode != LOCK_SHARED ||
+        (backend_caps(cfg->backend) & BACKEND_CAP_NO_SEMAPHORE) == 0)
+        return API_OK;
+    snprintf(msg, msglen,
+             "limit above 1 (a semaphore) is not offered on %s://: a "
+             "majority of independent nodes cannot bound the holders; leave "
+             "limit out (no limit) or use 1, or another backend",
+             backend_scheme(cfg->backend));
+    return API_INVALID_PARAMETER;
+}
+
 /* c from an acquire's checked parameters p (whose strings c takes). */
 static enum api_error fill_acquire(const struct api_config *cfg,
                                    struct api_params *p,
@@ -261,6 +283,8 @@ enum api_error handle_call_parse(const struct api_config *cfg,
                                  cfg->max_wait_ms, &p, msg, sizeof(msg));
         if (err == API_OK && verb == API_VERB_ACQUIRE)
             err = check_acquire(&p, msg, sizeof(msg));
+        if (err == API_OK && verb == API_VERB_ACQUIRE)
+            err = check_semaphore(cfg, &p, msg, sizeof(msg));
         if (err != API_OK) {
             codec_params_cleanup(&p);
             codec_error(resp, err, msg);
@@ -315,7 +339,9 @@ static void held_reply(const struct api_call *c,
 static void readyz_reply(const struct api_config *cfg,
                          enum backend_result r,
                          struct api_response *resp);
-static void metrics_reply(int64_t held, struct api_response *resp);
+static void metrics_reply(const struct api_config *cfg,
+                          int64_t held,
+                          struct api_response *resp);
 
 void handle_call_reply(const struct api_config *cfg,
                        const struct api_call *c,
@@ -330,7 +356,7 @@ void handle_call_reply(const struct api_config *cfg,
         return;
     }
     if (c->verb == API_VERB_METRICS) {
-        metrics_reply(held, resp);
+        metrics_reply(cfg, held, resp);
         return;
     }
     if (c->verb == API_VERB_FORCE_RELEASE) {
@@ -387,36 +413,83 @@ void handle_readyz_draining(const struct api_config *cfg,
     resp->retry_after = 1;
 }
 
+/* {"total","up","voting","quorum"} of a store of independent nodes as the
+ * adapter last checked them (backend_nodes(): no store call), or NULL for
+ * a store without a per-node view (or out of memory: the key is left out;
+ * the adapter's ping() decided the status either way). A new reference. */
+static json_t *readyz_nodes(const struct backend *be)
+{
+    struct backend_node nodes[BACKEND_NODES_MAX];
+    unsigned quorum = 0;
+    size_t n = backend_nodes(be, nodes, BACKEND_NODES_MAX, &quorum);
+    json_int_t up = 0, voting = 0;
+
+    if (n == 0)
+        return NULL;
+    if (n > BACKEND_NODES_MAX)
+        n = BACKEND_NODES_MAX;
+    for (size_t i = 0; i < n; i++) {
+        up += nodes[i].up;
+        voting += nodes[i].voting;
+    }
+    return json_pack("{s:I,s:I,s:I,s:I}", "total", (json_int_t)n, "up", up,
+                     "voting", voting, "quorum", (json_int_t)quorum);
+}
+
 /* 200 says what the store guarantees (backend_describe()); 503 only which
- * store it is and why it is not ready. */
+ * store it is and why it is not ready. Both carry "nodes" for a store of
+ * independent nodes. */
 static void readyz_reply(const struct api_config *cfg,
                          enum backend_result r,
                          struct api_response *resp)
 {
     const char *scheme = backend_scheme(cfg->backend);
     struct backend_topology t;
+    json_t *nodes = readyz_nodes(cfg->backend); /* taken by codec_reply */
 
     backend_describe(cfg->backend, &t);
     if (r == BACKEND_OK) {
-        codec_reply(resp, 200, "{s:s,s:s,s:s,s:s,s:{s:s,s:s,s:I}}", "status",
-                    "ready", "backend", scheme, "fifo",
-                    (backend_caps(cfg->backend) & BACKEND_CAP_QUEUE) != 0
-                        ? "store"
-                        : "instance",
-                    "topology", t.topology, "guarantees", "fence", t.fence,
-                    "failover", t.failover, "nodes", (json_int_t)t.nodes);
+        codec_reply(
+            resp, 200, "{s:s,s:s,s:s,s:s,s:{s:s,s:s,s:I},s:o*}", "status",
+            "ready", "backend", scheme, "fifo",
+            (backend_caps(cfg->backend) & BACKEND_CAP_QUEUE) != 0 ? "store"
+                                                                  : "instance",
+            "topology", t.topology, "guarantees", "fence", t.fence, "failover",
+            t.failover, "nodes", (json_int_t)t.nodes, "nodes", nodes);
     } else {
-        codec_reply(resp, 503, "{s:s,s:s,s:s,s:s}", "status", "unavailable",
-                    "backend", scheme, "topology", t.topology, "reason",
-                    backend_result_str(r));
+        codec_reply(resp, 503, "{s:s,s:s,s:s,s:s,s:o*}", "status",
+                    "unavailable", "backend", scheme, "topology", t.topology,
+                    "reason", backend_result_str(r), "nodes", nodes);
         resp->retry_after = 1;
     }
 }
 
-static void metrics_reply(int64_t held, struct api_response *resp)
+/* The exposition, with the per-node gauges of a store of independent
+ * nodes (backend_nodes(): no store call). */
+static void metrics_reply(const struct api_config *cfg,
+                          int64_t held,
+                          struct api_response *resp)
 {
+    struct backend_node nodes[BACKEND_NODES_MAX];
+    struct metrics_node mn[BACKEND_NODES_MAX];
+    unsigned quorum = 0;
+    size_t n = backend_nodes(cfg->backend, nodes, BACKEND_NODES_MAX, &quorum);
     size_t len = 0;
-    char *text = metrics_render(held, &len);
+    char *text;
+
+    if (n > BACKEND_NODES_MAX)
+        n = BACKEND_NODES_MAX;
+    for (size_t i = 0; i < n; i++) {
+        mn[i] = (struct metrics_node){
+            .name = nodes[i].name,
+            .up = nodes[i].up,
+            .voting = nodes[i].voting,
+            .quarantined = nodes[i].quarantined,
+            .quarantine_ms = nodes[i].quarantine_ms,
+            .latency_us = nodes[i].latency_us,
+        };
+    }
+    text = metrics_render_nodes(held, mn, n, &len);
 
     if (text == NULL) {
         codec_error(resp, API_INTERNAL, NULL);

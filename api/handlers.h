@@ -88,10 +88,12 @@ bool api_call_new_grant(const struct api_call *c,
  * already written into resp. key is handed over to c. An acquire that
  * names a token is a re-entry (c->reenter); besides the codec's rules it
  * refuses, as 400 invalid_parameter, a limit without shared mode, an empty
- * re-entry token, and a re-entry token with wait_ms, mode, limit, owner or
- * an Idempotency-Key. A release with force true (query or body) becomes
- * API_VERB_FORCE_RELEASE (400 invalid_parameter with a token or "all";
- * the caller checks the admin credential); force false is a release. */
+ * re-entry token, a re-entry token with wait_ms, mode, limit, owner or
+ * an Idempotency-Key, and a shared limit above 1 on a backend with
+ * BACKEND_CAP_NO_SEMAPHORE (the message names its scheme). A release with force
+ * true (query or body) becomes API_VERB_FORCE_RELEASE (400 invalid_parameter
+ * with a token or "all"; the caller checks the admin credential); force false
+ * is a release. */
 enum api_error handle_call_parse(const struct api_config *cfg,
                                  const struct api_request *rq,
                                  enum api_verb verb,

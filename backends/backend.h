@@ -348,8 +348,8 @@ struct backend_node {
     char name[BACKEND_NODE_NAME]; /* "host:port" as the URL names it */
     bool up;                      /* answered its last check */
     bool voting;                  /* its grants count now */
-    bool quarantined;   /* restarted or lost its data: not voting until
-                           quarantine_ms passes */
+    bool quarantined;      /* restarted or lost its data: not voting until
+                              quarantine_ms passes */
     int64_t quarantine_ms; /* quarantined: ms left, else 0 */
     int64_t latency_us;    /* its last check's round trip; -1 unknown */
 };

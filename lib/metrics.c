@@ -604,6 +604,86 @@ put_gauge(struct buf *b, const char *name, const char *help, double v)
             name, v);
 }
 
+/* v as a label value: backslash, double quote and newline escaped, as
+ * the text exposition format says; the rest as it is. */
+static void put_label_value(struct buf *b, const char *v)
+{
+    for (;;) {
+        size_t run = strcspn(v, "\\\"\n");
+
+        if (run > 0)
+            bprintf(b, "%.*s", (int)run, v);
+        v += run;
+        if (*v == '\0')
+            return;
+        bprintf(b, "%s", *v == '\n' ? "\\n" : *v == '"' ? "\\\"" : "\\\\");
+        v++;
+    }
+}
+
+enum node_gauge {
+    NODE_UP = 0,
+    NODE_VOTING,
+    NODE_QUARANTINED,
+    NODE_QUARANTINE_SECONDS,
+    NODE_LATENCY_SECONDS,
+    NODE_GAUGES,
+};
+
+static const char *const node_gauge_names[NODE_GAUGES][2] = {
+    { "lockd_store_node_up",
+      "1 if the store node answered its last check, else 0." },
+    { "lockd_store_node_voting",
+      "1 if the store node's grants count toward the majority now." },
+    { "lockd_store_node_quarantined",
+      "1 if the store node restarted or lost its data and is not counted "
+      "until its quarantine ends." },
+    { "lockd_store_node_quarantine_seconds",
+      "Seconds of quarantine the store node has left (0 when none)." },
+    { "lockd_store_node_latency_seconds",
+      "Round trip of the store node's last check, in seconds." },
+};
+
+/* The value of gauge g for one node. */
+static double node_value(const struct metrics_node *nd, enum node_gauge g)
+{
+    switch (g) {
+    case NODE_UP:
+        return nd->up != 0;
+    case NODE_VOTING:
+        return nd->voting != 0;
+    case NODE_QUARANTINED:
+        return nd->quarantined != 0;
+    case NODE_QUARANTINE_SECONDS:
+        return (double)nd->quarantine_ms / 1e3;
+    case NODE_LATENCY_SECONDS:
+        return (double)nd->latency_us / 1e6;
+    case NODE_GAUGES:
+        break;
+    }
+    return 0;
+}
+
+/* The per-node gauges of a store of independent nodes, one family at a
+ * time (each family's samples follow its HELP and TYPE); a node whose
+ * latency is unknown has no latency sample. */
+static void put_nodes(struct buf *b, const struct metrics_node *nodes, size_t n)
+{
+    for (enum node_gauge g = 0; g < NODE_GAUGES && n > 0; g++) {
+        const char *name = node_gauge_names[g][0];
+
+        bprintf(b, "# HELP %s %s\n# TYPE %s gauge\n", name,
+                node_gauge_names[g][1], name);
+        for (size_t i = 0; i < n; i++) {
+            if (g == NODE_LATENCY_SECONDS && nodes[i].latency_us < 0)
+                continue;
+            bprintf(b, "%s{node=\"", name);
+            put_label_value(b, nodes[i].name != NULL ? nodes[i].name : "");
+            bprintf(b, "\"} %.15g\n", node_value(&nodes[i], g));
+        }
+    }
+}
+
 /* Prometheus' standard process_* families, from /proc (each left out when
  * it cannot be read). */
 static void put_process(struct buf *b)
@@ -651,6 +731,14 @@ static void put_process(struct buf *b)
 
 char *metrics_render(int64_t held, size_t *len)
 {
+    return metrics_render_nodes(held, NULL, 0, len);
+}
+
+char *metrics_render_nodes(int64_t held,
+                           const struct metrics_node *nodes,
+                           size_t nnodes,
+                           size_t *len)
+{
     struct buf b = { .data = malloc(8192), .len = 0, .cap = 8192 };
 
     if (b.data == NULL)
@@ -665,6 +753,7 @@ char *metrics_render(int64_t held, size_t *len)
     put_backend(&b);
     put_lifecycle(&b);
     put_connections(&b);
+    put_nodes(&b, nodes, nnodes);
     put_process(&b);
     if (b.failed) {
         free(b.data);

@@ -80,11 +80,30 @@ void metrics_http_connections_max(uint64_t max);
  * server starts. */
 void metrics_store_connections(uint64_t max, uint64_t planned);
 
+/* One node of a store of independent nodes (redlock://) as its adapter
+ * last checked it: the lockd_store_node_* gauges, labelled node="name". */
+struct metrics_node {
+    const char *name;      /* "host:port": borrowed for the call; escaped
+                              as the exposition format says */
+    int up;                /* 1: answered its last check */
+    int voting;            /* 1: its grants count now */
+    int quarantined;       /* 1: not voting until its quarantine ends */
+    int64_t quarantine_ms; /* quarantine left, else 0 */
+    int64_t latency_us;    /* last check's round trip; < 0 unknown: the
+                              latency sample is left out */
+};
+
 /* Render the exposition; held is the held-locks gauge (-1: omit it).
  * Also reads /proc/self for the process_* families (one read of stat, one
  * readdir of fd; /proc/stat once per process for the boot time): on a
  * system without /proc they are left out. Returns a malloc'ed NUL-terminated
  * string (caller frees) or NULL. */
 char *metrics_render(int64_t held, size_t *len);
+/* The same with the store's nodes[0..nnodes) as the lockd_store_node_*
+ * families (nnodes 0: left out, as metrics_render()). */
+char *metrics_render_nodes(int64_t held,
+                           const struct metrics_node *nodes,
+                           size_t nnodes,
+                           size_t *len);
 
 #endif /* LIB_METRICS_H */

@@ -41,7 +41,9 @@ static const struct opt opts[] = {
       "(default 127.0.0.1:8080)" },
     { "backend", "LOCKD_BACKEND", OPT_STRING, M(backend), 0, 0,
       "lock store URL: memory://, redis://..., zookeeper://..., "
-      "mysql://... (default memory://)" },
+      "mysql://..., redlock://h1:6379,h2:6379,h3:6379 (3, 5, 7 or 9 "
+      "independent Redis servers; a grant needs a majority) (default "
+      "memory://)" },
     { "threads", "LOCKD_THREADS", OPT_UINT, M(threads), 1, 256,
       "HTTP worker threads (default: the CPUs lockd may use - affinity "
       "capped by the cgroup CPU quota, rounded up - on memory://, 4 per "
@@ -353,7 +355,9 @@ void config_cleanup(struct config *c)
  * Redis's start-up check (on the main thread, kept until close), its
  * subscriber's SUBSCRIBE connection and that thread's command connection
  * for cancel retries (3); MySQL's background thread (1). ZooKeeper shares
- * one session whatever the threads; memory has no store.
+ * one session whatever the threads; memory has no store. Redlock opens
+ * Redis's set to each of its servers, plus the monitor thread's (4): the
+ * figure is per server, each server sees as many.
  */
 struct store_conns {
     const char *scheme;
@@ -364,6 +368,7 @@ struct store_conns {
 static const struct store_conns store_conns[] = {
     { "memory", 0, 0 },
     { "redis", 2, 3 },
+    { "redlock", 2, 4 },
     { "mysql", 2, 1 },
     { "zookeeper", 0, 1 },
 };

@@ -7,6 +7,7 @@ local deadlines_key = KEYS[4]
 local exp_key = KEYS[5]
 gk.index = KEYS[6]
 gk.held = KEYS[7]
+local mwait_key = KEYS[8]
 local token = ARGV[1]
 local ttl_ms = ARGV[2]
 local has_owner = ARGV[3]
@@ -19,7 +20,9 @@ local key = ARGV[9]
 local shared = ARGV[10] == '1'
 local limit = ARGV[11]
 local idem = ARGV[12]
-local not_after = ARGV[13]
+local floor = ARGV[13] == '1'
+local mark_ms = tonumber(ARGV[14])
+local not_after = ARGV[15]
 local now = clock()
 if now > tonumber(not_after) then return {-2} end
 local h = redis.sha1hex(token)
@@ -32,6 +35,17 @@ local function leave_queue()
       redis.call('PUBLISH', channel, key)
     end
   end
+end
+
+-- not granted: a try-once acquire with mark_ms marks the key for the
+-- retry hint + mark_ms, as acquire_multi does, so that a release of it
+-- is published to a waiter that keeps no place in its queue
+local function refused(hint, behind, ours)
+  if uid == '' and mark_ms > 0 and
+     redis.call('PTTL', mwait_key) < hint + mark_ms then
+    redis.call('SET', mwait_key, '1', 'PX', hint + mark_ms)
+  end
+  return {0, hint, behind, ours}
 end
 
 -- the token, sealed with a key stream drawn from the Idempotency-Key:
@@ -131,7 +145,7 @@ else
   allow = shared and (nlimit == 0 or count < nlimit)
 end
 if not allow then
-  return {0, first_left(lock_key, exp_key, cur[1], now), 0, 0}
+  return refused(first_left(lock_key, exp_key, cur[1], now), 0, 0)
 end
 
 -- (4) the queue: who goes first
@@ -172,7 +186,7 @@ if blocked then
     hint = 200
   end
   if not cur[1] and not cur[2] then index_drop(key) end
-  return {0, hint, 1, ours}
+  return refused(hint, 1, ours)
 end
 
 -- (5) grant
@@ -192,6 +206,7 @@ if f >= 9007199254740991 then
   return redis.error_reply('ERR lockd fence counter exhausted')
 end
 expired_excl(lock_key, fence_key)
+if floor then raise_floor(fence_key) end
 f = redis.call('INCR', fence_key)
 local fs = string.format('%.0f', f)
 local ttl = tonumber(ttl_ms)

@@ -9,10 +9,11 @@ local has_owner = ARGV[3] == '1'
 local owner = ARGV[4]
 local channel = ARGV[5]
 local mark_ms = tonumber(ARGV[6])
+local floor = ARGV[7] == '1'
 local n = (#KEYS - 2) / 6
 gk.index = KEYS[#KEYS - 1]
 gk.held = KEYS[#KEYS]
-local not_after = ARGV[7 + n]
+local not_after = ARGV[8 + n]
 local now = clock()
 if now > tonumber(not_after) then return {-2} end
 local h = redis.sha1hex(token)
@@ -34,7 +35,7 @@ for i = 1, n do
     if reaped then cur = redis.call('HMGET', lock_key, 't', 'm') end
   end
   local head = live_head(rk(i, 3), rk(i, 4), now)
-  if reaped and head then redis.call('PUBLISH', channel, ARGV[6 + i]) end
+  if reaped and head then redis.call('PUBLISH', channel, ARGV[7 + i]) end
   if cur[1] == h then
     mine[i] = true
   elseif cur[1] or cur[2] or head then
@@ -49,12 +50,13 @@ end
 -- (2) held: nothing granted. Each held key is marked, so that its release
 -- or its queue's last cancel is published (release_one(), cancel.lua)
 -- although this waiter keeps no place; its next try, at the retry hint
--- at the latest, comes before the mark goes and sets it again.
+-- at the latest, comes before the mark goes and sets it again. A
+-- mark_ms of 0 marks nothing.
 if held[1] then
   local out = {0, retry}
   for _, i in ipairs(held) do
     local mk = rk(i, 6)
-    if redis.call('PTTL', mk) < retry + mark_ms then
+    if mark_ms > 0 and redis.call('PTTL', mk) < retry + mark_ms then
       redis.call('SET', mk, '1', 'PX', retry + mark_ms)
     end
     out[#out + 1] = i - 1
@@ -82,6 +84,7 @@ for i = 1, n do
     if now + left < out[3] then out[3] = now + left end
   else
     expired_excl(lock_key, rk(i, 2))
+    if floor then raise_floor(rk(i, 2)) end
     local f = redis.call('INCR', rk(i, 2))
     local fs = string.format('%.0f', f)
     if has_owner then
@@ -92,7 +95,7 @@ for i = 1, n do
     end
     redis.call('PEXPIRE', lock_key, ttl_ms)
     held_put(lock_key, false, now + ttl)
-    index_add(ARGV[6 + i])
+    index_add(ARGV[7 + i])
     out[3 + i] = f
   end
 end

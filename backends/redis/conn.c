@@ -66,6 +66,22 @@ void redis_where(struct redis_be *be, char *buf, size_t len)
 
 /* ---- dialling ---- */
 
+/* fan.c: this thread's dials use at most this many ms per step (connect,
+ * each round trip), whatever the URL says; 0: the URL's timeouts */
+static _Thread_local int64_t redis_dial_cap_ms;
+
+void redis_dial_cap(int64_t ms)
+{
+    redis_dial_cap_ms = ms;
+}
+
+/* ms, or the dial cap when there is a smaller one */
+static int64_t redis_capped(int64_t ms)
+{
+    return redis_dial_cap_ms > 0 && redis_dial_cap_ms < ms ? redis_dial_cap_ms
+                                                           : ms;
+}
+
 static struct timeval redis_tv(int64_t ms)
 {
     struct timeval tv;
@@ -107,8 +123,8 @@ redis_auth(struct redis_be *be, redisContext *c, char *err, size_t errlen)
 redisContext *redis_dial_to(
     struct redis_be *be, const char *host, int port, char *err, size_t errlen)
 {
-    redisContext *c =
-        redisConnectWithTimeout(host, port, redis_tv(be->connect_ms));
+    redisContext *c = redisConnectWithTimeout(
+        host, port, redis_tv(redis_capped(be->connect_ms)));
 
     if (c == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -119,7 +135,7 @@ redisContext *redis_dial_to(
         redisFree(c);
         return NULL;
     }
-    if (redisSetTimeout(c, redis_tv(be->cmd_ms)) != REDIS_OK) {
+    if (redisSetTimeout(c, redis_tv(redis_capped(be->cmd_ms))) != REDIS_OK) {
         snprintf(err, errlen, "cannot set timeouts: %s", c->errstr);
         redisFree(c);
         return NULL;
@@ -247,9 +263,33 @@ static int redis_conn_open(struct redis_be *be,
 {
     /* sentinel: read before dialling, so a switch meanwhile drops it */
     cn->gen = be->topology == REDIS_BE_SENTINEL ? redis_sentinel_gen(be) : 0;
+    cn->has_identity = false;
     cn->ctx =
         redis_node_open(be, NULL, 0, cn->sha, &cn->offset_ms, err, errlen);
-    return cn->ctx != NULL ? 0 : -1;
+    if (cn->ctx == NULL)
+        return -1;
+    /* redlock (fan.c): who the server is, read on this very connection,
+     * so a restart is never mistaken for the server it replaced */
+    if (be->topology == REDIS_BE_SINGLE && atomic_load(&be->want_identity)) {
+        if (redis_identity_read(cn->ctx, &cn->identity) != 0) {
+            snprintf(err, errlen, "identity: %s",
+                     cn->ctx->errstr[0] != '\0' ? cn->ctx->errstr
+                                                : "I/O error");
+            redisFree(cn->ctx);
+            cn->ctx = NULL;
+            return -1;
+        }
+        cn->has_identity = true;
+    }
+    /* dialled under a fan-out's cap: its commands get the full timeout */
+    if (redis_dial_cap_ms > 0 &&
+        redisSetTimeout(cn->ctx, redis_tv(be->cmd_ms)) != REDIS_OK) {
+        snprintf(err, errlen, "cannot set timeouts");
+        redisFree(cn->ctx);
+        cn->ctx = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- per-thread connections ---- */
@@ -324,6 +364,12 @@ int redis_conn_ready(struct redis_be *be, struct redis_conn *cn)
      * maybe: never send it anything (issue 17) */
     if (cn->ctx != NULL && be->topology == REDIS_BE_SENTINEL &&
         cn->gen != redis_sentinel_gen(be)) {
+        redisFree(cn->ctx);
+        cn->ctx = NULL;
+    }
+    /* dialled before the identity was asked for: dial again with it */
+    if (cn->ctx != NULL && !cn->has_identity &&
+        be->topology == REDIS_BE_SINGLE && atomic_load(&be->want_identity)) {
         redisFree(cn->ctx);
         cn->ctx = NULL;
     }

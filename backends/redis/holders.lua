@@ -21,6 +21,17 @@ local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- floor: raise a fence counter to at least Redis's clock in microseconds
+-- minus one, so the INCR that follows grants at least that clock: a
+-- server restarted without its data cannot hand out a smaller fence than
+-- it did before (1.8e15 today, exact as a double below 2^53)
+local function raise_floor(fence_key)
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2]) - 1
+  if tonumber(redis.call('GET', fence_key) or '0') < us then
+    redis.call('SET', fence_key, string.format('%.0f', us))
+  end
+end
 -- a shared holder's record: {fence, last ttl, holds, owner or false,
 -- idem digest or false, sealed token or false}
 local function rec_get(lock_key, d)

@@ -102,11 +102,11 @@ static enum backend_result redis_inspect_fill(const redisReply *r,
     return BACKEND_OK;
 }
 
-/* A reply of inspect.lua or force.lua into out (r is freed): OK,
+/* A reply of inspect.lua or force.lua into out (r borrowed): OK,
  * NOT_FOUND, UNAVAILABLE (logged as what), NO_MEMORY. */
 static enum backend_result redis_info_reply(struct redis_be *be,
                                             const char *what,
-                                            redisReply *r,
+                                            const redisReply *r,
                                             struct lock_info *out)
 {
     enum backend_result res = BACKEND_UNAVAILABLE;
@@ -123,6 +123,53 @@ static enum backend_result redis_info_reply(struct redis_be *be,
         lock_info_clear(out);
     if (res == BACKEND_UNAVAILABLE)
         redis_warn(be, what, "unexpected reply");
+    return res;
+}
+
+enum backend_result redis_reply_inspect(struct redis_be *be,
+                                        const redisReply *r,
+                                        struct lock_info *out)
+{
+    return redis_info_reply(be, "inspect", r, out);
+}
+
+enum backend_result redis_reply_force(struct redis_be *be,
+                                      const redisReply *r,
+                                      struct lock_info *out)
+{
+    return redis_info_reply(be, "force_release", r, out);
+}
+
+int redis_call_inspect(struct redis_be *be,
+                       const char *key,
+                       size_t key_len,
+                       struct redis_call *c)
+{
+    struct redis_args a;
+
+    redis_arg_key(be, &a, REDIS_BE_INS_LOCK, "lock:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_INS_EXP, "exp:", key, key_len);
+    return redis_call_pack(c, REDIS_BE_SCRIPT_INSPECT, REDIS_BE_INS_NKEYS,
+                           REDIS_BE_INS_NARGS, a.v, a.len);
+}
+
+/* Build c, run it on this thread's connection and parse its reply with
+ * parse: what the parser says, UNAVAILABLE, or NO_MEMORY. */
+static enum backend_result
+redis_info_run(struct redis_be *be,
+               struct redis_call *c,
+               enum backend_result (*parse)(struct redis_be *,
+                                            const redisReply *,
+                                            struct lock_info *),
+               struct lock_info *out)
+{
+    redisReply *r = redis_call_run(be, c);
+    enum backend_result res;
+
+    redis_call_free(c);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    res = parse(be, r, out);
     freeReplyObject(r);
     return res;
 }
@@ -132,15 +179,30 @@ enum backend_result redis_inspect_run(struct redis_be *be,
                                       size_t key_len,
                                       struct lock_info *out)
 {
-    struct redis_args a;
-    redisReply *r;
+    struct redis_call c;
 
-    redis_arg_key(be, &a, REDIS_BE_INS_LOCK, "lock:", key, key_len);
-    redis_arg_key(be, &a, REDIS_BE_INS_EXP, "exp:", key, key_len);
-    r = redis_script_run(be, REDIS_BE_SCRIPT_INSPECT, &a);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    return redis_info_reply(be, "inspect", r, out);
+    if (redis_call_inspect(be, key, key_len, &c) != 0)
+        return BACKEND_NO_MEMORY;
+    return redis_info_run(be, &c, redis_reply_inspect, out);
+}
+
+int redis_call_force(struct redis_be *be,
+                     const char *key,
+                     size_t key_len,
+                     struct redis_call *c)
+{
+    struct redis_args a;
+
+    redis_arg_key(be, &a, REDIS_BE_FRC_LOCK, "lock:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_FRC_EXP, "exp:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_FRC_QUEUE, "queue:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_FRC_MWAIT, "mwait:", key, key_len);
+    redis_arg_global(be, &a, REDIS_BE_FRC_INDEX, REDIS_BE_INDEX);
+    redis_arg_global(be, &a, REDIS_BE_FRC_HELD, REDIS_BE_HELD);
+    redis_arg(&a, REDIS_BE_FRC_CHANNEL, be->channel, strlen(be->channel));
+    redis_arg(&a, REDIS_BE_FRC_KEY, key, key_len);
+    return redis_call_pack(c, REDIS_BE_SCRIPT_FORCE, REDIS_BE_FRC_NKEYS,
+                           REDIS_BE_FRC_NARGS, a.v, a.len);
 }
 
 /*
@@ -156,22 +218,12 @@ enum backend_result redis_force_release(struct backend *b,
                                         struct lock_info *out)
 {
     struct redis_be *be = (struct redis_be *)b;
-    struct redis_args a;
-    redisReply *r;
+    struct redis_call c;
     enum backend_result res;
 
-    redis_arg_key(be, &a, REDIS_BE_FRC_LOCK, "lock:", key, key_len);
-    redis_arg_key(be, &a, REDIS_BE_FRC_EXP, "exp:", key, key_len);
-    redis_arg_key(be, &a, REDIS_BE_FRC_QUEUE, "queue:", key, key_len);
-    redis_arg_key(be, &a, REDIS_BE_FRC_MWAIT, "mwait:", key, key_len);
-    redis_arg_global(be, &a, REDIS_BE_FRC_INDEX, REDIS_BE_INDEX);
-    redis_arg_global(be, &a, REDIS_BE_FRC_HELD, REDIS_BE_HELD);
-    redis_arg(&a, REDIS_BE_FRC_CHANNEL, be->channel, strlen(be->channel));
-    redis_arg(&a, REDIS_BE_FRC_KEY, key, key_len);
-    r = redis_script_run(be, REDIS_BE_SCRIPT_FORCE, &a);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    res = redis_info_reply(be, "force_release", r, out);
+    if (redis_call_force(be, key, key_len, &c) != 0)
+        return BACKEND_NO_MEMORY;
+    res = redis_info_run(be, &c, redis_reply_force, out);
     if (res == BACKEND_OK && be->hooks.notify != NULL)
         be->hooks.notify(be->hooks.arg, key, key_len);
     return res;

@@ -171,19 +171,14 @@ redis_list_fill(const redisReply *r, uint32_t limit, struct lock_list *out)
     return true;
 }
 
-enum backend_result redis_list(struct backend *b,
-                               const struct lock_list_req *req,
-                               struct lock_list *out)
+int redis_call_list(struct redis_be *be,
+                    const struct lock_list_req *req,
+                    struct redis_call *c)
 {
-    struct redis_be *be = (struct redis_be *)b;
     struct redis_args a;
     struct redis_lex min, max;
     char limit[16], budget[16];
-    redisReply *r;
-    enum backend_result res = BACKEND_OK;
 
-    if (be->topology == REDIS_BE_CLUSTER) /* clusterdir.c */
-        return redis_cluster_list(be, req, out);
     redis_list_range(req, &min, &max);
     snprintf(limit, sizeof(limit), "%u", (unsigned)req->limit);
     snprintf(budget, sizeof(budget), "%u",
@@ -194,30 +189,55 @@ enum backend_result redis_list(struct backend *b,
     redis_arg(&a, REDIS_BE_LST_MAX, max.s, max.n);
     redis_arg(&a, REDIS_BE_LST_LIMIT, limit, strlen(limit));
     redis_arg(&a, REDIS_BE_LST_BUDGET, budget, strlen(budget));
-    r = redis_script_run(be, REDIS_BE_SCRIPT_LIST, &a);
+    return redis_call_pack(c, REDIS_BE_SCRIPT_LIST, REDIS_BE_LST_NKEYS,
+                           REDIS_BE_LST_NARGS, a.v, a.len);
+}
+
+/* out->entries is the caller's array: kept; the rest is set. */
+enum backend_result redis_reply_list(struct redis_be *be,
+                                     const struct lock_list_req *req,
+                                     const redisReply *r,
+                                     struct lock_list *out)
+{
+    out->n = 0;
+    out->more = false;
+    out->resume_len = 0;
+    if (redis_list_fill(r, req->limit, out))
+        return BACKEND_OK;
+    out->n = 0;
+    out->more = false;
+    out->resume_len = 0;
+    redis_warn(be, "list", "unexpected reply");
+    return BACKEND_UNAVAILABLE;
+}
+
+enum backend_result redis_list(struct backend *b,
+                               const struct lock_list_req *req,
+                               struct lock_list *out)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    struct redis_call c;
+    redisReply *r;
+    enum backend_result res;
+
+    if (be->topology == REDIS_BE_CLUSTER) /* clusterdir.c */
+        return redis_cluster_list(be, req, out);
+    if (redis_call_list(be, req, &c) != 0)
+        return BACKEND_NO_MEMORY;
+    r = redis_call_run(be, &c);
+    redis_call_free(&c);
     if (r == NULL)
         return BACKEND_UNAVAILABLE;
-    if (!redis_list_fill(r, req->limit, out)) {
-        out->n = 0;
-        out->more = false;
-        out->resume_len = 0;
-        redis_warn(be, "list", "unexpected reply");
-        res = BACKEND_UNAVAILABLE;
-    }
+    res = redis_reply_list(be, req, r, out);
     freeReplyObject(r);
     return res;
 }
 
-int64_t redis_held_count(struct backend *b)
+int redis_call_held(struct redis_be *be, struct redis_call *c)
 {
-    struct redis_be *be = (struct redis_be *)b;
     struct redis_args a;
     char cut[16], stale[24], batch[16];
-    redisReply *r;
-    int64_t n = -1;
 
-    if (be->topology == REDIS_BE_CLUSTER) /* clusterdir.c */
-        return redis_cluster_held_count(be);
     /* a lock key's name is the prefix, "lock:{", the key, "}" */
     snprintf(cut, sizeof(cut), "%zu", be->prefix_len + strlen("lock:{"));
     snprintf(stale, sizeof(stale), "%d", REDIS_BE_STALE_MS);
@@ -227,12 +247,34 @@ int64_t redis_held_count(struct backend *b)
     redis_arg(&a, REDIS_BE_HLD_CUT, cut, strlen(cut));
     redis_arg(&a, REDIS_BE_HLD_STALE_MS, stale, strlen(stale));
     redis_arg(&a, REDIS_BE_HLD_BATCH, batch, strlen(batch));
-    r = redis_script_run(be, REDIS_BE_SCRIPT_HELD, &a);
+    return redis_call_pack(c, REDIS_BE_SCRIPT_HELD, REDIS_BE_HLD_NKEYS,
+                           REDIS_BE_HLD_NARGS, a.v, a.len);
+}
+
+int64_t redis_reply_held(const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0)
+        return r->integer;
+    return -1;
+}
+
+int64_t redis_held_count(struct backend *b)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    struct redis_call c;
+    redisReply *r;
+    int64_t n;
+
+    if (be->topology == REDIS_BE_CLUSTER) /* clusterdir.c */
+        return redis_cluster_held_count(be);
+    if (redis_call_held(be, &c) != 0)
+        return -1;
+    r = redis_call_run(be, &c);
+    redis_call_free(&c);
     if (r == NULL)
         return -1;
-    if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0)
-        n = r->integer;
-    else
+    n = redis_reply_held(r);
+    if (n < 0)
         redis_warn(be, "held_count", "unexpected reply");
     freeReplyObject(r);
     return n;

@@ -131,15 +131,15 @@ static void redis_multi_note(struct redis_be *be,
                            g->expires_at_ms);
 }
 
-/* Run script s with m, which is freed: the reply, or NULL (Redis is
- * unavailable or the script failed; logged). */
-static redisReply *
-redis_margs_run(struct redis_be *be, enum redis_script s, struct redis_margs *m)
+/* c for script s from m, which is freed: 0, or -1 (no memory). */
+static int redis_margs_pack(struct redis_margs *m,
+                            enum redis_script s,
+                            struct redis_call *c)
 {
-    redisReply *r = redis_script_argv(be, s, m->nkeys, m->nargs, m->v, m->len);
+    int rc = redis_call_pack(c, s, m->nkeys, m->nargs, m->v + 3, m->len + 3);
 
     redis_margs_free(m);
-    return r;
+    return rc;
 }
 
 /* ---- replies ---- */
@@ -202,7 +202,68 @@ static bool redis_multi_held_fill(const redisReply *r,
     return true;
 }
 
-/* ---- the operations ---- */
+/* ---- the calls ---- */
+
+/* ARGV: the token, the TTL, has owner, the owner, the channel, mark_ms,
+ * floor, then the lockd keys (acquire_multi.lua's order). */
+int redis_call_acquire_multi(struct redis_be *be,
+                             const struct lock_multi_req *req,
+                             bool floor,
+                             uint64_t mark_ms,
+                             struct redis_call *c)
+{
+    const char *owner = req->owner != NULL ? req->owner : "";
+    struct redis_margs m;
+    char ttl[24], mark[24];
+
+    memset(c, 0, sizeof(*c));
+    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    snprintf(mark, sizeof(mark), "%llu", (unsigned long long)mark_ms);
+    if (redis_margs_init(be, req, acquire_kinds, 7 + req->n, &m) != 0)
+        return -1;
+    redis_margs_push(&m, req->token, strlen(req->token));
+    redis_margs_push(&m, ttl, strlen(ttl));
+    redis_margs_push(&m, req->owner != NULL ? "1" : "0", 1);
+    redis_margs_push(&m, owner, strlen(owner));
+    redis_margs_push(&m, be->channel, strlen(be->channel));
+    redis_margs_push(&m, mark, strlen(mark));
+    redis_margs_push(&m, floor ? "1" : "0", 1);
+    redis_margs_push_keys(&m, req);
+    return redis_margs_pack(&m, REDIS_BE_SCRIPT_ACQUIRE_MULTI, c);
+}
+
+int redis_call_renew_multi(struct redis_be *be,
+                           const struct lock_multi_req *req,
+                           struct redis_call *c)
+{
+    struct redis_margs m;
+    char ttl[24];
+
+    memset(c, 0, sizeof(*c));
+    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    if (redis_margs_init(be, req, renew_kinds, 2, &m) != 0)
+        return -1;
+    redis_margs_push(&m, req->token, strlen(req->token));
+    redis_margs_push(&m, ttl, strlen(ttl));
+    return redis_margs_pack(&m, REDIS_BE_SCRIPT_RENEW_MULTI, c);
+}
+
+int redis_call_release_multi(struct redis_be *be,
+                             const struct lock_multi_req *req,
+                             struct redis_call *c)
+{
+    struct redis_margs m;
+
+    memset(c, 0, sizeof(*c));
+    if (redis_margs_init(be, req, release_kinds, 2 + req->n, &m) != 0)
+        return -1;
+    redis_margs_push(&m, req->token, strlen(req->token));
+    redis_margs_push(&m, be->channel, strlen(be->channel));
+    redis_margs_push_keys(&m, req);
+    return redis_margs_pack(&m, REDIS_BE_SCRIPT_RELEASE_MULTI, c);
+}
+
+/* ---- the parsers ---- */
 
 /* A reply that is none of what the script sends: nothing is known, so
  * nothing is told (out zeroed), never a grant. */
@@ -215,49 +276,103 @@ static enum backend_result redis_multi_odd(struct redis_be *be,
     return BACKEND_UNAVAILABLE;
 }
 
+enum backend_result redis_reply_acquire_multi(struct redis_be *be,
+                                              const struct lock_multi_req *req,
+                                              const redisReply *r,
+                                              struct lock_multi_grant *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (redis_multi_grant_fill(r, req->n, out))
+        return BACKEND_OK;
+    if (redis_multi_held_fill(r, req->n, out))
+        return BACKEND_HELD;
+    return redis_multi_odd(be, "acquire_multi", out);
+}
+
+enum backend_result redis_reply_renew_multi(struct redis_be *be,
+                                            const struct lock_multi_req *req,
+                                            const redisReply *r,
+                                            struct lock_multi_grant *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (redis_multi_grant_fill(r, req->n, out))
+        return BACKEND_OK;
+    if ((redis_multi_ints(r, 0) || redis_multi_ints(r, -1)) &&
+        r->elements == 2 && redis_multi_indexes(r, 1, req->n)) {
+        out->bad = (size_t)r->element[1]->integer;
+        return r->element[0]->integer == 0 ? BACKEND_NOT_FOUND
+                                           : BACKEND_MISMATCH;
+    }
+    return redis_multi_odd(be, "renew_multi", out);
+}
+
+enum backend_result redis_reply_release_multi(struct redis_be *be,
+                                              const struct lock_multi_req *req,
+                                              const redisReply *r,
+                                              struct lock_multi_grant *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (redis_multi_ints(r, 0) && r->elements == 1)
+        return BACKEND_NOT_FOUND;
+    if (redis_multi_ints(r, 1) && r->elements >= 2 &&
+        r->elements <= 1 + req->n && redis_multi_indexes(r, 1, req->n)) {
+        for (size_t i = 1; i < r->elements; i++)
+            out->released[r->element[i]->integer] = true;
+        return BACKEND_OK;
+    }
+    return redis_multi_odd(be, "release_multi", out);
+}
+
+/* ---- the operations ---- */
+
+typedef enum backend_result (*redis_multi_parse_fn)(
+    struct redis_be *,
+    const struct lock_multi_req *,
+    const redisReply *,
+    struct lock_multi_grant *);
+
+/* Run c (freed) on this thread's connection and parse its reply: what
+ * parse says, or UNAVAILABLE. */
+static enum backend_result redis_multi_run(struct redis_be *be,
+                                           struct redis_call *c,
+                                           const struct lock_multi_req *req,
+                                           redis_multi_parse_fn parse,
+                                           struct lock_multi_grant *out)
+{
+    redisReply *r = redis_call_run(be, c);
+    enum backend_result res;
+
+    redis_call_free(c);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    res = parse(be, req, r, out);
+    freeReplyObject(r);
+    return res;
+}
+
 /*
  * Stamped like the single acquire: a script Redis runs after lockd gave
  * up on it (a stalled Redis resuming) does nothing, and a resend after a
  * closed connection finds its own token on every key and is answered the
  * same grant. A grant whose answer is lost otherwise stays until its TTL,
- * under a token nobody has, as a single grant would.
+ * under a token nobody has, as a single grant would. redis:// keeps the
+ * fence counters as they are (no clock floor).
  */
 enum backend_result redis_acquire_multi(struct backend *b,
                                         const struct lock_multi_req *req,
                                         struct lock_multi_grant *out)
 {
     struct redis_be *be = (struct redis_be *)b;
-    const char *owner = req->owner != NULL ? req->owner : "";
-    struct redis_margs m;
-    char ttl[24], mark[24];
-    redisReply *r;
-    enum backend_result res = BACKEND_UNAVAILABLE;
+    struct redis_call c;
+    enum backend_result res;
 
-    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
-    snprintf(mark, sizeof(mark), "%d", REDIS_BE_MARK_MS);
     if (redis_multi_apart(be, req))
         return BACKEND_KEYS_APART;
-    if (redis_margs_init(be, req, acquire_kinds, 6 + req->n, &m) != 0)
+    if (redis_call_acquire_multi(be, req, false, REDIS_BE_MARK_MS, &c) != 0)
         return BACKEND_NO_MEMORY;
-    redis_margs_push(&m, req->token, strlen(req->token));
-    redis_margs_push(&m, ttl, strlen(ttl));
-    redis_margs_push(&m, req->owner != NULL ? "1" : "0", 1);
-    redis_margs_push(&m, owner, strlen(owner));
-    redis_margs_push(&m, be->channel, strlen(be->channel));
-    redis_margs_push(&m, mark, strlen(mark));
-    redis_margs_push_keys(&m, req);
-    r = redis_margs_run(be, REDIS_BE_SCRIPT_ACQUIRE_MULTI, &m);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    if (redis_multi_grant_fill(r, req->n, out)) {
-        res = BACKEND_OK;
+    res = redis_multi_run(be, &c, req, redis_reply_acquire_multi, out);
+    if (res == BACKEND_OK)
         redis_multi_note(be, req, out);
-    } else if (redis_multi_held_fill(r, req->n, out)) {
-        res = BACKEND_HELD;
-    } else {
-        res = redis_multi_odd(be, "acquire_multi", out);
-    }
-    freeReplyObject(r);
     return res;
 }
 
@@ -266,33 +381,16 @@ enum backend_result redis_renew_multi(struct backend *b,
                                       struct lock_multi_grant *out)
 {
     struct redis_be *be = (struct redis_be *)b;
-    struct redis_margs m;
-    char ttl[24];
-    redisReply *r;
-    enum backend_result res = BACKEND_UNAVAILABLE;
+    struct redis_call c;
+    enum backend_result res;
 
-    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
     if (redis_multi_apart(be, req))
         return BACKEND_KEYS_APART;
-    if (redis_margs_init(be, req, renew_kinds, 2, &m) != 0)
+    if (redis_call_renew_multi(be, req, &c) != 0)
         return BACKEND_NO_MEMORY;
-    redis_margs_push(&m, req->token, strlen(req->token));
-    redis_margs_push(&m, ttl, strlen(ttl));
-    r = redis_margs_run(be, REDIS_BE_SCRIPT_RENEW_MULTI, &m);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    if (redis_multi_grant_fill(r, req->n, out)) {
-        res = BACKEND_OK;
+    res = redis_multi_run(be, &c, req, redis_reply_renew_multi, out);
+    if (res == BACKEND_OK)
         redis_multi_note(be, req, out);
-    } else if ((redis_multi_ints(r, 0) || redis_multi_ints(r, -1)) &&
-               r->elements == 2 && redis_multi_indexes(r, 1, req->n)) {
-        res =
-            r->element[0]->integer == 0 ? BACKEND_NOT_FOUND : BACKEND_MISMATCH;
-        out->bad = (size_t)r->element[1]->integer;
-    } else {
-        res = redis_multi_odd(be, "renew_multi", out);
-    }
-    freeReplyObject(r);
     return res;
 }
 
@@ -304,34 +402,18 @@ enum backend_result redis_release_multi(struct backend *b,
                                         struct lock_multi_grant *out)
 {
     struct redis_be *be = (struct redis_be *)b;
-    struct redis_margs m;
-    redisReply *r;
-    enum backend_result res = BACKEND_OK;
+    struct redis_call c;
+    enum backend_result res;
 
     if (redis_multi_apart(be, req))
         return BACKEND_KEYS_APART;
-    if (redis_margs_init(be, req, release_kinds, 2 + req->n, &m) != 0)
+    if (redis_call_release_multi(be, req, &c) != 0)
         return BACKEND_NO_MEMORY;
-    redis_margs_push(&m, req->token, strlen(req->token));
-    redis_margs_push(&m, be->channel, strlen(be->channel));
-    redis_margs_push_keys(&m, req);
-    r = redis_margs_run(be, REDIS_BE_SCRIPT_RELEASE_MULTI, &m);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    if (redis_multi_ints(r, 0) && r->elements == 1) {
-        res = BACKEND_NOT_FOUND;
-    } else if (redis_multi_ints(r, 1) && r->elements >= 2 &&
-               r->elements <= 1 + req->n && redis_multi_indexes(r, 1, req->n)) {
-        for (size_t i = 1; i < r->elements; i++)
-            out->released[r->element[i]->integer] = true;
-        for (size_t i = 0; be->topology == REDIS_BE_CLUSTER && i < req->n; i++)
-            if (out->released[i])
-                redis_cluster_unnote(be, req->keys[i], req->key_lens[i],
-                                     req->token);
-    } else {
-        res = redis_multi_odd(be, "release_multi", out);
-    }
-    freeReplyObject(r);
+    res = redis_multi_run(be, &c, req, redis_reply_release_multi, out);
+    for (size_t i = 0; be->topology == REDIS_BE_CLUSTER && i < req->n; i++)
+        if (res == BACKEND_OK && out->released[i])
+            redis_cluster_unnote(be, req->keys[i], req->key_lens[i],
+                                 req->token);
     for (size_t i = 0; res == BACKEND_OK && i < req->n; i++)
         if (out->released[i] && be->hooks.notify != NULL)
             be->hooks.notify(be->hooks.arg, req->keys[i], req->key_lens[i]);

@@ -30,9 +30,10 @@
  *   P "qdl:{" K "}"     hash waiter id -> its deadline (Redis's unix ms),
  *                       followed by " s " limit for a shared waiter
  *   P "mwait:{" K "}"   string, set with a PX expiry by a multi-key acquire
- *                       that found K held: a multi-key waiter keeps no
- *                       place in the queue, so while it lives a release of
- *                       K (or its queue's last cancel) is published too
+ *                       (or a try-once acquire asked to mark: redlock)
+ *                       that found K held: such a waiter keeps no place
+ *                       in the queue, so while it lives a release of K
+ *                       (or its queue's last cancel) is published too
  *   P "index"           zset of the held keys K, score 0, for list()
  *   P "held"            zset, one member per holder scored by its expiry,
  *                       for held_count() and takeovers (list.c says both)
@@ -70,6 +71,7 @@ static int redis_init(struct redis_be *be, const struct backend_hooks *hooks)
     if (hooks != NULL)
         be->hooks = *hooks;
     atomic_init(&be->up, -1);
+    atomic_init(&be->want_identity, false);
     atomic_init(&be->stopping, false);
     atomic_init(&be->last_log_ms, 0);
     if (pthread_mutex_init(&be->lock, NULL) != 0) {
@@ -134,45 +136,61 @@ static enum backend_result redis_open(const char *url,
 
 /* ---- acquire and cancel ---- */
 
-/* acquire.lua's arguments for req; ttl, left and limit are the
- * caller's. */
-static void redis_acquire_args(struct redis_be *be,
+/* acquire.lua's call for req, with bw its waiter's place (NULL: try
+ * once); floor and mark_ms as redis_call_acquire() says. */
+static int redis_acquire_build(struct redis_be *be,
                                const struct lock_req *req,
                                const struct redis_wait *bw,
-                               char ttl[24],
-                               char left[24],
-                               char limit[24],
-                               struct redis_args *a)
+                               bool floor,
+                               uint64_t mark_ms,
+                               struct redis_call *c)
 {
     const char *k = req->key, *waiter = bw != NULL ? bw->id : "";
     const char *idem = req->idem_key != NULL ? req->idem_key : "";
     size_t kn = req->key_len;
+    struct redis_args a;
+    char ttl[24], left[24], limit[24], mark[24];
 
-    snprintf(ttl, 24, "%llu", (unsigned long long)req->ttl_ms);
-    snprintf(left, 24, "%lld",
+    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
+    snprintf(left, sizeof(left), "%lld",
              bw != NULL ? (long long)redis_wait_left(bw) : 0LL);
-    snprintf(limit, 24, "%u",
+    snprintf(limit, sizeof(limit), "%u",
              req->mode == LOCK_SHARED ? (unsigned)req->limit : 0u);
-    redis_arg_key(be, a, REDIS_BE_ACQ_LOCK, "lock:", k, kn);
-    redis_arg_key(be, a, REDIS_BE_ACQ_FENCE, "fence:", k, kn);
-    redis_arg_key(be, a, REDIS_BE_ACQ_QUEUE, "queue:", k, kn);
-    redis_arg_key(be, a, REDIS_BE_ACQ_DEADLINES, "qdl:", k, kn);
-    redis_arg_key(be, a, REDIS_BE_ACQ_EXP, "exp:", k, kn);
-    redis_arg_global(be, a, REDIS_BE_ACQ_INDEX, REDIS_BE_INDEX);
-    redis_arg_global(be, a, REDIS_BE_ACQ_HELD, REDIS_BE_HELD);
-    redis_arg(a, REDIS_BE_ACQ_TOKEN, req->token, strlen(req->token));
-    redis_arg(a, REDIS_BE_ACQ_TTL, ttl, strlen(ttl));
-    redis_arg(a, REDIS_BE_ACQ_HAS_OWNER, req->owner != NULL ? "1" : "0", 1);
-    redis_arg(a, REDIS_BE_ACQ_OWNER, req->owner != NULL ? req->owner : "",
+    snprintf(mark, sizeof(mark), "%llu", (unsigned long long)mark_ms);
+    redis_arg_key(be, &a, REDIS_BE_ACQ_LOCK, "lock:", k, kn);
+    redis_arg_key(be, &a, REDIS_BE_ACQ_FENCE, "fence:", k, kn);
+    redis_arg_key(be, &a, REDIS_BE_ACQ_QUEUE, "queue:", k, kn);
+    redis_arg_key(be, &a, REDIS_BE_ACQ_DEADLINES, "qdl:", k, kn);
+    redis_arg_key(be, &a, REDIS_BE_ACQ_EXP, "exp:", k, kn);
+    redis_arg_global(be, &a, REDIS_BE_ACQ_INDEX, REDIS_BE_INDEX);
+    redis_arg_global(be, &a, REDIS_BE_ACQ_HELD, REDIS_BE_HELD);
+    redis_arg_key(be, &a, REDIS_BE_ACQ_MWAIT, "mwait:", k, kn);
+    redis_arg(&a, REDIS_BE_ACQ_TOKEN, req->token, strlen(req->token));
+    redis_arg(&a, REDIS_BE_ACQ_TTL, ttl, strlen(ttl));
+    redis_arg(&a, REDIS_BE_ACQ_HAS_OWNER, req->owner != NULL ? "1" : "0", 1);
+    redis_arg(&a, REDIS_BE_ACQ_OWNER, req->owner != NULL ? req->owner : "",
               req->owner != NULL ? strlen(req->owner) : 0);
-    redis_arg(a, REDIS_BE_ACQ_WAITER, waiter, strlen(waiter));
-    redis_arg(a, REDIS_BE_ACQ_WAIT_LEFT, left, strlen(left));
-    redis_arg(a, REDIS_BE_ACQ_INSTANCE, be->instance, strlen(be->instance));
-    redis_arg(a, REDIS_BE_ACQ_CHANNEL, be->channel, strlen(be->channel));
-    redis_arg(a, REDIS_BE_ACQ_KEY, k, kn);
-    redis_arg(a, REDIS_BE_ACQ_MODE, req->mode == LOCK_SHARED ? "1" : "0", 1);
-    redis_arg(a, REDIS_BE_ACQ_LIMIT, limit, strlen(limit));
-    redis_arg(a, REDIS_BE_ACQ_IDEM, idem, strlen(idem));
+    redis_arg(&a, REDIS_BE_ACQ_WAITER, waiter, strlen(waiter));
+    redis_arg(&a, REDIS_BE_ACQ_WAIT_LEFT, left, strlen(left));
+    redis_arg(&a, REDIS_BE_ACQ_INSTANCE, be->instance, strlen(be->instance));
+    redis_arg(&a, REDIS_BE_ACQ_CHANNEL, be->channel, strlen(be->channel));
+    redis_arg(&a, REDIS_BE_ACQ_KEY, k, kn);
+    redis_arg(&a, REDIS_BE_ACQ_MODE, req->mode == LOCK_SHARED ? "1" : "0", 1);
+    redis_arg(&a, REDIS_BE_ACQ_LIMIT, limit, strlen(limit));
+    redis_arg(&a, REDIS_BE_ACQ_IDEM, idem, strlen(idem));
+    redis_arg(&a, REDIS_BE_ACQ_FLOOR, floor ? "1" : "0", 1);
+    redis_arg(&a, REDIS_BE_ACQ_MARK, mark, strlen(mark));
+    return redis_call_pack(c, REDIS_BE_SCRIPT_ACQUIRE, REDIS_BE_ACQ_NKEYS,
+                           REDIS_BE_ACQ_NARGS, a.v, a.len);
+}
+
+int redis_call_acquire(struct redis_be *be,
+                       const struct lock_req *req,
+                       bool floor,
+                       uint64_t mark_ms,
+                       struct redis_call *c)
+{
+    return redis_acquire_build(be, req, NULL, floor, mark_ms, c);
 }
 
 /* True if r is an array of at least n integers, the first status. */
@@ -239,14 +257,14 @@ static bool redis_acquire_fill(const redisReply *r, struct lock_grant *out)
     return true;
 }
 
-/* acquire.lua's answer into out: OK, HELD, LIMIT_MISMATCH,
- * IDEM_CONFLICT, or UNAVAILABLE (logged). */
-static enum backend_result redis_acquire_reply(struct redis_be *be,
-                                               const redisReply *r,
-                                               struct lock_grant *out)
+enum backend_result redis_reply_acquire(struct redis_be *be,
+                                        const redisReply *r,
+                                        struct lock_grant *out)
 {
+    memset(out, 0, sizeof(*out));
     if (redis_acquire_fill(r, out))
         return BACKEND_OK;
+    memset(out, 0, sizeof(*out));
     if (redis_reply_ints(r, 4, 0)) {
         long long hint = r->element[1]->integer;
         out->retry_ms = hint > 0 ? (uint64_t)hint : (hint == 0 ? 1 : 0);
@@ -261,7 +279,6 @@ static enum backend_result redis_acquire_reply(struct redis_be *be,
         return BACKEND_LIMIT_MISMATCH;
     if (redis_reply_ints(r, 1, -4))
         return BACKEND_IDEM_CONFLICT;
-    memset(out, 0, sizeof(*out));
     redis_warn(be, "acquire", "unexpected reply");
     return BACKEND_UNAVAILABLE;
 }
@@ -272,8 +289,7 @@ static enum backend_result redis_acquire(struct backend *b,
 {
     struct redis_be *be = (struct redis_be *)b;
     struct redis_wait *bw = NULL;
-    struct redis_args a;
-    char ttl[24], left[24], limit[24];
+    struct redis_call c;
     redisReply *r;
     enum backend_result res;
 
@@ -282,11 +298,15 @@ static enum backend_result redis_acquire(struct backend *b,
         if (bw == NULL)
             return BACKEND_NO_MEMORY;
     }
-    redis_acquire_args(be, req, bw, ttl, left, limit, &a);
-    r = redis_script_run(be, REDIS_BE_SCRIPT_ACQUIRE, &a);
+    /* redis:// keeps the fence counter as it is (no clock floor) and
+     * marks nothing: a waiter keeps its place in the queue */
+    if (redis_acquire_build(be, req, bw, false, 0, &c) != 0)
+        return BACKEND_NO_MEMORY;
+    r = redis_call_run(be, &c);
+    redis_call_free(&c);
     if (r == NULL)
         return BACKEND_UNAVAILABLE; /* the waiter keeps its place, if any */
-    res = redis_acquire_reply(be, r, out);
+    res = redis_reply_acquire(be, r, out);
     freeReplyObject(r);
     if (res == BACKEND_OK && be->topology == REDIS_BE_CLUSTER)
         redis_cluster_note(be, req->key, req->key_len,
@@ -321,15 +341,12 @@ static enum backend_result redis_cancel_wait(struct backend *b,
 
 /* ---- renew, release, inspect, ping ---- */
 
-static enum backend_result redis_renew(struct backend *b,
-                                       const struct lock_req *req,
-                                       struct lock_grant *out)
+int redis_call_renew(struct redis_be *be,
+                     const struct lock_req *req,
+                     struct redis_call *c)
 {
-    struct redis_be *be = (struct redis_be *)b;
     struct redis_args a;
     char ttl[24];
-    redisReply *r;
-    enum backend_result res = BACKEND_UNAVAILABLE;
 
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
     redis_arg_key(be, &a, REDIS_BE_REN_LOCK, "lock:", req->key, req->key_len);
@@ -338,36 +355,58 @@ static enum backend_result redis_renew(struct backend *b,
     redis_arg(&a, REDIS_BE_REN_TOKEN, req->token, strlen(req->token));
     redis_arg(&a, REDIS_BE_REN_TTL, ttl, strlen(ttl));
     redis_arg(&a, REDIS_BE_REN_REENTER, req->reenter ? "1" : "0", 1);
-    r = redis_script_run(be, REDIS_BE_SCRIPT_RENEW, &a);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    if (redis_grant_fill(r, out)) {
-        res = BACKEND_OK;
-        if (be->topology == REDIS_BE_CLUSTER)
-            redis_cluster_note(be, req->key, req->key_len, req->token,
-                               out->expires_at_ms);
-    } else if (redis_reply_ints(r, 1, 0)) {
+    return redis_call_pack(c, REDIS_BE_SCRIPT_RENEW, REDIS_BE_REN_NKEYS,
+                           REDIS_BE_REN_NARGS, a.v, a.len);
+}
+
+enum backend_result redis_reply_renew(struct redis_be *be,
+                                      const redisReply *r,
+                                      struct lock_grant *out)
+{
+    enum backend_result res = BACKEND_UNAVAILABLE;
+
+    memset(out, 0, sizeof(*out));
+    if (redis_grant_fill(r, out))
+        return BACKEND_OK;
+    if (redis_reply_ints(r, 1, 0))
         res = BACKEND_NOT_FOUND;
-    } else if (redis_reply_ints(r, 1, -1))
+    else if (redis_reply_ints(r, 1, -1))
         res = BACKEND_MISMATCH;
     else if (redis_reply_ints(r, 1, -3))
         res = BACKEND_HOLDS_MAX;
-    if (res != BACKEND_OK)
-        memset(out, 0, sizeof(*out));
-    if (res == BACKEND_UNAVAILABLE)
+    else
         redis_warn(be, "renew", "unexpected reply");
-    freeReplyObject(r);
     return res;
 }
 
-static enum backend_result redis_release(struct backend *b,
-                                         const struct lock_req *req,
-                                         struct lock_grant *out)
+static enum backend_result redis_renew(struct backend *b,
+                                       const struct lock_req *req,
+                                       struct lock_grant *out)
 {
     struct redis_be *be = (struct redis_be *)b;
-    struct redis_args a;
+    struct redis_call c;
     redisReply *r;
-    enum backend_result res = BACKEND_UNAVAILABLE;
+    enum backend_result res;
+
+    if (redis_call_renew(be, req, &c) != 0)
+        return BACKEND_NO_MEMORY;
+    r = redis_call_run(be, &c);
+    redis_call_free(&c);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    res = redis_reply_renew(be, r, out);
+    freeReplyObject(r);
+    if (res == BACKEND_OK && be->topology == REDIS_BE_CLUSTER)
+        redis_cluster_note(be, req->key, req->key_len, req->token,
+                           out->expires_at_ms);
+    return res;
+}
+
+int redis_call_release(struct redis_be *be,
+                       const struct lock_req *req,
+                       struct redis_call *c)
+{
+    struct redis_args a;
 
     redis_arg_key(be, &a, REDIS_BE_REL_LOCK, "lock:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "queue:", req->key, req->key_len);
@@ -379,22 +418,46 @@ static enum backend_result redis_release(struct backend *b,
     redis_arg(&a, REDIS_BE_REL_ALL, req->all ? "1" : "0", 1);
     redis_arg(&a, REDIS_BE_REL_CHANNEL, be->channel, strlen(be->channel));
     redis_arg(&a, REDIS_BE_REL_KEY, req->key, req->key_len);
-    r = redis_script_run(be, REDIS_BE_SCRIPT_RELEASE, &a);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
+    return redis_call_pack(c, REDIS_BE_SCRIPT_RELEASE, REDIS_BE_REL_NKEYS,
+                           REDIS_BE_REL_NARGS, a.v, a.len);
+}
+
+enum backend_result redis_reply_release(struct redis_be *be,
+                                        const redisReply *r,
+                                        struct lock_grant *out)
+{
+    memset(out, 0, sizeof(*out));
     if (redis_reply_ints(r, 3, 1) && r->element[1]->integer >= 0 &&
         r->element[1]->integer < LOCK_HOLDS_MAX) {
         out->holds = (uint32_t)r->element[1]->integer;
         if (out->holds == 0 && r->element[2]->integer > 0)
             out->granted_at_ms = r->element[2]->integer;
-        res = BACKEND_OK;
-    } else if (redis_reply_ints(r, 1, 0)) {
-        res = BACKEND_NOT_FOUND;
-    } else if (redis_reply_ints(r, 1, -1)) {
-        res = BACKEND_MISMATCH;
-    } else {
-        redis_warn(be, "release", "unexpected reply");
+        return BACKEND_OK;
     }
+    if (redis_reply_ints(r, 1, 0))
+        return BACKEND_NOT_FOUND;
+    if (redis_reply_ints(r, 1, -1))
+        return BACKEND_MISMATCH;
+    redis_warn(be, "release", "unexpected reply");
+    return BACKEND_UNAVAILABLE;
+}
+
+static enum backend_result redis_release(struct backend *b,
+                                         const struct lock_req *req,
+                                         struct lock_grant *out)
+{
+    struct redis_be *be = (struct redis_be *)b;
+    struct redis_call c;
+    redisReply *r;
+    enum backend_result res;
+
+    if (redis_call_release(be, req, &c) != 0)
+        return BACKEND_NO_MEMORY;
+    r = redis_call_run(be, &c);
+    redis_call_free(&c);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    res = redis_reply_release(be, r, out);
     freeReplyObject(r);
     if (res == BACKEND_OK && out->holds == 0 &&
         be->topology == REDIS_BE_CLUSTER)

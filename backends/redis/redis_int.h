@@ -20,6 +20,8 @@
  *   cluster.c     redis+cluster://: slots, the slot map, routing, MOVED/ASK
  *   clusterdir.c  redis+cluster://: the directory list() and held_count()
  *                 read there
+ *   fan.c         one call on several independent servers at once (what
+ *                 redlock:// is built from), and the server's identity
  *
  * Functions and types are named redis_*; macros and enum constants
  * REDIS_BE_*, as hiredis owns REDIS_*.
@@ -94,6 +96,7 @@ enum redis_script {
     REDIS_BE_SCRIPT_LIST,
     REDIS_BE_SCRIPT_FORCE,
     REDIS_BE_SCRIPT_HELD,
+    REDIS_BE_SCRIPT_REFENCE, /* KEYS and ARGV: see fan.c */
     REDIS_BE_SCRIPT_COUNT,
 };
 
@@ -111,6 +114,7 @@ enum redis_acquire_arg {
     REDIS_BE_ACQ_EXP,       /* shared holders' expiries */
     REDIS_BE_ACQ_INDEX,     /* the index of held keys (prefix-wide) */
     REDIS_BE_ACQ_HELD,      /* the held set (prefix-wide) */
+    REDIS_BE_ACQ_MWAIT,     /* the mark of a waiter that keeps no place */
     REDIS_BE_ACQ_NKEYS,
     REDIS_BE_ACQ_TOKEN = REDIS_BE_ACQ_NKEYS, /* ARGV */
     REDIS_BE_ACQ_TTL,                        /* ms */
@@ -124,6 +128,9 @@ enum redis_acquire_arg {
     REDIS_BE_ACQ_MODE,      /* "0" exclusive, "1" shared */
     REDIS_BE_ACQ_LIMIT,     /* shared: the limit, "0" = none */
     REDIS_BE_ACQ_IDEM,      /* the Idempotency-Key; "" = none */
+    REDIS_BE_ACQ_FLOOR,     /* "1": every fence >= Redis's clock in us */
+    REDIS_BE_ACQ_MARK,      /* ms; try-once and not granted: the mwait
+                               mark lives retry hint + this; "0" = none */
     REDIS_BE_ACQ_NARGS,
 };
 
@@ -220,6 +227,16 @@ struct redis_args {
 
 /* ---- the adapter's state ---- */
 
+/* Who a server is, as a connection read it when it was dialled (fan.c). */
+struct redis_identity {
+    char run_id[41];    /* INFO server's run_id; "" unknown */
+    int64_t uptime_s;   /* its uptime_in_seconds then */
+    int64_t dialled_ms; /* monotonic ms when read */
+    bool fsync_always;  /* INFO persistence aof_enabled:1 and CONFIG GET
+                           appendfsync "always" (false when CONFIG is
+                           refused) */
+};
+
 /* One worker thread's connection, kept in be->conns (conn.c). */
 struct redis_conn {
     struct threadconn tc; /* first: back-off, the set's list */
@@ -234,6 +251,10 @@ struct redis_conn {
     int64_t offset_ms; /* Redis's unix ms minus our monotonic ms */
     unsigned gen;      /* sentinel: the primary's generation when dialled */
     char sha[REDIS_BE_SCRIPT_COUNT][41];
+    /* be->want_identity: read by the dial of ctx (has_identity false
+       while ctx was dialled without it) */
+    bool has_identity;
+    struct redis_identity identity;
 };
 
 /* A waiter's place in a key's queue: lock_waiter.be_data (queue.c). */
@@ -313,6 +334,7 @@ struct redis_be {
     bool sub_started;
     atomic_bool stopping;
 
+    atomic_bool want_identity;   /* every dial reads the identity (fan.c) */
     atomic_int up;               /* last state logged: -1 unknown, 0, 1 */
     _Atomic int64_t last_log_ms; /* for redis_warn() */
 };
@@ -441,194 +463,15 @@ enum backend_result redis_cluster_list(struct redis_be *be,
                                        struct lock_list *out);
 int64_t redis_cluster_held_count(struct redis_be *be);
 
-/* ---- fan.c: one call on several independent servers at once ----
- *
- * What redlock:// (backends/redlock/) is built from: it opens one redis://
- * backend per node (redis_backend.open) and runs the same script on all
- * of them in parallel from the calling thread, with the builders and
- * parsers below, which are the single-server operations' own (each
- * redis_* op is its builder, redis_script_argv() and its parser: one
- * copy of every script, key layout and reply format). */
-
-/* One script call, built once, sent to any number of servers. */
-struct redis_call {
-    enum redis_script s;
-    int nkeys;         /* KEYS, then nargs - nkeys ARGV */
-    int nargs;         /* KEYS + ARGV, without the not-after stamp */
-    const char **argv; /* 3 + nargs + 1 entries: argv[3 .. 3 + nargs) the
-                          KEYS then the ARGV (as redis_script_argv takes
-                          them; the command, digest, count and stamp are
-                          set per server) */
-    size_t *argl;
-    void *mem; /* owned: what argv and argl point into */
-};
-
-/* Free what a builder made (accepts a zeroed call). */
-void redis_call_free(struct redis_call *c);
-
-/*
- * Builders: the call the single-server op would make for this request,
- * into c (zeroed first): 0, or -1 (no memory; c holds nothing). Each
- * borrows its arguments only for the call. acquire: always try-once (no
- * place in any queue; req->waiter ignored); floor "1" makes every fence it
- * grants at least the server's clock in microseconds (a time floor, so a
- * server restarted empty cannot hand out a smaller fence), "0" not;
- * mark_ms > 0 marks the key (the mwait mark of a multi-key waiter) for the
- * retry hint + mark_ms when it is not granted, so that its release is
- * published to a waiter that keeps no place. refence: for each key i,
- * raise its fence counter to at least fences[i] and, if token holds key
- * i, set that holder's fence to fences[i] (the write-back of a fence a
- * majority agreed on).
- */
-int redis_call_acquire(struct redis_be *be,
-                       const struct lock_req *req,
-                       bool floor,
-                       uint64_t mark_ms,
-                       struct redis_call *c);
-int redis_call_renew(struct redis_be *be,
-                     const struct lock_req *req,
-                     struct redis_call *c);
-int redis_call_release(struct redis_be *be,
-                       const struct lock_req *req,
-                       struct redis_call *c);
-int redis_call_inspect(struct redis_be *be,
-                       const char *key,
-                       size_t key_len,
-                       struct redis_call *c);
-int redis_call_force(struct redis_be *be,
-                     const char *key,
-                     size_t key_len,
-                     struct redis_call *c);
-int redis_call_acquire_multi(struct redis_be *be,
-                             const struct lock_multi_req *req,
-                             bool floor,
-                             uint64_t mark_ms,
-                             struct redis_call *c);
-int redis_call_renew_multi(struct redis_be *be,
-                           const struct lock_multi_req *req,
-                           struct redis_call *c);
-int redis_call_release_multi(struct redis_be *be,
-                             const struct lock_multi_req *req,
-                             struct redis_call *c);
-int redis_call_list(struct redis_be *be,
-                    const struct lock_list_req *req,
-                    struct redis_call *c);
-int redis_call_held(struct redis_be *be, struct redis_call *c);
-int redis_call_refence(struct redis_be *be,
-                       const char *const *keys,
-                       const size_t *key_lens,
-                       size_t n,
-                       const char *token,
-                       const uint64_t *fences,
-                       struct redis_call *c);
-
-/*
- * Parsers: one server's reply r (not NULL; borrowed) to the call above
- * into the single-server op's result and out (zeroed first), exactly as
- * that op answers; an unexpected reply is BACKEND_UNAVAILABLE (logged).
- * acquire: OK (a fresh grant, the same token's grant again, or a replay),
- * HELD (retry_ms), LIMIT_MISMATCH, IDEM_CONFLICT. refence: the number of
- * keys the token holds on that server (0..n), or -1 for a bad reply.
- * held: the holders, or -1.
- */
-enum backend_result redis_reply_acquire(struct redis_be *be,
-                                        const redisReply *r,
-                                        struct lock_grant *out);
-enum backend_result redis_reply_renew(struct redis_be *be,
-                                      const redisReply *r,
-                                      struct lock_grant *out);
-enum backend_result redis_reply_release(struct redis_be *be,
-                                        const redisReply *r,
-                                        struct lock_grant *out);
-enum backend_result redis_reply_inspect(struct redis_be *be,
-                                        const redisReply *r,
-                                        struct lock_info *out);
-enum backend_result redis_reply_force(struct redis_be *be,
-                                      const redisReply *r,
-                                      struct lock_info *out);
-enum backend_result redis_reply_acquire_multi(struct redis_be *be,
-                                              const struct lock_multi_req *req,
-                                              const redisReply *r,
-                                              struct lock_multi_grant *out);
-enum backend_result redis_reply_renew_multi(struct redis_be *be,
-                                            const struct lock_multi_req *req,
-                                            const redisReply *r,
-                                            struct lock_multi_grant *out);
-enum backend_result redis_reply_release_multi(struct redis_be *be,
-                                              const struct lock_multi_req *req,
-                                              const redisReply *r,
-                                              struct lock_multi_grant *out);
-enum backend_result redis_reply_list(struct redis_be *be,
-                                     const struct lock_list_req *req,
-                                     const redisReply *r,
-                                     struct lock_list *out);
-int64_t redis_reply_held(const redisReply *r);
-int redis_reply_refence(const redisReply *r, size_t n);
-
-/* One server's part of a fan-out. */
-struct redis_fan {
-    redisReply *reply; /* owned (redis_fan_clear); NULL: not asked (no
-                          connection, backing off), no answer by the
-                          deadline, a broken link or an error reply */
-    bool sent;         /* written: the server may have run it even when
-                          reply is NULL */
-    int64_t rtt_us;    /* written to answered, when reply */
-};
-
-/*
- * Run call c on each server be[0..n) (n <= BACKEND_NODES_MAX) at once from
- * this thread: on this thread's connection to each (dialled first where
- * needed, one after another; a server in back-off is not asked), every
- * command is written before any answer is read, then the answers are
- * read as they come (poll) until all are in or deadline_us (monotonic us)
- * passes. A stamped script gets each server's own not-after time from
- * that server's clock offset, at most deadline_us. A server that did not
- * answer in time has its connection dropped (its answer would come out of
- * order) and backs off; NOSCRIPT reloads nothing here: the connection is
- * dropped and the next call loads the scripts. out[0..n) zeroed first.
- */
-void redis_fan_run(struct redis_be *const *be,
-                   size_t n,
-                   const struct redis_call *c,
-                   int64_t deadline_us,
-                   struct redis_fan *out);
-/* The same for a plain command (PING, INFO, EXISTS, SET): no stamp. */
-void redis_fan_command(struct redis_be *const *be,
-                       size_t n,
-                       int argc,
-                       const char **argv,
-                       const size_t *lens,
-                       int64_t deadline_us,
-                       struct redis_fan *out);
-/* Free the replies of out[0..n) and zero it. */
-void redis_fan_clear(struct redis_fan *out, size_t n);
-
-/* Who a server is, as a connection read it when it was dialled. */
-struct redis_identity {
-    char run_id[41];   /* INFO server's run_id; "" unknown */
-    int64_t uptime_s;  /* its uptime_in_seconds then */
-    int64_t dialled_ms; /* monotonic ms when read */
-    bool fsync_always; /* INFO persistence aof_enabled:1 and CONFIG GET
-                          appendfsync "always" (false when CONFIG is
-                          refused) */
-};
-
-/* From now on, every connection be dials reads the server's identity
- * before its first command (one more round trip per dial). Call before
- * the first call on be. */
-void redis_want_identity(struct redis_be *be);
-/* The identity this thread's connection to be read when dialled: 0, or
- * -1 when this thread has no connection to be now. */
-int redis_conn_identity(struct redis_be *be, struct redis_identity *out);
-/* "host:port" of be's server (a redis:// URL's), NUL-terminated. */
-void redis_node_name(const struct redis_be *be, char *buf, size_t len);
-
 /* ---- conn.c ---- */
 
 /* Warn at most once a second: a down Redis must not flood the log. */
 void redis_warn(struct redis_be *be, const char *what, const char *detail);
 /* Note that Redis answered (up = 1) or not (0, and why). */
 void redis_mark(struct redis_be *be, int up, const char *detail);
+/* Cap each step of this thread's dials (connect, every round trip) at ms
+ * (0: no cap), for fan.c: a dial ends near a fan-out's deadline. */
+void redis_dial_cap(int64_t ms);
 /* Connect and AUTH: a context with command timeouts, or NULL and why. */
 redisContext *redis_dial(struct redis_be *be, char *err, size_t errlen);
 /* The same to host:port (borrowed): cluster nodes, Sentinels. */
@@ -726,6 +569,8 @@ redisReply *redis_script_argv(struct redis_be *be,
                               size_t *argl);
 /* True if r is an array whose element i is an integer. */
 bool redis_reply_is_int(const redisReply *r, size_t i);
+/* True if script s is stamped: a not-after time follows its ARGV. */
+bool redis_script_stamped(enum redis_script s);
 
 /* ---- replicas.c: min_replicas ---- */
 
@@ -826,5 +671,9 @@ void redis_trash_free(struct redis_be *be);
 int redis_sub_start(struct redis_be *be);
 /* Stop it (if started) and wait for it to end. */
 void redis_sub_stop(struct redis_be *be);
+
+/* ---- fan.c: in its own header, for its length ---- */
+
+#include "backends/redis/fan.h"
 
 #endif /* BACKENDS_REDIS_REDIS_INT_H */

@@ -106,9 +106,9 @@ static void redis_replicas_undo_grant(struct redis_be *be,
                             v[REDIS_BE_ACQ_TOKEN], l[REDIS_BE_ACQ_TOKEN]);
     } else if (s == REDIS_BE_SCRIPT_ACQUIRE_MULTI) {
         /* multi.c's layout: 6 KEYS per lockd key and 2 more, then the
-         * token and 5 more ARGV, then the lockd keys themselves */
+         * token and 6 more ARGV, then the lockd keys themselves */
         int n = (nkeys - 2) / 6;
-        if (n < 1 || nargs != nkeys + 6 + n)
+        if (n < 1 || nargs != nkeys + 7 + n)
             return;
         for (int i = nargs - n; i < nargs; i++)
             redis_replicas_undo(be, v[i], l[i], v[nkeys], l[nkeys]);

@@ -61,6 +61,11 @@ _Static_assert(REDIS_BE_GRACE_MS == 1000, "holders.lua's grace");
  * another instance's waiter on a free key, retry soon (it should take the
  * key at once); a waiter's grant is published when others wait, so they
  * learn the new holder's TTL and shared waiters behind go with it.
+ * With floor "1" (redlock), the fence counter is first raised to Redis's
+ * clock in microseconds, so the grant's fence is at least that clock; with
+ * mark_ms > 0, a try-once acquire that is not granted sets the mwait mark
+ * for the retry hint + mark_ms, as acquire_multi does. redis:// sends "0"
+ * for both.
  */
 static const char acquire_lua[] =
 #include "backends/redis/holders.lua.h"
@@ -155,6 +160,15 @@ static const char count_lua[] =
 #include "backends/redis/count.lua.h"
     ;
 
+/* refence: {the number of keys the token holds}; every key's counter
+ * raised to at least its fence, and the token's hold of it (if any) given
+ * that fence (redlock's write-back, fan.c). */
+static const char refence_lua[] =
+#include "backends/redis/holders.lua.h"
+/* then the script */
+#include "backends/redis/refence.lua.h"
+    ;
+
 static const struct redis_script_def {
     const char *text;
     size_t len;
@@ -191,6 +205,8 @@ static const struct redis_script_def {
                                 REDIS_BE_FRC_NKEYS, REDIS_BE_FRC_NARGS, false },
     [REDIS_BE_SCRIPT_HELD] = { count_lua, sizeof(count_lua) - 1,
                                REDIS_BE_HLD_NKEYS, REDIS_BE_HLD_NARGS, false },
+    [REDIS_BE_SCRIPT_REFENCE] = { refence_lua, sizeof(refence_lua) - 1, 0, 0,
+                                  false },
 };
 
 /* ---- loading ---- */
@@ -309,6 +325,11 @@ bool redis_reply_is_int(const redisReply *r, size_t i)
 {
     return r->type == REDIS_REPLY_ARRAY && i < r->elements &&
            r->element[i]->type == REDIS_REPLY_INTEGER;
+}
+
+bool redis_script_stamped(enum redis_script s)
+{
+    return redis_scripts[s].stamped;
 }
 
 /* ---- running ---- */

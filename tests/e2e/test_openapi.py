@@ -37,7 +37,7 @@ from harness import Fail, check, eq
 SPEC_PATH = os.path.join(harness.ROOT, "api", "openapi.yaml")
 API_MD_PATH = os.path.join(harness.ROOT, "docs", "API.md")
 METHODS = oaschema.METHODS
-BACKENDS = ("memory", "redis", "zookeeper", "mysql")
+BACKENDS = ("memory", "redis", "zookeeper", "mysql", "redlock")
 
 # The contract's routes and methods (docs/API.md plus the decided Allow lists).
 ROUTES = {

@@ -156,7 +156,7 @@ static void test_multi_fences_grow_per_key(void)
     }
     CHECK_RES(macq(keys, 3, TOK_A, 5000, &m), BACKEND_OK);
     t1 = clock_wall_ms();
-    CHECK_EQ_U64(m.ttl_ms, 5000);
+    CHECK_TTL(m.ttl_ms, 5000);
     CHECK_NEAR(m.expires_at_ms, t0 + 5000, t1 + 5000);
     for (int i = 0; i < 3; i++) {
         CHECK_MSG(m.fences[i] > before[i] && m.fences[i] <= LOCK_FENCE_MAX,
@@ -201,7 +201,7 @@ static void test_multi_keys_are_ordinary_locks(void)
     }
     CHECK_RES(ren(keys[0], TOK_A, 8000, &g), BACKEND_OK);
     CHECK_EQ_U64(g.fence, m.fences[0]);
-    CHECK_EQ_U64(g.ttl_ms, 8000);
+    CHECK_TTL(g.ttl_ms, 8000);
     CHECK_RES(ren(keys[0], TOK_B, 8000, &g), BACKEND_MISMATCH);
     CHECK_RES(reenter(keys[1], TOK_A, &g), BACKEND_OK);
     CHECK_EQ_INT(g.holds, 2);
@@ -268,7 +268,7 @@ static void test_multi_renew_is_all_or_nothing(void)
     CHECK_RES(mren(keys, 3, TOK_A, 20000, &r), BACKEND_OK);
     t1 = clock_wall_ms();
     CHECK_EQ_U64(r.fences[0], m.fences[0]);
-    CHECK_EQ_U64(r.ttl_ms, 20000);
+    CHECK_TTL(r.ttl_ms, 20000);
     CHECK_NEAR(r.expires_at_ms, t0 + 20000, t1 + 20000);
     for (int i = 0; i < 3; i++)
         CHECK_MSG(ttl_left(keys[i]) > 5000, "key %d not renewed", i);
@@ -290,7 +290,7 @@ static void test_multi_renew_ttl_zero_keeps_each_ttl(void)
     CHECK_RES(reenter(keys[1], TOK_A, &g), BACKEND_OK);
     check_sleep_ms(800); /* a renew that moved nothing shows */
     CHECK_RES(mren(keys, 2, TOK_A, 0, &r), BACKEND_OK);
-    CHECK_EQ_U64(r.ttl_ms, 3000);
+    CHECK_TTL(r.ttl_ms, 3000);
     CHECK_EQ_U64(r.fences[0], m.fences[0]);
     CHECK_EQ_U64(r.fences[1], m.fences[1]);
     t = ttl_left(keys[0]);

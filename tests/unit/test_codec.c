@@ -3866,6 +3866,171 @@ static void test_router_force_release_and_list(void)
     router_close();
 }
 
+/* ---- a store of independent nodes: the real memory backend behind an
+ * ops table that says NO_SEMAPHORE and reports nodes, as redlock:// does ----
+ */
+
+static struct backend_ops nodes_ops;         /* memory's, amended */
+static const struct backend_ops *nodes_real; /* memory's own */
+static struct backend_node fake_nodes[3];    /* what nodes() reports */
+
+static size_t fake_nodes_of(const struct backend *be,
+                            struct backend_node *out,
+                            size_t max,
+                            unsigned *quorum)
+{
+    (void)be;
+    for (size_t i = 0; i < 3 && i < max; i++)
+        out[i] = fake_nodes[i];
+    *quorum = 2;
+    return 3;
+}
+
+/* router_open() on memory://, then its ops swapped for a copy with
+ * BACKEND_CAP_NO_SEMAPHORE, the scheme "redlock" and nodes(): node 0 up
+ * and voting, node 1 up and quarantined, node 2 down. */
+static void nodes_open(void)
+{
+    static const struct backend_node nodes[3] = {
+        { "127.0.0.1:7001", true, true, false, 0, 120 },
+        { "127.0.0.1:7002", true, false, true, 4000, 90 },
+        { "127.0.0.1:7003", false, false, false, 0, -1 },
+    };
+
+    router_open(NULL);
+    memcpy(fake_nodes, nodes, sizeof(nodes));
+    nodes_real = rcfg.backend->ops;
+    nodes_ops = *nodes_real;
+    nodes_ops.scheme = "redlock";
+    nodes_ops.caps |= BACKEND_CAP_NO_SEMAPHORE;
+    nodes_ops.nodes = fake_nodes_of;
+    rcfg.backend->ops = &nodes_ops;
+}
+
+static void nodes_close(void)
+{
+    rcfg.backend->ops = nodes_real; /* memory's close() */
+    router_close();
+}
+
+static const char *err_message(const struct reply *r)
+{
+    return json_string_value(
+        json_object_get(json_object_get(r->json, "error"), "message"));
+}
+
+/* A shared acquire with a limit above 1 is refused before the store is
+ * asked (the key stays free); limit 1, no limit, exclusive and multi-key
+ * are served. On a store with semaphores the same request is a grant. */
+static void test_router_semaphore_refused_on_no_semaphore_store(void)
+{
+    static const char *const refused[] = {
+        "{\"mode\":\"shared\",\"limit\":2}",
+        "{\"mode\":\"shared\",\"limit\":10000,\"ttl_ms\":5000}",
+    };
+    struct reply r;
+
+    nodes_open();
+    for (size_t i = 0; i < 2; i++) {
+        request(&r, "POST", "/locks/sem", refused[i], NULL, NULL);
+        CHECK_EQ_INT(r.action, API_ACTION_REPLY);
+        CHECK_EQ_INT(r.resp.status, 400);
+        CHECK_STR_EQ(err_code(&r), "invalid_parameter");
+        CHECK_STR_EQ(err_message(&r),
+                     "limit above 1 (a semaphore) is not offered on "
+                     "redlock://: a majority of independent nodes cannot "
+                     "bound the holders; leave limit out (no limit) or "
+                     "use 1, or another backend");
+        reply_cleanup(&r);
+    }
+    request(&r, "POST", "/locks/sem?mode=shared&limit=3", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 400);
+    reply_cleanup(&r);
+    CHECK_EQ_INT(backend_held_count(rcfg.backend), 0);
+    request(&r, "GET", "/locks/sem", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 404);
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks/sem", "{\"mode\":\"shared\",\"limit\":1}", NULL,
+            NULL);
+    CHECK_EQ_INT(r.resp.status, 201);
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks/rw", "{\"mode\":\"shared\"}", NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 201);
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks/ex", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 201);
+    reply_cleanup(&r);
+    request(&r, "POST", "/locks", "{\"keys\":[\"m1\",\"m2\"]}", NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 201);
+    reply_cleanup(&r);
+    nodes_close();
+    router_open(NULL); /* memory has semaphores */
+    request(&r, "POST", "/locks/sem", "{\"mode\":\"shared\",\"limit\":2}", NULL,
+            NULL);
+    CHECK_EQ_INT(r.resp.status, 201);
+    reply_cleanup(&r);
+    router_close();
+}
+
+/* /readyz: "nodes" counts the adapter's nodes in the 200 and in the 503
+ * of a failed check; a store without nodes has none. */
+static void test_router_readyz_counts_nodes(void)
+{
+    struct api_call c = { .verb = API_VERB_READYZ };
+    struct reply r;
+    json_t *n;
+
+    nodes_open();
+    request(&r, "GET", "/readyz", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_STR_EQ(jstr(&r, "backend"), "redlock");
+    n = json_object_get(r.json, "nodes");
+    CHECK(json_is_object(n) && json_object_size(n) == 4);
+    CHECK_EQ_INT(json_integer_value(json_object_get(n, "total")), 3);
+    CHECK_EQ_INT(json_integer_value(json_object_get(n, "up")), 2);
+    CHECK_EQ_INT(json_integer_value(json_object_get(n, "voting")), 1);
+    CHECK_EQ_INT(json_integer_value(json_object_get(n, "quorum")), 2);
+    reply_cleanup(&r);
+    fake_nodes[1].voting = true; /* the quarantine is over */
+    fake_nodes[1].quarantined = false;
+    memset(&r, 0, sizeof(r));
+    handle_call_reply(&rcfg, &c, BACKEND_UNAVAILABLE, NULL, NULL, -1, &r.resp);
+    reply_parse(&r);
+    CHECK_EQ_INT(r.resp.status, 503);
+    CHECK_STR_EQ(jstr(&r, "status"), "unavailable");
+    n = json_object_get(r.json, "nodes");
+    CHECK_EQ_INT(json_integer_value(json_object_get(n, "total")), 3);
+    CHECK_EQ_INT(json_integer_value(json_object_get(n, "voting")), 2);
+    reply_cleanup(&r);
+    nodes_close();
+    router_open(NULL);
+    request(&r, "GET", "/readyz", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK(json_object_get(r.json, "nodes") == NULL);
+    reply_cleanup(&r);
+    router_close();
+}
+
+/* /metrics carries the adapter's nodes, one node label each. */
+static void test_router_metrics_lists_nodes(void)
+{
+    struct reply r;
+
+    nodes_open();
+    request(&r, "GET", "/metrics", NULL, NULL, NULL);
+    CHECK_EQ_INT(r.resp.status, 200);
+    CHECK_CONTAINS(r.resp.body,
+                   "\nlockd_store_node_up{node=\"127.0.0.1:7003\"} 0\n");
+    CHECK_CONTAINS(r.resp.body, "\nlockd_store_node_quarantined{node="
+                                "\"127.0.0.1:7002\"} 1\n");
+    CHECK_CONTAINS(r.resp.body, "\nlockd_store_node_quarantine_seconds{node="
+                                "\"127.0.0.1:7002\"} 4\n");
+    CHECK(strstr(r.resp.body, "latency_seconds{node=\"127.0.0.1:7003\"}") ==
+          NULL);
+    reply_cleanup(&r);
+    nodes_close();
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_decode_key_accepts_plain_and_escaped),
     CHECK_CASE(test_decode_key_rejects_bad_escapes),
@@ -3920,6 +4085,9 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_torture_multi_replies_fail_cleanly),
     CHECK_CASE(test_torture_reply_body_is_json),
     CHECK_CASE(test_torture_parse_never_alters_values),
+    CHECK_CASE(test_router_semaphore_refused_on_no_semaphore_store),
+    CHECK_CASE(test_router_readyz_counts_nodes),
+    CHECK_CASE(test_router_metrics_lists_nodes),
 };
 
 int main(int argc, char **argv)

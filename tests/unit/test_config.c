@@ -370,6 +370,14 @@ static void test_config_help_lists_every_option(void)
         "--max-connections-per-ip",
         "--request-timeout-ms",
     };
+    static const char *const schemes[] = {
+        /* the backend URL forms --backend takes */
+        "memory://",
+        "redis://",
+        "zookeeper://",
+        "mysql://",
+        "redlock://h1:6379,h2:6379,h3:6379",
+    };
     char path[] = "/tmp/lockd-test-help-" MKTEMP_SUFFIX;
     int fd = mkstemp(path), saved;
     char *argv[] = { (char *)"lockd", (char *)"--help", NULL };
@@ -396,6 +404,8 @@ static void test_config_help_lists_every_option(void)
         CHECK_CONTAINS(text, flags[i]);
     for (size_t i = 0; i < sizeof(env_names) / sizeof(env_names[0]); i++)
         CHECK_CONTAINS(text, env_names[i]);
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
+        CHECK_CONTAINS(text, schemes[i]);
     config_cleanup(&c);
 }
 

@@ -64,6 +64,7 @@ struct target {
     /* start the store's server in srv, fill url: 0, or -1 and *why */
     int (*start)(struct target *t, const char **why);
     struct test_server srv;
+    struct test_server more[2]; /* redlock: the other two nodes */
     char url[256];
     struct backend *be; /* the main handle, its hooks are notes_hook */
     unsigned caps;
@@ -196,6 +197,20 @@ static enum backend_result insp(const char *key, struct lock_info *i)
               "%lld not in [%lld, %lld] +- %d ms", (long long)(t),        \
               (long long)(lo), (long long)(hi), CLOCK_SLACK_MS)
 
+/* The TTL a grant or renew answers: the one asked for, except where the
+ * store answers its validity (redlock://: the TTL less the time the
+ * nodes took and the clock drift, 1 % + 2 ms), a little less. */
+static bool ttl_is(uint64_t got, uint64_t want)
+{
+    if (strcmp(backend_scheme(cur->be), "redlock") != 0)
+        return got == want;
+    return got <= want && got + want / 100 + 2 + CLOCK_SLACK_MS >= want;
+}
+
+#define CHECK_TTL(got, want)                                            \
+    CHECK_MSG(ttl_is((got), (want)), "%s == %llu, expected %llu", #got, \
+              (unsigned long long)(got), (unsigned long long)(want))
+
 /* ---- cases ---- */
 
 static void test_ping_answers_ok(void)
@@ -208,8 +223,8 @@ static void test_ping_answers_ok(void)
  * every time (it is fixed at open). */
 static void test_describe_names_a_topology_and_its_guarantees(void)
 {
-    static const char *const known[] = { "process", "single", "sentinel",
-                                         "cluster", "ensemble" };
+    static const char *const known[] = { "process", "single",   "sentinel",
+                                         "cluster", "ensemble", "redlock" };
     struct backend_topology t, again;
     bool found = false;
 
@@ -272,7 +287,7 @@ static void test_acquire_grants_a_free_key(void)
     t1 = clock_wall_ms();
     CHECK_MSG(g.fence >= 1 && g.fence <= LOCK_FENCE_MAX, "fence %llu",
               (unsigned long long)g.fence);
-    CHECK_EQ_U64(g.ttl_ms, 5000);
+    CHECK_TTL(g.ttl_ms, 5000);
     CHECK_NEAR(g.expires_at_ms, t0 + 5000, t1 + 5000);
     /* the wrapper's bound: at most the TTL, counted from the send */
     left = backend_grant_left_ms(&g, clock_mono_us());
@@ -334,11 +349,11 @@ static void test_renew_by_holder_other_token_and_free_key(void)
     CHECK_RES(ren("renew", TOK_A, 8000, &r), BACKEND_OK);
     t1 = clock_wall_ms();
     CHECK_EQ_U64(r.fence, g.fence);
-    CHECK_EQ_U64(r.ttl_ms, 8000);
+    CHECK_TTL(r.ttl_ms, 8000);
     CHECK_NEAR(r.expires_at_ms, t0 + 8000, t1 + 8000);
     /* 0: the lock's last TTL */
     CHECK_RES(ren("renew", TOK_A, 0, &r), BACKEND_OK);
-    CHECK_EQ_U64(r.ttl_ms, 8000);
+    CHECK_TTL(r.ttl_ms, 8000);
     CHECK_EQ_U64(r.fence, g.fence);
     CHECK_RES(ren("renew", TOK_B, 0, &r), BACKEND_MISMATCH);
     CHECK_RES(ren("renew", TOK_B, 3000, &r), BACKEND_MISMATCH);
@@ -764,6 +779,36 @@ static void test_threads_never_hold_a_key_at_once(void)
     race_run(&r);
 }
 
+/* BACKEND_CAP_NO_SEMAPHORE: a shared acquire with a limit above 1 is
+ * INVALID (the API answers it 400 first), limits 0 and 1 are served; the
+ * kinds cases take those there (kind_limit() in contract_kinds.h). */
+static void test_no_semaphore_refuses_a_limit_above_one(void)
+{
+    struct lock_req req = { .key = "nosem",
+                            .key_len = 5,
+                            .token = TOK_A,
+                            .ttl_ms = 5000,
+                            .mode = LOCK_SHARED,
+                            .limit = 2 };
+    struct lock_grant g;
+
+    if (!(cur->caps & BACKEND_CAP_NO_SEMAPHORE)) {
+        skip_case("semaphores offered");
+        return;
+    }
+    CHECK_RES(backend_acquire(cur->be, &req, &g), BACKEND_INVALID);
+    req.limit = 1;
+    CHECK_RES(backend_acquire(cur->be, &req, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.limit, 1);
+    CHECK_RES(rel("nosem", TOK_A), BACKEND_OK);
+    req.limit = 0;
+    CHECK_RES(backend_acquire(cur->be, &req, &g), BACKEND_OK);
+    req.token = TOK_B;
+    CHECK_RES(backend_acquire(cur->be, &req, &g), BACKEND_OK);
+    CHECK_RES(rel("nosem", TOK_A), BACKEND_OK);
+    CHECK_RES(rel("nosem", TOK_B), BACKEND_OK);
+}
+
 /* Two handles on one store are two lockd instances. */
 static void test_two_instances_exclude_each_other(void)
 {
@@ -832,6 +877,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_cancel_wait_in_the_middle_keeps_the_order),
     CHECK_CASE(test_threads_never_hold_a_key_at_once),
     CHECK_CASE(test_two_instances_exclude_each_other),
+    CHECK_CASE(test_no_semaphore_refuses_a_limit_above_one),
     CONTRACT_KINDS_CASES CONTRACT_MULTI_CASES CONTRACT_OPS_CASES
 };
 
@@ -859,6 +905,38 @@ static int start_redis(struct target *t, const char **why)
     }
     snprintf(t->url, sizeof(t->url), "redis://127.0.0.1:%d", t->srv.port);
     return 0;
+}
+
+/* Three redis-server nodes, AOF with fsync always and trust_fsync=1:
+ * every node votes from the start (and after a restart). */
+static int start_redlock(struct target *t, const char **why)
+{
+    struct test_server *s[3] = { &t->srv, &t->more[0], &t->more[1] };
+
+    if (access(TESTSRV_REDIS, X_OK) != 0) {
+        *why = TESTSRV_REDIS " is not installed";
+        return -1;
+    }
+    for (size_t i = 0; i < 3; i++) {
+        *s[i] = (struct test_server)TEST_SERVER_INIT;
+        if (testsrv_setup(s[i], "contract-redlock") != 0 ||
+            testsrv_redis_start(s[i]) != 0) {
+            *why = TESTSRV_REDIS " did not start";
+            return -1;
+        }
+    }
+    snprintf(t->url, sizeof(t->url),
+             "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?trust_fsync=1",
+             s[0]->port, s[1]->port, s[2]->port);
+    return 0;
+}
+
+/* Stop t's servers and remove their dirs. */
+static void stop_target(struct target *t)
+{
+    testsrv_cleanup(&t->srv, SIGKILL);
+    for (size_t i = 0; i < 2; i++)
+        testsrv_cleanup(&t->more[i], SIGKILL);
 }
 
 static int start_zookeeper(struct target *t, const char **why)
@@ -909,6 +987,7 @@ static int start_mysql(struct target *t, const char **why)
 static struct target targets[] = {
     { .name = "memory", .start = start_memory, .srv = TEST_SERVER_INIT },
     { .name = "redis", .start = start_redis, .srv = TEST_SERVER_INIT },
+    { .name = "redlock", .start = start_redlock, .srv = TEST_SERVER_INIT },
     { .name = "zookeeper", .start = start_zookeeper, .srv = TEST_SERVER_INIT },
     { .name = "mysql", .start = start_mysql, .srv = TEST_SERVER_INIT },
 };
@@ -944,7 +1023,7 @@ int main(int argc, char **argv)
         if (t->start(t, &why) != 0) {
             printf("skip store: %s: %s\n", t->name, why);
             skipped += (int)want;
-            testsrv_cleanup(&t->srv, SIGKILL);
+            stop_target(t);
             continue;
         }
         t_started = check_mono_ms();
@@ -952,7 +1031,7 @@ int main(int argc, char **argv)
             BACKEND_OK) {
             printf("FAIL %s: %s\n", t->name, err);
             failed += (int)want;
-            testsrv_cleanup(&t->srv, SIGKILL);
+            stop_target(t);
             continue;
         }
         t->caps = backend_caps(t->be);
@@ -979,7 +1058,7 @@ int main(int argc, char **argv)
         backend_close(t->be);
         t->be = NULL;
         cur = NULL;
-        testsrv_cleanup(&t->srv, SIGKILL);
+        stop_target(t);
         printf("  %s: %d passed, %d failed, %d skipped; server start %.1f s, "
                "cases %.1f s\n",
                t->name, passed - p0, failed - f0, skipped - s0,

@@ -4,7 +4,9 @@
  * recorded, histogram buckets are cumulative and _count equals the +Inf
  * bucket; the lifecycle families move and their buckets reach hours; the
  * process_* families hold sane values (open fds equal to a count made
- * with fcntl, start time before main()). The metrics are process-wide, so
+ * with fcntl, start time before main()); the per-node gauges of a store of
+ * independent nodes carry one escaped node label each, and are absent for
+ * a store without nodes. The metrics are process-wide, so
  * each case reads values before and after.
  */
 #include "api/codec.h"
@@ -129,14 +131,13 @@ static void test_metrics_render_has_every_family(void)
     }
 }
 
-static void test_metrics_exposition_is_well_formed(void)
+/* Every line of text is a HELP, a TYPE or a sample of a family TYPEd
+ * above it, with a number for its value. text is cut into lines. */
+static void check_well_formed(char *text)
 {
-    char *text = render(0);
     char typed[64][96];
     size_t ntyped = 0;
 
-    if (text == NULL)
-        return;
     CHECK(text[0] != '\0' && text[strlen(text) - 1] == '\n');
     for (char *p = text, *eol; *p != '\0'; p = eol + 1) {
         char name[128];
@@ -182,6 +183,100 @@ static void test_metrics_exposition_is_well_formed(void)
                       "value of '%s'", p);
         }
     }
+}
+
+static void test_metrics_exposition_is_well_formed(void)
+{
+    char *text = render(0);
+
+    if (text == NULL)
+        return;
+    check_well_formed(text);
+    free(text);
+}
+
+/* Occurrences of needle in text. */
+static size_t count_of(const char *text, const char *needle)
+{
+    size_t n = 0;
+
+    for (const char *p = strstr(text, needle); p != NULL;
+         p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+static const char *const node_families[] = {
+    "lockd_store_node_up",
+    "lockd_store_node_voting",
+    "lockd_store_node_quarantined",
+    "lockd_store_node_quarantine_seconds",
+    "lockd_store_node_latency_seconds",
+};
+
+/* Three nodes as a redlock:// adapter would report them: one voting, one
+ * quarantined, one down whose latency is unknown and whose name needs the
+ * exposition format's escapes. */
+static void test_metrics_nodes_render_per_node_gauges(void)
+{
+    static const struct metrics_node nodes[] = {
+        { "10.0.0.1:6379", 1, 1, 0, 0, 1500 },
+        { "10.0.0.2:6379", 1, 0, 1, 2500, 250 },
+        { "we\"ird\\name\n:1", 0, 0, 0, 0, -1 },
+    };
+    size_t len = 0;
+    char *text = metrics_render_nodes(-1, nodes, 3, &len);
+    char line[160];
+
+    CHECK(text != NULL);
+    if (text == NULL)
+        return;
+    CHECK_EQ_INT(strlen(text), len);
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(line, sizeof(line), "# TYPE %s gauge\n", node_families[i]);
+        CHECK_EQ_INT(count_of(text, line), 1);
+        snprintf(line, sizeof(line), "# HELP %s ", node_families[i]);
+        CHECK_EQ_INT(count_of(text, line), 1);
+    }
+    CHECK_EQ_INT(sample(text, "lockd_store_node_up{node=\"10.0.0.1:6379\"}"),
+                 1);
+    CHECK_EQ_INT(
+        sample(text, "lockd_store_node_voting{node=\"10.0.0.1:6379\"}"), 1);
+    CHECK_EQ_INT(
+        sample(text, "lockd_store_node_quarantined{node=\"10.0.0.1:6379\"}"),
+        0);
+    CHECK_MSG(sample(text, "lockd_store_node_latency_seconds{node=\"10.0.0.1:"
+                           "6379\"}") == 0.0015,
+              "latency of node 1");
+    CHECK_EQ_INT(
+        sample(text, "lockd_store_node_voting{node=\"10.0.0.2:6379\"}"), 0);
+    CHECK_EQ_INT(
+        sample(text, "lockd_store_node_quarantined{node=\"10.0.0.2:6379\"}"),
+        1);
+    CHECK_MSG(sample(text, "lockd_store_node_quarantine_seconds{node=\"10.0.0."
+                           "2:6379\"}") == 2.5,
+              "quarantine left of node 2");
+    /* the label value escaped: \" for ", \\ for \, \n for a newline */
+    CHECK_EQ_INT(sample(text, "lockd_store_node_up{node=\"we\\\"ird\\\\name\\n"
+                              ":1\"}"),
+                 0);
+    /* an unknown latency has no sample; every other family has all three */
+    CHECK_EQ_INT(count_of(text, "\nlockd_store_node_latency_seconds{"), 2);
+    CHECK_EQ_INT(count_of(text, "\nlockd_store_node_up{"), 3);
+    CHECK_EQ_INT(count_of(text, "\nlockd_store_node_quarantine_seconds{"), 3);
+    check_well_formed(text);
+    free(text);
+}
+
+/* A store without a per-node view (every adapter but redlock://): no
+ * lockd_store_node_* family at all. */
+static void test_metrics_nodes_absent_without_nodes(void)
+{
+    char *text = render(0);
+
+    if (text == NULL)
+        return;
+    CHECK(strstr(text, "lockd_store_node_") == NULL);
     free(text);
 }
 
@@ -536,6 +631,8 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_metrics_histogram_is_cumulative),
     CHECK_CASE(test_metrics_process_values_are_sane),
     CHECK_CASE(test_metrics_lifecycle_families_move),
+    CHECK_CASE(test_metrics_nodes_render_per_node_gauges),
+    CHECK_CASE(test_metrics_nodes_absent_without_nodes),
 };
 
 int main(int argc, char **argv)

@@ -1,0 +1,30 @@
+-- refence: write back a fence a majority of servers agreed on (redlock).
+-- KEYS: two per lockd key, in the caller's order: lock, fence.
+-- ARGV: the token, then the fence of each key.
+-- Each key's counter becomes at least its fence, and a holder of the key
+-- under the token (exclusive or shared) gets that fence; answers {the
+-- number of keys the token holds}. One script: all keys or none.
+local n = #KEYS / 2
+local h = redis.sha1hex(ARGV[1])
+local count = 0
+for i = 1, n do
+  local lock_key, fence_key = KEYS[2 * i - 1], KEYS[2 * i]
+  local f = tonumber(ARGV[1 + i])
+  local fs = string.format('%.0f', f)
+  if tonumber(redis.call('GET', fence_key) or '0') < f then
+    redis.call('SET', fence_key, fs)
+  end
+  local cur = redis.call('HMGET', lock_key, 't', 'm')
+  if cur[1] == h then
+    redis.call('HSET', lock_key, 'f', fs)
+    count = count + 1
+  elseif cur[2] then
+    local r = rec_get(lock_key, h)
+    if r then
+      r[1] = f
+      rec_put(lock_key, h, r)
+      count = count + 1
+    end
+  end
+end
+return {count}
