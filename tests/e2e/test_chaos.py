@@ -17,7 +17,10 @@ after it, through the faulted instance where the fault hit one instance.
 Topologies: memory (lockd faults only), redis, zookeeper, mysql (the store
 tests/run.py started, or one of the scenario's own), zookeeper-ensemble
 (server_zookeeper.ZooKeeperEnsemble), redis-sentinel (server_sentinel),
-redis-cluster (server_cluster). Where a topology can lose a lock by design
+redis-cluster (server_cluster), redlock-3 and redlock-5 (independent
+masters of server_redlock, without persistence: nodes killed and started
+again empty, stopped, a majority down, a skewed lockd clock; each line
+goes on with the grants per fault window and the quarantine). Where a topology can lose a lock by design
 (Redis failover without min_replicas) the line says "loss allowed by
 design" and overlaps, fence regressions and stale-token successes are
 reported, not failed on.
@@ -169,9 +172,10 @@ def wait_grant_via(load, since, inst, timeout=20.0):
 
 
 def run_load(ctx, topology, fault, insts, store_tmo, drive, loss_allowed=False, min_grants=MIN_GRANTS,
-             offsets=None, ttl_ms=TTL_MS):
+             offsets=None, ttl_ms=TTL_MS, judge=None):
     """The chaos load on insts, drive(load, Fault) as the fault, then judge
-    and print the scenario's line. offsets: see check_history."""
+    and print the scenario's line. offsets: see check_history. judge(load,
+    rep): the scenario's own checks, (problems, text added to the line)."""
     t_start = time.monotonic()
     keys = [ctx.key("chaos%d" % i) for i in range(KEYS)]
     client_s = max(WAIT_MS, store_tmo) / 1000.0 + FAULT_S + 8.0
@@ -194,12 +198,12 @@ def run_load(ctx, topology, fault, insts, store_tmo, drive, loss_allowed=False, 
     check(stopped, "client threads still waiting %.0f s after the load stopped" % (load.client_s + 5))
     rep = load.check(store_tmo, SLACK_MS, pauses=f.pauses, recover_from=f.end, recover_inst=f.inst,
                      offsets=offsets)
+    problems, more = judge(load, rep) if judge is not None else ([], "")
     took = time.monotonic() - t_start
-    line = rep.chaos_line(topology, fault) + (" (loss allowed by design)" if loss_allowed else "")
+    line = rep.chaos_line(topology, fault) + (" (loss allowed by design)" if loss_allowed else "") + more
     harness.log("     " + line)
     harness.log("     %d renews, %d uses of dead tokens; %s; %.1f s"
                 % (rep.renews, rep.stale_uses, rep.summary(), took))
-    problems = []
     if rep.grants < min_grants:
         problems.append("only %d grants (want %d): the load did not run" % (rep.grants, min_grants))
     if f.end is not None and rep.recovery_ms is None:
@@ -533,6 +537,289 @@ def cluster_failover(min_replicas):
     return sc
 
 
+# ---- redlock: independent Redis masters (server_redlock.RedlockNodes) ----
+
+# The nodes keep no data across a restart (no AOF) and lockd runs without
+# trust_fsync: a node killed and started again comes back empty, and must
+# not be counted for the max TTL + drift (--max-ttl-ms is small so that
+# the quarantine ends within the scenario).
+REDLOCK_MAX_TTL_MS = 5000
+REDLOCK_CALL_MS = 400  # timeout_ms of each node
+REDLOCK_OPTS = "connect_timeout_ms=300&timeout_ms=%d" % REDLOCK_CALL_MS
+# an answer's bound: a waiter's last try starts as its wait_ms runs out;
+# a try waits for a stopped node until the timeout, and one that was not
+# granted then undoes what it may have taken there (another timeout)
+REDLOCK_TMO = WAIT_MS + 2 * REDLOCK_CALL_MS
+REDLOCK_GRANTS_PER_S = 3  # floor: grants per second of a minority fault, and of a quarantine
+# a node that came back empty is not counted until its restart + max TTL
+# + drift: what it held before may still be held elsewhere. lockd knows
+# the restart from the node's uptime in whole seconds (which reads 1
+# right after a start as often as 0), so it must err late.
+QUARANTINE_MIN_S = REDLOCK_MAX_TTL_MS / 1000.0 - 0.05
+
+
+def redlock_nodes(ctx, n):
+    mod = module("server_redlock", "RedlockNodes")
+    d = os.path.join(ctx.tmpdir, "redlock-%d-%d" % (n, time.monotonic_ns() % 10 ** 9))
+    os.makedirs(d, exist_ok=True)
+    nodes = mod.RedlockNodes(d, n=n, fsync=False, trust=False)
+    nodes.start()
+    check("trust_fsync" not in nodes.url, "the nodes' URL trusts them: %s" % nodes.url)
+    return nodes
+
+
+def redlock_lockd(ctx, nodes, env=None):
+    args = ["--max-ttl-ms", str(REDLOCK_MAX_TTL_MS), "--default-ttl-ms", str(TTL_MS)]
+    return new_lockd(ctx, with_options(nodes.url, REDLOCK_OPTS), args=args, env=env)
+
+
+def node_view(ld):
+    """/readyz's "nodes" object of ld ({} if none or no answer)."""
+    try:
+        r = ld.request("GET", "/readyz", timeout=2)
+        return (r.json or {}).get("nodes") or {}
+    except OSError:
+        return {}
+
+
+def wait_all_voting(load, ld, n, since):
+    """Wait until ld reports every node up and voting again (quarantine
+    over); the time, marked, or None after max TTL + 10 s."""
+    deadline = since + REDLOCK_MAX_TTL_MS / 1000.0 + 10
+    seen = {}
+    while time.monotonic() < deadline:
+        seen = node_view(ld)
+        if seen.get("up") == n and seen.get("voting") == n:
+            return load.mark("every node voting again, %.1f s after the restart" % (time.monotonic() - since))
+        time.sleep(0.05)
+    load.mark("nodes still not all voting: %r" % (seen,))
+    return None
+
+
+def acquires_in(load, status, t0, t1):
+    with load.lock:
+        return [r for r in load.recs if r.kind == ACQUIRE and r.status == status and t0 <= r.answered <= t1]
+
+
+def floor_judge(windows):
+    """judge for a minority fault: in each window (name, start, end) at
+    least REDLOCK_GRANTS_PER_S grants per second, and fewer acquires
+    answered 503 than 201 (a majority answers: a 503 is then only for a
+    key held on too few of the nodes that answer)."""
+
+    def judge(load, rep):
+        problems, parts = [], []
+        for name, t0, t1 in windows:
+            if t1 is None:
+                problems.append("the %s did not end" % name)
+                continue
+            g, want = len(acquires_in(load, 201, t0, t1)), int(REDLOCK_GRANTS_PER_S * (t1 - t0))
+            u = len(acquires_in(load, 503, t0, t1))
+            parts.append("%d grants and %d 503s to acquires in the %.1f s %s" % (g, u, t1 - t0, name))
+            if g < want or u >= g:
+                problems.append("%d grants (want %d) and %d 503s (want fewer than the grants) to acquires in the "
+                                "%.1f s %s: a minority fault stopped the grants" % (g, want, u, t1 - t0, name))
+        return problems, "; " + ", ".join(parts)
+    return judge
+
+
+def redlock_kill(n, down):
+    """kill -9 down nodes right after a 201, start them again EMPTY after
+    FAULT_S; with down < quorum grants go on throughout, the restarted
+    nodes are quarantined (not counted) for the max TTL, then vote again.
+    With a majority down: 503s and never a grant until the quarantine of
+    a restarted node ends."""
+    quorum = n // 2 + 1
+
+    def sc(ctx):
+        nodes = redlock_nodes(ctx, n)
+        try:
+            insts = [redlock_lockd(ctx, nodes) for _ in range(2)]
+            victims = list(range(n - down, n))
+            t = {}
+
+            def drive(load, f):
+                check(load.wait_grant(10.0) is not None, "no grant to place the kill after")
+                for i in victims:
+                    nodes.node(i).kill9()
+                t["kill"] = load.mark("kill -9 node(s) %s of %d, right after a 201" % (victims, n))
+                time.sleep(max(0.0, t["kill"] + FAULT_S - time.monotonic()))
+                t["restart"] = time.monotonic()
+                for i in victims:
+                    nodes.node(i).restart_empty()
+                f.end = load.mark("node(s) %s started again, empty" % victims)
+                t["voting"] = wait_all_voting(load, insts[0], n, t["restart"])
+
+            def judge(load, rep):
+                problems, more = [], ""
+                back = t.get("voting")
+                if back is None:
+                    problems.append("the restarted nodes were not all voting %d s after their restart"
+                                    % (REDLOCK_MAX_TTL_MS / 1000 + 10))
+                elif back - t["restart"] < QUARANTINE_MIN_S:
+                    problems.append("the empty nodes voted again %.2f s after their restart, before its max TTL "
+                                    "%d ms + drift" % (back - t["restart"], REDLOCK_MAX_TTL_MS))
+                if down < quorum:
+                    p, more = floor_judge([("fault", t["kill"], t["restart"]),
+                                           ("quarantine", t["restart"], back)])(load, rep)
+                    problems += p
+                else:
+                    until = t["restart"] + QUARANTINE_MIN_S
+                    early = [r for r in acquires_in(load, 201, t["kill"], until) if r.sent > t["kill"]]
+                    n503 = len(acquires_in(load, 503, t["kill"], until))
+                    for r in early[:8]:
+                        problems.append("GRANT BEFORE THE QUARANTINE ENDED: %s" % rep._g(r))
+                    if early or n503 == 0:
+                        problems.append("%d grants and %d 503s to acquires from the kill to %.1f s after the "
+                                        "restart (want 0 grants, some 503s)" % (len(early), n503, QUARANTINE_MIN_S))
+                    more = "; %d grants, %d 503s to acquires from the kill to %.1f s after the restart" % (
+                        len(early), n503, QUARANTINE_MIN_S)
+                if back is not None:
+                    more += ", voting again %.1f s after the restart" % (back - t["restart"])
+                return problems, more
+
+            what = ("node kill -9, restart empty" if down == 1 else
+                    "%d nodes kill -9, restart empty" % down) + (" (majority)" if down >= quorum else "")
+            run_load(ctx, "redlock-%d" % n, what, insts, REDLOCK_TMO, drive, judge=judge,
+                     min_grants=MIN_GRANTS if down < quorum else MIN_GRANTS // 2)
+        finally:
+            for ld in list(ctx.extra):
+                ld.stop(5)
+            nodes.stop()
+    return sc
+
+
+def redlock_stop(n, down):
+    """SIGSTOP down (< quorum) nodes past the TTL right after a 201, then
+    SIGCONT: grants go on meanwhile, and what the stopped nodes answer late
+    must not make two holds overlap."""
+
+    def sc(ctx):
+        nodes = redlock_nodes(ctx, n)
+        try:
+            insts = [redlock_lockd(ctx, nodes) for _ in range(2)]
+            victims = [nodes.node(i) for i in range(n - down, n)]
+            win, stopped = [], []
+
+            def stop():
+                for v in victims:
+                    v.pause()
+                stopped.append(time.monotonic())
+
+            def cont():
+                for v in victims:
+                    v.resume()
+
+            def drive(load, f):
+                stall(load, f, stop, cont, "SIGSTOP node(s) %s of %d %.1f s" % (list(range(n - down, n)), n, FAULT_S))
+                win.append(("fault", stopped[0], f.end))
+
+            what = "node SIGSTOP" if down == 1 else "%d nodes SIGSTOP" % down
+            run_load(ctx, "redlock-%d" % n, what, insts, REDLOCK_TMO, drive, judge=floor_judge(win))
+        finally:
+            for ld in list(ctx.extra):
+                ld.stop(5)
+            nodes.stop()
+    return sc
+
+
+def redlock_skew(n, offset, secs):
+    """One of two lockd instances runs its wall clock secs off (libfaketime;
+    its monotonic clock untouched): validity is counted on the monotonic
+    clock and fences are floored by the nodes' clocks, so nothing may
+    change; its expires_at is on its own clock."""
+
+    def sc(ctx):
+        env = faketime_env(offset, "redlock")
+        nodes = redlock_nodes(ctx, n)
+        try:
+            insts = [redlock_lockd(ctx, nodes), redlock_lockd(ctx, nodes, env=env)]
+            r = insts[1].request("GET", "/healthz")
+            their = email.utils.parsedate_to_datetime(r.header("Date")).timestamp()
+            check(abs(their - time.time() - secs) < 2, "Date %r is not %+d s off" % (r.header("Date"), secs))
+            win = []
+
+            def drive(load, f):
+                t0 = load.mark("instance 1 runs %+d s off the real clock" % secs)
+                time.sleep(FAULT_S)
+                win.append(("skew", t0, time.monotonic()))
+
+            run_load(ctx, "redlock-%d" % n, "clock skew %+d s" % secs, insts, REDLOCK_TMO, drive,
+                     offsets={1: secs}, judge=floor_judge(win))
+        finally:
+            for ld in list(ctx.extra):
+                ld.stop(5)
+            nodes.stop()
+    return sc
+
+
+def redlock_hazard(ctx):
+    """The restart hazard with nothing to spare: lock A of the max TTL on
+    nodes 1 and 2 (node 3 down), then nodes 3 and 1 started again EMPTY at
+    once. A majority (1, 3) no longer knows A, so only their quarantine
+    (restart + max TTL + drift) keeps B from being granted while A holds:
+    B's try-once acquires, every 100 ms, get no 201 before A's send + its
+    ttl_ms, then one soon after, with a larger fence."""
+    nodes = redlock_nodes(ctx, 3)
+    try:
+        ld = redlock_lockd(ctx, nodes)
+        c = ld.client(timeout=10)
+        key = ctx.key("hazard")
+        nodes.node(2).kill9()
+        t_a = time.monotonic()
+        a = c.request("POST", faultload.lock_path(key), {"ttl_ms": REDLOCK_MAX_TTL_MS})
+        eq(a.status, 201, "A's acquire (max TTL) with node 3 down: %r" % (a.json,))
+        a_end = t_a + a.json["ttl_ms"] / 1000.0
+        t_r = time.monotonic()
+        nodes.node(2).restart_empty()
+        nodes.node(0).restart_empty()
+        refused, b = {}, None
+        while b is None and time.monotonic() < a_end + 4.0:
+            r = c.request("POST", faultload.lock_path(key), {"ttl_ms": TTL_MS})
+            if r.status == 201:
+                b = (time.monotonic(), r.json)
+            else:
+                refused[r.status] = refused.get(r.status, 0) + 1
+                time.sleep(0.1)
+        line = ("chaos redlock-3 empty restarts under a lock of max TTL: A's ttl_ms %d, nodes 3 and 1 started again "
+                "empty %.0f ms after its send; %s; B %s" % (
+                    a.json["ttl_ms"], (t_r - t_a) * 1000,
+                    ", ".join("%d %ss" % (n, st) for st, n in sorted(refused.items())) or "no refusals",
+                    "never granted" if b is None else "granted %.0f ms %s A's TTL ran out, fence %s A's" % (
+                        abs(b[0] - a_end) * 1000, "after" if b[0] >= a_end else "BEFORE",
+                        "above" if b[1]["fence"] > a.json["fence"] else "NOT above")))
+        harness.log("     " + line)
+        ok = b is not None and b[0] >= a_end and b[1]["fence"] > a.json["fence"]
+        if REPORT:
+            with open(REPORT, "a") as f:
+                f.write(json.dumps({"topology": "redlock-3", "fault": "empty restarts under a lock of max TTL",
+                                    "grants": 1 + (b is not None), "overlaps": int(b is not None and b[0] < a_end),
+                                    "passed": ok, "line": line, "loss_allowed": False,
+                                    "seconds": round(time.monotonic() - t_a, 1)}) + "\n")
+        RECORDED[0] += 1
+        check(b is not None, "B was not granted within 4 s after A's TTL ran out")
+        check(b[0] >= a_end, "B granted %.0f ms before A's TTL ran out: an empty node was counted within the max TTL "
+              "of its restart" % ((a_end - b[0]) * 1000))
+        check(b[1]["fence"] > a.json["fence"], "B's fence %s not above A's %s" % (b[1]["fence"], a.json["fence"]))
+    finally:
+        for x in list(ctx.extra):
+            x.stop(5)
+        nodes.stop()
+
+
+# (nodes, fault, function, in the make-test subset)
+REDLOCK = [(3, "empty restarts under a lock of max TTL", redlock_hazard, True),
+           (3, "node kill -9, restart empty", redlock_kill(3, 1), True),
+           (3, "node SIGSTOP", redlock_stop(3, 1), True),
+           (3, "2 nodes kill -9, restart empty (majority)", redlock_kill(3, 2), False),
+           (5, "2 nodes kill -9, restart empty", redlock_kill(5, 2), True),
+           (5, "node kill -9, restart empty", redlock_kill(5, 1), False),
+           (5, "2 nodes SIGSTOP", redlock_stop(5, 2), False),
+           (5, "3 nodes kill -9, restart empty (majority)", redlock_kill(5, 3), False)]
+REDLOCK += [(3, "clock skew %+d s" % s, redlock_skew(3, o, s), False) for o, s in SKEW]
+REDLOCK += [(5, "clock skew +3 s", redlock_skew(5, "+3s", 3), False)]
+
+
 # ---- registration ----
 
 
@@ -580,6 +867,11 @@ def register():
     for topo, fault, fn, b, sub in more:
         if FULL or sub:
             harness.scenario("chaos: %s: %s" % (topo, fault), backends=[b], slow=True)(reported(topo, fault, fn))
+    for n, fault, fn, sub in REDLOCK:
+        if FULL or sub:
+            topo = "redlock-%d" % n
+            harness.scenario("chaos: %s: %s" % (topo, fault), backends=["redlock"], slow=True)(
+                reported(topo, fault, fn))
 
 
 register()
