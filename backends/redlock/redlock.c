@@ -339,18 +339,39 @@ static enum backend_result redlock_open(const char *url,
 static enum backend_result redlock_ping(struct backend *b)
 {
     struct redlock_be *be = (struct redlock_be *)b;
-    size_t ok = 0;
-    int64_t checked;
+    struct redis_fan f[REDLOCK_NODES_MAX];
+    bool voting[REDLOCK_NODES_MAX];
+    const char *argv[1] = { "PING" };
+    size_t lens[1] = { 4 }, ok = 0;
 
-    pthread_mutex_lock(&be->lock);
-    checked = be->checked_ms;
-    pthread_mutex_unlock(&be->lock);
-    if (clock_mono_ms() - checked > REDLOCK_PING_STALE_MS)
-        redlock_check(be, be->timeout_ms);
+    struct redis_be *ask[REDLOCK_NODES_MAX];
+    struct redis_fan g[REDLOCK_NODES_MAX];
+    size_t idx[REDLOCK_NODES_MAX], m = 0;
+
+    /* a real round trip, as on every store: the monitor's view may be a
+     * pass old, and readiness must not outlive a store that stopped. The
+     * nodes the monitor found silent are left out (a probe must not wait
+     * for them), unless the others cannot make a quorum */
     pthread_mutex_lock(&be->lock);
     for (size_t i = 0; i < be->n; i++)
-        ok += be->st[i].up && be->st[i].state == REDLOCK_VOTING;
+        if (be->st[i].up)
+            idx[m++] = i;
     pthread_mutex_unlock(&be->lock);
+    if (m < be->quorum)
+        for (m = 0; m < be->n; m++)
+            idx[m] = m;
+    for (size_t k = 0; k < m; k++)
+        ask[k] = be->nodes[idx[k]];
+    redis_fan_command(ask, m, 1, argv, lens,
+                      clock_mono_us() + be->timeout_ms * 1000, g);
+    memset(f, 0, sizeof(f));
+    for (size_t k = 0; k < m; k++)
+        f[idx[k]] = g[k];
+    redlock_voting(be, f, voting, NULL);
+    for (size_t i = 0; i < be->n; i++)
+        ok += voting[i] && f[i].reply != NULL &&
+              f[i].reply->type == REDIS_REPLY_STATUS;
+    redis_fan_clear(f, be->n);
     return ok >= be->quorum ? BACKEND_OK : BACKEND_UNAVAILABLE;
 }
 

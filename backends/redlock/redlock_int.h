@@ -27,15 +27,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define REDLOCK_NODES_MIN     3
-#define REDLOCK_NODES_MAX     BACKEND_NODES_MAX /* 9 */
-#define REDLOCK_MONITOR_MS    250               /* the monitor's period */
-#define REDLOCK_PING_STALE_MS 1000     /* ping() asks again past this */
-#define REDLOCK_HELD_MS       200      /* held_count()'s deadline */
-#define REDLOCK_MAX_TTL_MS    86400000 /* hooks.max_ttl_ms unknown */
-#define REDLOCK_DRIFT_MAX_MS  60000
-#define REDLOCK_MARKER        "redlock" /* after the prefix */
-#define REDLOCK_URL_MAX       2048
+#define REDLOCK_NODES_MIN    3
+#define REDLOCK_NODES_MAX    BACKEND_NODES_MAX /* 9 */
+#define REDLOCK_MONITOR_MS   250               /* the monitor's period */
+#define REDLOCK_HELD_MS      200               /* held_count()'s deadline */
+#define REDLOCK_MAX_TTL_MS   86400000          /* hooks.max_ttl_ms unknown */
+#define REDLOCK_DRIFT_MAX_MS 60000
+#define REDLOCK_MARKER       "redlock" /* after the prefix */
+#define REDLOCK_URL_MAX      2048
 
 /* ---- the URL (redlock.c) ---- */
 

@@ -56,13 +56,15 @@ MIN_GRANTS = 30
 #   its TTL when the answer can be sent, and must not be answered 201.
 STORE = {
     "redis": ("connect_timeout_ms=500&timeout_ms=700", 700),
-    "redlock": ("connect_timeout_ms=500&timeout_ms=700", 700),
+    # the bound of one call on redlock: 3 x the timeout + the connect
+    # timeout (the parallel call, the write-back or an undo, a dial)
+    "redlock": ("connect_timeout_ms=500&timeout_ms=700", 3 * 700 + 500),
     "zookeeper": ("timeout_ms=700", 700),
     "mysql": ("connect_timeout_ms=1000&read_timeout_ms=1000&write_timeout_ms=1000", 1000),
 }
 STORE_LONG = {
     "redis": ("connect_timeout_ms=500&timeout_ms=2000", 2000),
-    "redlock": ("connect_timeout_ms=500&timeout_ms=2000", 2000),
+    "redlock": ("connect_timeout_ms=500&timeout_ms=2000", 3 * 2000 + 500),
     "zookeeper": ("timeout_ms=2000", 2000),
     "mysql": ("connect_timeout_ms=1000&read_timeout_ms=2000&write_timeout_ms=2000", 2000),
 }
