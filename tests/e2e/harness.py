@@ -10,6 +10,8 @@
   backends=[...] by name, needs=[...] by capability (CAPABILITIES).
 - Server: the base of the real backing servers (Redis, ZooKeeper, MariaDB)
   that tests/e2e/server_<name>.py start on loopback in a temp dir.
+- semaphores(): whether a lockd's store offers a shared limit above 1 (not
+  on redlock://); refuses_semaphore() checks such a store's 400.
 
 Only Python's standard library is used: the suite runs on a bare Debian 12.
 """
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOCKD_BIN = os.environ.get("LOCKD_BIN", os.path.join(ROOT, "build", "lockd"))
@@ -233,6 +236,7 @@ class Lockd:
         self.tmpdir = tmpdir or tempfile.mkdtemp(prefix="lockd-e2e-")
         self.proc = None
         self.log_path = None
+        self.store = None  # (semaphores offered?, scheme): semaphores() asks once
 
     def start(self, wait_ready=True, timeout=15.0):
         env = dict(os.environ)
@@ -325,6 +329,69 @@ def capabilities(lockd, timeout=30.0):
     if fifo not in ("store", "instance"):
         raise Fail("capabilities: /readyz names no fifo scope: %r" % r)
     return {"fifo:" + fifo}
+
+
+def _lock_path(key):
+    return "/locks/" + urllib.parse.quote(key, safe="")
+
+
+def _store(lockd):
+    """(semaphores offered?, scheme) of lockd's store, probed on first use:
+    the scheme from /readyz's backend, then a shared acquire with limit 2
+    of a key of its own: 201 (released at once with its token) or 400
+    invalid_parameter; anything else is a Fail."""
+    if lockd.store is not None:
+        return lockd.store
+    r = lockd.request("GET", "/readyz", timeout=10)
+    scheme = r.json.get("backend") if r.status == 200 and isinstance(r.json, dict) else None
+    check(isinstance(scheme, str) and scheme, "semaphores: /readyz names no backend: %r" % r)
+    key = "semaphore-probe-%d-%d-%d" % (os.getpid(), lockd.port, time.monotonic_ns())
+    r = lockd.request("POST", _lock_path(key), {"mode": "shared", "limit": 2, "ttl_ms": 10000})
+    if r.status == 201:
+        rel = lockd.request("DELETE", _lock_path(key), headers={"Lock-Token": r.json["token"]})
+        eq(rel.status, 200, "semaphores: release of the probe (%r)" % rel)
+        lockd.store = (True, scheme)
+    elif r.status == 400 and r.error_code() == "invalid_parameter":
+        lockd.store = (False, scheme)
+    else:
+        raise Fail("semaphores: a shared acquire with limit 2 is neither 201 nor 400 invalid_parameter: %r" % r)
+    return lockd.store
+
+
+def semaphores(lockd):
+    """Whether lockd's store offers semaphores (shared, limit above 1): a
+    probe acquire with limit 2, once per Lockd (then cached). Where it does
+    not (redlock://), a scenario whose point is a limit above 1 keeps it
+    with no limit or limit 1, and checks refuses_semaphore()."""
+    return _store(lockd)[0]
+
+
+def _lock_state(lockd, key):
+    """GET /locks/key without what runs down (ttl_ms, expires_at)."""
+    r = lockd.request("GET", _lock_path(key))
+    body = r.json
+    if isinstance(body, dict):
+        body = {k: v for k, v in body.items() if k not in ("ttl_ms", "expires_at")}
+        if isinstance(body.get("holders"), list):
+            body["holders"] = [{k: v for k, v in h.items() if k not in ("ttl_ms", "expires_at")}
+                               for h in body["holders"]]
+    return r.status, body
+
+
+def refuses_semaphore(lockd, key, body=None, query=None, what="a semaphore"):
+    """On a store without semaphores: an acquire of key with body (JSON)
+    or query asking a shared limit above 1 is 400 invalid_parameter, its
+    message names the store's scheme (redlock://), and key's inspect answer
+    is the same after it as before (the TTLs aside). Returns the error."""
+    offered, scheme = _store(lockd)
+    check(not offered, "refuses_semaphore on a store that offers semaphores (%s)" % scheme)
+    before = _lock_state(lockd, key)
+    r = lockd.request("POST", _lock_path(key) + ("?" + query if query else ""), body)
+    eq((r.status, r.error_code()), (400, "invalid_parameter"), "%s on %s:// (%r)" % (what, scheme, r))
+    msg = r.json["error"].get("message", "")
+    check(scheme + "://" in msg and "limit" in msg, "%s: the 400 does not name %s://: %r" % (what, scheme, msg))
+    eq(_lock_state(lockd, key), before, "%s: the key after the refusal" % what)
+    return r.json["error"]
 
 
 class Server:

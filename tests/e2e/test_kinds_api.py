@@ -7,6 +7,11 @@ re-entry counts and their release one by one or all at once, idempotent
 replays and conflicts, and inspect of a shared key (holders by fence,
 never a token).
 
+Where the store offers no semaphores (redlock://, harness.semaphores()), a
+case whose point is a limit above 1 keeps it with no limit or limit 1, and
+checks there that the limit above 1 is 400 invalid_parameter naming the
+store and changing nothing.
+
 The helpers come from client.py; keys always from ctx.key().
 """
 
@@ -42,6 +47,14 @@ def check_grant_kind(g, mode, limit, what):
         eq(g.get("limit"), limit, what + " limit")
     want = {"key", "token", "fence", "ttl_ms", "expires_at", "mode", "holds"} | ({"limit"} if limit else set())
     eq(set(g), want, what + " fields")
+
+
+def shared(limit, **body):
+    """An acquire body in shared mode, with limit unless it is None."""
+    body["mode"] = "shared"
+    if limit is not None:
+        body["limit"] = limit
+    return body
 
 
 def release(ctx, key, token, all_=None, holds_left=0, what="release"):
@@ -243,25 +256,30 @@ def kinds_shapes(ctx):
     release(ctx, key, g["token"], holds_left=1, what="release of one of two holds")
     release(ctx, key, g["token"], holds_left=0, what="release of the last hold")
     expect_free(ctx, key)
-    # shared with and without a limit
-    for limit in (None, 1, LIMIT_MAX):
+    # shared with and without a limit (no limit above 1 where semaphores are not offered)
+    sem = harness.semaphores(ctx.lockd)
+    for limit in (None, 1, LIMIT_MAX) if sem else (None, 1):
         k = ctx.key("kshape-s")
-        body = {"mode": "shared", "ttl_ms": 5000}
-        if limit is not None:
-            body["limit"] = limit
-        s = grant(ctx, k, what="shared grant, limit %r" % limit, **body)
+        s = grant(ctx, k, what="shared grant, limit %r" % limit, **shared(limit, ttl_ms=5000))
         eq(s["holds"], 1, "shared grant holds")
         b = inspect_body(ctx, k, "inspect of a shared key")
         want = {"key", "held", "mode", "fence", "ttl_ms", "expires_at", "holder_count", "holders"}
         eq(set(b), want | ({"limit"} if limit else set()), "shared inspect fields, limit %r" % limit)
         eq((b["mode"], b["holder_count"], b.get("limit")), ("shared", 1, limit), "shared inspect")
         eq(set(b["holders"][0]), {"fence", "ttl_ms", "expires_at", "holds"}, "shared holder fields (no owner)")
+        if not sem:
+            harness.refuses_semaphore(ctx.lockd, k, shared(LIMIT_MAX), what="limit %d on a held key" % LIMIT_MAX)
         release(ctx, k, s["token"])
+    if not sem:
+        harness.refuses_semaphore(ctx.lockd, ctx.key("kshape-s"), shared(LIMIT_MAX), what="limit %d" % LIMIT_MAX)
     # query parameters work as well as the body
     k = ctx.key("kshape-q")
-    r = req(ctx, "POST", k, query="mode=shared&limit=2&ttl_ms=4000")
+    lim = 2 if sem else 1
+    r = req(ctx, "POST", k, query="mode=shared&limit=%d&ttl_ms=4000" % lim)
     s = expect_grant(r, k, 4000, what="shared grant from the query")
-    check_grant_kind(s, "shared", 2, "shared grant from the query")
+    check_grant_kind(s, "shared", lim, "shared grant from the query")
+    if not sem:
+        harness.refuses_semaphore(ctx.lockd, k, query="mode=shared&limit=2&ttl_ms=4000", what="limit 2 in the query")
     release(ctx, k, s["token"], all_=False)
 
 
@@ -269,21 +287,26 @@ def kinds_shapes(ctx):
 
 @harness.scenario("kinds: shared holders are granted up to the limit, then 409 lock_held; exclusive and shared exclude each other")
 def kinds_shared_limit(ctx):
+    # limit 3, or 1 where semaphores are not offered (a limit above 1 is 400 there)
+    n = 3 if harness.semaphores(ctx.lockd) else 1
     key = ctx.key("ksem")
-    gs = [grant(ctx, key, what="permit %d" % i, mode="shared", limit=3, ttl_ms=10000) for i in range(3)]
+    gs = [grant(ctx, key, what="permit %d" % i, mode="shared", limit=n, ttl_ms=10000) for i in range(n)]
     fences = [g["fence"] for g in gs]
-    eq(len({g["token"] for g in gs}), 3, "distinct tokens")
-    check(fences == sorted(fences) and len(set(fences)) == 3, "fences grow: %r" % fences)
+    eq(len({g["token"] for g in gs}), n, "distinct tokens")
+    check(fences == sorted(fences) and len(set(fences)) == n, "fences grow: %r" % fences)
+    if n == 1:
+        harness.refuses_semaphore(ctx.lockd, key, shared(3), what="limit 3 on a held key")
+        harness.refuses_semaphore(ctx.lockd, ctx.key("ksem"), shared(3, wait_ms=2000), what="limit 3 on a free key")
     t0 = time.monotonic()
-    r = req(ctx, "POST", key, {"mode": "shared", "limit": 3})
-    err = expect_error(r, 409, "lock_held", "a fourth permit")
+    r = req(ctx, "POST", key, {"mode": "shared", "limit": n})
+    err = expect_error(r, 409, "lock_held", "permit %d of %d" % (n + 1, n))
     check(time.monotonic() - t0 < 1.0, "a try-once fourth permit waited")
     ra = int_field(err, "retry_after_ms", "lock_held")
     check(1 <= ra <= 10000, "retry_after_ms %r" % ra)
     expect_error(req(ctx, "POST", key), 409, "lock_held", "exclusive against shared holders")
     # one permit back: the next fits, with a greater fence
     release(ctx, key, gs[0]["token"])
-    g = grant(ctx, key, what="a permit after a release", mode="shared", limit=3, ttl_ms=10000)
+    g = grant(ctx, key, what="a permit after a release", mode="shared", limit=n, ttl_ms=10000)
     check(g["fence"] > max(fences), "fence %d after %r" % (g["fence"], fences))
     for x in gs[1:] + [g]:
         release(ctx, key, x["token"])
@@ -304,28 +327,41 @@ def kinds_shared_limit(ctx):
 
 @harness.scenario("kinds: a shared acquire under another limit is 409 limit_mismatch at once, whatever its wait_ms")
 def kinds_limit_mismatch(ctx):
+    # limit 2 against 3, 1 and none; where semaphores are not offered, 1
+    # against none (a limit above 1 is 400 there, whatever the holders')
+    sem = harness.semaphores(ctx.lockd)
+    lim = 2 if sem else 1
     key = ctx.key("klim")
-    a = grant(ctx, key, mode="shared", limit=2, ttl_ms=10000)
+    a = grant(ctx, key, mode="shared", limit=lim, ttl_ms=10000)
     before = snapshot(ctx, key)
-    for body in ({"mode": "shared", "limit": 3}, {"mode": "shared", "limit": 1}, {"mode": "shared"},
-                 {"mode": "shared", "limit": 3, "wait_ms": 3000}, {"mode": "shared", "wait_ms": 3000}):
+    others = ({"mode": "shared", "limit": 3}, {"mode": "shared", "limit": 1}, {"mode": "shared"},
+              {"mode": "shared", "limit": 3, "wait_ms": 3000}, {"mode": "shared", "wait_ms": 3000})
+    for body in others if sem else others[2::2]:
         t0 = time.monotonic()
         r = req(ctx, "POST", key, body)
-        expect_error(r, 409, "limit_mismatch", "shared acquire %r against limit 2" % body)
+        expect_error(r, 409, "limit_mismatch", "shared acquire %r against limit %d" % (body, lim))
         check(time.monotonic() - t0 < 1.0, "%r waited %.2f s for a limit_mismatch" % (body, time.monotonic() - t0))
     same_state(ctx, key, before, "limit_mismatch answers")
-    # the same limit still fits
-    b = grant(ctx, key, mode="shared", limit=2, ttl_ms=10000)
+    if not sem:
+        for body in others[0::3]:
+            harness.refuses_semaphore(ctx.lockd, key, body, what="%r against limit 1" % body)
+    # the same limit still fits (where it is 1: it is full, not another limit)
+    if sem:
+        b = grant(ctx, key, mode="shared", limit=2, ttl_ms=10000)
+    else:
+        expect_error(req(ctx, "POST", key, {"mode": "shared", "limit": 1}), 409, "lock_held", "the same limit 1")
     release(ctx, key, a["token"])
-    release(ctx, key, b["token"])
+    if sem:
+        release(ctx, key, b["token"])
     # a limit against holders with none
+    num = 5 if sem else 1
     key = ctx.key("klim2")
     c = grant(ctx, key, mode="shared", ttl_ms=10000)
-    expect_error(req(ctx, "POST", key, {"mode": "shared", "limit": 5, "wait_ms": 2000}), 409, "limit_mismatch",
+    expect_error(req(ctx, "POST", key, {"mode": "shared", "limit": num, "wait_ms": 2000}), 409, "limit_mismatch",
                  "a limit against holders with none")
     release(ctx, key, c["token"])
     # once the key is free, its limit is gone with its holders
-    d = grant(ctx, key, mode="shared", limit=5, ttl_ms=10000)
+    d = grant(ctx, key, mode="shared", limit=num, ttl_ms=10000)
     release(ctx, key, d["token"])
 
 
@@ -368,15 +404,19 @@ def kinds_reentry(ctx):
     eq(expect_json(r, 200, "release all"), {"key": key, "released": True, "holds": 0}, "release all body")
     expect_free(ctx, key)
     expect_error(req(ctx, "POST", key, headers={"Lock-Token": t}), 404, "lock_not_found", "re-entry after release")
-    # a shared holder re-enters its own hold only
+    # a shared holder re-enters its own hold only (two holders: limit 2,
+    # or no limit where semaphores are not offered)
+    lim = 2 if harness.semaphores(ctx.lockd) else None
     key = ctx.key("kre-s")
-    a = grant(ctx, key, mode="shared", limit=2, ttl_ms=5000)
-    b2 = grant(ctx, key, mode="shared", limit=2, ttl_ms=5000)
+    a = grant(ctx, key, **shared(lim, ttl_ms=5000))
+    b2 = grant(ctx, key, **shared(lim, ttl_ms=5000))
     e = expect_grant(req(ctx, "POST", key, headers={"Lock-Token": a["token"]}), key, 5000, status=200,
                      what="shared re-entry")
-    eq((e["mode"], e["holds"], e["fence"], e.get("limit")), ("shared", 2, a["fence"], 2), "shared re-entry")
+    eq((e["mode"], e["holds"], e["fence"], e.get("limit")), ("shared", 2, a["fence"], lim), "shared re-entry")
     holders = {h["fence"]: h["holds"] for h in inspect_body(ctx, key)["holders"]}
     eq(holders, {a["fence"]: 2, b2["fence"]: 1}, "holds per shared holder")
+    if lim is None:
+        harness.refuses_semaphore(ctx.lockd, key, shared(2), what="limit 2 beside re-entered readers")
     release(ctx, key, a["token"], all_=True)
     release(ctx, key, b2["token"])
     expect_free(ctx, key)
@@ -408,15 +448,22 @@ def kinds_idempotency(ctx):
     n = expect_grant(req(ctx, "POST", key, headers=ik), key, what="the key after its grant was released")
     check(n["token"] != g["token"] and n["fence"] > g["fence"], "a new grant after release: %r" % n)
     release(ctx, key, n["token"])
-    # shared with a limit: replay, then another limit or none conflicts
+    # shared with a limit: replay, then another limit or none conflicts;
+    # where semaphores are not offered: shared with none, then limit 1 or
+    # exclusive conflicts
+    sem = harness.semaphores(ctx.lockd)
+    lim = 3 if sem else None
     key = ctx.key("kidem-s")
     ik = {"Idempotency-Key": "sem-" + key}
-    s = grant(ctx, key, headers=ik, mode="shared", limit=3, ttl_ms=8000)
-    other = grant(ctx, key, mode="shared", limit=3, ttl_ms=8000)
-    p = expect_grant(req(ctx, "POST", key, {"mode": "shared", "limit": 3}, headers=ik), key, what="shared replay")
-    eq((p["token"], p["fence"], p.get("limit"), p["mode"]), (s["token"], s["fence"], 3, "shared"), "shared replay")
-    for body in ({"mode": "shared", "limit": 2}, {"mode": "shared"}, {}):
+    s = grant(ctx, key, headers=ik, **shared(lim, ttl_ms=8000))
+    other = grant(ctx, key, **shared(lim, ttl_ms=8000))
+    p = expect_grant(req(ctx, "POST", key, shared(lim), headers=ik), key, what="shared replay")
+    eq((p["token"], p["fence"], p.get("limit"), p["mode"]), (s["token"], s["fence"], lim, "shared"), "shared replay")
+    conflicts = ({"mode": "shared", "limit": 2}, {"mode": "shared"}, {}) if sem else (shared(1), {})
+    for body in conflicts:
         expect_error(req(ctx, "POST", key, body, headers=ik), *BAD, what="the key with %r" % body)
+    if not sem:
+        harness.refuses_semaphore(ctx.lockd, key, shared(3), what="limit 3 beside an idempotent grant")
     eq(inspect_body(ctx, key)["holder_count"], 2, "holders after replays and conflicts")
     release(ctx, key, s["token"])
     release(ctx, key, other["token"])
@@ -427,10 +474,12 @@ def kinds_idempotency(ctx):
 
 @harness.scenario("kinds: inspect of a shared key lists holders by fence with holder_count and limit, and never a token")
 def kinds_inspect_shared(ctx):
+    # four readers under limit 6, or no limit where semaphores are not offered
+    lim = 6 if harness.semaphores(ctx.lockd) else None
     key = ctx.key("kinsp")
     gs = []
     for i, (ttl, owner) in enumerate(((9000, "r-0"), (4000, None), (12000, "r-2"), (6000, None))):
-        body = {"mode": "shared", "limit": 6, "ttl_ms": ttl}
+        body = shared(lim, ttl_ms=ttl)
         if owner is not None:
             body["owner"] = owner
         gs.append(grant(ctx, key, what="reader %d" % i, **body))
@@ -440,7 +489,10 @@ def kinds_inspect_shared(ctx):
     b = expect_json(r, 200, "inspect")
     no_token_in(r.text, [g["token"] for g in gs], "inspect of a shared key")
     check("token" not in json.dumps(b), "a token field in %r" % b)
-    eq((b["mode"], b["limit"], b["holder_count"]), ("shared", 6, 4), "shared inspect")
+    eq((b["mode"], b.get("limit"), b["holder_count"]), ("shared", lim, 4), "shared inspect")
+    if lim is None:
+        check("limit" not in b, "a limit shown where none was given: %r" % b)
+        harness.refuses_semaphore(ctx.lockd, key, shared(6), what="limit 6 beside four readers")
     check("owner" not in b and "holds" not in b, "top-level owner or holds on a shared key: %r" % b)
     fences = [g["fence"] for g in gs]
     eq(b["fence"], max(fences), "fence is the greatest held")

@@ -4,7 +4,9 @@ client-side hold intervals never show more shared holders than the limit
 nor anyone beside an exclusive holder, fences grow across both modes, a
 writer is not starved by a stream of readers, FIFO holds across modes,
 holders expire one by one, and a retried acquire whose answer was lost
-gets the same grant back through its Idempotency-Key."""
+gets the same grant back through its Idempotency-Key. Where the store
+offers no semaphores (redlock://, harness.semaphores()) the mixed load's
+readers take no limit: they still overlap, never beside a writer."""
 
 import json
 import socket
@@ -65,10 +67,11 @@ def check_holds(holds, limit):
                   "fence %d granted after a hold with fence %d was released" % (h[2], max(before)))
 
 
-def mixed_load(lds, key, clients, seconds):
+def mixed_load(lds, key, clients, seconds, limit=LIMIT):
     """The hold intervals seen. Every wait ends in a grant, and grants never
     stop for a second: a waiter is at most clients - 1 short holds behind,
-    so a pause that long means a release nobody was woken by."""
+    so a pause that long means a release nobody was woken by. limit: the
+    shared holds' limit, None for none."""
     holds, bad, waits, lock = [], [], [], threading.Lock()
     stop = time.monotonic() + seconds
 
@@ -80,7 +83,9 @@ def mixed_load(lds, key, clients, seconds):
             shared = (n + i) % 4 != 0
             body = {"ttl_ms": 5000, "wait_ms": 5000}
             if shared:
-                body.update(mode="shared", limit=LIMIT)
+                body["mode"] = "shared"
+                if limit is not None:
+                    body["limit"] = limit
             t0 = time.monotonic()
             r = acquire(c, key, **body)
             t1 = time.monotonic()
@@ -126,11 +131,17 @@ def mixed_load(lds, key, clients, seconds):
                   "never exceed the limit nor overlap a writer, fences grow across modes, and no wait runs out")
 def s_mixed_load(ctx):
     lds = instances(ctx)
-    holds = mixed_load(lds, ctx.key("kinds-load"), 16, 4.0)
+    # without semaphores: readers with no limit (bounded by the 16 clients)
+    limit = LIMIT if harness.semaphores(ctx.lockd) else None
+    key = ctx.key("kinds-load")
+    holds = mixed_load(lds, key, 16, 4.0, limit)
     shared = sum(1 for h in holds if h[3])
-    harness.log("  %d holds (%d shared) on %d instance(s)" % (len(holds), shared, len(lds)))
+    harness.log("  %d holds (%d shared, limit %s) on %d instance(s)" % (len(holds), shared, limit, len(lds)))
     check(shared >= 20 and len(holds) - shared >= 5, "too few holds of a mode: %d shared of %d" % (shared, len(holds)))
-    check_holds(holds, LIMIT)
+    check_holds(holds, LIMIT if limit else 16)
+    if limit is None:
+        for ld in lds:
+            harness.refuses_semaphore(ld, key, {"mode": "shared", "limit": LIMIT}, what="limit %d" % LIMIT)
     # the semaphore was really used: some instant had more than one holder
     edges = sorted([(h[0], 1) for h in holds if h[3]] + [(h[1], -1) for h in holds if h[3]])
     peak = n = 0

@@ -76,8 +76,12 @@ def list_order(ctx):
     toks = {}
     for n in names:
         toks[n] = acquire(ctx, p + n, ttl_ms=20000, owner="job-" + str(len(n)))["token"]
-    s1 = acquire(ctx, p + "shared", mode="shared", limit=5, ttl_ms=20000)
-    acquire(ctx, p + "shared", mode="shared", limit=5, ttl_ms=20000)
+    # two shared holders: limit 5, or none where semaphores are not offered
+    lim = {"limit": 5} if harness.semaphores(ctx.lockd) else {}
+    s1 = acquire(ctx, p + "shared", mode="shared", ttl_ms=20000, **lim)
+    acquire(ctx, p + "shared", mode="shared", ttl_ms=20000, **lim)
+    if not lim:
+        harness.refuses_semaphore(ctx.lockd, p + "shared", {"mode": "shared", "limit": 5}, what="limit 5")
     gone = acquire(ctx, p + "gone", ttl_ms=20000)
     release(ctx, p + "gone", gone["token"])
     acquire(ctx, p[:-1] + "0-outside", ttl_ms=20000)  # no match: another prefix
