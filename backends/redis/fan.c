@@ -155,12 +155,26 @@ static void redis_fan_drop(struct redis_conn *cn)
 
 /* An idle connection has nothing to read: if it has, the server closed it
  * (a restart) or sent something out of turn; either way it is dropped
- * before it is used, and dialled again at once. */
-static bool redis_fan_stale(const redisContext *ctx)
+ * before it is used, and dialled again at once. One poll() for all of
+ * this thread's connections to be[0..n). */
+static void redis_fan_sweep(struct redis_be *const *be, size_t n)
 {
-    struct pollfd p = { .fd = ctx->fd, .events = POLLIN };
+    struct pollfd p[BACKEND_NODES_MAX];
+    struct redis_conn *who[BACKEND_NODES_MAX];
+    size_t np = 0;
 
-    return poll(&p, 1, 0) > 0;
+    for (size_t i = 0; i < n; i++) {
+        struct redis_conn *cn = redis_conn_get(be[i]);
+        if (cn != NULL && cn->ctx != NULL) {
+            p[np] = (struct pollfd){ .fd = cn->ctx->fd, .events = POLLIN };
+            who[np++] = cn;
+        }
+    }
+    if (np == 0 || poll(p, np, 0) <= 0)
+        return;
+    for (size_t k = 0; k < np; k++)
+        if (p[k].revents != 0)
+            redis_fan_drop(who[k]);
 }
 
 /* This thread's connection to be, ready for a command: NULL when the
@@ -176,8 +190,6 @@ redis_fan_conn(struct redis_be *be, int64_t deadline_us, bool dial, bool *later)
     *later = false;
     if (cn == NULL)
         return NULL;
-    if (cn->ctx != NULL && redis_fan_stale(cn->ctx))
-        redis_fan_drop(cn);
     if (cn->ctx != NULL && !cn->has_identity && atomic_load(&be->want_identity))
         redis_fan_drop(cn); /* dialled before the identity was asked for */
     if (cn->ctx == NULL && !dial) {
@@ -442,6 +454,7 @@ static void redis_fan_go(struct redis_be *const *be,
     for (size_t i = 0; i < n; i++)
         if (be[i]->topology != REDIS_BE_SINGLE)
             return;
+    redis_fan_sweep(be, n);
     redis_fan_send(be, n, c, argc, argv, lens, deadline_us, slot, out);
     redis_fan_recv(be, n, c, deadline_us, slot, out);
 }
