@@ -283,6 +283,27 @@ enum backend_result redis_reply_acquire(struct redis_be *be,
     return BACKEND_UNAVAILABLE;
 }
 
+/* Run c (freed) on this thread's connection and parse its reply into out
+ * with parse: what parse says, or UNAVAILABLE (no reply). */
+static enum backend_result
+redis_grant_run(struct redis_be *be,
+                struct redis_call *c,
+                enum backend_result (*parse)(struct redis_be *,
+                                             const redisReply *,
+                                             struct lock_grant *),
+                struct lock_grant *out)
+{
+    redisReply *r = redis_call_run(be, c);
+    enum backend_result res;
+
+    redis_call_free(c);
+    if (r == NULL)
+        return BACKEND_UNAVAILABLE;
+    res = parse(be, r, out);
+    freeReplyObject(r);
+    return res;
+}
+
 static enum backend_result redis_acquire(struct backend *b,
                                          const struct lock_req *req,
                                          struct lock_grant *out)
@@ -290,7 +311,6 @@ static enum backend_result redis_acquire(struct backend *b,
     struct redis_be *be = (struct redis_be *)b;
     struct redis_wait *bw = NULL;
     struct redis_call c;
-    redisReply *r;
     enum backend_result res;
 
     if (req->waiter != NULL) {
@@ -302,12 +322,8 @@ static enum backend_result redis_acquire(struct backend *b,
      * marks nothing: a waiter keeps its place in the queue */
     if (redis_acquire_build(be, req, bw, false, 0, &c) != 0)
         return BACKEND_NO_MEMORY;
-    r = redis_call_run(be, &c);
-    redis_call_free(&c);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE; /* the waiter keeps its place, if any */
-    res = redis_reply_acquire(be, r, out);
-    freeReplyObject(r);
+    /* no reply: the waiter keeps its place, if any */
+    res = redis_grant_run(be, &c, redis_reply_acquire, out);
     if (res == BACKEND_OK && be->topology == REDIS_BE_CLUSTER)
         redis_cluster_note(be, req->key, req->key_len,
                            out->replay ? out->token : req->token,
@@ -385,17 +401,11 @@ static enum backend_result redis_renew(struct backend *b,
 {
     struct redis_be *be = (struct redis_be *)b;
     struct redis_call c;
-    redisReply *r;
     enum backend_result res;
 
     if (redis_call_renew(be, req, &c) != 0)
         return BACKEND_NO_MEMORY;
-    r = redis_call_run(be, &c);
-    redis_call_free(&c);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    res = redis_reply_renew(be, r, out);
-    freeReplyObject(r);
+    res = redis_grant_run(be, &c, redis_reply_renew, out);
     if (res == BACKEND_OK && be->topology == REDIS_BE_CLUSTER)
         redis_cluster_note(be, req->key, req->key_len, req->token,
                            out->expires_at_ms);
@@ -448,17 +458,11 @@ static enum backend_result redis_release(struct backend *b,
 {
     struct redis_be *be = (struct redis_be *)b;
     struct redis_call c;
-    redisReply *r;
     enum backend_result res;
 
     if (redis_call_release(be, req, &c) != 0)
         return BACKEND_NO_MEMORY;
-    r = redis_call_run(be, &c);
-    redis_call_free(&c);
-    if (r == NULL)
-        return BACKEND_UNAVAILABLE;
-    res = redis_reply_release(be, r, out);
-    freeReplyObject(r);
+    res = redis_grant_run(be, &c, redis_reply_release, out);
     if (res == BACKEND_OK && out->holds == 0 &&
         be->topology == REDIS_BE_CLUSTER)
         redis_cluster_unnote(be, req->key, req->key_len, req->token);

@@ -41,6 +41,31 @@ static void redlock_info_votes(struct redlock_be *be,
     }
 }
 
+/* Inspect (or force) key on every node at once: each node's answer into
+ * info[] (zeroed first), res[] and counts[] as redlock_info_votes() says.
+ * 0, or -1 (no memory: nothing was sent, info[] untouched). */
+static int redlock_info_fan(struct redlock_be *be,
+                            const char *key,
+                            size_t key_len,
+                            bool force,
+                            struct lock_info *info,
+                            enum backend_result *res,
+                            bool *counts)
+{
+    struct redis_fan f[REDLOCK_NODES_MAX];
+    struct redis_call c;
+
+    if ((force ? redis_call_force(be->nodes[0], key, key_len, &c)
+               : redis_call_inspect(be->nodes[0], key, key_len, &c)) != 0)
+        return -1;
+    memset(info, 0, be->n * sizeof(*info));
+    redlock_fan(be, NULL, &c, clock_mono_us() + be->timeout_ms * 1000, f);
+    redis_call_free(&c);
+    redlock_info_votes(be, f, force, info, res, counts);
+    redis_fan_clear(f, be->n);
+    return 0;
+}
+
 /* Is fence among info's holders: that holder, or NULL. */
 static const struct lock_holder *redlock_find(const struct lock_info *info,
                                               uint64_t fence)
@@ -145,23 +170,17 @@ enum backend_result redlock_inspect(struct backend *b,
 {
     struct redlock_be *be = (struct redlock_be *)b;
     struct lock_info info[REDLOCK_NODES_MAX];
-    struct redis_fan f[REDLOCK_NODES_MAX];
     enum backend_result res[REDLOCK_NODES_MAX], r = BACKEND_NOT_FOUND;
     bool counts[REDLOCK_NODES_MAX];
     struct redlock_seen *seen;
-    struct redis_call c;
     size_t answered = 0, m, from = 0;
 
     seen = calloc(LOCK_HOLDERS_SHOWN, sizeof(*seen));
-    if (seen == NULL || redis_call_inspect(be->nodes[0], key, key_len, &c)) {
+    if (seen == NULL ||
+        redlock_info_fan(be, key, key_len, false, info, res, counts) != 0) {
         free(seen);
         return BACKEND_NO_MEMORY;
     }
-    memset(info, 0, sizeof(info));
-    redlock_fan(be, NULL, &c, clock_mono_us() + be->timeout_ms * 1000, f);
-    redis_call_free(&c);
-    redlock_info_votes(be, f, false, info, res, counts);
-    redis_fan_clear(f, be->n);
     for (size_t i = 0; i < be->n; i++)
         answered += counts[i];
     m = redlock_live(be, info, res, counts, seen, LOCK_HOLDERS_SHOWN);
@@ -185,20 +204,13 @@ enum backend_result redlock_force_release(struct backend *b,
 {
     struct redlock_be *be = (struct redlock_be *)b;
     struct lock_info info[REDLOCK_NODES_MAX];
-    struct redis_fan f[REDLOCK_NODES_MAX];
     enum backend_result res[REDLOCK_NODES_MAX], r = BACKEND_UNAVAILABLE;
     bool counts[REDLOCK_NODES_MAX];
-    struct redis_call c;
     size_t notfound = 0, best = REDLOCK_NODES_MAX;
     uint64_t fence = 0;
 
-    if (redis_call_force(be->nodes[0], key, key_len, &c) != 0)
+    if (redlock_info_fan(be, key, key_len, true, info, res, counts) != 0)
         return BACKEND_NO_MEMORY;
-    memset(info, 0, sizeof(info));
-    redlock_fan(be, NULL, &c, clock_mono_us() + be->timeout_ms * 1000, f);
-    redis_call_free(&c);
-    redlock_info_votes(be, f, true, info, res, counts);
-    redis_fan_clear(f, be->n);
     for (size_t i = 0; i < be->n; i++) {
         notfound += counts[i] && res[i] == BACKEND_NOT_FOUND;
         if (!counts[i] || res[i] != BACKEND_OK)

@@ -67,6 +67,19 @@ static void redlock_undo_multi(struct redlock_be *be,
         redlock_notify(be, req->keys[k], req->key_lens[k]);
 }
 
+/* Undo everything this acquire_multi may have granted: answers that say
+ * so, and writes whose answer never came. */
+static void redlock_undo_sent(struct redlock_be *be,
+                              const struct lock_multi_req *req,
+                              const struct redlock_vote *v)
+{
+    bool undo[REDLOCK_NODES_MAX];
+
+    for (size_t i = 0; i < be->n; i++)
+        undo[i] = v[i].sent && (!v[i].answered || v[i].res == BACKEND_OK);
+    redlock_undo_multi(be, req, undo);
+}
+
 /* Write fences F back where a granting node gave less; then: do a quorum
  * of voting nodes hold every key at F? */
 static bool redlock_mwrite_back(struct redlock_be *be,
@@ -117,11 +130,9 @@ static enum backend_result redlock_mrefuse(struct redlock_be *be,
                                            const struct lock_multi_grant *g,
                                            struct lock_multi_grant *out)
 {
-    bool undo[REDLOCK_NODES_MAX];
     size_t grants = redlock_count(v, be->n, BACKEND_OK);
 
     for (size_t i = 0; i < be->n; i++) {
-        undo[i] = v[i].sent && (!v[i].answered || v[i].res == BACKEND_OK);
         if (!v[i].answered || v[i].res != BACKEND_HELD)
             continue;
         for (size_t k = 0; k < req->n; k++)
@@ -130,7 +141,7 @@ static enum backend_result redlock_mrefuse(struct redlock_be *be,
             (out->retry_ms == 0 || g[i].retry_ms < out->retry_ms))
             out->retry_ms = g[i].retry_ms;
     }
-    redlock_undo_multi(be, req, undo);
+    redlock_undo_sent(be, req, v);
     if (grants + redlock_uncounted(v, be->n) >= be->quorum) {
         memset(out, 0, sizeof(*out));
         return BACKEND_UNAVAILABLE;
@@ -146,7 +157,6 @@ enum backend_result redlock_acquire_multi(struct backend *b,
     struct redlock_vote v[REDLOCK_NODES_MAX];
     struct lock_multi_grant g[REDLOCK_NODES_MAX];
     uint64_t fences[LOCK_MULTI_MAX] = { 0 };
-    bool undo[REDLOCK_NODES_MAX];
     struct redis_call c;
     int64_t t0 = clock_mono_us(), deadline, validity;
 
@@ -167,9 +177,7 @@ enum backend_result redlock_acquire_multi(struct backend *b,
             if (g[i].fences[k] > fences[k])
                 fences[k] = g[i].fences[k];
     if (!redlock_mwrite_back(be, req, v, g, fences, t0)) {
-        for (size_t i = 0; i < be->n; i++)
-            undo[i] = v[i].sent && (!v[i].answered || v[i].res == BACKEND_OK);
-        redlock_undo_multi(be, req, undo);
+        redlock_undo_sent(be, req, v);
         return BACKEND_UNAVAILABLE;
     }
     validity = (int64_t)req->ttl_ms - redlock_elapsed_ms(t0) -
@@ -259,18 +267,17 @@ enum backend_result redlock_release_multi(struct backend *b,
     struct redlock_vote v[REDLOCK_NODES_MAX];
     struct lock_multi_grant g[REDLOCK_NODES_MAX];
     struct redis_call c;
-    size_t ok;
+    bool lost;
 
     if (redis_call_release_multi(be->nodes[0], req, &c) != 0)
         return BACKEND_NO_MEMORY;
     redlock_mvotes(be, req, &c, clock_mono_us() + be->timeout_ms * 1000,
                    redis_reply_release_multi, v, g);
     redis_call_free(&c);
-    ok = redlock_count(v, be->n, BACKEND_OK);
-    if (ok < be->quorum)
-        return ok + redlock_uncounted(v, be->n) >= be->quorum
-                   ? BACKEND_UNAVAILABLE
-                   : BACKEND_NOT_FOUND;
+    /* the nodes answer OK or NOT_FOUND: a refusal is NOT_FOUND or
+     * UNAVAILABLE, by the rule renew and release share */
+    if (redlock_count(v, be->n, BACKEND_OK) < be->quorum)
+        return redlock_refusal(v, be->n, be->quorum, &lost);
     for (size_t i = 0; i < be->n; i++)
         for (size_t k = 0;
              v[i].answered && v[i].res == BACKEND_OK && k < req->n; k++)

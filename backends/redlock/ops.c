@@ -287,6 +287,22 @@ enum backend_result redlock_acquire(struct backend *b,
 
 /* ---- renew, release ---- */
 
+/* Run c (freed) on every node until deadline_us; the answers, parsed with
+ * parse, into v. */
+static void redlock_fan_votes(struct redlock_be *be,
+                              struct redis_call *c,
+                              int64_t deadline_us,
+                              redlock_parse_fn parse,
+                              struct redlock_vote *v)
+{
+    struct redis_fan f[REDLOCK_NODES_MAX];
+
+    redlock_fan(be, NULL, c, deadline_us, f);
+    redis_call_free(c);
+    redlock_votes(be, f, parse, v);
+    redis_fan_clear(f, be->n);
+}
+
 /* The quorum-th largest of a field of the counted OK answers. */
 static uint64_t redlock_ok_kth(const struct redlock_be *be,
                                const struct redlock_vote *v,
@@ -309,7 +325,6 @@ enum backend_result redlock_renew(struct backend *b,
 {
     struct redlock_be *be = (struct redlock_be *)b;
     struct redlock_vote v[REDLOCK_NODES_MAX];
-    struct redis_fan f[REDLOCK_NODES_MAX];
     struct redis_call c;
     int64_t t0 = clock_mono_us(), deadline, validity;
     uint64_t ttl;
@@ -322,10 +337,7 @@ enum backend_result redlock_renew(struct backend *b,
         deadline = t0 + be->timeout_ms * 1000;
     if (redis_call_renew(be->nodes[0], req, &c) != 0)
         return BACKEND_NO_MEMORY;
-    redlock_fan(be, NULL, &c, deadline, f);
-    redis_call_free(&c);
-    redlock_votes(be, f, redis_reply_renew, v);
-    redis_fan_clear(f, be->n);
+    redlock_fan_votes(be, &c, deadline, redis_reply_renew, v);
     if (redlock_count(v, be->n, BACKEND_OK) >= be->quorum) {
         ttl = req->ttl_ms > 0 ? req->ttl_ms : redlock_ok_kth(be, v, 0);
         validity =
@@ -363,16 +375,13 @@ enum backend_result redlock_release(struct backend *b,
 {
     struct redlock_be *be = (struct redlock_be *)b;
     struct redlock_vote v[REDLOCK_NODES_MAX];
-    struct redis_fan f[REDLOCK_NODES_MAX];
     struct redis_call c;
     bool lost;
 
     if (redis_call_release(be->nodes[0], req, &c) != 0)
         return BACKEND_NO_MEMORY;
-    redlock_fan(be, NULL, &c, clock_mono_us() + be->timeout_ms * 1000, f);
-    redis_call_free(&c);
-    redlock_votes(be, f, redis_reply_release, v);
-    redis_fan_clear(f, be->n);
+    redlock_fan_votes(be, &c, clock_mono_us() + be->timeout_ms * 1000,
+                      redis_reply_release, v);
     if (redlock_count(v, be->n, BACKEND_OK) < be->quorum)
         return redlock_refusal(v, be->n, be->quorum, &lost);
     out->holds = (uint32_t)redlock_ok_kth(be, v, 1);

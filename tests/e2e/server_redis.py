@@ -65,6 +65,7 @@ def redis_command(port, *args, timeout=2.0):
 
 class RedisServer(harness.Server):
     name = "redis"
+    what = "redis-server"  # what a failed start calls it
 
     def __init__(self, tmpdir, also_bind=None):
         """also_bind: one more address to listen on (a network namespace's
@@ -76,6 +77,11 @@ class RedisServer(harness.Server):
         os.makedirs(self.dir, exist_ok=True)
         self.log_path = os.path.join(self.dir, "redis.log")
 
+    def persist_args(self):
+        """How the data survives a restart: an append-only file fsynced
+        on every write (RDB snapshots are off in any case)."""
+        return ["--appendonly", "yes", "--appendfsync", "always"]
+
     def start(self):
         cmd = [REDIS_SERVER,
                "--port", str(self.port),
@@ -84,9 +90,7 @@ class RedisServer(harness.Server):
                "--protected-mode", "no" if self.also_bind else "yes",
                "--dir", self.dir,
                "--daemonize", "no",
-               "--save", "",
-               "--appendonly", "yes",
-               "--appendfsync", "always",
+               "--save", ""] + self.persist_args() + [
                "--logfile", self.log_path]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
@@ -105,7 +109,7 @@ class RedisServer(harness.Server):
         except OSError:
             pass
         self.kill9()
-        raise harness.Fail("redis-server did not answer on %d: %s" % (self.port, tail))
+        raise harness.Fail("%s did not answer on %d: %s" % (self.what, self.port, tail))
 
     def command(self, *args):
         return redis_command(self.port, *args)

@@ -25,15 +25,15 @@ make(tmpdir) = 3 nodes, fsync, trust: what the generic suite runs on."""
 import os
 import shutil
 import signal
-import subprocess
-import time
 
 import harness
-from server_redis import REDIS_SERVER, RedisServer, redis_command, redis_ping
+from server_redis import RedisServer
 
 
 class RedlockNode(RedisServer):
     """One redis-server of the store, data in <tmpdir>/redis."""
+
+    what = "redis-server (redlock node)"
 
     def __init__(self, tmpdir, fsync=True):
         super().__init__(tmpdir)
@@ -47,30 +47,10 @@ class RedlockNode(RedisServer):
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self):
+    def persist_args(self):
         if self.fsync:
-            persist = ["--appendonly", "yes", "--appendfsync", "always"]
-        else:
-            persist = ["--appendonly", "no"]
-        cmd = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--protected-mode", "yes",
-               "--dir", self.dir, "--daemonize", "no", "--save", ""] + persist + ["--logfile", self.log_path]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if redis_ping(self.port):
-                self.url = "redis://" + self.addr
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        tail = ""
-        try:
-            with open(self.log_path, "rb") as f:
-                tail = f.read()[-2000:].decode("utf-8", "replace")
-        except OSError:
-            pass
-        self.kill9()
-        raise harness.Fail("redis-server (redlock node) did not answer on %d: %s" % (self.port, tail))
+            return super().persist_args()
+        return ["--appendonly", "no"]
 
     def restart_empty(self):
         """kill -9 (if running) and start again on the same port with the
@@ -85,9 +65,6 @@ class RedlockNode(RedisServer):
             else:
                 os.unlink(p)
         return self.start()
-
-    def command(self, *args):
-        return redis_command(self.port, *args)
 
 
 class _Procs:
