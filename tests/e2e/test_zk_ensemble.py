@@ -312,8 +312,13 @@ def session_move(ctx):
         role = ens.modes()[n]
         ens.kill9(n)
         t = time.monotonic()
-        until(lambda: [i for i in ens.node_of(a.proc.pid) if i != n]
-              and a.request("GET", lock_path(k), timeout=5).status == 200, 20.0, "instance a's session moved")
+        # b's session may have been on node n too: the release below goes
+        # through b, so wait for both sessions to be elsewhere
+        def moved(x):
+            return ([i for i in ens.node_of(x.proc.pid) if i != n]
+                    and x.request("GET", lock_path(k), timeout=5).status == 200)
+
+        until(lambda: moved(a) and moved(b), 20.0, "the instances' sessions moved")
         figure("session move after kill -9 of its node (%s)" % role, (time.monotonic() - t) * 1000)
         check(w1.answered is None and w2.answered is None, "a waiter answered early: %r %r" % (w1.resp, w2.resp))
         t = time.monotonic()
