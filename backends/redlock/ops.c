@@ -131,6 +131,22 @@ static void redlock_votes(struct redlock_be *be,
     }
 }
 
+/* Run c (freed) on every node until deadline_us; the answers, parsed with
+ * parse, into v. */
+static void redlock_fan_votes(struct redlock_be *be,
+                              struct redis_call *c,
+                              int64_t deadline_us,
+                              redlock_parse_fn parse,
+                              struct redlock_vote *v)
+{
+    struct redis_fan f[REDLOCK_NODES_MAX];
+
+    redlock_fan(be, NULL, c, deadline_us, f);
+    redis_call_free(c);
+    redlock_votes(be, f, parse, v);
+    redis_fan_clear(f, be->n);
+}
+
 /* ---- acquire ---- */
 
 /* Write F back to the nodes plan->refence names, then count the holders
@@ -258,7 +274,6 @@ enum backend_result redlock_acquire(struct backend *b,
 {
     struct redlock_be *be = (struct redlock_be *)b;
     struct redlock_vote v[REDLOCK_NODES_MAX];
-    struct redis_fan f[REDLOCK_NODES_MAX];
     struct redlock_acq_plan p;
     struct redis_call c;
     int64_t t0 = clock_mono_us(), deadline;
@@ -273,10 +288,7 @@ enum backend_result redlock_acquire(struct backend *b,
     if (redis_call_acquire(be->nodes[0], req, true,
                            req->waiter != NULL ? REDIS_BE_MARK_MS : 0, &c) != 0)
         return BACKEND_NO_MEMORY;
-    redlock_fan(be, NULL, &c, deadline, f);
-    redis_call_free(&c);
-    redlock_votes(be, f, redis_reply_acquire, v);
-    redis_fan_clear(f, be->n);
+    redlock_fan_votes(be, &c, deadline, redis_reply_acquire, v);
     spent = redlock_elapsed_ms(t0) + redlock_drift(be, req->ttl_ms);
     redlock_acquire_plan(v, be->n, be->quorum, spent, &p);
     r = redlock_acquire_finish(be, req, v, &p, t0, spent, out);
@@ -286,22 +298,6 @@ enum backend_result redlock_acquire(struct backend *b,
 }
 
 /* ---- renew, release ---- */
-
-/* Run c (freed) on every node until deadline_us; the answers, parsed with
- * parse, into v. */
-static void redlock_fan_votes(struct redlock_be *be,
-                              struct redis_call *c,
-                              int64_t deadline_us,
-                              redlock_parse_fn parse,
-                              struct redlock_vote *v)
-{
-    struct redis_fan f[REDLOCK_NODES_MAX];
-
-    redlock_fan(be, NULL, c, deadline_us, f);
-    redis_call_free(c);
-    redlock_votes(be, f, parse, v);
-    redis_fan_clear(f, be->n);
-}
 
 /* The quorum-th largest of a field of the counted OK answers. */
 static uint64_t redlock_ok_kth(const struct redlock_be *be,
