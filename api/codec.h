@@ -25,6 +25,14 @@ struct api_param {     /* one query parameter, as received */
     const char *value; /* same; NULL when the parameter had no '=' */
 };
 
+/* What the TLS layer knows of the client's certificate (service/tls.h). */
+enum api_tls_peer {
+    API_TLS_OFF = 0,  /* plain HTTP, or TLS without --tls-client-ca */
+    API_TLS_NO_CERT,  /* --tls-client-ca set, the client sent none */
+    API_TLS_VERIFIED, /* a certificate that verified against the CA */
+    API_TLS_BAD_CERT, /* one that did not (wrong CA, expired, ...) */
+};
+
 struct api_request { /* everything borrowed from the server for the call */
     const char *method;
     const char *path; /* the target as sent, without the query: a path
@@ -38,7 +46,15 @@ struct api_request { /* everything borrowed from the server for the call */
     size_t nlock_tokens;
     const char *const *idem_keys; /* every Idempotency-Key header value */
     size_t nidem_keys;
-    const char *authorization; /* NULL when absent */
+    const char *authorization;  /* NULL when absent */
+    const char *client_addr;    /* the peer's address as text ("::1",
+                                   "10.0.0.7"); NULL when unknown */
+    enum api_tls_peer tls_peer; /* API_TLS_OFF on a plain HTTP listener */
+    const char *tls_identity;   /* API_TLS_VERIFIED: the client
+                                   certificate's identity (its CN, else its
+                                   first DNS SAN); else NULL */
+    const char *tls_error;      /* API_TLS_BAD_CERT: why, for the 401's
+                                   message (never secret); else NULL */
     bool shutting_down;
 };
 

@@ -35,10 +35,15 @@ enum api_verb {
     API_VERB_FORCE_RELEASE, /* DELETE /locks/{key}?force=true */
 };
 
+#define API_CLIENT_LEN 64 /* bytes of a credential's name */
+
 struct api_call { /* a parsed request that needs the store, for the
                     server to run */
     enum api_verb verb;
-    char *key; /* owned, decoded */
+    char client[API_CLIENT_LEN + 1]; /* the name of the credential that
+                                        authorized the call; "" when auth
+                                        is off */
+    char *key;                       /* owned, decoded */
     size_t key_len;
     char token[API_TOKEN_LEN + 1]; /* acquire: fresh, from getrandom */
     char *client_token;            /* renew, release, re-entry: owned */

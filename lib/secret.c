@@ -22,8 +22,7 @@ struct secret {
     char *value;           /* owned: the first line */
 };
 
-/* The file's first line, malloc'ed, or NULL with the reason in err. */
-static char *secret_read(const char *path, char *err, size_t errlen)
+char *secret_file_line(const char *path, char *err, size_t errlen)
 {
     char line[SECRET_LINE_MAX];
     FILE *f = fopen(path, "r");
@@ -59,7 +58,7 @@ struct secret *secret_open(const char *path, char *err, size_t errlen)
         free(s);
         return NULL;
     }
-    s->value = secret_read(path, err, errlen);
+    s->value = secret_file_line(path, err, errlen);
     if (s->value == NULL) {
         free(s->path);
         free(s);
@@ -71,7 +70,7 @@ struct secret *secret_open(const char *path, char *err, size_t errlen)
 
 int secret_reload(struct secret *s, char *err, size_t errlen)
 {
-    char *v = secret_read(s->path, err, errlen);
+    char *v = secret_file_line(s->path, err, errlen);
     char *old;
 
     if (v == NULL)

@@ -23,6 +23,10 @@ int secret_reload(struct secret *s, char *err, size_t errlen);
 /* True if candidate equals the current value; constant time in the
  * value's length. Thread-safe. A NULL s or candidate is false. */
 bool secret_check(struct secret *s, const char *candidate);
+/* The first line of path (without its line end; 1..1023 bytes),
+ * malloc'ed: the caller wipes (explicit_bzero) and frees it. NULL with the
+ * reason in err, naming the file but never its content. */
+char *secret_file_line(const char *path, char *err, size_t errlen);
 /* The file it reads. */
 const char *secret_path(const struct secret *s);
 void secret_close(struct secret *s); /* accepts NULL */

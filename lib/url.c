@@ -3,9 +3,12 @@
  */
 #include "lib/url.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "lib/secret.h"
 #include "lib/text.h"
 
 /* Percent-decode s[0..n) into a new string; NULL on bad escapes or %00. */
@@ -193,4 +196,101 @@ int url_hostport(const char *s, char **host, unsigned *port, unsigned flags)
     if (p != NULL)
         *port = (unsigned)v;
     return 0;
+}
+
+int url_resolve_password(struct url *u,
+                         const char *env_name,
+                         char *err,
+                         size_t errlen)
+{
+    const char *file = url_param(u, "password_file");
+    const char *env = env_name != NULL ? getenv(env_name) : NULL;
+
+    if (file != NULL) {
+        if (u->password != NULL) {
+            snprintf(err, errlen,
+                     "the URL has a password and password_file: give one");
+            return -1;
+        }
+        u->password = secret_file_line(file, err, errlen);
+        return u->password != NULL ? 0 : -1;
+    }
+    if (u->password != NULL || env == NULL || env[0] == '\0')
+        return 0;
+    u->password = strdup(env);
+    if (u->password == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Append s[0..n) to out (room left *room, always NUL-terminated). */
+static void put(char **out, size_t *room, const char *s, size_t n)
+{
+    if (*room <= 1)
+        return;
+    if (n > *room - 1)
+        n = *room - 1;
+    memcpy(*out, s, n);
+    *out += n;
+    *room -= n;
+    **out = '\0';
+}
+
+/* The query part q (after '?'), each value of a name ending in
+ * "password" replaced. */
+static void redact_query(const char *q, char **out, size_t *room)
+{
+    static const char suffix[] = "password";
+    const size_t sl = sizeof(suffix) - 1;
+
+    while (*q != '\0') {
+        size_t len = strcspn(q, "&");
+        const char *eq = memchr(q, '=', len);
+        size_t nlen = eq != NULL ? (size_t)(eq - q) : len;
+
+        if (eq != NULL && nlen >= sl &&
+            strncasecmp(q + nlen - sl, suffix, sl) == 0) {
+            put(out, room, q, nlen + 1);
+            put(out, room, "***", 3);
+        } else {
+            put(out, room, q, len);
+        }
+        q += len;
+        if (*q == '&') {
+            put(out, room, "&", 1);
+            q++;
+        }
+    }
+}
+
+void url_redact(const char *url, char *out, size_t outlen)
+{
+    const char *sep = strstr(url, "://");
+    const char *p = sep != NULL ? sep + 3 : url;
+    size_t hostlen = strcspn(p, "/?#");
+    const char *at = NULL, *colon = NULL, *rest = url, *q;
+    size_t room = outlen;
+
+    if (outlen == 0)
+        return;
+    out[0] = '\0';
+    for (const char *c = p; c < p + hostlen; c++)
+        if (*c == '@')
+            at = c;
+    if (at != NULL)
+        colon = memchr(p, ':', (size_t)(at - p));
+    if (colon != NULL) {
+        put(&out, &room, url, (size_t)(colon + 1 - url));
+        put(&out, &room, "***", 3);
+        rest = at;
+    }
+    q = strchr(rest, '?');
+    if (q == NULL) {
+        put(&out, &room, rest, strlen(rest));
+        return;
+    }
+    put(&out, &room, rest, (size_t)(q + 1 - rest));
+    redact_query(q + 1, &out, &room);
 }

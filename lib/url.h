@@ -1,6 +1,6 @@
 /*
  * lib/url.h - a store URL split into its parts, and host[:port] strings.
- * Leaf (uses lib/text.h only).
+ * Leaf (uses lib/text.h and lib/secret.h only).
  */
 #ifndef LIB_URL_H
 #define LIB_URL_H
@@ -34,6 +34,29 @@ const char *url_param(const struct url *u, const char *name);
 int url_check_params(const struct url *u,
                      const char *const *allowed,
                      const char **bad);
+
+/*
+ * The store password the URL names, into u->password (owned; NULL when
+ * there is none): the user info's password as written; else the first line
+ * of the file named by ?password_file=PATH (both at once is an error);
+ * else the value of the environment variable env_name (when env_name is
+ * not NULL and the variable is set and not empty). The password_file
+ * parameter stays in u (a backend lists it among its allowed names).
+ * 0, or -1 with the reason in err (never the password itself).
+ */
+int url_resolve_password(struct url *u,
+                         const char *env_name,
+                         char *err,
+                         size_t errlen);
+
+/*
+ * url for a log line or an error message: the user info's password and
+ * the value of every query parameter whose name ends in "password" are
+ * replaced by "***" (also in a malformed URL: the part between the first
+ * ':' after the scheme separator and the last '@' before the host). The
+ * result is truncated to outlen - 1 bytes and always NUL-terminated.
+ */
+void url_redact(const char *url, char *out, size_t outlen);
 
 #define URL_HOSTPORT_NEED_PORT 0x1u /* "host" alone is malformed */
 #define URL_HOSTPORT_BARE_V6   0x2u /* "::1" is a host, not host:port */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lib/clock.h"
 #include "lib/log.h"
@@ -341,6 +342,73 @@ static void test_clocks_move_forward(void)
     CHECK(clock_wall_ms() >= w0);
 }
 
+static void check_redact(const char *in, const char *want)
+{
+    char out[256];
+
+    url_redact(in, out, sizeof(out));
+    CHECK_STR_EQ(out, want);
+}
+
+static void test_url_redact_hides_every_password(void)
+{
+    char small[12];
+
+    check_redact("redis://:hunter2@h:6379/0", "redis://:***@h:6379/0");
+    check_redact("redis://app:hunter2@h1:1,h2:2?prefix=x",
+                 "redis://app:***@h1:1,h2:2?prefix=x");
+    check_redact("redis+sentinel://s:1/m?sentinel_password=pw&db=1",
+                 "redis+sentinel://s:1/m?sentinel_password=***&db=1");
+    check_redact("mysql://u:p@w@h/db?PASSWORD=x",
+                 "mysql://u:***@h/db?PASSWORD=***");
+    check_redact("redis://h:6379", "redis://h:6379");
+    check_redact("redis//:hunter2@h", "redis//:***@h"); /* malformed */
+    check_redact("zk://h:2181/lockd?password_file=/run/pw",
+                 "zk://h:2181/lockd?password_file=/run/pw");
+    url_redact("redis://:hunter2@h", small, sizeof(small));
+    CHECK_STR_EQ(small, "redis://:**");
+}
+
+static void test_url_resolve_password_from_file_or_env(void)
+{
+    char path[] = "/tmp/lockd-pw-XXXXXX", err[256];
+    int fd = mkstemp(path);
+    struct url u;
+
+    CHECK(fd >= 0);
+    CHECK(write(fd, "s3cret\nignored\n", 15) == 15);
+    close(fd);
+    {
+        char url[128];
+        snprintf(url, sizeof(url), "redis://h?password_file=%s", path);
+        CHECK_EQ_INT(url_parse(url, &u), 0);
+        CHECK_EQ_INT(url_resolve_password(&u, NULL, err, sizeof(err)), 0);
+        CHECK_STR_EQ(u.password, "s3cret");
+        url_cleanup(&u);
+        snprintf(url, sizeof(url), "redis://:x@h?password_file=%s", path);
+        CHECK_EQ_INT(url_parse(url, &u), 0);
+        CHECK_EQ_INT(url_resolve_password(&u, NULL, err, sizeof(err)), -1);
+        url_cleanup(&u);
+    }
+    CHECK_EQ_INT(url_parse("redis://h?password_file=/nonexistent/pw", &u), 0);
+    CHECK_EQ_INT(url_resolve_password(&u, NULL, err, sizeof(err)), -1);
+    CHECK(strstr(err, "/nonexistent/pw") != NULL);
+    url_cleanup(&u);
+    setenv("LOCKD_TEST_PW", "fromenv", 1);
+    CHECK_EQ_INT(url_parse("redis://h", &u), 0);
+    CHECK_EQ_INT(url_resolve_password(&u, "LOCKD_TEST_PW", err, sizeof(err)),
+                 0);
+    CHECK_STR_EQ(u.password, "fromenv");
+    url_cleanup(&u);
+    CHECK_EQ_INT(url_parse("redis://:mine@h", &u), 0);
+    CHECK_EQ_INT(url_resolve_password(&u, "LOCKD_TEST_PW", err, sizeof(err)),
+                 0);
+    CHECK_STR_EQ(u.password, "mine");
+    url_cleanup(&u);
+    unsetenv("LOCKD_TEST_PW");
+    unlink(path);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_url_parse_redis_with_password_db_and_prefix),
     CHECK_CASE(test_url_parse_user_and_escaped_password),
@@ -348,6 +416,8 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_url_parse_query_params),
     CHECK_CASE(test_url_parse_rejects_malformed),
     CHECK_CASE(test_url_check_params),
+    CHECK_CASE(test_url_redact_hides_every_password),
+    CHECK_CASE(test_url_resolve_password_from_file_or_env),
     CHECK_CASE(test_parse_u64_accepts_decimal_in_range),
     CHECK_CASE(test_parse_u64_rejects_junk_signs_overflow_range),
     CHECK_CASE(test_token_eq_is_exact),
