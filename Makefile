@@ -9,7 +9,7 @@
 BUILD    ?= build
 VERSION  := 0.1.0
 MYSQL_PC := $(shell pkg-config --exists mysqlclient 2>/dev/null && echo mysqlclient || echo libmariadb)
-PKGS     := libmicrohttpd jansson hiredis $(MYSQL_PC)
+PKGS     := libmicrohttpd gnutls jansson hiredis $(MYSQL_PC)
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wformat=2 -Wpointer-arith -Wundef -Wvla -Wcast-qual
 CFLAGS   ?= -O2 -g

@@ -46,15 +46,17 @@ struct api_request { /* everything borrowed from the server for the call */
     size_t nlock_tokens;
     const char *const *idem_keys; /* every Idempotency-Key header value */
     size_t nidem_keys;
-    const char *authorization;  /* NULL when absent */
-    const char *client_addr;    /* the peer's address as text ("::1",
-                                   "10.0.0.7"); NULL when unknown */
-    enum api_tls_peer tls_peer; /* API_TLS_OFF on a plain HTTP listener */
-    const char *tls_identity;   /* API_TLS_VERIFIED: the client
-                                   certificate's identity (its CN, else its
-                                   first DNS SAN); else NULL */
-    const char *tls_error;      /* API_TLS_BAD_CERT: why, for the 401's
-                                   message (never secret); else NULL */
+    const char *authorization;    /* NULL when absent */
+    const char *client_addr;      /* the peer's address as text ("::1",
+                                     "10.0.0.7"); NULL when unknown */
+    enum api_tls_peer tls_peer;   /* API_TLS_OFF on a plain HTTP listener */
+    const char *const *tls_names; /* API_TLS_VERIFIED: the client
+                                     certificate's names, its subject CN
+                                     first, then its DNS and URI SANs;
+                                     else NULL */
+    size_t ntls_names;
+    const char *tls_error; /* API_TLS_BAD_CERT: why, for the 401's
+                              message (never secret); else NULL */
     bool shutting_down;
 };
 

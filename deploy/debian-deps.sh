@@ -6,8 +6,8 @@
 # checks), bench (etcd for `make bench`).
 set -eu
 
-pkgs_build="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libhiredis-dev libzookeeper-mt-dev default-libmysqlclient-dev libcurl4-gnutls-dev"
-pkgs_test="python3 python3-yaml curl procps iproute2 iptables redis-server zookeeper mariadb-server faketime yamllint shellcheck clang clang-format golang-go nodejs"
+pkgs_build="gcc make pkg-config libc6-dev libmicrohttpd-dev libgnutls28-dev libjansson-dev libhiredis-dev libzookeeper-mt-dev default-libmysqlclient-dev libcurl4-gnutls-dev"
+pkgs_test="python3 python3-yaml curl procps iproute2 iptables redis-server zookeeper mariadb-server faketime yamllint shellcheck openssl clang libclang-rt-14-dev clang-format golang-go nodejs"
 pkgs_bench="etcd-server etcd-client redis-tools"
 
 want=""
