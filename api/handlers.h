@@ -43,6 +43,8 @@ struct api_call { /* a parsed request that needs the store, for the
     char client[API_CLIENT_LEN + 1]; /* the name of the credential that
                                         authorized the call; "" when auth
                                         is off */
+    unsigned client_max_waiters;     /* the credential's max_waiters; 0:
+                                        --max-waiters-per-client */
     char *key;                       /* owned, decoded */
     size_t key_len;
     char token[API_TOKEN_LEN + 1]; /* acquire: fresh, from getrandom */
