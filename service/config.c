@@ -15,6 +15,7 @@
 #include "backends/backend.h"
 #include "lib/text.h"
 #include "lib/url.h"
+#include "service/tls.h"
 
 enum opt_kind {
     OPT_STRING,
@@ -101,6 +102,18 @@ static const struct opt opts[] = {
       "file whose first line is the admin bearer token: it may do what "
       "the auth token may, and force-release keys (DELETE "
       "/locks/KEY?force=true); default: no forced release" },
+    { "tls-cert", "LOCKD_TLS_CERT", OPT_STRING, M(tls_cert), 0, 0,
+      "PEM file: the server certificate, then its chain; with --tls-key "
+      "the listener speaks HTTPS only (TLS 1.2 and 1.3); SIGHUP re-reads "
+      "it" },
+    { "tls-key", "LOCKD_TLS_KEY", OPT_STRING, M(tls_key), 0, 0,
+      "PEM file: the certificate's private key (unencrypted); SIGHUP "
+      "re-reads it" },
+    { "tls-client-ca", "LOCKD_TLS_CLIENT_CA", OPT_STRING, M(tls_client_ca), 0,
+      0,
+      "PEM file of CA certificates: clients are asked for a certificate "
+      "signed by one (for client auth), needed on /locks; SIGHUP re-reads "
+      "it (needs --tls-cert)" },
 };
 #undef M
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -120,8 +133,9 @@ static void usage(FILE *f)
             "  --%-22s %-28s %s\n\n"
             "backends built in: %s\n",
             "check-health [URL]", "",
-            "GET URL (default http://<listen>/healthz); exit 0 on 200, "
-            "else 1",
+            "GET URL (default http://<listen>/healthz, https:// with "
+            "--tls-cert; the server certificate is not verified); exit 0 "
+            "on 200, else 1",
             "help", "", "print this help and exit", "version", "",
             "print the version and exit", "backends", "",
             "print the backend schemes built in, one a line, and exit",
@@ -200,6 +214,35 @@ open_token_file(const char *flag, const char *path, struct secret **out)
     *out = secret_open(path, err, sizeof(err));
     if (*out == NULL) {
         fprintf(stderr, "lockd: --%s %s\n", flag, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* --tls-cert, --tls-key and --tls-client-ca: read the files into c->tls;
+ * -1 with the reason printed. */
+static int open_tls(struct config *c)
+{
+    char err[512];
+
+    if ((c->tls_cert == NULL) != (c->tls_key == NULL)) {
+        fprintf(stderr,
+                "lockd: --tls-cert and --tls-key go together: %s "
+                "is missing\n",
+                c->tls_cert == NULL ? "--tls-cert" : "--tls-key");
+        return -1;
+    }
+    if (c->tls_client_ca != NULL && c->tls_cert == NULL) {
+        fprintf(stderr, "lockd: --tls-client-ca needs --tls-cert and "
+                        "--tls-key\n");
+        return -1;
+    }
+    if (c->tls_cert == NULL)
+        return 0;
+    c->tls =
+        tls_new(c->tls_cert, c->tls_key, c->tls_client_ca, err, sizeof(err));
+    if (c->tls == NULL) {
+        fprintf(stderr, "lockd: TLS: %s\n", err);
         return -1;
     }
     return 0;
@@ -321,6 +364,8 @@ enum config_result config_load(struct config *c, int argc, char **argv)
     }
     if (c->check_health)
         return CONFIG_OK;
+    if (open_tls(c) != 0)
+        return CONFIG_ERROR;
     if (c->default_ttl_ms > c->max_ttl_ms) {
         fprintf(stderr,
                 "lockd: --default-ttl-ms %llu is above --max-ttl-ms %llu\n",
@@ -345,6 +390,8 @@ void config_cleanup(struct config *c)
     c->auth_token = NULL;
     secret_close(c->admin_token);
     c->admin_token = NULL;
+    tls_free(c->tls);
+    c->tls = NULL;
 }
 
 /*

@@ -12,6 +12,8 @@
 #include "lib/log.h"
 #include "lib/secret.h"
 
+struct tls;
+
 struct config {
     const char *listen;    /* "host:port", as given */
     char listen_host[256]; /* parsed from listen */
@@ -36,8 +38,13 @@ struct config {
     struct secret *admin_token;     /* owned: the file's first line */
     const char *log_file;           /* NULL: stderr */
     unsigned max_store_connections; /* per instance, 1..10000 */
-    bool check_health;              /* --check-health mode */
-    const char *check_health_url;   /* NULL: derived from listen */
+    /* TLS (service/tls.h): all NULL for plain HTTP */
+    const char *tls_cert;         /* PEM: certificate, then its chain */
+    const char *tls_key;          /* PEM: its private key */
+    const char *tls_client_ca;    /* PEM bundle; NULL: no client certs */
+    struct tls *tls;              /* owned: the files read */
+    bool check_health;            /* --check-health mode */
+    const char *check_health_url; /* NULL: derived from listen */
 };
 
 enum config_result {
@@ -47,7 +54,7 @@ enum config_result {
 };
 
 /* Fill c from argv and the environment. Strings are borrowed from argv and
- * environ, except the token files' secrets. */
+ * environ, except the token files' secrets and the TLS files (c->tls). */
 enum config_result config_load(struct config *c, int argc, char **argv);
 void config_cleanup(struct config *c);
 

@@ -35,6 +35,7 @@
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
+#include "service/tls.h"
 
 #define ADDR_BUCKETS 4096
 #define TICK_MAX_US  250000   /* the reaper's period, at most */
@@ -68,6 +69,7 @@ struct conn {
     _Atomic uint64_t word;   /* (since_us << PH_BITS) | phase */
     uint64_t seen;           /* reaper only: bytes received when idle */
     struct addr_count *addr; /* under ct->mu; NULL if not counted */
+    struct tls_conn *tls;    /* the connection's thread only; owned */
 };
 
 struct conntrack {
@@ -272,6 +274,7 @@ static void on_closed(struct conntrack *ct, void **socket_context)
     if (c->addr != NULL)
         addr_del(ct, c->addr);
     pthread_mutex_unlock(&ct->mu);
+    tls_conn_free(c->tls);
     free(c);
     atomic_fetch_sub_explicit(&ct->open, 1, memory_order_relaxed);
     metrics_http_connections_add(-1);
@@ -302,6 +305,13 @@ static struct conn *conn_of(struct MHD_Connection *mc)
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
     return ci != NULL ? ci->socket_context : NULL;
+}
+
+struct tls_conn **conntrack_tls_slot(struct MHD_Connection *mc)
+{
+    struct conn *c = conn_of(mc);
+
+    return c != NULL ? &c->tls : NULL;
 }
 
 bool conntrack_request_begins(struct MHD_Connection *mc)
@@ -506,6 +516,7 @@ void conntrack_free(struct conntrack *ct)
     while (ct->conns != NULL) {
         struct conn *c = ct->conns;
         ct->conns = c->next;
+        tls_conn_free(c->tls);
         free(c);
         metrics_http_connections_add(-1);
     }

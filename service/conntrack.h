@@ -51,6 +51,13 @@ void conntrack_request_arrived(struct MHD_Connection *conn);
 /* The request is over: the connection is idle until the next request. */
 void conntrack_request_done(struct MHD_Connection *conn);
 
+struct tls_conn;
+
+/* The slot for the connection's TLS state (service/tls.c's; freed with
+ * tls_conn_free() when the connection closes); NULL if the connection is
+ * not tracked. Only the connection's thread may use it. */
+struct tls_conn **conntrack_tls_slot(struct MHD_Connection *conn);
+
 /* The connections open now (tracked: STARTED seen, CLOSED not yet). Any
  * thread; 0 for NULL. */
 uint64_t conntrack_open_count(struct conntrack *ct);

@@ -30,6 +30,7 @@
 #include "lib/text.h"
 #include "service/conntrack.h"
 #include "service/reqcheck.h"
+#include "service/tls.h"
 
 #define MAX_QUERY_PARAMS 32
 #define MAX_LOCK_TOKENS  4
@@ -348,14 +349,31 @@ static enum MHD_Result run_call(struct request *r)
     return answer_call(r);
 }
 
+/* With --tls-client-ca, a /locks request whose client showed no verified
+ * certificate is 401 (what the router's auth will decide once it knows
+ * client certificates; it needs nothing of the body). */
+static bool tls_refused(const struct api_request *rq, const char **why)
+{
+    const char *p = router_path(rq->path);
+
+    if (rq->tls_peer == API_TLS_OFF || rq->tls_peer == API_TLS_VERIFIED ||
+        p == NULL || strncmp(p, "/locks", 6) != 0 ||
+        (p[6] != '\0' && p[6] != '/'))
+        return false;
+    *why = rq->tls_peer == API_TLS_NO_CERT ? "a client certificate is required"
+                                           : rq->tls_error;
+    return true;
+}
+
 static enum MHD_Result
 dispatch(struct request *r, const char *url, const char *method)
 {
     struct server *srv = r->srv;
     struct collect c = { .nquery = 0 };
     struct api_request rq = { 0 };
-    struct api_response resp;
+    struct api_response resp = { .route = API_ROUTE_OTHER };
     enum api_action action;
+    const char *why = NULL;
 
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &c);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &c);
@@ -374,6 +392,12 @@ dispatch(struct request *r, const char *url, const char *method)
     rq.authorization = MHD_lookup_connection_value(
         r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     rq.shutting_down = atomic_load(&srv->shutting_down);
+    tls_request_peer(srv->cfg->tls, r->conn, &rq);
+    if (tls_refused(&rq, &why)) {
+        codec_error(&resp, API_UNAUTHORIZED, why);
+        resp.route = API_ROUTE_OTHER;
+        return queue(r, &resp);
+    }
 
     action = router_dispatch(srv->api, &rq, &resp, &r->call);
     if (action == API_ACTION_CALL) {
@@ -632,6 +656,30 @@ static void on_completed(void *cls,
     atomic_fetch_sub(&srv->in_flight, 1);
 }
 
+/* libmicrohttpd splits the connection limit between pool threads, and a
+ * pool of one is no pool (0: its one internal thread). */
+static unsigned pool_size(const struct config *cfg)
+{
+    unsigned pool = cfg->threads < cfg->max_connections ? cfg->threads
+                                                        : cfg->max_connections;
+
+    return pool <= 1 ? 0 : pool;
+}
+
+/* A connection's memory pool holds the request line and headers, in
+ * place, a record of each field, a copy of the Cookie fields, and the
+ * response's headers: twice --max-header-bytes lets a section of that
+ * size with a few hundred fields through, to be answered as ever, and
+ * most bigger ones reach check_headers() for a JSON 431. Up to 32 KiB,
+ * libmicrohttpd 0.9.75 mallocs the pool; past it, it maps it, which
+ * costs a parked waiter more (docs/http.md). */
+static size_t connection_memory(const struct config *cfg)
+{
+    size_t memory = (size_t)cfg->max_header_bytes * 2;
+
+    return memory < CONNECTION_MEMORY_MIN ? CONNECTION_MEMORY_MIN : memory;
+}
+
 struct server *server_start(const struct config *cfg,
                             const struct api_config *api,
                             struct waitq *q)
@@ -641,6 +689,7 @@ struct server *server_start(const struct config *cfg,
                               .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
     struct addrinfo *ai = NULL;
+    struct MHD_OptionItem tls_opts[4] = { { MHD_OPTION_END, 0, NULL } };
     unsigned pool, per_ip;
     size_t memory;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
@@ -663,6 +712,10 @@ struct server *server_start(const struct config *cfg,
     }
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    if (cfg->tls != NULL) {
+        flags |= MHD_USE_TLS;
+        tls_daemon_options(cfg->tls, tls_opts);
+    }
     /* the per-address cap follows the connection limit main() settled on */
     per_ip = cfg->max_connections_per_ip;
     if (per_ip == 0)
@@ -674,22 +727,8 @@ struct server *server_start(const struct config *cfg,
         free(srv);
         return NULL;
     }
-    /* libmicrohttpd splits the connection limit between pool threads, and
-     * a pool of one is no pool (0: its one internal thread) */
-    pool = cfg->threads < cfg->max_connections ? cfg->threads
-                                               : cfg->max_connections;
-    if (pool <= 1)
-        pool = 0;
-    /* a connection's memory pool holds the request line and headers, in
-     * place, a record of each field, a copy of the Cookie fields, and the
-     * response's headers: twice --max-header-bytes lets a section of that
-     * size with a few hundred fields through, to be answered as ever, and
-     * most bigger ones reach check_headers() for a JSON 431. Up to 32 KiB,
-     * libmicrohttpd 0.9.75 mallocs the pool; past it, it maps it, which
-     * costs a parked waiter more (docs/http.md) */
-    memory = (size_t)cfg->max_header_bytes * 2;
-    if (memory < CONNECTION_MEMORY_MIN)
-        memory = CONNECTION_MEMORY_MIN;
+    pool = pool_size(cfg);
+    memory = connection_memory(cfg);
     /* the logger first: messages about the options after it reach it */
     srv->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
@@ -701,7 +740,8 @@ struct server *server_start(const struct config *cfg,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_NOTIFY_CONNECTION, conntrack_notify, srv->ct,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL, MHD_OPTION_ARRAY,
+        tls_opts, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (srv->daemon == NULL) {
         log_error("cannot listen on %s (in use, or not a local address?)",
