@@ -499,8 +499,8 @@ class Context:
         self.seq += 1
         return "%s-%d-%d-%d" % (hint, os.getpid(), int(time.time() * 1000) % 10**9, self.seq)
 
-    def new_lockd(self, args=(), env=None, wrapper=None, start=True):
-        ld = Lockd(self.url, args=args, env=env, tmpdir=self.tmpdir, wrapper=wrapper)
+    def new_lockd(self, args=(), env=None, wrapper=None, start=True, tls=None):
+        ld = Lockd(self.url, args=args, env=env, tmpdir=self.tmpdir, wrapper=wrapper, tls=tls)
         self.extra.append(ld)
         if start:
             ld.start()
