@@ -164,7 +164,8 @@ def tls_round_trip(ctx):
     eq(ld.stop(), 0, "exit code")
 
 
-@harness.scenario("tls: the TLS port refuses TLS 1.1 and plain HTTP (no HTTP answer)", backends=["memory"])
+@harness.scenario("tls: the TLS port refuses TLS 1.1, TLS 1.2 without an AEAD suite, and plain HTTP "
+                  "(no HTTP answer)", backends=["memory"])
 def tls_refuses_old_and_plain(ctx):
     p = pki(ctx)
     ld = tls_lockd(ctx, p)
@@ -174,6 +175,13 @@ def tls_refuses_old_and_plain(ctx):
     try:
         v = handshake(ld.port, old)[0]
         raise harness.Fail("a TLS 1.1 handshake succeeded (%s)" % v)
+    except (ssl.SSLError, ConnectionResetError):
+        pass
+    cbc = harness.tls_context(maximum_version=ssl.TLSVersion.TLSv1_2)
+    cbc.set_ciphers("ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES128-SHA:ECDHE-ECDSA-AES256-SHA")
+    try:
+        c = handshake(ld.port, cbc)[1]
+        raise harness.Fail("a TLS 1.2 handshake without an AEAD suite succeeded (%s)" % c)
     except (ssl.SSLError, ConnectionResetError):
         pass
     out = plain_http(ld.port)
