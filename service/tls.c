@@ -389,6 +389,12 @@ static int retrieve_cert(gnutls_session_t session,
     (void)pk_algos_length;
     if (the_tls == NULL)
         return -1;
+    /* no list of acceptable CAs in the certificate request: the list
+     * libmicrohttpd set up is the start's CA, stale after a reload, and
+     * a client that picks its certificate by that list (Go's) would send
+     * none signed by a new CA. The certificate is chosen before the
+     * request is written, so this is in time. */
+    gnutls_certificate_send_x509_rdn_sequence(session, 1);
     s = set_get(the_tls);
     c = conn_state(gnutls_session_get_ptr(session));
     if (c != NULL) {

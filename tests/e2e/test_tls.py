@@ -270,7 +270,8 @@ def tls_client_certs(ctx):
     eq(ld.stop(), 0, "exit code")
 
 
-@harness.scenario("tls: SIGHUP reloads the client CA: a connection kept alive across it is checked again",
+@harness.scenario("tls: SIGHUP reloads the client CA: a connection kept alive across it is checked again; "
+                  "the certificate request names no CA",
                   backends=["memory"])
 def tls_client_ca_reload(ctx):
     p = pki(ctx)
@@ -292,6 +293,14 @@ def tls_client_ca_reload(ctx):
     r = ld.request("GET", path(k), tls=dict(ca=p["ca"].cert, cert=p["other_client"][0],
                                             key=p["other_client"][1]))
     expect_json(r, 404, "the new CA's client on a new connection")
+    # the certificate request names no CA (the start's list would be
+    # stale now, and clients that pick by it would send nothing)
+    for v in ("-tls1_2", "-tls1_3"):
+        r = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % ld.port, v,
+                            "-servername", "localhost"], input="", capture_output=True, text=True,
+                           timeout=15)
+        check("No client certificate CA names sent" in r.stdout,
+              "openssl s_client %s: the certificate request names CAs: %s" % (v, r.stdout[-1500:]))
     eq(ld.stop(), 0, "exit code")
 
 
