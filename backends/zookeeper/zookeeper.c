@@ -371,16 +371,16 @@ static enum backend_result zk_be_open(const char *url,
         return r;
     zoo_set_debug_level(log_enabled(LOG_LEVEL_DEBUG) ? ZOO_LOG_LEVEL_INFO
                                                      : ZOO_LOG_LEVEL_WARN);
+    if (be->auth_user != NULL)
+        log_info("zookeeper: authenticating as '%s' (digest); new nodes get "
+                 "acl=%s",
+                 be->auth_user, be->acl_name);
     if (pthread_create(&be->keeper, NULL, zk_keeper, be) != 0) {
         snprintf(errbuf, errlen, "zookeeper: cannot start the keeper thread");
         zk_be_close(&be->base);
         return BACKEND_NO_MEMORY;
     }
     be->keeper_started = true;
-    if (be->auth_user != NULL)
-        log_info("zookeeper: authenticating as '%s' (digest); new nodes get "
-                 "acl=%s",
-                 be->auth_user, be->acl_name);
     /* a short wait for the first session, so that a lockd started next to
      * a running ZooKeeper is ready at once; a store still down is no
      * failure: calls answer UNAVAILABLE until it is back */
