@@ -176,7 +176,7 @@ def conforms(spec, resp, path, method, want_status=None, want_code=None):
 
 def check_document(spec, table):
     doc = spec.doc
-    eq(doc.get("openapi"), "3.0.3", "openapi version")
+    eq(doc.get("openapi"), "3.1.0", "openapi version (3.1: the mutualTLS security scheme)")
     check(doc["info"].get("title") and doc["info"].get("version"), "info title/version")
 
     # every $ref resolves
@@ -310,6 +310,7 @@ def check_document(spec, table):
 
     # auth: optional bearer on /locks, never on the operations endpoints
     eq(doc["components"]["securitySchemes"]["bearerAuth"].get("scheme"), "bearer", "bearer scheme")
+    eq(doc["components"]["securitySchemes"]["mutualTLS"].get("type"), "mutualTLS", "mutual TLS scheme")
     for m in ROUTES["/locks/{key}"]:
         sec = spec.op("/locks/{key}", m).get("security")
         check(sec and {"bearerAuth": []} in sec and {} in sec, "%s /locks/{key}: optional bearer" % m.upper())
