@@ -342,7 +342,8 @@ def t_chart_render(ctx):
        ("4", "8", "all", "86400000"), "ConfigMap")
     exprs = " ".join(r["expr"] for g in obj(on, "PrometheusRule")["spec"]["groups"] for r in g["rules"])
     for want in ("lockd_backend_errors_total{", 'lockd_http_request_duration_seconds_bucket{', 'route="acquire"',
-                 "force_released", "lost", "expired|taken_over", "kube_deployment_status_replicas_available", "up{"):
+                 "force_released", "lost", "expired|taken_over", "kube_deployment_status_replicas_available", "up{",
+                 "lockd_http_limited_total{", 'status=~"401|403"'):
         check(want in exprs, "no alert uses %r: %s" % (want, exprs))
     spread = obj(default, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"]
     eq([s["topologyKey"] for s in spread], ["topology.kubernetes.io/zone", "kubernetes.io/hostname"], "spread")
