@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/authz.h"
 #include "tests/unit/check.h"
 
 static const char *const env_names[] = {
@@ -109,7 +110,7 @@ static void test_config_defaults(void)
     CHECK_EQ_U64(c.request_timeout_ms, 10000);
     CHECK_EQ_INT(c.log_level, LOG_LEVEL_INFO);
     CHECK_EQ_INT(c.log_format, LOG_FORMAT_TEXT);
-    CHECK(c.auth_token_file == NULL && c.auth_token == NULL);
+    CHECK(c.auth_token_file == NULL && c.authz == NULL);
     CHECK(!c.check_health);
     CHECK(c.check_health_url == NULL);
     config_cleanup(&c);
@@ -441,6 +442,16 @@ static void test_config_check_health(void)
     env_clear();
 }
 
+/* True if t is the --auth-token-file's token (credential "token"). */
+static bool token_is(struct config *c, const char *t)
+{
+    char name[API_CLIENT_LEN + 1];
+
+    return authz_token_name(c->authz, t, name, sizeof(name)) == 0 &&
+           strcmp(name, "token") == 0 &&
+           authz_token_name(c->authz, "x", name, sizeof(name)) != 0;
+}
+
 static void test_config_reads_auth_token_file(void)
 {
     char path[] = "/tmp/lockd-test-token-" MKTEMP_SUFFIX;
@@ -458,15 +469,15 @@ static void test_config_reads_auth_token_file(void)
     CHECK(write(fd, good, sizeof(good) - 1) == (ssize_t)sizeof(good) - 1);
     CHECK_EQ_INT(LOAD(&c, "--auth-token-file", path), CONFIG_OK);
     CHECK_STR_EQ(c.auth_token_file, path);
-    CHECK(secret_check(c.auth_token, "0123456789abcdefXYZ"));
+    CHECK(token_is(&c, "0123456789abcdefXYZ"));
     config_cleanup(&c);
-    CHECK(c.auth_token == NULL);
+    CHECK(c.authz == NULL);
 
     CHECK(ftruncate(fd, 0) == 0);
     CHECK(pwrite(fd, crlf, sizeof(crlf) - 1, 0) == (ssize_t)sizeof(crlf) - 1);
     setenv("LOCKD_AUTH_TOKEN_FILE", path, 1);
     CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
-    CHECK(secret_check(c.auth_token, "0123456789abcdefXYZ"));
+    CHECK(token_is(&c, "0123456789abcdefXYZ"));
     config_cleanup(&c);
 
     /* any non-empty first line is a token */
@@ -474,7 +485,7 @@ static void test_config_reads_auth_token_file(void)
     CHECK(pwrite(fd, shorty, sizeof(shorty) - 1, 0) ==
           (ssize_t)sizeof(shorty) - 1);
     CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
-    CHECK(secret_check(c.auth_token, "short"));
+    CHECK(token_is(&c, "short"));
     config_cleanup(&c);
     CHECK(ftruncate(fd, 0) == 0); /* an empty first line */
     CHECK(pwrite(fd, blank, sizeof(blank) - 1, 0) ==
