@@ -453,21 +453,24 @@ static int add_legacy(struct authz_policy *p,
             return -1;
         }
     }
+    p->n++; /* from here on, p's cleanup frees what c holds */
     snprintf(c->name, sizeof(c->name), "%s", name);
     c->has_token = true;
     memcpy(c->token_sha256, digest, AUTHZ_SHA256_LEN);
     c->prefixes = calloc(1, sizeof(*c->prefixes));
     c->prefix_lens = calloc(1, sizeof(*c->prefix_lens));
+    if (c->prefixes != NULL) {
+        c->prefixes[0] = strdup(""); /* every key */
+        c->nprefixes = 1;
+    }
     if (c->prefixes == NULL || c->prefix_lens == NULL ||
-        (c->prefixes[0] = strdup("")) == NULL) {
+        c->prefixes[0] == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    c->nprefixes = 1;
     c->verbs = verbs;
     c->modes = AUTHZ_MODE_EXCLUSIVE | AUTHZ_MODE_SHARED;
     c->multi = true;
-    p->n++;
     return 0;
 }
 

@@ -30,6 +30,7 @@ static const char *const env_names[] = {
     "LOCKD_LOG_LEVEL",
     "LOCKD_LOG_FORMAT",
     "LOCKD_AUTH_TOKEN_FILE",
+    "LOCKD_AUTH_FILE",
     "LOCKD_MAX_CONNECTIONS_PER_IP",
     "LOCKD_REQUEST_TIMEOUT_MS",
     "LOCKD_MAX_STORE_CONNECTIONS",
@@ -502,6 +503,45 @@ static void test_config_reads_auth_token_file(void)
     config_cleanup(&c);
 }
 
+static void test_config_reads_auth_file(void)
+{
+    char path[] = "/tmp/lockd-test-auth-" MKTEMP_SUFFIX;
+    int fd = mkstemp(path);
+    struct config c;
+    static const char good[] =
+        "{\"credentials\":[{\"name\":\"a\",\"token_sha256\":"
+        "\"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\","
+        "\"prefixes\":[\"a/\"],\"verbs\":[\"*\"]}]}";
+    static const char bad[] = "{\"credentials\":[{\"name\":\"a\"}]}";
+    char name[API_CLIENT_LEN + 1];
+
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    env_clear();
+    CHECK(write(fd, good, sizeof(good) - 1) == (ssize_t)sizeof(good) - 1);
+    CHECK_EQ_INT(LOAD(&c, "--auth-file", path), CONFIG_OK);
+    CHECK_STR_EQ(c.auth_file, path);
+    CHECK(authz_token_name(c.authz, "abc", name, sizeof(name)) == 0);
+    CHECK_STR_EQ(name, "a");
+    config_cleanup(&c);
+    CHECK(c.authz == NULL);
+    setenv("LOCKD_AUTH_FILE", path, 1);
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
+    CHECK(c.authz != NULL);
+    config_cleanup(&c);
+    CHECK(ftruncate(fd, 0) == 0);
+    CHECK(pwrite(fd, bad, sizeof(bad) - 1, 0) == (ssize_t)sizeof(bad) - 1);
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_ERROR);
+    CHECK(c.authz == NULL);
+    config_cleanup(&c);
+    env_clear();
+    close(fd);
+    unlink(path);
+    CHECK_EQ_INT(LOAD(&c, "--auth-file", path), CONFIG_ERROR);
+    config_cleanup(&c);
+}
+
 static void test_config_reads_store_cap_and_log_file(void)
 {
     struct config c;
@@ -653,6 +693,7 @@ static void test_config_known_env_is_quiet(void)
         "LOCKD_PORT",
         "LOCKD_PORT_8080_TCP",
         "LOCKD_AUTH_TOKEN_FILE",
+        "LOCKD_AUTH_FILE",
         "PATH",
         "LOCKDX",
     };
@@ -700,6 +741,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_config_help_lists_every_option),
     CHECK_CASE(test_config_check_health),
     CHECK_CASE(test_config_reads_auth_token_file),
+    CHECK_CASE(test_config_reads_auth_file),
     CHECK_CASE(test_config_reads_store_cap_and_log_file),
     CHECK_CASE(test_config_default_threads_follow_cpus_and_backend),
     CHECK_CASE(test_config_default_threads_capped_by_store_connections),
