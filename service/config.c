@@ -210,7 +210,8 @@ static int open_authz(struct config *c)
     o.auth_file = c->auth_file;
     o.token_file = c->auth_token_file;
     o.admin_file = c->admin_token_file;
-    o.tls_client_ca = false; /* TODO(#18): --tls-client-ca != NULL */
+    /* TODO(#18): c->tls_client_ca != NULL once --tls-client-ca is here */
+    o.tls_client_ca = false;
     if (!authz_wanted(&o))
         return 0;
     c->authz = authz_open(&o, err, sizeof(err));
