@@ -349,22 +349,6 @@ static enum MHD_Result run_call(struct request *r)
     return answer_call(r);
 }
 
-/* With --tls-client-ca, a /locks request whose client showed no verified
- * certificate is 401 (what the router's auth will decide once it knows
- * client certificates; it needs nothing of the body). */
-static bool tls_refused(const struct api_request *rq, const char **why)
-{
-    const char *p = router_path(rq->path);
-
-    if (rq->tls_peer == API_TLS_OFF || rq->tls_peer == API_TLS_VERIFIED ||
-        p == NULL || strncmp(p, "/locks", 6) != 0 ||
-        (p[6] != '\0' && p[6] != '/'))
-        return false;
-    *why = rq->tls_peer == API_TLS_NO_CERT ? "a client certificate is required"
-                                           : rq->tls_error;
-    return true;
-}
-
 static enum MHD_Result
 dispatch(struct request *r, const char *url, const char *method)
 {
@@ -373,7 +357,6 @@ dispatch(struct request *r, const char *url, const char *method)
     struct api_request rq = { 0 };
     struct api_response resp = { .route = API_ROUTE_OTHER };
     enum api_action action;
-    const char *why = NULL;
 
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &c);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &c);
@@ -393,11 +376,6 @@ dispatch(struct request *r, const char *url, const char *method)
         r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     rq.shutting_down = atomic_load(&srv->shutting_down);
     tls_request_peer(srv->cfg->tls, r->conn, &rq);
-    if (tls_refused(&rq, &why)) {
-        codec_error(&resp, API_UNAUTHORIZED, why);
-        resp.route = API_ROUTE_OTHER;
-        return queue(r, &resp);
-    }
 
     action = router_dispatch(srv->api, &rq, &resp, &r->call);
     if (action == API_ACTION_CALL) {

@@ -434,21 +434,23 @@ void tls_conn_free(struct tls_conn *c)
     free(c);
 }
 
+/* Why a client certificate did not verify, as a short phrase for the
+ * 401's message ("the client certificate did not verify: ..."). */
 static const char *verify_error(unsigned status)
 {
     if (status & (GNUTLS_CERT_SIGNER_NOT_FOUND | GNUTLS_CERT_SIGNER_NOT_CA))
-        return "the client certificate is not signed by the client CA";
+        return "not signed by the client CA";
     if (status & GNUTLS_CERT_EXPIRED)
-        return "the client certificate has expired";
+        return "expired";
     if (status & GNUTLS_CERT_NOT_ACTIVATED)
-        return "the client certificate is not valid yet";
+        return "not valid yet";
     if (status & GNUTLS_CERT_PURPOSE_MISMATCH)
-        return "the client certificate is not for client authentication";
+        return "not for client authentication (extended key usage)";
     if (status & GNUTLS_CERT_REVOKED)
-        return "the client certificate is revoked";
+        return "revoked";
     if (status & GNUTLS_CERT_INSECURE_ALGORITHM)
-        return "the client certificate uses an insecure algorithm";
-    return "the client certificate did not verify";
+        return "signed with an insecure algorithm";
+    return "invalid certificate";
 }
 
 static void add_name(struct tls_conn *c, const char *name, size_t len)
@@ -542,7 +544,7 @@ void tls_request_peer(struct tls *t,
     c = conn_state(conn);
     if (ci == NULL || ci->tls_session == NULL || c == NULL) {
         rq->tls_peer = API_TLS_BAD_CERT;
-        rq->tls_error = "the client certificate could not be checked";
+        rq->tls_error = "it could not be checked";
         return;
     }
     /* once per connection: again after a reload (the CA may have
