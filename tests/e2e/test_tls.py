@@ -9,6 +9,7 @@ start-up refusals exit 2 naming the file, never printing key material.
 Certificates come from tests/e2e/certs.py (openssl, faketime).
 """
 
+import json
 import os
 import shutil
 import signal
@@ -338,3 +339,38 @@ def tls_startup_refusals(ctx):
     r = subprocess.run([LOCKD_BIN, "--listen", "127.0.0.1:%d" % harness.free_port()], env=env,
                        capture_output=True, text=True, timeout=15)
     eq(r.returncode, 2, "exit code with LOCKD_TLS_CERT alone: %s" % r.stderr)
+
+
+@harness.scenario("tls: --auth-file's tls_identity matches a verified certificate's CN, DNS or URI SAN; "
+                  "a verified certificate no credential names gets 403", backends=["memory"])
+def tls_identity_credentials(ctx):
+    p = pki(ctx)
+    pol = os.path.join(ctx.tmpdir, "tls-auth-%d-%d.json" % (os.getpid(), time.monotonic_ns()))
+    creds = [
+        {"name": "by-uri", "tls_identity": "spiffe://lockd/orders", "prefixes": ["orders/"], "verbs": ["*"]},
+        {"name": "by-cn", "tls_identity": "old", "prefixes": ["old/"], "verbs": ["*"]},
+    ]
+    with open(pol, "w") as f:
+        json.dump({"credentials": creds}, f)
+    ld = tls_lockd(ctx, p, client_ca=p["ca"].cert, client=p["client"], args=["--auth-file", pol])
+    k = "orders/" + ctx.key("id")
+    g = expect_json(ld.request("POST", path(k), {"ttl_ms": 10000}), 201, "acquire by the URI SAN's credential")
+    expect_error(ld.request("POST", path("billing/" + ctx.key("id")), {"ttl_ms": 10000}), 403, "forbidden",
+                 "a key outside the credential's prefixes")
+    expect_json(ld.request("DELETE", path(k), headers={"Lock-Token": g["token"]}), 200, "release")
+    # "stranger" verifies against its own CA once that CA is trusted, but
+    # no credential names it
+    both = os.path.join(ctx.tmpdir, "tls-both-%d.pem" % os.getpid())
+    with open(both, "w") as f:
+        for c in (p["ca"].cert, p["other"].cert):
+            with open(c) as src:
+                f.write(src.read())
+    ld2 = tls_lockd(ctx, p, client_ca=both, client=p["other_client"], args=["--auth-file", pol])
+    r = ld2.request("GET", path("orders/" + ctx.key("id")))
+    expect_error(r, 403, "forbidden", "a verified certificate no credential names")
+    # the expired "old" certificate does not verify, whatever its CN names
+    r = ld2.request("GET", path("old/" + ctx.key("id")),
+                    tls=dict(ca=p["ca"].cert, cert=p["expired"][0], key=p["expired"][1]))
+    expect_error(r, 401, "unauthorized", "an expired certificate whose CN a credential names")
+    eq(ld.stop(), 0, "exit code")
+    eq(ld2.stop(), 0, "exit code")
