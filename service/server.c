@@ -28,6 +28,7 @@
 #include "lib/log.h"
 #include "lib/metrics.h"
 #include "lib/text.h"
+#include "service/clientlim.h"
 #include "service/conntrack.h"
 #include "service/reqcheck.h"
 
@@ -48,6 +49,7 @@ struct server {
     const struct api_config *api;
     struct waitq *q;
     struct conntrack *ct; /* request timeout, per-address cap */
+    struct clientlim *cl; /* requests that may wait, per client */
     _Atomic bool shutting_down;
     _Atomic int64_t in_flight; /* requests begun and not completed */
     _Atomic uint64_t next_request;
@@ -76,6 +78,7 @@ struct request { /* *req_cls: from the first call to completion */
     struct api_call call;            /* owned strings */
     struct wq_waiter w;              /* req strings borrowed from call */
     struct lock_multi_grant *mgrant; /* owned; the multi verbs' answer */
+    struct clientlim_entry *slot;    /* a waiter slot while it may wait */
     /* for the response and the access log; every request keeps them, so
      * they are sized to fit (a waiter's footprint counts) */
     char *request_id; /* owned */
@@ -283,6 +286,10 @@ static enum MHD_Result answer_call(struct request *r)
 {
     struct api_response resp = { .route = r->route };
 
+    /* no longer waiting: its client may send the next one the moment it
+     * reads this answer, before completion */
+    clientlim_give(r->srv->cl, r->slot);
+    r->slot = NULL;
     if (r->w.shutting_down && r->call.verb == API_VERB_READYZ) {
         handle_readyz_draining(r->srv->api, &resp);
         return queue(r, &resp);
@@ -306,7 +313,32 @@ static enum MHD_Result answer_call(struct request *r)
     return queue(r, &resp);
 }
 
-static enum MHD_Result run_call(struct request *r)
+/* A waiter slot for r's call if it may wait: true to go on, else the
+ * answer (429 too_many_requests, or 500) is queued in *ret. addr: the
+ * peer's address, NULL if unknown. */
+static bool
+take_waiter_slot(struct request *r, const char *addr, enum MHD_Result *ret)
+{
+    struct api_response resp = { .route = r->route };
+    char msg[200];
+
+    switch (clientlim_admit(r->srv->cl, &r->call, addr, &r->slot, msg,
+                            sizeof(msg))) {
+    case CLIENTLIM_OK:
+        return true;
+    case CLIENTLIM_NO_MEMORY:
+        *ret = queue_error(r, API_INTERNAL, r->route);
+        return false;
+    case CLIENTLIM_FULL:
+        break;
+    }
+    codec_error(&resp, API_TOO_MANY_REQUESTS, msg);
+    resp.retry_after = 1;
+    *ret = queue(r, &resp);
+    return false;
+}
+
+static enum MHD_Result run_call(struct request *r, const char *addr)
 {
     static const enum wq_op ops[] = {
         [API_VERB_ACQUIRE] = WQ_ACQUIRE,
@@ -322,7 +354,11 @@ static enum MHD_Result run_call(struct request *r)
         [API_VERB_FORCE_RELEASE] = WQ_FORCE_RELEASE,
     };
     struct wq_waiter *w = &r->w;
+    enum MHD_Result ret;
 
+    /* before the store sees it: a refused call changes nothing */
+    if (!take_waiter_slot(r, addr, &ret))
+        return ret;
     memset(w, 0, sizeof(*w));
     /* a re-entry is the store's renew with one more hold: it never waits */
     w->op = r->call.reenter ? WQ_RENEW : ops[r->call.verb];
@@ -356,6 +392,8 @@ dispatch(struct request *r, const char *url, const char *method)
     struct api_request rq = { 0 };
     struct api_response resp;
     enum api_action action;
+    const union MHD_ConnectionInfo *ci;
+    char addr[INET6_ADDRSTRLEN];
 
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &c);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &c);
@@ -373,13 +411,15 @@ dispatch(struct request *r, const char *url, const char *method)
     rq.nidem_keys = c.nidem_keys;
     rq.authorization = MHD_lookup_connection_value(
         r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    rq.client_addr = clientlim_addr(ci != NULL ? ci->client_addr : NULL, addr);
     rq.shutting_down = atomic_load(&srv->shutting_down);
 
     action = router_dispatch(srv->api, &rq, &resp, &r->call);
     if (action == API_ACTION_CALL) {
         r->route = resp.route;
         api_response_cleanup(&resp);
-        return run_call(r);
+        return run_call(r, rq.client_addr);
     }
     api_call_cleanup(&r->call); /* a lock request that failed to parse */
     return queue(r, &resp);
@@ -596,6 +636,9 @@ static void on_completed(void *cls,
     if (r == NULL)
         return;
     *req_cls = NULL;
+    /* a waiter never answered (client gone, shutdown, a wake after the
+     * connection closed) gives its slot back here */
+    clientlim_give(srv->cl, r->slot);
     dur = clock_mono_us() - r->start_us;
     if (r->granted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         if (api_call_is_multi(&r->call)) {
@@ -630,6 +673,20 @@ static void on_completed(void *cls,
     free(r->request_id);
     free(r);
     atomic_fetch_sub(&srv->in_flight, 1);
+}
+
+/* a connection's memory pool holds the request line and headers, in
+ * place, a record of each field, a copy of the Cookie fields, and the
+ * response's headers: twice --max-header-bytes lets a section of that
+ * size with a few hundred fields through, to be answered as ever, and
+ * most bigger ones reach check_headers() for a JSON 431. Up to 32 KiB,
+ * libmicrohttpd 0.9.75 mallocs the pool; past it, it maps it, which
+ * costs a parked waiter more (docs/http.md) */
+static size_t connection_memory(const struct config *cfg)
+{
+    size_t memory = (size_t)cfg->max_header_bytes * 2;
+
+    return memory < CONNECTION_MEMORY_MIN ? CONNECTION_MEMORY_MIN : memory;
 }
 
 struct server *server_start(const struct config *cfg,
@@ -667,9 +724,13 @@ struct server *server_start(const struct config *cfg,
     per_ip = cfg->max_connections_per_ip;
     if (per_ip == 0)
         per_ip = cfg->max_connections > 1 ? cfg->max_connections / 2 : 1;
+    /* and so does the per-client cap on waiters */
+    srv->cl = clientlim_new(cfg->max_waiters_per_client, cfg->max_connections);
     srv->ct = conntrack_new(cfg->request_timeout_ms, per_ip);
-    if (srv->ct == NULL) {
+    if (srv->ct == NULL || srv->cl == NULL) {
         log_error("cannot start the connection reaper: %s", strerror(errno));
+        clientlim_free(srv->cl);
+        conntrack_free(srv->ct);
         freeaddrinfo(ai);
         free(srv);
         return NULL;
@@ -680,16 +741,7 @@ struct server *server_start(const struct config *cfg,
                                                : cfg->max_connections;
     if (pool <= 1)
         pool = 0;
-    /* a connection's memory pool holds the request line and headers, in
-     * place, a record of each field, a copy of the Cookie fields, and the
-     * response's headers: twice --max-header-bytes lets a section of that
-     * size with a few hundred fields through, to be answered as ever, and
-     * most bigger ones reach check_headers() for a JSON 431. Up to 32 KiB,
-     * libmicrohttpd 0.9.75 mallocs the pool; past it, it maps it, which
-     * costs a parked waiter more (docs/http.md) */
-    memory = (size_t)cfg->max_header_bytes * 2;
-    if (memory < CONNECTION_MEMORY_MIN)
-        memory = CONNECTION_MEMORY_MIN;
+    memory = connection_memory(cfg);
     /* the logger first: messages about the options after it reach it */
     srv->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
@@ -707,6 +759,7 @@ struct server *server_start(const struct config *cfg,
         log_error("cannot listen on %s (in use, or not a local address?)",
                   cfg->listen);
         conntrack_free(srv->ct);
+        clientlim_free(srv->cl);
         free(srv);
         return NULL;
     }
@@ -737,5 +790,6 @@ void server_stop(struct server *s)
         return;
     MHD_stop_daemon(s->daemon);
     conntrack_free(s->ct); /* after MHD's last CLOSED notification */
+    clientlim_free(s->cl); /* after the last completion */
     free(s);
 }
