@@ -182,7 +182,7 @@ enum clientlim_result clientlim_admit(struct clientlim *cl,
         return res;
     metrics_http_limited(METRICS_LIMIT_WAITERS);
     snprintf(msg, msglen,
-             "this client already has %u lock requests waiting, the "
+             "too many waiting lock requests from this client: %u, the "
              "most %s allows; retry when one ends",
              cap,
              c->client_max_waiters > 0 ? "its credential's max_waiters"

@@ -13,6 +13,7 @@ only: the limits sit in front of the store, the same for every backend.
 
 import json
 import socket
+import subprocess
 import time
 
 import harness
@@ -117,7 +118,7 @@ def waiters_capped(ctx):
         for what, target, body in (("4th waiter", path(key), {"wait_ms": 5000}),
                                    ("4th waiter, several keys", "/locks", {"keys": [key2], "wait_ms": 5000})):
             msg = expect_429(*request_from(ld, "127.0.0.1", "POST", target, body), what)
-            check("--max-waiters-per-client" in msg and "3" in msg,
+            check("--max-waiters-per-client" in msg and "client: 3," in msg,
                   "%s: the message names neither the flag nor the cap: %r" % (what, msg))
         eq(gauges(ld)[:3], (3, 1, 2), "gauges after two refusals")
 
@@ -197,7 +198,7 @@ def waiters_default(ctx):
         socks = [park(ld, "POST", path(key), {"wait_ms": 20000}) for _ in range(4)]
         wait_gauges(ld, 4, 1, what="four parked waiters")
         msg = expect_429(*request_from(ld, "127.0.0.1", "POST", path(key), {"wait_ms": 1000}), "5th waiter")
-        check("4 lock requests" in msg, "the message does not name the cap 4: %r" % msg)
+        check("client: 4," in msg, "the message does not name the cap 4: %r" % msg)
         socks.append(park(ld, "POST", path(key), {"wait_ms": 20000}, source=OTHER_ADDR))
         wait_gauges(ld, 5, 2, what="a waiter from %s" % OTHER_ADDR)
     finally:
@@ -236,3 +237,23 @@ def connections_capped(ctx):
         for c in held:
             c.close()
 
+
+
+@harness.scenario("limits: LOCKD_MAX_WAITERS_PER_CLIENT sets the cap; a bad value exits 2", backends=["memory"])
+def waiters_env(ctx):
+    for bad in ("abc", "-1", "1000001", ""):
+        p = subprocess.run([harness.LOCKD_BIN, "--listen", "127.0.0.1:%d" % harness.free_port(),
+                            "--max-waiters-per-client", bad], capture_output=True, timeout=10)
+        eq(p.returncode, 2, "exit code for --max-waiters-per-client %r" % bad)
+        check(b"--max-waiters-per-client" in p.stderr, "stderr for %r: %r" % (bad, p.stderr[:300]))
+    ld = ctx.new_lockd(env={"LOCKD_MAX_WAITERS_PER_CLIENT": "1"})
+    key = ctx.key("env")
+    expect_json(ld.request("POST", path(key), {"ttl_ms": 60000}), 201, "the holder's grant")
+    s = park(ld, "POST", path(key), {"wait_ms": 20000})
+    try:
+        wait_gauges(ld, 1, 1, what="one parked waiter")
+        msg = expect_429(*request_from(ld, "127.0.0.1", "POST", path(key), {"wait_ms": 1000}), "2nd waiter")
+        check("client: 1," in msg, "the message does not name the cap 1: %r" % msg)
+    finally:
+        s.close()
+    wait_gauges(ld, 0, 0, what="after the waiter left")
