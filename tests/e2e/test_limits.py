@@ -6,12 +6,17 @@ lockd_http_limited_total{limit}; lockd_http_client_waiters and
 lockd_http_waiting_clients show the waiter count going back to 0 whatever
 ended the waits (a grant, a timeout, a client gone).
 
+With --auth-file the client is the credential: two tokens from one
+address count apart, and a credential's max_waiters overrides the flag.
+
 The waiters are raw sockets, some bound to 127.0.0.2 to stand for a second
 client address (all of 127.0.0.0/8 is loopback on Linux). Memory store
 only: the limits sit in front of the store, the same for every backend.
 """
 
+import hashlib
 import json
+import os
 import socket
 import subprocess
 import time
@@ -23,7 +28,7 @@ from harness import check, eq
 OTHER_ADDR = "127.0.0.2"  # a second client address on loopback
 
 
-def park(ld, method, target, body, source="127.0.0.1"):
+def park(ld, method, target, body, source="127.0.0.1", headers=None):
     """Send one request from source on its own connection and leave it
     unanswered: the socket, to read or close later."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -32,7 +37,9 @@ def park(ld, method, target, body, source="127.0.0.1"):
         s.bind((source, 0))
         s.connect(("127.0.0.1", ld.port))
         data = json.dumps(body).encode() if body is not None else b""
-        s.sendall(http_request(method, target, data, {"Content-Type": "application/json"}))
+        hdrs = {"Content-Type": "application/json"}
+        hdrs.update(headers or {})
+        s.sendall(http_request(method, target, data, hdrs))
     except OSError:
         s.close()
         raise
@@ -47,10 +54,10 @@ def answer(s, timeout=10.0):
     return status, headers, json.loads(body.decode()) if body else None
 
 
-def request_from(ld, source, method, target, body=None):
+def request_from(ld, source, method, target, body=None, headers=None):
     """One request from source on its own connection: (status, headers,
     json body)."""
-    s = park(ld, method, target, body, source)
+    s = park(ld, method, target, body, source, headers)
     try:
         return answer(s)
     finally:
@@ -257,3 +264,41 @@ def waiters_env(ctx):
     finally:
         s.close()
     wait_gauges(ld, 0, 0, what="after the waiter left")
+
+
+@harness.scenario("limits: with --auth-file each credential has its own waiter count from one address, "
+                  "and max_waiters overrides the flag", backends=["memory"])
+def waiters_per_credential(ctx):
+    tokens = {"alpha": "alpha-Token_limits-01", "beta": "beta-Token_limits-02", "gamma": "gamma-Token_limits-03"}
+    creds = [{"name": n, "token_sha256": hashlib.sha256(t.encode()).hexdigest(), "prefixes": [""], "verbs": ["*"]}
+             for n, t in sorted(tokens.items())]
+    creds[2]["max_waiters"] = 1  # gamma
+    fn = os.path.join(ctx.tmpdir, "limits-auth-%d.json" % harness.free_port())
+    with open(fn, "w") as f:
+        json.dump({"credentials": creds}, f)
+    ld = ctx.new_lockd(["--auth-file", fn, "--max-waiters-per-client", "2"])
+    auth = {n: {"Authorization": "Bearer " + t} for n, t in tokens.items()}
+    key = ctx.key("auth")
+    expect_json(ld.request("POST", path(key), {"ttl_ms": 60000}, headers=auth["alpha"]), 201, "the holder's grant")
+    body = {"wait_ms": 20000}
+    socks = []
+    try:
+        socks += [park(ld, "POST", path(key), body, headers=auth["alpha"]) for _ in range(2)]
+        wait_gauges(ld, 2, 1, what="alpha's two waiters")
+        msg = expect_429(*request_from(ld, "127.0.0.1", "POST", path(key), body, auth["alpha"]), "alpha's 3rd")
+        check("--max-waiters-per-client" in msg and "client: 2," in msg, "alpha's 429 message: %r" % msg)
+        # same address, another credential: its own count
+        socks += [park(ld, "POST", path(key), body, headers=auth["beta"]) for _ in range(2)]
+        wait_gauges(ld, 4, 2, what="beta's two waiters beside alpha's")
+        # a credential's max_waiters overrides the flag
+        socks.append(park(ld, "POST", path(key), body, headers=auth["gamma"]))
+        wait_gauges(ld, 5, 3, what="gamma's waiter")
+        msg = expect_429(*request_from(ld, "127.0.0.1", "POST", path(key), body, auth["gamma"]), "gamma's 2nd")
+        check("max_waiters" in msg and "client: 1," in msg, "gamma's 429 message: %r" % msg)
+        # no credential: 401 before any count
+        status, _, _ = request_from(ld, "127.0.0.1", "POST", path(key), body)
+        eq(status, 401, "a waiter without a credential")
+        eq(gauges(ld)[:3], (5, 3, 2), "gauges after the refusals")
+    finally:
+        close_all(socks)
+    wait_gauges(ld, 0, 0, what="after every waiter left")
