@@ -78,6 +78,12 @@ static const struct opt opts[] = {
       M(max_connections_per_ip), 1, 1000000,
       "open connections from one client address at most; more get 429 "
       "(default: half of --max-connections)" },
+    { "max-waiters-per-client", "LOCKD_MAX_WAITERS_PER_CLIENT", OPT_UINT,
+      M(max_waiters_per_client), 0, 1000000,
+      "lock requests that may wait (wait_ms > 0) in flight at once per "
+      "client - its credential with auth on, else its address; more get "
+      "429; an --auth-file credential's max_waiters overrides it (default "
+      "0: a quarter of --max-connections)" },
     { "request-timeout-ms", "LOCKD_REQUEST_TIMEOUT_MS", OPT_U64,
       M(request_timeout_ms), 0, 3600000,
       "time a request may take to arrive, headers and body, from its "
@@ -281,6 +287,7 @@ static void set_defaults(struct config *c)
     c->max_header_bytes = 16384;
     c->max_connections = 16000;
     c->max_connections_per_ip = 0; /* auto: server_start() halves the limit */
+    c->max_waiters_per_client = 0; /* auto: server_start() quarters it */
     c->request_timeout_ms = 10000;
     c->max_store_connections = 64;
     c->log_level = LOG_LEVEL_INFO;

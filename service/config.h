@@ -29,6 +29,9 @@ struct config {
     uint64_t max_header_bytes; /* request line and headers */
     unsigned max_connections;
     unsigned max_connections_per_ip; /* 0 = auto: half of max_connections */
+    unsigned max_waiters_per_client; /* requests that may wait, in flight,
+                                        per credential or address; 0 =
+                                        auto: a quarter of max_connections */
     uint64_t request_timeout_ms;     /* 0 = no bound */
     enum log_level log_level;
     enum log_format log_format;

@@ -252,6 +252,7 @@ static void on_started(struct conntrack *ct,
         /* libmicrohttpd reads the end of the stream (or the request, which
          * conntrack_request_begins() refuses) and closes it */
         atomic_fetch_add_explicit(&ct->refused, 1, memory_order_relaxed);
+        metrics_http_limited(METRICS_LIMIT_CONNECTIONS);
         send_429(ct, c->fd);
         shutdown(c->fd, SHUT_RDWR);
     }

@@ -28,6 +28,7 @@
 #include "lib/log.h"
 #include "lib/metrics.h"
 #include "lib/text.h"
+#include "service/clientlim.h"
 #include "service/conntrack.h"
 #include "service/reqcheck.h"
 #include "service/tls.h"
@@ -49,6 +50,7 @@ struct server {
     const struct api_config *api;
     struct waitq *q;
     struct conntrack *ct; /* request timeout, per-address cap */
+    struct clientlim *cl; /* requests that may wait, per client */
     _Atomic bool shutting_down;
     _Atomic int64_t in_flight; /* requests begun and not completed */
     _Atomic uint64_t next_request;
@@ -77,6 +79,7 @@ struct request { /* *req_cls: from the first call to completion */
     struct api_call call;            /* owned strings */
     struct wq_waiter w;              /* req strings borrowed from call */
     struct lock_multi_grant *mgrant; /* owned; the multi verbs' answer */
+    struct clientlim_entry *slot;    /* a waiter slot while it may wait */
     /* for the response and the access log; every request keeps them, so
      * they are sized to fit (a waiter's footprint counts) */
     char *request_id; /* owned */
@@ -284,6 +287,10 @@ static enum MHD_Result answer_call(struct request *r)
 {
     struct api_response resp = { .route = r->route };
 
+    /* no longer waiting: its client may send the next one the moment it
+     * reads this answer, before completion */
+    clientlim_give(r->srv->cl, r->slot);
+    r->slot = NULL;
     if (r->w.shutting_down && r->call.verb == API_VERB_READYZ) {
         handle_readyz_draining(r->srv->api, &resp);
         return queue(r, &resp);
@@ -307,7 +314,32 @@ static enum MHD_Result answer_call(struct request *r)
     return queue(r, &resp);
 }
 
-static enum MHD_Result run_call(struct request *r)
+/* A waiter slot for r's call if it may wait: true to go on, else the
+ * answer (429 too_many_requests, or 500) is queued in *ret. addr: the
+ * peer's address, NULL if unknown. */
+static bool
+take_waiter_slot(struct request *r, const char *addr, enum MHD_Result *ret)
+{
+    struct api_response resp = { .route = r->route };
+    char msg[200];
+
+    switch (clientlim_admit(r->srv->cl, &r->call, addr, &r->slot, msg,
+                            sizeof(msg))) {
+    case CLIENTLIM_OK:
+        return true;
+    case CLIENTLIM_NO_MEMORY:
+        *ret = queue_error(r, API_INTERNAL, r->route);
+        return false;
+    case CLIENTLIM_FULL:
+        break;
+    }
+    codec_error(&resp, API_TOO_MANY_REQUESTS, msg);
+    resp.retry_after = 1;
+    *ret = queue(r, &resp);
+    return false;
+}
+
+static enum MHD_Result run_call(struct request *r, const char *addr)
 {
     static const enum wq_op ops[] = {
         [API_VERB_ACQUIRE] = WQ_ACQUIRE,
@@ -323,7 +355,11 @@ static enum MHD_Result run_call(struct request *r)
         [API_VERB_FORCE_RELEASE] = WQ_FORCE_RELEASE,
     };
     struct wq_waiter *w = &r->w;
+    enum MHD_Result ret;
 
+    /* before the store sees it: a refused call changes nothing */
+    if (!take_waiter_slot(r, addr, &ret))
+        return ret;
     memset(w, 0, sizeof(*w));
     /* a re-entry is the store's renew with one more hold: it never waits */
     w->op = r->call.reenter ? WQ_RENEW : ops[r->call.verb];
@@ -357,6 +393,8 @@ dispatch(struct request *r, const char *url, const char *method)
     struct api_request rq = { 0 };
     struct api_response resp = { .route = API_ROUTE_OTHER };
     enum api_action action;
+    const union MHD_ConnectionInfo *ci;
+    char addr[INET6_ADDRSTRLEN];
 
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &c);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &c);
@@ -374,6 +412,8 @@ dispatch(struct request *r, const char *url, const char *method)
     rq.nidem_keys = c.nidem_keys;
     rq.authorization = MHD_lookup_connection_value(
         r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    rq.client_addr = clientlim_addr(ci != NULL ? ci->client_addr : NULL, addr);
     rq.shutting_down = atomic_load(&srv->shutting_down);
     tls_request_peer(srv->cfg->tls, r->conn, &rq);
 
@@ -381,7 +421,7 @@ dispatch(struct request *r, const char *url, const char *method)
     if (action == API_ACTION_CALL) {
         r->route = resp.route;
         api_response_cleanup(&resp);
-        return run_call(r);
+        return run_call(r, rq.client_addr);
     }
     api_call_cleanup(&r->call); /* a lock request that failed to parse */
     return queue(r, &resp);
@@ -598,6 +638,9 @@ static void on_completed(void *cls,
     if (r == NULL)
         return;
     *req_cls = NULL;
+    /* a waiter never answered (client gone, shutdown, a wake after the
+     * connection closed) gives its slot back here */
+    clientlim_give(srv->cl, r->slot);
     dur = clock_mono_us() - r->start_us;
     if (r->granted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         if (api_call_is_multi(&r->call)) {
@@ -634,28 +677,23 @@ static void on_completed(void *cls,
     atomic_fetch_sub(&srv->in_flight, 1);
 }
 
-/* libmicrohttpd splits the connection limit between pool threads, and a
- * pool of one is no pool (0: its one internal thread). */
-static unsigned pool_size(const struct config *cfg)
+/* libmicrohttpd's pool threads: it splits the connection limit between
+ * them, and a pool of one is no pool (0: its one internal thread). A
+ * connection's memory pool holds the request line and headers, in place, a
+ * record of each field, a copy of the Cookie fields, and the response's
+ * headers: twice --max-header-bytes lets a section of that size with a few
+ * hundred fields through, to be answered as ever, and most bigger ones
+ * reach check_headers() for a JSON 431. Up to 32 KiB, libmicrohttpd 0.9.75
+ * mallocs the pool; past it, it maps it, which costs a parked waiter more
+ * (docs/http.md). */
+static void daemon_sizes(const struct config *c, unsigned *pool, size_t *mem)
 {
-    unsigned pool = cfg->threads < cfg->max_connections ? cfg->threads
-                                                        : cfg->max_connections;
-
-    return pool <= 1 ? 0 : pool;
-}
-
-/* A connection's memory pool holds the request line and headers, in
- * place, a record of each field, a copy of the Cookie fields, and the
- * response's headers: twice --max-header-bytes lets a section of that
- * size with a few hundred fields through, to be answered as ever, and
- * most bigger ones reach check_headers() for a JSON 431. Up to 32 KiB,
- * libmicrohttpd 0.9.75 mallocs the pool; past it, it maps it, which
- * costs a parked waiter more (docs/http.md). */
-static size_t connection_memory(const struct config *cfg)
-{
-    size_t memory = (size_t)cfg->max_header_bytes * 2;
-
-    return memory < CONNECTION_MEMORY_MIN ? CONNECTION_MEMORY_MIN : memory;
+    *pool = c->threads < c->max_connections ? c->threads : c->max_connections;
+    if (*pool <= 1)
+        *pool = 0;
+    *mem = (size_t)c->max_header_bytes * 2;
+    if (*mem < CONNECTION_MEMORY_MIN)
+        *mem = CONNECTION_MEMORY_MIN;
 }
 
 struct server *server_start(const struct config *cfg,
@@ -667,7 +705,7 @@ struct server *server_start(const struct config *cfg,
                               .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
     struct addrinfo *ai = NULL;
-    struct MHD_OptionItem tls_opts[4] = { { MHD_OPTION_END, 0, NULL } };
+    struct MHD_OptionItem tls_opts[4];
     unsigned pool, per_ip;
     size_t memory;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
@@ -690,23 +728,23 @@ struct server *server_start(const struct config *cfg,
     }
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    if (cfg->tls != NULL) {
-        flags |= MHD_USE_TLS;
-        tls_daemon_options(cfg->tls, tls_opts);
-    }
+    flags |= tls_daemon_options(cfg->tls, tls_opts);
     /* the per-address cap follows the connection limit main() settled on */
     per_ip = cfg->max_connections_per_ip;
     if (per_ip == 0)
         per_ip = cfg->max_connections > 1 ? cfg->max_connections / 2 : 1;
+    /* and so does the per-client cap on waiters */
+    srv->cl = clientlim_new(cfg->max_waiters_per_client, cfg->max_connections);
     srv->ct = conntrack_new(cfg->request_timeout_ms, per_ip);
-    if (srv->ct == NULL) {
+    if (srv->ct == NULL || srv->cl == NULL) {
         log_error("cannot start the connection reaper: %s", strerror(errno));
+        clientlim_free(srv->cl);
+        conntrack_free(srv->ct);
         freeaddrinfo(ai);
         free(srv);
         return NULL;
     }
-    pool = pool_size(cfg);
-    memory = connection_memory(cfg);
+    daemon_sizes(cfg, &pool, &memory);
     /* the logger first: messages about the options after it reach it */
     srv->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
@@ -725,6 +763,7 @@ struct server *server_start(const struct config *cfg,
         log_error("cannot listen on %s (in use, or not a local address?)",
                   cfg->listen);
         conntrack_free(srv->ct);
+        clientlim_free(srv->cl);
         free(srv);
         return NULL;
     }
@@ -755,5 +794,6 @@ void server_stop(struct server *s)
         return;
     MHD_stop_daemon(s->daemon);
     conntrack_free(s->ct); /* after MHD's last CLOSED notification */
+    clientlim_free(s->cl); /* after the last completion */
     free(s);
 }

@@ -407,9 +407,14 @@ static int retrieve_cert(gnutls_session_t session,
     return 0;
 }
 
-void tls_daemon_options(struct tls *t, struct MHD_OptionItem o[4])
+unsigned tls_daemon_options(struct tls *t, struct MHD_OptionItem o[4])
 {
     size_t n = 0;
+
+    if (t == NULL) {
+        o[0] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+        return 0;
+    }
 
     o[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
                                       (void *)retrieve_cert };
@@ -422,6 +427,7 @@ void tls_daemon_options(struct tls *t, struct MHD_OptionItem o[4])
         o[n++] =
             (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_TRUST, 0, t->ca_pem };
     o[n] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+    return MHD_USE_TLS;
 }
 
 void tls_conn_free(struct tls_conn *c)

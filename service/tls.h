@@ -63,10 +63,11 @@ bool tls_client_ca(const struct tls *t);
 
 /*
  * libmicrohttpd's TLS options for t into o (at least 4 items, the last
- * MHD_OPTION_END), for MHD_OPTION_ARRAY; the daemon also needs
- * MHD_USE_TLS. What they point to lives as long as t.
+ * MHD_OPTION_END), for MHD_OPTION_ARRAY, and the daemon flag they need:
+ * MHD_USE_TLS (t NULL: plain HTTP, o empty, 0). What they point to lives
+ * as long as t.
  */
-void tls_daemon_options(struct tls *t, struct MHD_OptionItem o[4]);
+unsigned tls_daemon_options(struct tls *t, struct MHD_OptionItem o[4]);
 
 /*
  * Fill rq's tls_peer, tls_names, ntls_names and tls_error for a request on
