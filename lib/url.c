@@ -29,6 +29,8 @@ void url_cleanup(struct url *u)
 {
     free(u->scheme);
     free(u->user);
+    if (u->password != NULL) /* none left behind in freed memory */
+        explicit_bzero(u->password, strlen(u->password));
     free(u->password);
     free(u->hosts);
     free(u->path);

@@ -5,10 +5,13 @@
  *   redis+cluster://[[user]:password@]h1:port,h2:port,...[?options]
  * with the options prefix=P, connect_timeout_ms=N, timeout_ms=N,
  * min_replicas=N and replicas_timeout_ms=N (and those of each variant),
- * read into struct redis_be once, by open(). The Sentinel and Cluster
+ * and password_file=PATH (with no password in the URL or its file: the
+ * environment variable LOCKD_BACKEND_PASSWORD's), read into struct
+ * redis_be once, by open(). The Sentinel and Cluster
  * variants' hosts and path are read by sentinel.c and cluster.c. Apart from the
  * operations because it is all checking and messages: each problem is told in
- * the caller's error buffer, starting "redis: ".
+ * the caller's error buffer, starting "redis: ", naming a password's file
+ * but never a password.
  */
 #include "backends/redis/redis_int.h"
 
@@ -218,6 +221,30 @@ static enum backend_result redis_parse_options(struct redis_be *be,
     return BACKEND_OK;
 }
 
+/* The password of the URL, of its password_file or of the environment,
+ * into u->password; the Sentinels' options refused on other topologies.
+ * 0, or -1 with why in err (naming the file, never the password). */
+static int redis_resolve_password(struct redis_be *be,
+                                  struct url *u,
+                                  char *err,
+                                  size_t errlen)
+{
+    char why[256];
+
+    if (be->topology != REDIS_BE_SENTINEL &&
+        (url_param(u, "sentinel_password") != NULL ||
+         url_param(u, "sentinel_password_file") != NULL)) {
+        snprintf(err, errlen,
+                 "redis: sentinel_password and sentinel_password_file are "
+                 "for redis+sentinel:// only");
+        return -1;
+    }
+    if (url_resolve_password(u, REDIS_BE_PASSWORD_ENV, why, sizeof(why)) == 0)
+        return 0;
+    snprintf(err, errlen, "redis: %s", why);
+    return -1;
+}
+
 enum backend_result
 redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
 {
@@ -227,7 +254,9 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
         "timeout_ms",
         "min_replicas",
         "replicas_timeout_ms",
-        "sentinel_password", /* redis+sentinel:// only (sentinel.c) */
+        "password_file",
+        "sentinel_password",      /* redis+sentinel:// only (sentinel.c) */
+        "sentinel_password_file", /* redis+sentinel:// only (sentinel.c) */
         NULL
     };
     struct url u;
@@ -255,8 +284,11 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
         snprintf(err, errlen,
                  "redis: unknown URL option '%s' (known: prefix, "
                  "connect_timeout_ms, timeout_ms, min_replicas, "
-                 "replicas_timeout_ms, sentinel_password)",
+                 "replicas_timeout_ms, password_file, sentinel_password, "
+                 "sentinel_password_file)",
                  bad);
+    else if (redis_resolve_password(be, &u, err, errlen) != 0)
+        res = BACKEND_INVALID;
     else {
         switch (be->topology) {
         case REDIS_BE_SINGLE:
@@ -273,12 +305,6 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
         }
         if (res == BACKEND_OK)
             res = redis_parse_options(be, &u, err, errlen);
-        if (res == BACKEND_OK && be->topology != REDIS_BE_SENTINEL &&
-            url_param(&u, "sentinel_password") != NULL) {
-            snprintf(err, errlen,
-                     "redis: sentinel_password is for redis+sentinel:// only");
-            res = BACKEND_INVALID;
-        }
         /* WAIT must answer before the command timeout, or a grant it
          * followed would be answered 503 and kept (issue 17) */
         if (res == BACKEND_OK && be->min_replicas > 0 &&
@@ -308,6 +334,8 @@ void redis_url_free(struct redis_be *be)
     free(be->master_name);
     free(be->host);
     free(be->user);
+    if (be->password != NULL) /* no copy left behind in freed memory */
+        explicit_bzero(be->password, strlen(be->password));
     free(be->password);
     free(be->prefix);
     free(be->channel);

@@ -41,9 +41,11 @@
 
 #include <hiredis/hiredis.h>
 
-#define REDIS_BE_DEFAULT_HOST        "127.0.0.1"
-#define REDIS_BE_DEFAULT_PORT        6379
-#define REDIS_BE_DEFAULT_PREFIX      "lockd:"
+#define REDIS_BE_DEFAULT_HOST   "127.0.0.1"
+#define REDIS_BE_DEFAULT_PORT   6379
+#define REDIS_BE_DEFAULT_PREFIX "lockd:"
+#define REDIS_BE_PASSWORD_ENV \
+    "LOCKD_BACKEND_PASSWORD" /* no password in the URL */
 #define REDIS_BE_PREFIX_MAX          256
 #define REDIS_BE_CONNECT_TIMEOUT_MS  500
 #define REDIS_BE_TIMEOUT_MS          1000
