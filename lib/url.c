@@ -271,7 +271,10 @@ void url_redact(const char *url, char *out, size_t outlen)
 {
     const char *sep = strstr(url, "://");
     const char *p = sep != NULL ? sep + 3 : url;
-    size_t hostlen = strcspn(p, "/?#");
+    /* up to the query, not the path: a password with a raw '/' (or a URL
+     * without its "://") must not stop the search for its '@'. An '@' in
+     * a path hides more than needed, never less */
+    size_t hostlen = strcspn(p, "?#");
     const char *at = NULL, *colon = NULL, *rest = url, *q;
     size_t room = outlen;
 
