@@ -394,3 +394,48 @@ def sentinel_password_files(ctx):
     finally:
         ctx.cleanup()
         s.stop()
+
+
+@harness.scenario("secrets: redlock: ACL users on every node, password_file or LOCKD_BACKEND_PASSWORD",
+                  backends=["redlock"])
+def redlock_passwords(ctx):
+    nodes = []
+    try:
+        for i in range(3):
+            nodes.append(auth_redis(ctx, "pwredlock%d" % i))
+            # redlock also reads INFO and CONFIG GET appendfsync of each node
+            acl_user(nodes[-1], "lockd", ACL_COMMANDS + " +info +config|get")
+        hosts = ",".join("127.0.0.1:%d" % n.port for n in nodes)
+        good = secret_file(ctx, PW + "\n")
+        a = ctx.new_lockd(start=False)
+        a.backend_url = "redlock://lockd@%s?password_file=%s&timeout_ms=500" % (hosts, good)
+        a.args = ["--log-level", "debug"]
+        a.start()
+        b = ctx.new_lockd(start=False)
+        b.backend_url = "redlock://lockd@%s?timeout_ms=500" % hosts
+        b.env = {"LOCKD_BACKEND_PASSWORD": PW}
+        b.args = ["--log-level", "debug"]
+        b.start()
+        w = ctx.new_lockd(start=False)
+        w.backend_url = "redlock://lockd:nope@%s?timeout_ms=500" % hosts
+        w.start()
+        check(wait_ready(a, 15) and wait_ready(b, 15), "both ready as the ACL user")
+        key = ctx.key("rl")
+        r = acquire(a.client(), key, ttl_ms=5000)
+        eq(r.status, 201, "acquire")
+        eq(renew(a.client(), key, r.json["token"], 6000).status, 200, "renew")
+        eq(release(a.client(), key, r.json["token"]).status, 200, "release")
+        g, _ = wake_by_release(a, b, key, within=1.0, settle=0.4)
+        eq(release(b.client(), key, g.json["token"]).status, 200, "the waiter's release")
+        eq(w.request("GET", "/readyz").status, 503, "/readyz with a wrong password")
+        for ld in (a, b, w):
+            no_password(served_text(ld), "/readyz, /metrics or an answer")
+            ld.stop(10)
+            log = ld.log_tail(200000)
+            no_password(log, "the log at debug level")
+            if ld is not w:
+                check("NOPERM" not in log, "a command the ACL refused: %s" % log[-2000:])
+    finally:
+        ctx.cleanup()
+        for n in nodes:
+            n.stop()
