@@ -134,6 +134,13 @@ def served_text(ld):
     return "\n".join(out)
 
 
+def up_or_gone(ld, timeout=15):
+    """Wait until ld listens (True) or has exited (False): a refused URL
+    ends lockd at once."""
+    return wait_until(lambda: not ld.alive() or harness.wait_port(ld.port, 0.2), timeout) \
+        and ld.alive()
+
+
 def down_port():
     """A loopback port nobody listens on."""
     return harness.free_port()
@@ -160,7 +167,7 @@ def refused_starts(ctx):
         ("redlock://:%s@127.0.0.1:%d,127.0.0.1:%d" % (PW, p, p + 1), "redlock, even nodes"),
         ("redlock://:%s@a,b,c?password_file=%s" % (PW, f), "redlock, password twice"),
         ("mysql://lockd:%s@127.0.0.1:%d/lockd?bogus=1" % (PW, p), "mysql, unknown option"),
-        ("zk://lockd:%s@127.0.0.1:%d/lockd?bogus=1" % (PW, p), "zk, unknown option"),
+        ("zookeeper://lockd:%s@127.0.0.1:%d/lockd?bogus=1" % (PW, p), "zookeeper, unknown option"),
         ("redsi://:%s@127.0.0.1:%d" % (PW, p), "unknown scheme"),
         ("redis:/:%s@127.0.0.1:%d" % (PW, p), "no ://"),
         ("redis://:%s@127.0.0.1:%d?password=%s" % (PW, p, PW), "redis, password= option"),
@@ -206,7 +213,7 @@ def unreachable_stores(ctx):
         "redlock://:%s@127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?timeout_ms=200"
         % (PW, p, down_port(), down_port()),
         "mysql://lockd:%s@127.0.0.1:%d/lockd" % (PW, p),
-        "zk://lockd:%s@127.0.0.1:%d/lockd" % (PW, p),
+        "zookeeper://lockd:%s@127.0.0.1:%d/lockd?session_timeout_ms=2000" % (PW, p),
     ]
     schemes = harness_schemes()
     for url in urls:
@@ -215,13 +222,10 @@ def unreachable_stores(ctx):
         ld = harness.Lockd(url, args=["--log-level", "debug"], tmpdir=ctx.tmpdir)
         ctx.extra.append(ld)
         ld.start(wait_ready=False)
-        if harness.wait_port(ld.port, 15):
-            text = served_text(ld)
-            no_password(text, "the answers of lockd on %s" % url.split("://")[0])
+        if up_or_gone(ld):
+            no_password(served_text(ld), "the answers of lockd on %s" % url.split("://")[0])
             time.sleep(0.5)  # a retry or two in the log
-            ld.stop(10)
-        else:
-            ld.stop(10)
+        ld.stop(10)
         no_password(ld.log_tail(200000), "the log of lockd on %s" % url.split("://")[0])
 
 
@@ -439,3 +443,22 @@ def redlock_passwords(ctx):
         ctx.cleanup()
         for n in nodes:
             n.stop()
+
+
+@harness.scenario("secrets: a password the store refuses shows nowhere, running or refused",
+                  backends=["mysql", "zookeeper"])
+def refused_password(ctx):
+    url = ctx.url
+    sep = url.index("://") + 3
+    at = url.find("@", sep)
+    # the suite's store under a password it does not accept
+    url = url[:sep] + "lockd:" + PW + "@" + url[(at + 1 if at > 0 else sep):]
+    ld = harness.Lockd(url, args=["--log-level", "debug"], tmpdir=ctx.tmpdir,
+                       env={"LOCKD_BACKEND_PASSWORD": PW})
+    ctx.extra.append(ld)
+    ld.start(wait_ready=False)
+    if up_or_gone(ld):
+        no_password(served_text(ld), "/readyz, /metrics or an answer")
+        time.sleep(1.0)  # a reconnect or two in the log
+    ld.stop(10)
+    no_password(ld.log_tail(200000), "the log at debug level")
