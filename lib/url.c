@@ -284,6 +284,8 @@ void url_redact(const char *url, char *out, size_t outlen)
     for (const char *c = p; c < p + hostlen; c++)
         if (*c == '@')
             at = c;
+    if (at == NULL) /* a raw '?' or '#' in the password: its '@' is later */
+        at = strrchr(p, '@');
     if (at != NULL)
         colon = memchr(p, ':', (size_t)(at - p));
     if (colon != NULL) {

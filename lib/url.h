@@ -54,7 +54,7 @@ int url_resolve_password(struct url *u,
  * the value of every query parameter whose name ends in "password" are
  * replaced by "***" (also in a malformed URL: the part between the first
  * ':' after the scheme separator, or after the start when there is none,
- * and the last '@' before the query). The
+ * and the last '@' before the query, or anywhere when none is). The
  * result is truncated to outlen - 1 bytes and always NUL-terminated.
  */
 void url_redact(const char *url, char *out, size_t outlen);

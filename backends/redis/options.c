@@ -23,6 +23,17 @@
 #include "lib/text.h"
 #include "lib/url.h"
 
+const char *redis_url_piece(const char *s)
+{
+    /* a raw '/', '?' or '#' in a password ends the user info early: the
+     * rest of it lands in the hosts or the query, where an '@' or a
+     * leading ':' gives it away */
+    if (s[0] == ':' || strchr(s, '@') != NULL)
+        return "(hidden: it may hold a password; percent-encode a "
+               "password's '/', '?' and '#', or use password_file)";
+    return s;
+}
+
 /* host[:port], [v6][:port] or a bare v6 address; one primary only (a ','
  * is refused). Empty: the default host. */
 static enum backend_result redis_parse_hosts(struct redis_be *be,
@@ -117,7 +128,7 @@ enum backend_result redis_parse_addrs(struct redis_be *be,
         else if (rc != 0 || host == NULL || host[0] == '\0') {
             free(host);
             snprintf(err, errlen, "redis: bad %s host or port '%s' in the URL",
-                     what, p);
+                     what, redis_url_piece(p));
             res = BACKEND_INVALID;
         } else {
             be->addrs[be->naddrs].host = host;
@@ -286,7 +297,7 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
                  "connect_timeout_ms, timeout_ms, min_replicas, "
                  "replicas_timeout_ms, password_file, sentinel_password, "
                  "sentinel_password_file)",
-                 bad);
+                 redis_url_piece(bad));
     else if (redis_resolve_password(be, &u, err, errlen) != 0)
         res = BACKEND_INVALID;
     else {

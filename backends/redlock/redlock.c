@@ -77,7 +77,7 @@ static enum backend_result redlock_parse_own(const struct url *u,
                  "redlock: unknown URL option '%s' (known: prefix, "
                  "timeout_ms, connect_timeout_ms, password_file, drift_ms, "
                  "trust_fsync)",
-                 bad);
+                 redis_url_piece(bad));
         return BACKEND_INVALID;
     }
     cfg->drift_ms = -1;
@@ -179,7 +179,8 @@ static enum backend_result redlock_parse_hosts(const struct url *u,
         if (rc == -2)
             res = BACKEND_NO_MEMORY;
         else if (rc != 0 || host == NULL || host[0] == '\0') {
-            snprintf(err, errlen, "redlock: bad node host or port '%s'", p);
+            snprintf(err, errlen, "redlock: bad node host or port '%s'",
+                     redis_url_piece(p));
             res = BACKEND_INVALID;
         } else {
             snprintf(cfg->names[cfg->n], BACKEND_NODE_NAME,

@@ -171,6 +171,14 @@ def refused_starts(ctx):
         ("redsi://:%s@127.0.0.1:%d" % (PW, p), "unknown scheme"),
         ("redis:/:%s@127.0.0.1:%d" % (PW, p), "no ://"),
         ("redis://:%s@127.0.0.1:%d?password=%s" % (PW, p, PW), "redis, password= option"),
+        # a raw '/', '?' or '#' ends the user info early: the rest of the
+        # password lands in the hosts or the query
+        ("redis+sentinel://:%s/%s@127.0.0.1:%d/m" % (PW, PW, p), "sentinel, raw '/'"),
+        ("redis://:%s?%s@127.0.0.1:%d" % (PW, PW, p), "redis, raw '?'"),
+        ("redlock://:%s?%s@a,b,c" % (PW, PW), "redlock, raw '?'"),
+        ("redlock://:%s/%s@a,b,c" % (PW, PW), "redlock, raw '/'"),
+        ("redsi://:%s?%s@127.0.0.1:%d" % (PW, PW, p), "unknown scheme, raw '?'"),
+        ("redsi://:%s#%s@127.0.0.1:%d" % (PW, PW, p), "unknown scheme, raw '#'"),
     ]
     for url, what in cases:
         refused(url, what)
