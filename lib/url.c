@@ -29,6 +29,8 @@ void url_cleanup(struct url *u)
 {
     free(u->scheme);
     free(u->user);
+    if (u->password != NULL) /* none left behind in freed memory */
+        explicit_bzero(u->password, strlen(u->password));
     free(u->password);
     free(u->hosts);
     free(u->path);
@@ -269,7 +271,10 @@ void url_redact(const char *url, char *out, size_t outlen)
 {
     const char *sep = strstr(url, "://");
     const char *p = sep != NULL ? sep + 3 : url;
-    size_t hostlen = strcspn(p, "/?#");
+    /* up to the query, not the path: a password with a raw '/' (or a URL
+     * without its "://") must not stop the search for its '@'. An '@' in
+     * a path hides more than needed, never less */
+    size_t hostlen = strcspn(p, "?#");
     const char *at = NULL, *colon = NULL, *rest = url, *q;
     size_t room = outlen;
 
@@ -279,6 +284,8 @@ void url_redact(const char *url, char *out, size_t outlen)
     for (const char *c = p; c < p + hostlen; c++)
         if (*c == '@')
             at = c;
+    if (at == NULL) /* a raw '?' or '#' in the password: its '@' is later */
+        at = strrchr(p, '@');
     if (at != NULL)
         colon = memchr(p, ':', (size_t)(at - p));
     if (colon != NULL) {

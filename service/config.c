@@ -534,6 +534,8 @@ static const char *const env_allowed[] = {
     "LOCKD_MODE",
     "LOCKD_EXPIRES_AT",
     "LOCKD_RELEASED",
+    /* the store password, read by the adapters (url_resolve_password()) */
+    "LOCKD_BACKEND_PASSWORD",
     /* tests and builds */
     "LOCKD_BIN",
     "LOCKD_BIN_*",
