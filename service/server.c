@@ -199,6 +199,20 @@ queue_error(struct request *r, enum api_error e, enum api_route route)
     return queue(r, &resp);
 }
 
+/* The first request of a TLS connection over its address's cap
+ * (conntrack.h): 429, and the connection closes. */
+static enum MHD_Result queue_limited(struct request *r)
+{
+    struct api_response resp = { .route = API_ROUTE_OTHER };
+
+    codec_error(&resp, API_TOO_MANY_REQUESTS,
+                "too many open connections from this address "
+                "(--max-connections-per-ip)");
+    resp.retry_after = 1;
+    r->close = true;
+    return queue(r, &resp);
+}
+
 struct collect {
     struct api_param query[MAX_QUERY_PARAMS];
     size_t nquery;
@@ -441,7 +455,9 @@ static enum MHD_Result begin_request(struct server *srv,
     enum api_error err;
     char msg[200];
 
-    if (!conntrack_request_begins(conn))
+    enum conntrack_begin cb = conntrack_request_begins(conn);
+
+    if (cb == CONNTRACK_CLOSE)
         return MHD_NO; /* refused or cut: MHD closes the connection */
     r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -457,6 +473,8 @@ static enum MHD_Result begin_request(struct server *srv,
     set_request_id(r);
     if (r->path == NULL || r->request_id == NULL)
         return MHD_NO; /* out of memory: MHD closes the connection */
+    if (cb == CONNTRACK_LIMITED)
+        return queue_limited(r);
     if (reqcheck_target_has_nul(conn, url, version)) {
         const char *p = router_path(url);
         struct api_response resp = { .route = API_ROUTE_OTHER };
@@ -536,32 +554,6 @@ static enum MHD_Result on_request(void *cls,
     if (r->too_large)
         return queue_error(r, API_BODY_TOO_LARGE, API_ROUTE_OTHER);
     return dispatch(r, url, method);
-}
-
-/* The peer's "ip:port" ("[ip]:port" for IPv6) into buf; "" if unknown.
- * X-Forwarded-For is not trusted: this is the socket's peer. */
-static void client_address(struct MHD_Connection *conn, char *buf, size_t cap)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    char host[NI_MAXHOST], port[NI_MAXSERV];
-    const struct sockaddr *sa;
-    socklen_t len;
-
-    buf[0] = '\0';
-    if (ci == NULL || ci->client_addr == NULL)
-        return;
-    sa = ci->client_addr;
-    if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
-        return;
-    len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                    : sizeof(struct sockaddr_in);
-    if (getnameinfo(sa, len, host, sizeof(host), port, sizeof(port),
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-        return;
-    if (snprintf(buf, cap, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s",
-                 host, port) >= (int)cap)
-        buf[0] = '\0';
 }
 
 /* The lock call's outcome, once, to the lifecycle events: at completion,
@@ -661,7 +653,7 @@ static void on_completed(void *cls,
         r->status = 499; /* the client left before an answer */
         metrics_request(r->route, r->status, dur);
     }
-    client_address(conn, client, sizeof(client));
+    conntrack_peer_name(conn, client, sizeof(client));
     if (r->ran)
         after_call(r, client);
     log_access(r->method, r->path != NULL ? r->path : "-", r->status, dur,
@@ -735,7 +727,7 @@ struct server *server_start(const struct config *cfg,
         per_ip = cfg->max_connections > 1 ? cfg->max_connections / 2 : 1;
     /* and so does the per-client cap on waiters */
     srv->cl = clientlim_new(cfg->max_waiters_per_client, cfg->max_connections);
-    srv->ct = conntrack_new(cfg->request_timeout_ms, per_ip);
+    srv->ct = conntrack_new(cfg->request_timeout_ms, per_ip, cfg->tls != NULL);
     if (srv->ct == NULL || srv->cl == NULL) {
         log_error("cannot start the connection reaper: %s", strerror(errno));
         clientlim_free(srv->cl);

@@ -374,3 +374,37 @@ def tls_identity_credentials(ctx):
     expect_error(r, 401, "unauthorized", "an expired certificate whose CN a credential names")
     eq(ld.stop(), 0, "exit code")
     eq(ld2.stop(), 0, "exit code")
+
+
+@harness.scenario("tls: a connection over --max-connections-per-ip on the TLS port is answered 429 "
+                  "with Retry-After over TLS, then closed", backends=["memory"])
+def tls_connections_capped(ctx):
+    p = pki(ctx)
+    ld = tls_lockd(ctx, p, args=["--max-connections-per-ip", "1"])
+    held = None
+    deadline = time.monotonic() + 5
+    while held is None:
+        # the harness's readiness probe may still count for a moment
+        c = ld.client(timeout=5)
+        try:
+            ok = c.request("GET", "/healthz").status == 200
+        except OSError:
+            ok = False
+        if ok:
+            held = c
+        else:
+            c.close()
+            check(time.monotonic() < deadline, "one connection with a cap of 1 was not served")
+            time.sleep(0.1)
+    try:
+        c2 = ld.client(timeout=5)
+        try:
+            r = c2.request("GET", "/healthz")
+        finally:
+            c2.close()
+        body = expect_error(r, 429, "too_many_requests", "2nd TLS connection from 127.0.0.1")
+        eq(r.header("Retry-After"), "1", "Retry-After of the 429")
+        check("--max-connections-per-ip" in body["message"], "the message names the flag")
+        eq(held.request("GET", "/healthz").status, 200, "the first connection is still served")
+    finally:
+        held.close()
