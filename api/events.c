@@ -369,8 +369,9 @@ void events_force_released(const struct api_config *cfg,
     if (ctx != NULL) {
         put_str(&fs, "client", ctx->client);
         put_str(&fs, "request_id", ctx->request_id);
+        if (ctx->credential != NULL)
+            put_str(&fs, "admin", ctx->credential);
     }
-    put_str(&fs, "admin", "token");
     log_audit(metrics_event_name(METRICS_EV_FORCE_RELEASED), fs.f, fs.n);
 }
 

@@ -16,6 +16,8 @@
 struct api_event_ctx {
     const char *client;     /* "ip:port" of the peer, or NULL */
     const char *request_id; /* X-Request-Id, or NULL */
+    const char *credential; /* the name of the credential that authorized
+                               the call, or NULL (auth off) */
     int64_t parked_us;      /* time the request spent parked (waiting for
                                the key), 0 when it never waited */
     bool waited;            /* an acquire with wait_ms > 0 */
@@ -53,7 +55,8 @@ void events_after_call(const struct api_config *cfg,
  * answered 200): lock.force_released at warn, written whatever
  * --log-level and --log-events, with key (key_len bytes), holders, fence
  * (the greatest) and owner from info (the holders removed; may be NULL),
- * client and request_id from ctx (may be NULL), admin "token"; counted in
+ * client, request_id and admin (the credential's name) from ctx (may be
+ * NULL; admin is absent when auth is off); counted in
  * lockd_lock_events_total. Borrowed for the call; thread-safe.
  */
 void events_force_released(const struct api_config *cfg,

@@ -565,6 +565,7 @@ static void after_call(struct request *r, const char *client)
     struct api_event_ctx ctx = {
         .client = client[0] != '\0' ? client : NULL,
         .request_id = r->request_id,
+        .credential = c->client[0] != '\0' ? c->client : NULL,
         .parked_us = r->w.parked_us,
         .waited = (c->verb == API_VERB_ACQUIRE ||
                    c->verb == API_VERB_ACQUIRE_MULTI) &&

@@ -318,7 +318,7 @@ def force_audit_line(ctx):
             time.sleep(0.05)
     check(line is not None, "no lock.force_released line in %r" % ld.log_tail(2000))
     eq((line.get("level"), line.get("key"), line.get("holders"), line.get("fence"), line.get("owner"),
-        line.get("admin")), ("warn", key, 1, g["fence"], "stuck-job", "token"), "audit line")
+        line.get("admin")), ("warn", key, 1, g["fence"], "stuck-job", "admin"), "audit line")
     check(re.match(r"^127\.0\.0\.1:\d+$", line.get("client") or ""), "client %r" % line.get("client"))
 
 

@@ -165,7 +165,8 @@ static struct api_call call(enum api_verb verb)
 }
 
 static const struct api_event_ctx ctx1 = { .client = "127.0.0.1:5555",
-                                           .request_id = "rid-1" };
+                                           .request_id = "rid-1",
+                                           .credential = "ops" };
 
 static void test_events_grant_writes_granted_with_fields(void)
 {
@@ -446,7 +447,7 @@ static void test_events_force_released_is_audit_whatever_the_level(void)
     CHECK_STR_EQ(jstr(o, "owner"), "batch");
     CHECK_STR_EQ(jstr(o, "client"), "127.0.0.1:5555");
     CHECK_STR_EQ(jstr(o, "request_id"), "rid-1");
-    CHECK_STR_EQ(jstr(o, "admin"), "token");
+    CHECK_STR_EQ(jstr(o, "admin"), "ops"); /* the credential's name */
     json_decref(o);
     CHECK_EQ_INT(events_total("lock.force_released") - before, 1);
 }
