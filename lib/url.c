@@ -268,8 +268,11 @@ static void redact_query(const char *q, char **out, size_t *room)
 void url_redact(const char *url, char *out, size_t outlen)
 {
     const char *sep = strstr(url, "://");
-    const char *p = sep != NULL ? sep + 3 : url;
-    size_t hostlen = strcspn(p, "/?#");
+    const char *slashes = strstr(url, "//"); /* "redis//..." is malformed */
+    const char *p = sep != NULL ? sep + 3 : slashes != NULL ? slashes + 2 : url;
+    /* where url_parse() ends the user info and hosts: a '#' is not an end
+     * there, so a password with one must be hidden whole */
+    size_t hostlen = strcspn(p, "/?");
     const char *at = NULL, *colon = NULL, *rest = url, *q;
     size_t room = outlen;
 
