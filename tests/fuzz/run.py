@@ -11,7 +11,9 @@ or "FAIL" with what libFuzzer found (crash, leak, timeout, out of memory)
 and the input it saved (BUILD/fuzz-artifacts/<name>-crash-<sha1>), then
 the tail of its output. Exits 1 if any target failed or none ran.
 
-  python3 tests/fuzz/run.py [--seconds N] [--build DIR] [--only NAME]...
+  python3 tests/fuzz/run.py [--seconds N] [--build DIR] [--only NAME]... [--keep]
+
+--keep goes on from the corpus copy an earlier run grew, instead of the seeds.
 
 tests/run.py imports run_target() for `make test`'s short runs.
 """
@@ -50,17 +52,20 @@ def targets(build):
     return out
 
 
-def run_target(name, path, build, seconds):
-    """Run one target for seconds on a fresh copy of its corpus: (ok, line,
-    output)."""
+def run_target(name, path, build, seconds, keep=False):
+    """Run one target for seconds on a fresh copy of its corpus (keep: on
+    the copy a previous run grew, if there is one): (ok, line, output)."""
     short = name[len("fuzz_"):]
     seed = os.path.join(HERE, "corpus", short)
     corpus = os.path.join(build, "fuzz-corpus", short)
     arts = os.path.join(build, "fuzz-artifacts")
-    shutil.rmtree(corpus, ignore_errors=True)
-    if os.path.isdir(seed):
+    if keep and os.path.isdir(corpus):
+        pass
+    elif os.path.isdir(seed):
+        shutil.rmtree(corpus, ignore_errors=True)
         shutil.copytree(seed, corpus)
     else:
+        shutil.rmtree(corpus, ignore_errors=True)
         os.makedirs(corpus)
     os.makedirs(arts, exist_ok=True)
     cmd = [path, "-max_total_time=%d" % seconds, "-artifact_prefix=%s/%s-" % (arts, short)]
@@ -93,6 +98,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--build", default="build-fuzz")
     ap.add_argument("--only", action="append", help="run only this target (fuzz_NAME or NAME)")
+    ap.add_argument("--keep", action="store_true", help="go on from the grown corpus copy")
     opts = ap.parse_args()
     todo = [(n, p) for n, p in targets(opts.build)
             if not opts.only or n in opts.only or n[len("fuzz_"):] in opts.only]
@@ -101,7 +107,7 @@ def main():
         return 1
     failed = 0
     for name, path in todo:
-        ok, line, out = run_target(name, path, opts.build, opts.seconds)
+        ok, line, out = run_target(name, path, opts.build, opts.seconds, opts.keep)
         print(line)
         if not ok:
             failed += 1
