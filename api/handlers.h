@@ -9,15 +9,16 @@
 
 #include "api/codec.h"
 #include "lib/log.h"
-#include "lib/secret.h"
+
+struct authz;
 
 struct api_config { /* frozen before the server starts */
     struct backend *backend;
     uint64_t default_ttl_ms;
     uint64_t max_ttl_ms;
     uint64_t max_wait_ms;
-    struct secret *auth_token;  /* NULL: no auth (re-read on SIGHUP) */
-    struct secret *admin_token; /* NULL: no admin (forced release) */
+    struct authz *authz;        /* the credentials (api/authz.h); NULL: auth is
+                                   off. Swapped inside on SIGHUP */
     enum log_events log_events; /* which lifecycle events to log */
 };
 

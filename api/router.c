@@ -1,8 +1,11 @@
 /*
  * api/router.c - method + path to handler. Routes are a fixed table; the
- * lock routes share the key decoding and the optional bearer check.
+ * lock routes share the key decoding and the credentials check
+ * (api/authz.h): who is asking before anything is parsed, whether the
+ * parsed call is covered before any store call.
  */
 #include "api/router.h"
+#include "api/authz.h"
 #include "lib/text.h"
 
 #include <stdio.h>
@@ -30,64 +33,10 @@ static void not_allowed(struct api_response *resp, const char *allow)
     resp->allow = allow;
 }
 
-/* The token of "Authorization: Bearer <token>", or NULL. */
-static const char *bearer(const struct api_request *rq)
-{
-    const char *h = rq->authorization;
-
-    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
-        return NULL;
-    h += 7;
-    while (*h == ' ')
-        h++;
-    return h;
-}
-
-/* Constant-time check of "Authorization: Bearer <token>": the auth token
- * or the admin token. */
-static bool authorized(const struct api_config *cfg,
-                       const struct api_request *rq)
-{
-    const char *t;
-
-    if (cfg->auth_token == NULL)
-        return true;
-    t = bearer(rq);
-    return t != NULL && (secret_check(cfg->auth_token, t) ||
-                         secret_check(cfg->admin_token, t));
-}
-
-/* A forced release needs the admin token (docs/API.md, "Authentication"):
- * API_OK, else 401 (no or a wrong token while any is configured) or 403 (a
- * valid non-admin token, or no admin token configured) written into resp. */
-static enum api_error admin_check(const struct api_config *cfg,
-                                  const struct api_request *rq,
-                                  struct api_response *resp)
-{
-    const char *t = bearer(rq);
-    bool any = cfg->auth_token != NULL || cfg->admin_token != NULL;
-
-    if (t != NULL && secret_check(cfg->admin_token, t))
-        return API_OK;
-    if (any && (t == NULL || !secret_check(cfg->auth_token, t))) {
-        codec_error(resp, API_UNAUTHORIZED,
-                    "a forced release needs the admin token "
-                    "(Authorization: Bearer)");
-        resp->www_authenticate = true;
-        return API_UNAUTHORIZED;
-    }
-    codec_error(resp, API_FORBIDDEN,
-                cfg->admin_token == NULL
-                    ? "a forced release needs an admin token, and "
-                      "--admin-token-file is not set"
-                    : "a forced release needs the admin token, not the "
-                      "auth token");
-    return API_FORBIDDEN;
-}
-
 static enum api_action route_lock(const struct api_config *cfg,
                                   const struct api_request *rq,
                                   const char *path,
+                                  struct authz_who *who,
                                   struct api_response *resp,
                                   struct api_call *call)
 {
@@ -112,11 +61,9 @@ static enum api_action route_lock(const struct api_config *cfg,
         return API_ACTION_REPLY;
     }
     resp->route = route;
-    if (!authorized(cfg, rq)) {
-        codec_error(resp, API_UNAUTHORIZED, NULL);
-        resp->www_authenticate = true;
+    /* 401 before the key or the body is read */
+    if (authz_identify(cfg->authz, rq, who, resp) != API_OK)
         return API_ACTION_REPLY;
-    }
     if (rq->shutting_down) {
         codec_error(resp, API_SHUTTING_DOWN, NULL);
         resp->retry_after = 1;
@@ -145,11 +92,11 @@ static enum api_action route_lock(const struct api_config *cfg,
     /* key is handed over to call, even on error */
     if (handle_call_parse(cfg, rq, verb, key, key_len, call, resp) != API_OK)
         return API_ACTION_REPLY;
-    if (call->verb == API_VERB_FORCE_RELEASE) {
+    if (call->verb == API_VERB_FORCE_RELEASE)
         resp->route = API_ROUTE_FORCE_RELEASE;
-        if (admin_check(cfg, rq, resp) != API_OK)
-            return API_ACTION_REPLY;
-    }
+    /* 403 once the key and the verb are known, before any store call */
+    if (authz_allow(who, call, resp) != API_OK)
+        return API_ACTION_REPLY;
     return API_ACTION_CALL;
 }
 
@@ -157,6 +104,7 @@ static enum api_action route_lock(const struct api_config *cfg,
  * list of held keys. */
 static enum api_action route_multi(const struct api_config *cfg,
                                    const struct api_request *rq,
+                                   struct authz_who *who,
                                    struct api_response *resp,
                                    struct api_call *call)
 {
@@ -179,11 +127,8 @@ static enum api_action route_multi(const struct api_config *cfg,
         not_allowed(resp, ALLOW_MULTI);
         return API_ACTION_REPLY;
     }
-    if (!authorized(cfg, rq)) {
-        codec_error(resp, API_UNAUTHORIZED, NULL);
-        resp->www_authenticate = true;
+    if (authz_identify(cfg->authz, rq, who, resp) != API_OK)
         return API_ACTION_REPLY;
-    }
     if (rq->shutting_down) {
         codec_error(resp, API_SHUTTING_DOWN, NULL);
         resp->retry_after = 1;
@@ -192,9 +137,10 @@ static enum api_action route_multi(const struct api_config *cfg,
     if (verb == API_VERB_LIST) {
         if (handle_list_parse(rq, call, resp) != API_OK)
             return API_ACTION_REPLY;
-        return API_ACTION_CALL;
+    } else if (handle_multi_parse(cfg, rq, verb, call, resp) != API_OK) {
+        return API_ACTION_REPLY;
     }
-    if (handle_multi_parse(cfg, rq, verb, call, resp) != API_OK)
+    if (authz_allow(who, call, resp) != API_OK)
         return API_ACTION_REPLY;
     return API_ACTION_CALL;
 }
@@ -224,6 +170,8 @@ enum api_action router_dispatch(const struct api_config *cfg,
                                 struct api_call *call)
 {
     const char *path = router_path(rq->path);
+    struct authz_who who = { 0 };
+    enum api_action act;
 
     memset(resp, 0, sizeof(*resp));
     resp->route = API_ROUTE_OTHER;
@@ -241,10 +189,16 @@ enum api_action router_dispatch(const struct api_config *cfg,
                     "http(s) URI (RFC 9112 section 3.2)");
         return API_ACTION_REPLY;
     }
-    if (strncmp(path, LOCKS_PREFIX, strlen(LOCKS_PREFIX)) == 0)
-        return route_lock(cfg, rq, path, resp, call);
-    if (strcmp(path, MULTI_PATH) == 0)
-        return route_multi(cfg, rq, resp, call);
+    if (strncmp(path, LOCKS_PREFIX, strlen(LOCKS_PREFIX)) == 0 ||
+        strcmp(path, MULTI_PATH) == 0) {
+        /* who holds a reference to the policy until the call is judged */
+        if (path[strlen(MULTI_PATH)] == '\0')
+            act = route_multi(cfg, rq, &who, resp, call);
+        else
+            act = route_lock(cfg, rq, path, &who, resp, call);
+        authz_done(&who);
+        return act;
+    }
 
     if (strcmp(path, "/healthz") == 0)
         resp->route = API_ROUTE_HEALTHZ;
@@ -260,6 +214,8 @@ enum api_action router_dispatch(const struct api_config *cfg,
         not_allowed(resp, ALLOW_OPS);
         return API_ACTION_REPLY;
     }
+    if (authz_operator(cfg->authz, rq, resp->route, resp) != API_OK)
+        return API_ACTION_REPLY;
     if (resp->route == API_ROUTE_HEALTHZ) {
         handle_healthz(resp);
         return API_ACTION_REPLY;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/authz.h"
 #include "backends/backend.h"
 #include "lib/text.h"
 #include "lib/url.h"
@@ -92,6 +93,11 @@ static const struct opt opts[] = {
       "only, logged at any level), changes (also grants, releases, "
       "expiries, takeovers, lost holds, waiter timeouts) or all (also "
       "renewals) (default changes)" },
+    { "auth-file", "LOCKD_AUTH_FILE", OPT_STRING, M(auth_file), 0, 0,
+      "JSON file of scoped credentials: each a name, a token_sha256 (see "
+      "--hash-token) or tls_identity, the key prefixes and verbs it may "
+      "use; SIGHUP re-reads it (a bad file keeps the old policy); "
+      "default: no auth" },
     { "auth-token-file", "LOCKD_AUTH_TOKEN_FILE", OPT_STRING,
       M(auth_token_file), 0, 0,
       "file whose first line is a bearer token that /locks requests must "
@@ -109,7 +115,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: lockd [options]\n"
-            "       lockd --check-health [URL]\n\n"
+            "       lockd --check-health [URL]\n"
+            "       lockd --hash-token <token-file\n\n"
             "lockd serves distributed locks over HTTP/JSON.\n"
             "Every option is also an environment variable; the flag wins.\n\n");
     for (size_t i = 0; i < NOPTS; i++)
@@ -117,7 +124,7 @@ static void usage(FILE *f)
                 opts[i].help);
     fprintf(f,
             "  --%-22s %-28s %s\n  --%-22s %-28s %s\n  --%-22s %-28s %s\n"
-            "  --%-22s %-28s %s\n\n"
+            "  --%-22s %-28s %s\n  --%-22s %-28s %s\n\n"
             "backends built in: %s\n",
             "check-health [URL]", "",
             "GET URL (default http://<listen>/healthz); exit 0 on 200, "
@@ -125,6 +132,9 @@ static void usage(FILE *f)
             "help", "", "print this help and exit", "version", "",
             "print the version and exit", "backends", "",
             "print the backend schemes built in, one a line, and exit",
+            "hash-token", "",
+            "read a token on stdin, print its SHA-256 (for token_sha256 "
+            "in --auth-file) and exit",
             backend_schemes());
 }
 
@@ -191,15 +201,22 @@ bad:
     return -1;
 }
 
-/* Open one token file into *out; -1 with the reason printed. */
-static int
-open_token_file(const char *flag, const char *path, struct secret **out)
+/* The credentials of the auth files, if any; -1 with the reason printed. */
+static int open_authz(struct config *c)
 {
-    char err[512];
+    struct authz_opts o = { 0 };
+    char err[768];
 
-    *out = secret_open(path, err, sizeof(err));
-    if (*out == NULL) {
-        fprintf(stderr, "lockd: --%s %s\n", flag, err);
+    o.auth_file = c->auth_file;
+    o.token_file = c->auth_token_file;
+    o.admin_file = c->admin_token_file;
+    /* TODO(#18): c->tls_client_ca != NULL once --tls-client-ca is here */
+    o.tls_client_ca = false;
+    if (!authz_wanted(&o))
+        return 0;
+    c->authz = authz_open(&o, err, sizeof(err));
+    if (c->authz == NULL) {
+        fprintf(stderr, "lockd: %s\n", err);
         return -1;
     }
     return 0;
@@ -283,6 +300,10 @@ static enum config_result parse_args(struct config *c, int argc, char **argv)
 
         if (print_info(a))
             return CONFIG_EXIT;
+        if (strcmp(a, "--hash-token") == 0) {
+            c->hash_token = true;
+            continue;
+        }
         if (strcmp(a, "--check-health") == 0) {
             c->check_health = true;
             if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
@@ -319,7 +340,7 @@ enum config_result config_load(struct config *c, int argc, char **argv)
                 c->listen);
         return CONFIG_ERROR;
     }
-    if (c->check_health)
+    if (c->check_health || c->hash_token)
         return CONFIG_OK;
     if (c->default_ttl_ms > c->max_ttl_ms) {
         fprintf(stderr,
@@ -328,23 +349,15 @@ enum config_result config_load(struct config *c, int argc, char **argv)
                 (unsigned long long)c->max_ttl_ms);
         return CONFIG_ERROR;
     }
-    if (c->auth_token_file != NULL &&
-        open_token_file("auth-token-file", c->auth_token_file,
-                        &c->auth_token) != 0)
-        return CONFIG_ERROR;
-    if (c->admin_token_file != NULL &&
-        open_token_file("admin-token-file", c->admin_token_file,
-                        &c->admin_token) != 0)
+    if (open_authz(c) != 0)
         return CONFIG_ERROR;
     return CONFIG_OK;
 }
 
 void config_cleanup(struct config *c)
 {
-    secret_close(c->auth_token);
-    c->auth_token = NULL;
-    secret_close(c->admin_token);
-    c->admin_token = NULL;
+    authz_close(c->authz);
+    c->authz = NULL;
 }
 
 /*

@@ -10,7 +10,8 @@
 #include <stdint.h>
 
 #include "lib/log.h"
-#include "lib/secret.h"
+
+struct authz;
 
 struct config {
     const char *listen;    /* "host:port", as given */
@@ -30,13 +31,15 @@ struct config {
     enum log_level log_level;
     enum log_format log_format;
     enum log_events log_events;
-    const char *auth_token_file;    /* NULL: no auth */
-    struct secret *auth_token;      /* owned: the file's first line */
-    const char *admin_token_file;   /* NULL: no forced release */
-    struct secret *admin_token;     /* owned: the file's first line */
+    const char *auth_file;          /* --auth-file; NULL: none */
+    const char *auth_token_file;    /* NULL: no credential "token" */
+    const char *admin_token_file;   /* NULL: no credential "admin" */
+    struct authz *authz;            /* owned: the credentials of the three files
+                                       (api/authz.h); NULL: auth is off */
     const char *log_file;           /* NULL: stderr */
     unsigned max_store_connections; /* per instance, 1..10000 */
     bool check_health;              /* --check-health mode */
+    bool hash_token;                /* --hash-token mode */
     const char *check_health_url;   /* NULL: derived from listen */
 };
 
@@ -47,7 +50,9 @@ enum config_result {
 };
 
 /* Fill c from argv and the environment. Strings are borrowed from argv and
- * environ, except the token files' secrets. */
+ * environ; c->authz, the credentials read from the auth files, is owned
+ * (a file that cannot be read or is not valid: CONFIG_ERROR, said on
+ * stderr naming the file and the field). */
 enum config_result config_load(struct config *c, int argc, char **argv);
 void config_cleanup(struct config *c);
 

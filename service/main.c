@@ -4,8 +4,9 @@
  * Start: configuration, logging, signals blocked in every thread, the
  * backend (which may not be reachable yet: it recovers by itself), the wait
  * queue, the HTTP server. Then the main thread sleeps in sigwait().
- * SIGHUP: the token files are read again and --log-file is reopened (the
- * work is done here, on the main thread, never in a signal handler).
+ * SIGHUP: the credentials' files are read again and --log-file is
+ * reopened (the work is done here, on the main thread, never in a signal
+ * handler).
  * SIGTERM or SIGINT: /readyz turns 503 and new requests get 503 at once,
  * waiters are answered 503, requests in flight finish (5 s at most), then
  * the server, the wait queue and the backend close, and lockd exits 0.
@@ -22,6 +23,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "api/authz.h"
 #include "api/codec.h"
 #include "api/events.h"
 #include "api/handlers.h"
@@ -127,6 +129,32 @@ static int check_health(const struct config *c)
     return ok ? 0 : 1;
 }
 
+/* --hash-token: the SHA-256 of the token on stdin's first line (without
+ * its line end), as --auth-file's token_sha256 wants it. */
+static int hash_token(void)
+{
+    char line[1024], hex[2 * AUTHZ_SHA256_LEN + 1];
+    size_t n;
+
+    if (fgets(line, sizeof(line), stdin) == NULL)
+        line[0] = '\0';
+    n = strcspn(line, "\r\n");
+    line[n] = '\0';
+    if (n == 0) {
+        fprintf(stderr, "lockd: --hash-token: no token on stdin's first "
+                        "line\n");
+        return 2;
+    }
+    if (authz_sha256_hex(line, n, hex) != 0) {
+        explicit_bzero(line, sizeof(line));
+        fprintf(stderr, "lockd: --hash-token: SHA-256 failed\n");
+        return 1;
+    }
+    explicit_bzero(line, sizeof(line));
+    printf("%s\n", hex);
+    return 0;
+}
+
 static void warn_line(const char *line)
 {
     log_warn("%s", line);
@@ -225,33 +253,15 @@ static int open_store(struct config *cfg,
     return 0;
 }
 
-/* Re-read one token file for SIGHUP; what was done goes in done
- * (donelen bytes). A failed read keeps the old token. */
-static void
-reload_token(struct secret *s, const char *what, char *done, size_t donelen)
-{
-    char err[512];
-    size_t n = strlen(done);
-
-    if (s == NULL)
-        return;
-    if (secret_reload(s, err, sizeof(err)) != 0) {
-        log_warn("SIGHUP: %s token: %s; the old one stays in force", what, err);
-        return;
-    }
-    snprintf(done + n, donelen - n, "%s%s token from %s", n > 0 ? ", " : "",
-             what, secret_path(s));
-}
-
-/* SIGHUP: the token files, then the log file, then one line saying what
- * was done. */
+/* SIGHUP: the credentials' files, then the log file, then one line saying
+ * what was done. */
 static void reload(struct config *cfg)
 {
     char done[1024] = "", err[512];
     size_t n;
 
-    reload_token(cfg->auth_token, "auth", done, sizeof(done));
-    reload_token(cfg->admin_token, "admin", done, sizeof(done));
+    if (cfg->authz != NULL)
+        authz_reload(cfg->authz, done, sizeof(done));
     if (log_file_path() != NULL) {
         if (log_reopen(err, sizeof(err)) != 0) {
             log_warn("SIGHUP: log file: %s; writing to the old one", err);
@@ -311,6 +321,8 @@ int main(int argc, char **argv)
     }
     if (cfg.check_health)
         return check_health(&cfg);
+    if (cfg.hash_token)
+        return hash_token();
     rc = size_threads(&cfg, sizing, sizeof(sizing));
     if (rc == 0)
         rc = setup_process(&cfg, &sigs);
@@ -337,8 +349,7 @@ int main(int argc, char **argv)
     api.default_ttl_ms = cfg.default_ttl_ms;
     api.max_ttl_ms = cfg.max_ttl_ms;
     api.max_wait_ms = cfg.max_wait_ms;
-    api.auth_token = cfg.auth_token;
-    api.admin_token = cfg.admin_token;
+    api.authz = cfg.authz;
 
     srv = server_start(&cfg, &api, q);
     if (srv == NULL) {

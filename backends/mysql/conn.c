@@ -218,16 +218,45 @@ static int mysql_schema_ensure(struct mysql_conn *c)
     return 0;
 }
 
+/* be's TLS options on a handle not yet connected: 0, or -1 (no memory). */
+static int mysql_conn_tls(MYSQL *db, const struct mysql_be *be)
+{
+    my_bool yes = 1;
+
+    if (be->ssl_mode == MYSQL_SSL_DISABLED)
+        return 0; /* Connector/C 3.3 speaks plain unless asked */
+    /* "enforce" only turns TLS on: without a verified server Connector/C
+     * still falls back to plain when the server offers no TLS, which
+     * mysql_conn_open() refuses from required on */
+    if (mysql_optionsv(db, MYSQL_OPT_SSL_ENFORCE, &yes) != 0 ||
+        mysql_optionsv(db, MARIADB_OPT_TLS_VERSION, "TLSv1.2,TLSv1.3") != 0)
+        return -1;
+    if (be->ssl_ca != NULL &&
+        mysql_optionsv(db, MYSQL_OPT_SSL_CA, be->ssl_ca) != 0)
+        return -1;
+    if (be->ssl_cert != NULL &&
+        (mysql_optionsv(db, MYSQL_OPT_SSL_CERT, be->ssl_cert) != 0 ||
+         mysql_optionsv(db, MYSQL_OPT_SSL_KEY, be->ssl_key) != 0))
+        return -1;
+    if (be->ssl_mode == MYSQL_SSL_VERIFY_IDENTITY &&
+        mysql_optionsv(db, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &yes) != 0)
+        return -1;
+    return 0;
+}
+
 /* mysql_init() and mysql_real_connect() with be's options and the session
- * settings: 0, or the failure (c->db may be NULL: out of memory). */
-static int mysql_conn_open(struct mysql_conn *c)
+ * settings: 0, or -1 with the reason in why (c->db may be NULL: out of
+ * memory). */
+static int mysql_conn_open(struct mysql_conn *c, char *why, size_t whylen)
 {
     struct mysql_be *be = c->be;
     my_bool no = 0;
 
     c->db = mysql_init(NULL);
-    if (c->db == NULL)
+    if (c->db == NULL) {
+        snprintf(why, whylen, "out of memory");
         return -1;
+    }
     if (mysql_options(c->db, MYSQL_OPT_CONNECT_TIMEOUT,
                       &be->connect_timeout_s) != 0 ||
         mysql_options(c->db, MYSQL_OPT_READ_TIMEOUT, &be->read_timeout_s) !=
@@ -235,15 +264,31 @@ static int mysql_conn_open(struct mysql_conn *c)
         mysql_options(c->db, MYSQL_OPT_WRITE_TIMEOUT, &be->write_timeout_s) !=
             0 ||
         mysql_options(c->db, MYSQL_OPT_RECONNECT, &no) != 0 ||
-        mysql_options(c->db, MYSQL_SET_CHARSET_NAME, "utf8mb4") != 0)
+        mysql_options(c->db, MYSQL_SET_CHARSET_NAME, "utf8mb4") != 0 ||
+        mysql_conn_tls(c->db, be) != 0) {
+        snprintf(why, whylen, "cannot set the connection's options");
         return -1;
+    }
     if (mysql_real_connect(c->db, be->socket != NULL ? "localhost" : be->host,
                            be->user, be->password, be->database, be->port,
-                           be->socket, CLIENT_FOUND_ROWS) == NULL)
+                           be->socket, CLIENT_FOUND_ROWS) == NULL) {
+        snprintf(why, whylen, "%s", mysql_error(c->db));
         return -1;
-    for (size_t i = 0; i < MYSQL_SQL_SESSION_N; i++)
-        if (mysql_conn_query(c, mysql_sql_session[i].text) != 0)
+    }
+    if (be->ssl_mode >= MYSQL_SSL_REQUIRED &&
+        mysql_get_ssl_cipher(c->db) == NULL) {
+        snprintf(why, whylen,
+                 "the server does not offer TLS (ssl_mode=%s): connection "
+                 "closed",
+                 mysql_ssl_mode_name(be->ssl_mode));
+        return -1;
+    }
+    for (size_t i = 0; i < MYSQL_SQL_SESSION_N; i++) {
+        if (mysql_conn_query(c, mysql_sql_session[i].text) != 0) {
+            snprintf(why, whylen, "%s", mysql_error(c->db));
             return -1;
+        }
+    }
     (void)mysql_conn_query(c, mysql_sql_session_idle.text);
     return 0;
 }
@@ -251,12 +296,12 @@ static int mysql_conn_open(struct mysql_conn *c)
 static int mysql_conn_connect(struct mysql_conn *c)
 {
     struct mysql_be *be = c->be;
+    char why[512];
 
-    if (mysql_conn_open(c) != 0) {
+    if (mysql_conn_open(c, why, sizeof(why)) != 0) {
         if (!atomic_exchange(&be->down, true))
             log_warn("mysql: cannot connect to %s: %s",
-                     be->socket != NULL ? be->socket : be->host,
-                     c->db != NULL ? mysql_error(c->db) : "out of memory");
+                     be->socket != NULL ? be->socket : be->host, why);
         mysql_conn_drop(c);
         return -1;
     }

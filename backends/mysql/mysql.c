@@ -120,6 +120,9 @@ static void mysql_be_close(struct backend *base)
     free(be->password);
     free(be->database);
     free(be->socket);
+    free(be->ssl_ca);
+    free(be->ssl_cert);
+    free(be->ssl_key);
     free(be->table);
     free(be);
 }

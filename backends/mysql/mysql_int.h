@@ -55,6 +55,16 @@
 
 struct mysql_be;
 
+/* ?ssl_mode=, as MySQL's client names its modes. Connector/C 3.3 speaks
+ * plain unless asked: disabled is the default. */
+enum mysql_ssl_mode {
+    MYSQL_SSL_DISABLED = 0,    /* no TLS */
+    MYSQL_SSL_PREFERRED,       /* TLS when the server offers it, unverified */
+    MYSQL_SSL_REQUIRED,        /* TLS or no connection, unverified */
+    MYSQL_SSL_VERIFY_CA,       /* TLS, the chain checked against ssl_ca */
+    MYSQL_SSL_VERIFY_IDENTITY, /* ... and the host name against the cert */
+};
+
 extern const struct backend_ops mysql_backend; /* mysql.c */
 
 /* One thread's connection, in be->conns; created on the thread's first
@@ -75,6 +85,11 @@ struct mysql_be {
     char *password; /* owned; NULL when none */
     char *database; /* owned */
     char *socket;   /* owned; NULL for TCP */
+    enum mysql_ssl_mode ssl_mode;
+    char *ssl_ca;   /* owned; NULL when not given (every path checked
+                       readable at open) */
+    char *ssl_cert; /* owned; NULL, or given with ssl_key */
+    char *ssl_key;  /* owned */
     unsigned connect_timeout_s;
     unsigned read_timeout_s;
     unsigned write_timeout_s;
@@ -135,6 +150,8 @@ enum backend_result mysql_url_parse(struct mysql_be *be,
                                     const char *url,
                                     char *errbuf,
                                     size_t errlen);
+/* "disabled", "preferred", ... as ssl_mode= spells it. */
+const char *mysql_ssl_mode_name(enum mysql_ssl_mode m);
 
 /* ---- conn.c ---- */
 

@@ -5,12 +5,17 @@
  *     mysql://user[:password]@/database?socket=PATH[&options]
  *
  * options: socket, connect_timeout_ms, read_timeout_ms, write_timeout_ms
- * (1..3600000 ms, rounded up to whole seconds for Connector/C) and table
- * (the tables' name prefix). Every problem is reported in open()'s error
+ * (1..3600000 ms, rounded up to whole seconds for Connector/C), table
+ * (the tables' name prefix), password_file (the password's file, else
+ * LOCKD_BACKEND_PASSWORD when the URL names none), and TLS: ssl_mode
+ * (disabled, the default, as Connector/C 3.3's own; preferred, required,
+ * verify_ca, verify_identity), ssl_ca, ssl_cert and ssl_key (PEM files,
+ * checked readable here). Every problem is reported in open()'s error
  * buffer as one "mysql: ..." sentence, for lockd to print before it exits;
  * nothing here logs. Apart from mysql.c so that the rules of the URL read
  * in one place.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,9 +71,17 @@ static enum backend_result
 mysql_url_shape(const struct url *u, char *errbuf, size_t errlen)
 {
     static const char *const allowed[] = {
-        "socket",          "connect_timeout_ms",
-        "read_timeout_ms", "write_timeout_ms",
-        "table",           NULL,
+        "socket",
+        "connect_timeout_ms",
+        "read_timeout_ms",
+        "write_timeout_ms",
+        "table",
+        "password_file",
+        "ssl_mode",
+        "ssl_ca",
+        "ssl_cert",
+        "ssl_key",
+        NULL,
     };
     const char *bad = NULL;
 
@@ -80,7 +93,8 @@ mysql_url_shape(const struct url *u, char *errbuf, size_t errlen)
         snprintf(errbuf, errlen,
                  "mysql: unknown URL option '%s' (known: socket, "
                  "connect_timeout_ms, read_timeout_ms, write_timeout_ms, "
-                 "table)",
+                 "table, password_file, ssl_mode, ssl_ca, ssl_cert, "
+                 "ssl_key)",
                  bad);
         return BACKEND_INVALID;
     }
@@ -168,6 +182,136 @@ static enum backend_result mysql_url_options(struct mysql_be *be,
     return BACKEND_OK;
 }
 
+static const char *const mysql_ssl_modes[] = {
+    [MYSQL_SSL_DISABLED] = "disabled",
+    [MYSQL_SSL_PREFERRED] = "preferred",
+    [MYSQL_SSL_REQUIRED] = "required",
+    [MYSQL_SSL_VERIFY_CA] = "verify_ca",
+    [MYSQL_SSL_VERIFY_IDENTITY] = "verify_identity",
+};
+
+const char *mysql_ssl_mode_name(enum mysql_ssl_mode m)
+{
+    return mysql_ssl_modes[m];
+}
+
+/* The file option name into *out (owned; NULL when absent), checked
+ * readable now so that a typo stops lockd at start rather than failing
+ * every connect. */
+static enum backend_result mysql_url_file(const struct url *u,
+                                          const char *name,
+                                          char **out,
+                                          char *errbuf,
+                                          size_t errlen)
+{
+    const char *v = url_param(u, name);
+    FILE *f;
+
+    *out = NULL;
+    if (v == NULL)
+        return BACKEND_OK;
+    if (v[0] == '\0') {
+        snprintf(errbuf, errlen, "mysql: %s= needs a path", name);
+        return BACKEND_INVALID;
+    }
+    f = fopen(v, "r");
+    if (f == NULL) {
+        int e = errno;
+        snprintf(errbuf, errlen, "mysql: %s=%s: cannot read it: %s", name, v,
+                 strerror(e));
+        return BACKEND_INVALID;
+    }
+    fclose(f);
+    *out = strdup(v);
+    return *out != NULL ? BACKEND_OK : BACKEND_NO_MEMORY;
+}
+
+/* ssl_mode and the options that go with it: which make sense together. */
+static enum backend_result mysql_url_tls_mode(struct mysql_be *be,
+                                              const struct url *u,
+                                              char *errbuf,
+                                              size_t errlen)
+{
+    const char *v = url_param(u, "ssl_mode");
+    bool ca = url_param(u, "ssl_ca") != NULL;
+    bool cert = url_param(u, "ssl_cert") != NULL;
+    size_t i = 0, n = sizeof(mysql_ssl_modes) / sizeof(mysql_ssl_modes[0]);
+
+    while (v != NULL && i < n && strcmp(v, mysql_ssl_modes[i]) != 0)
+        i++;
+    if (i == n) {
+        snprintf(errbuf, errlen,
+                 "mysql: ssl_mode must be disabled, preferred, required, "
+                 "verify_ca or verify_identity");
+        return BACKEND_INVALID;
+    }
+    be->ssl_mode = (enum mysql_ssl_mode)i; /* 0, disabled, when absent */
+    if (cert != (url_param(u, "ssl_key") != NULL)) {
+        snprintf(errbuf, errlen,
+                 "mysql: ssl_cert= and ssl_key= go together (a client "
+                 "certificate and its key)");
+        return BACKEND_INVALID;
+    }
+    if (be->ssl_mode == MYSQL_SSL_DISABLED && (ca || cert)) {
+        snprintf(errbuf, errlen,
+                 "mysql: %s= needs TLS, but ssl_mode is disabled (the "
+                 "default): add ssl_mode=%s",
+                 ca ? "ssl_ca" : "ssl_cert",
+                 ca ? "verify_identity or verify_ca" : "required or higher");
+        return BACKEND_INVALID;
+    }
+    /* Connector/C checks the chain whenever it has a CA: ssl_ca with
+     * preferred or required would quietly verify */
+    if (ca != (be->ssl_mode >= MYSQL_SSL_VERIFY_CA)) {
+        snprintf(errbuf, errlen,
+                 ca ? "mysql: ssl_ca= is for ssl_mode=verify_ca or "
+                      "verify_identity (ssl_mode is %s)"
+                    : "mysql: ssl_mode=%s needs ssl_ca=PATH (the CA that "
+                      "signed the server's certificate)",
+                 mysql_ssl_modes[be->ssl_mode]);
+        return BACKEND_INVALID;
+    }
+    return BACKEND_OK;
+}
+
+/* ssl_mode, ssl_ca, ssl_cert, ssl_key. */
+static enum backend_result mysql_url_tls(struct mysql_be *be,
+                                         const struct url *u,
+                                         char *errbuf,
+                                         size_t errlen)
+{
+    enum backend_result r = mysql_url_tls_mode(be, u, errbuf, errlen);
+
+    if (r == BACKEND_OK)
+        r = mysql_url_file(u, "ssl_ca", &be->ssl_ca, errbuf, errlen);
+    if (r == BACKEND_OK)
+        r = mysql_url_file(u, "ssl_cert", &be->ssl_cert, errbuf, errlen);
+    if (r == BACKEND_OK)
+        r = mysql_url_file(u, "ssl_key", &be->ssl_key, errbuf, errlen);
+    return r;
+}
+
+/* The user, the database and the password (user info, password_file=,
+ * or LOCKD_BACKEND_PASSWORD). */
+static enum backend_result
+mysql_url_login(struct mysql_be *be, struct url *u, char *errbuf, size_t errlen)
+{
+    char why[256];
+
+    if (url_resolve_password(u, "LOCKD_BACKEND_PASSWORD", why, sizeof(why)) !=
+        0) {
+        snprintf(errbuf, errlen, "mysql: %s", why);
+        return BACKEND_INVALID;
+    }
+    be->user = strdup(u->user);
+    be->password = mysql_url_dup(u->password);
+    be->database = strdup(u->path);
+    if (be->user == NULL || be->database == NULL ||
+        (u->password != NULL && be->password == NULL))
+        return BACKEND_NO_MEMORY;
+    return BACKEND_OK;
+}
+
 enum backend_result mysql_url_parse(struct mysql_be *be,
                                     const char *url,
                                     char *errbuf,
@@ -185,14 +329,10 @@ enum backend_result mysql_url_parse(struct mysql_be *be,
         r = mysql_url_where(be, &u, errbuf, errlen);
     if (r == BACKEND_OK)
         r = mysql_url_options(be, &u, errbuf, errlen);
-    if (r == BACKEND_OK) {
-        be->user = strdup(u.user);
-        be->password = mysql_url_dup(u.password);
-        be->database = strdup(u.path);
-        if (be->user == NULL || be->database == NULL ||
-            (u.password != NULL && be->password == NULL))
-            r = BACKEND_NO_MEMORY;
-    }
+    if (r == BACKEND_OK)
+        r = mysql_url_tls(be, &u, errbuf, errlen);
+    if (r == BACKEND_OK)
+        r = mysql_url_login(be, &u, errbuf, errlen);
     if (u.password != NULL)
         explicit_bzero(u.password, strlen(u.password));
     url_cleanup(&u);

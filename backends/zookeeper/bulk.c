@@ -180,12 +180,16 @@ static zoo_op_t *zk_big_op(struct zk_big *b, size_t k)
     return &b->ops[b->n++];
 }
 
-void zk_big_create(
-    struct zk_big *b, size_t k, const char *path, const char *data, size_t len)
+void zk_big_create(struct zk_big *b,
+                   const struct zk_conn *cn,
+                   size_t k,
+                   const char *path,
+                   const char *data,
+                   size_t len)
 {
     zoo_create_op_init(zk_big_op(b, k), path, data,
-                       data != NULL ? (int)len : -1, &ZOO_OPEN_ACL_UNSAFE,
-                       ZOO_PERSISTENT, NULL, 0);
+                       data != NULL ? (int)len : -1, cn->acl, ZOO_PERSISTENT,
+                       NULL, 0);
 }
 
 void zk_big_delete(struct zk_big *b, size_t k, const char *path, int version)

@@ -251,6 +251,25 @@ void zk_trash_add(struct zk_be *be,
 
 /* ---- the keeper thread ------------------------------------------------ */
 
+/* A step of zk_setup() on path failed with rc. NoAuth means the tree is
+ * someone else's (or ours under other credentials): said once until a
+ * setup succeeds, for it never passes by waiting. */
+static int
+zk_setup_failed(struct zk_be *be, const char *what, const char *path, int rc)
+{
+    if ((rc == ZNOAUTH || rc == ZINVALIDACL) && !be->noauth_said) {
+        be->noauth_said = true;
+        log_warn("zookeeper: %s %s: %s: %s; answering 503", what, path,
+                 zerror(rc),
+                 be->auth_user != NULL
+                     ? "its ACL leaves out the URL's user (not the one that "
+                       "made lockd's nodes, or a wrong password)"
+                     : "its ACL leaves out a client without credentials "
+                       "(add user:password to the URL)");
+    }
+    return zk_unavailable(what, rc);
+}
+
 /* A new session: make the root nodes, learn the server's clock. */
 static int zk_setup(struct zk_be *be, struct zk_conn *cn)
 {
@@ -268,20 +287,21 @@ static int zk_setup(struct zk_be *be, struct zk_conn *cn)
         path[i] = '\0';
         rc = zk_create(cn, path, NULL, -1, ZOO_PERSISTENT, dl, NULL, 0, NULL);
         if (rc != ZOK && rc != ZNODEEXISTS)
-            return zk_unavailable("create chroot", rc);
+            return zk_setup_failed(be, "create chroot", path, rc);
     }
     for (size_t i = 1; i < sizeof(parts) / sizeof(parts[0]); i++) {
         rc = zk_create(cn, parts[i], NULL, -1, ZOO_PERSISTENT, dl, NULL, 0,
                        NULL);
         if (rc != ZOK && rc != ZNODEEXISTS)
-            return zk_unavailable("create root", rc);
+            return zk_setup_failed(be, "create root", parts[i], rc);
     }
     t0 = clock_mono_ms();
     rc = zk_set(cn, be->clock_path, NULL, -1, -1, dl, &st);
     t1 = clock_mono_ms();
     if (rc != ZOK)
-        return zk_unavailable("sample clock", rc);
+        return zk_setup_failed(be, "write clock", be->clock_path, rc);
     zk_clock_sample(be, st.mtime, t0, t1);
+    be->noauth_said = false;
     return ZOK;
 }
 
@@ -476,6 +496,15 @@ static struct zk_conn *zk_keeper_open(struct zk_be *be, int64_t *backoff)
     zh = zookeeper_init2(be->hosts, zk_session_watcher, be->session_ms, NULL,
                          be, 0, zk_lib_log);
     pthread_mutex_lock(&be->mu);
+    /* auth before the handle serves anyone: a create without it would
+     * get an ACL naming nobody (or fail) */
+    if (zh != NULL && zk_auth_add(be, zh) != ZOK) {
+        pthread_mutex_unlock(&be->mu);
+        zookeeper_close(zh);
+        pthread_mutex_lock(&be->mu);
+        zk_keeper_backoff(be, backoff);
+        return NULL;
+    }
     c = zh != NULL ? calloc(1, sizeof(*c)) : NULL;
     if (c == NULL) {
         log_warn("zookeeper: cannot open a handle for %s: %s", be->hosts,
@@ -491,6 +520,7 @@ static struct zk_conn *zk_keeper_open(struct zk_be *be, int64_t *backoff)
     if (zoo_set_servers_resolution_delay(zh, ZK_RESOLVE_DELAY_MS) != ZOK)
         log_warn("zookeeper: cannot set the resolution delay");
     c->zh = zh;
+    c->acl = be->acl;
     c->refs = 1;
     be->conn = c;
     return c;

@@ -315,9 +315,9 @@ static int zk_macq_grant(struct zk_macq *a, struct lock_multi_grant *out)
         struct zk_mkey *k = &m->keys[i];
         if (k->l.node) /* ZNOTEMPTY if anyone holds or waits by now */
             zk_big_delete(&b, i, k->p.parent, -1);
-        zk_big_create(&b, i, k->p.parent, NULL, 0);
-        zk_big_create(&b, i, k->p.hpath, a->data, a->len);
-        zk_big_create(&b, i, k->tpath, NULL, 0);
+        zk_big_create(&b, m->cn, i, k->p.parent, NULL, 0);
+        zk_big_create(&b, m->cn, i, k->p.hpath, a->data, a->len);
+        zk_big_create(&b, m->cn, i, k->tpath, NULL, 0);
         /* its stat: the fence (czxid) and the start of the TTL (mtime) */
         k->l.stat = zk_big_set(&b, i, k->p.hpath, a->data, a->len, 0);
     }

@@ -121,11 +121,10 @@ int zk_create(struct zk_conn *cn,
 
     if (c == NULL)
         return ZSYSTEMERROR;
-    rc =
-        zk_call_wait(c,
-                     zoo_acreate2(cn->zh, path, data, len, &ZOO_OPEN_ACL_UNSAFE,
-                                  mode, zk_call_on_create, c),
-                     dl);
+    rc = zk_call_wait(c,
+                      zoo_acreate2(cn->zh, path, data, len, cn->acl, mode,
+                                   zk_call_on_create, c),
+                      dl);
     if (rc == ZOK) {
         if (name != NULL)
             snprintf(name, name_cap, "%s", c->name);
@@ -260,14 +259,14 @@ int zk_grant(struct zk_conn *cn,
         return zk_multi_bad(c);
     memcpy(c->buf, data, len);
     if (make_parent)
-        zoo_create_op_init(&c->ops[n++], c->paths[3], NULL, -1,
-                           &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
-    zoo_create_op_init(&c->ops[n++], c->paths[0], c->buf, (int)len,
-                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+        zoo_create_op_init(&c->ops[n++], c->paths[3], NULL, -1, cn->acl,
+                           ZOO_PERSISTENT, NULL, 0);
+    zoo_create_op_init(&c->ops[n++], c->paths[0], c->buf, (int)len, cn->acl,
+                       ZOO_PERSISTENT, NULL, 0);
     if (waiter_name != NULL)
         zoo_delete_op_init(&c->ops[n++], c->paths[1], -1);
-    zoo_create_op_init(&c->ops[n++], c->paths[2], NULL, -1,
-                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+    zoo_create_op_init(&c->ops[n++], c->paths[2], NULL, -1, cn->acl,
+                       ZOO_PERSISTENT, NULL, 0);
     zoo_set_op_init(&c->ops[n++], c->paths[0], c->buf, (int)len, 0,
                     &c->set_stat);
     rc = zk_call_wait(
@@ -375,7 +374,7 @@ int zk_drop_stray(struct zk_conn *cn,
     if (zk_path_copy(c->paths[0], p->hpath) != 0 ||
         zk_child_path(p->parent, name, c->paths[1], ZK_PATH_MAX) != 0)
         return zk_multi_bad(c);
-    zoo_create_op_init(&c->ops[0], c->paths[0], NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+    zoo_create_op_init(&c->ops[0], c->paths[0], NULL, -1, cn->acl,
                        ZOO_PERSISTENT, NULL, 0);
     zoo_delete_op_init(&c->ops[1], c->paths[0], -1);
     zoo_delete_op_init(&c->ops[2], c->paths[1], -1);
@@ -445,13 +444,13 @@ int zk_grant_shared(struct zk_conn *cn,
     memcpy(c->gbuf, o->gdata, o->glen);
     if (o->make_parent) {
         what[n] = ZK_SHARE_PARENT;
-        zoo_create_op_init(&c->ops[n++], c->paths[3], NULL, -1,
-                           &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+        zoo_create_op_init(&c->ops[n++], c->paths[3], NULL, -1, cn->acl,
+                           ZOO_PERSISTENT, NULL, 0);
     }
     what[n] = ZK_SHARE_GROUP;
     if (o->hv < 0)
         zoo_create_op_init(&c->ops[n++], c->paths[0], c->gbuf, (int)o->glen,
-                           &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+                           cn->acl, ZOO_PERSISTENT, NULL, 0);
     else
         zoo_set_op_init(&c->ops[n++], c->paths[0], c->gbuf, (int)o->glen, o->hv,
                         &c->set_stat2);
@@ -460,8 +459,8 @@ int zk_grant_shared(struct zk_conn *cn,
         zoo_delete_op_init(&c->ops[n++], c->paths[2], -1);
     }
     what[n] = ZK_SHARE_MEMBER;
-    zoo_create_op_init(&c->ops[n++], c->paths[1], c->buf, (int)o->mlen,
-                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+    zoo_create_op_init(&c->ops[n++], c->paths[1], c->buf, (int)o->mlen, cn->acl,
+                       ZOO_PERSISTENT, NULL, 0);
     what[n] = ZK_SHARE_MEMBER;
     zoo_set_op_init(&c->ops[n++], c->paths[1], c->buf, (int)o->mlen, 0,
                     &c->set_stat);

@@ -22,6 +22,7 @@
  *   own.c        grants made here, remembered for a release without a read
  *   names.c      node names, paths and the data lockd stores in nodes
  *   call.c       one asynchronous call waited for with a deadline
+ *   auth.c       digest credentials and the ACL of lockd's nodes
  * Every internal function is named zk_...; zk_be_<op> is kept for the
  * backend operations themselves (zookeeper.c and holders.c).
  */
@@ -38,6 +39,8 @@
 
 #include "backends/backend.h"
 #include "backends/zookeeper/call.h"
+
+struct url; /* lib/url.h */
 
 #define ZK_CHROOT_MAX 256
 #define ZK_NAME_MAX   96 /* a child's name */
@@ -78,6 +81,8 @@
 /* A handle and the requests that borrowed it. */
 struct zk_conn {
     zhandle_t *zh;
+    /* what every node created on it carries: be->acl, borrowed */
+    const struct ACL_vector *acl;
     int refs;   /* guarded by be->mu: borrowers, plus one for be->conn */
     bool ready; /* guarded by be->mu: roots made, clock sampled */
 };
@@ -147,6 +152,17 @@ struct zk_be {
     int session_ms;
     int64_t timeout_ms;
     char inst[17]; /* random hex naming this instance's waiter nodes */
+    /* auth.c: digest credentials, NULL without; set at open, then read
+     * only */
+    char *auth;                   /* owned, wiped when freed: "user:password" */
+    size_t auth_len;              /* strlen(auth) */
+    char *auth_user;              /* owned: the user alone, for messages */
+    const struct ACL_vector *acl; /* nodes we create: open, or acl_vec,
+                                     or ZOO_CREATOR_ALL_ACL */
+    const char *acl_name;         /* static: "open", "creator_read", ... */
+    struct ACL acl_items[2];      /* acl_vec's (ids: the library's) */
+    struct ACL_vector acl_vec;
+    bool noauth_said; /* the keeper's: a NoAuth at setup was logged */
 
     pthread_mutex_t mu; /* guards every member below */
     pthread_cond_t cv;  /* keeper wake-ups; a retired handle's refs at 0 */
@@ -411,6 +427,18 @@ int zk_parse_chroot(const char *path, char **out);
  * without memory. */
 int zk_root_paths(struct zk_be *be);
 
+/* ---- auth.c: credentials and ACLs ------------------------------------- */
+
+/* The URL's user, password (resolved: user info, password_file=,
+ * LOCKD_BACKEND_PASSWORD) and acl= into be->auth and be->acl: 0, or -1
+ * with the reason in errbuf (never the password). Without a user the ACL
+ * is the open one. */
+int zk_auth_parse(struct zk_be *be, struct url *u, char *errbuf, size_t errlen);
+/* Add be's digest auth to a new handle, before any request on it: ZOK (or
+ * no credentials), else the library's code (logged). */
+int zk_auth_add(struct zk_be *be, zhandle_t *zh);
+void zk_auth_cleanup(struct zk_be *be); /* wipes the password */
+
 /* ---- keeper.c: the keeper thread, the handle, the clock, watches ------ */
 
 void zk_clock_sample(struct zk_be *be, int64_t mtime, int64_t t0, int64_t t1);
@@ -644,8 +672,13 @@ int zk_read_keys(struct zk_be *be,
                  struct zk_batch **out);
 int zk_big_init(struct zk_big *b, int cap);
 void zk_big_cleanup(struct zk_big *b);
-void zk_big_create(
-    struct zk_big *b, size_t k, const char *path, const char *data, size_t len);
+/* A create op with cn's ACL. */
+void zk_big_create(struct zk_big *b,
+                   const struct zk_conn *cn,
+                   size_t k,
+                   const char *path,
+                   const char *data,
+                   size_t len);
 void zk_big_delete(struct zk_big *b, size_t k, const char *path, int version);
 void zk_big_check(struct zk_big *b, size_t k, const char *path, int version);
 int zk_big_set(struct zk_big *b,

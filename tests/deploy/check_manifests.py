@@ -10,8 +10,12 @@ Every lockd container (image named lockd) must have a liveness probe on
 /healthz and a readiness probe on /readyz that reach the address lockd
 listens on (httpGet on the container port when it listens on all
 interfaces, `lockd --check-health http://127.0.0.1:PORT/...` when it listens
-on loopback only), a preStop and grace period that fit its 10 s drain, and
-runs as uid 10001. Every container has resource requests and limits and a
+on loopback only) in the scheme it serves (HTTPS with LOCKD_TLS_CERT or
+--tls-cert), a preStop and grace period that fit its 10 s drain, and
+runs as uid 10001. The files lockd reads (TLS certificate, key and client
+CA, auth and token files, the store's password_file=) lie on volumes the
+container mounts; the TLS certificate comes with its key, the client CA
+with both; a shared service's backend URL carries no password. Every container has resource requests and limits and a
 locked-down security context. ConfigMaps and Secrets referenced exist; the
 Service and PodDisruptionBudget select the pods. Prints one line per problem
 and exits 1 if there is any, else prints "ok ..." lines and exits 0.
@@ -214,8 +218,10 @@ def resolve_port(c, port):
     return None
 
 
-def check_probe(where, c, probe, kind, path, host, port):
-    """kind: livenessProbe/readinessProbe; path: /healthz or /readyz."""
+def check_probe(where, c, probe, kind, path, host, port, tls=False):
+    """kind: livenessProbe/readinessProbe; path: /healthz or /readyz;
+    tls: lockd serves HTTPS only."""
+    scheme = "https" if tls else "http"
     if not probe:
         problem(where, "no %s" % kind)
         return
@@ -227,11 +233,14 @@ def check_probe(where, c, probe, kind, path, host, port):
         p = resolve_port(c, hg.get("port"))
         if p != port:
             problem(where, "%s port %r is %r, lockd listens on %d" % (kind, hg.get("port"), p, port))
-        if hg.get("host") or hg.get("scheme", "HTTP") != "HTTP":
-            problem(where, "%s: host/scheme must stay the default (pod IP, HTTP)" % kind)
+        if hg.get("host"):
+            problem(where, "%s: host must stay the default (pod IP)" % kind)
+        if hg.get("scheme", "HTTP") != scheme.upper():
+            problem(where, "%s scheme is %r, lockd serves %s%s" % (kind, hg.get("scheme", "HTTP"), scheme.upper(),
+                                                                 " (LOCKD_TLS_CERT)" if tls else ""))
         if loopback:
             problem(where, "%s is httpGet, but lockd listens on %s only: the kubelet probes the pod IP; "
-                    "use exec [%s, --check-health, http://127.0.0.1:%d%s]" % (kind, host, LOCKD_BIN, port, path))
+                    "use exec [%s, --check-health, %s://127.0.0.1:%d%s]" % (kind, host, LOCKD_BIN, scheme, port, path))
     elif "exec" in probe:
         argv = probe["exec"].get("command") or []
         if argv[:2] != [LOCKD_BIN, "--check-health"]:
@@ -239,20 +248,68 @@ def check_probe(where, c, probe, kind, path, host, port):
             return
         if len(argv) == 2:
             want_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
-            url = "http://%s:%d/healthz" % (want_host, port)  # lockd's default
+            url = "%s://%s:%d/healthz" % (scheme, want_host, port)  # lockd's default
         else:
             url = argv[2]
         u = urlsplit(url)
         probe_host = u.hostname
         ok_hosts = ("127.0.0.1", "localhost") if host in ("0.0.0.0", "", "127.0.0.1") else (host,)
-        if u.scheme != "http" or probe_host not in ok_hosts or u.port != port or u.path != path:
-            problem(where, "%s GETs %s, want http://%s:%d%s" % (kind, url, ok_hosts[0], port, path))
+        if u.scheme != scheme or probe_host not in ok_hosts or u.port != port or u.path != path:
+            problem(where, "%s GETs %s, want %s://%s:%d%s" % (kind, url, scheme, ok_hosts[0], port, path))
     else:
         problem(where, "%s is neither httpGet nor exec" % kind)
         return
     for k in ("periodSeconds", "timeoutSeconds"):
         if not isinstance(probe.get(k), int) or probe[k] < 1:
             problem(where, "%s.%s must be set (>= 1)" % (kind, k))
+
+
+FILE_VARS = ("LOCKD_TLS_CERT", "LOCKD_TLS_KEY", "LOCKD_TLS_CLIENT_CA", "LOCKD_AUTH_FILE", "LOCKD_AUTH_TOKEN_FILE",
+             "LOCKD_ADMIN_TOKEN_FILE")
+
+
+def flag_or_env(c, env, var):
+    """The value of --<flag> (from the LOCKD_ variable's name) in the
+    container's argv, else of the variable, else None."""
+    flag = "--" + var[len("LOCKD_"):].lower().replace("_", "-")
+    argv = list(c.get("command") or []) + list(c.get("args") or [])
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return env.get(var)
+
+
+def check_files(where, pod, c, env, shared):
+    """The files lockd is told to read are on volumes the container mounts;
+    TLS settings come in working sets; a shared service keeps the store's
+    password out of its URL."""
+    volumes = {v.get("name") for v in pod.get("volumes") or []}
+    mounts = [m for m in c.get("volumeMounts") or [] if m.get("name") in volumes]
+    files = [(v, flag_or_env(c, env, v)) for v in FILE_VARS]
+    backend = flag_or_env(c, env, "LOCKD_BACKEND") or ""
+    for opt in ("password_file", "sentinel_password_file"):
+        m = re.search(r"[?&]%s=([^&]+)" % opt, backend)
+        if m:
+            files.append((opt, m.group(1)))
+    for name, path in files:
+        if not path:
+            continue
+        mp = [m["mountPath"].rstrip("/") for m in mounts
+              if path.startswith(m.get("mountPath", "").rstrip("/") + "/")]
+        if not mp:
+            problem(where, "%s=%s is on no volume the container mounts" % (name, path))
+    have = {v: bool(p) for v, p in files if v in FILE_VARS}
+    if have["LOCKD_TLS_CERT"] != have["LOCKD_TLS_KEY"]:
+        problem(where, "LOCKD_TLS_CERT and LOCKD_TLS_KEY: both or neither (lockd exits 2)")
+    if have["LOCKD_TLS_CLIENT_CA"] and not have["LOCKD_TLS_CERT"]:
+        problem(where, "LOCKD_TLS_CLIENT_CA without LOCKD_TLS_CERT (lockd exits 2)")
+    netloc = urlsplit(backend).netloc if "://" in backend else ""
+    if shared and ":" in netloc.rpartition("@")[0]:
+        problem(where, "the backend URL carries a password: use password_file= (a Secret volume) or "
+                "LOCKD_BACKEND_PASSWORD")
+    return have["LOCKD_TLS_CERT"]
 
 
 def effective_sc(pod_sc, c_sc, key):
@@ -354,8 +411,9 @@ def check_k8s_file(path, image_env, want):
                 continue
             host, port = listen_of(c, env, image_env)
             lockds.append((where, host, port, meta.get("labels") or {}, w, c, env))
-            check_probe(where, c, c.get("livenessProbe"), "livenessProbe", "/healthz", host, port)
-            check_probe(where, c, c.get("readinessProbe"), "readinessProbe", "/readyz", host, port)
+            tls = check_files(where, pod, c, env, want == "service")
+            check_probe(where, c, c.get("livenessProbe"), "livenessProbe", "/healthz", host, port, tls)
+            check_probe(where, c, c.get("readinessProbe"), "readinessProbe", "/readyz", host, port, tls)
             if host in ("0.0.0.0", "::", ""):
                 if port not in [p.get("containerPort") for p in c.get("ports") or []]:
                     problem(where, "lockd listens on %d but the container declares no such port" % port)

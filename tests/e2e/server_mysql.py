@@ -2,7 +2,11 @@
 the end-to-end suite: mariadb-install-db into the run's temp dir, mariadbd on
 a free loopback port and a unix socket there, a `lockd` database and a
 password user for lockd. restart() reuses the port and the data dir, so
-locks and fences survive a kill -9 (InnoDB recovers them)."""
+locks and fences survive a kill -9 (InnoDB recovers them).
+
+tls=(cert, key, ca): PEM paths (tests/e2e/certs.py) for the server's own
+certificate, its key and the CA it trusts for client certificates; the
+server then offers TLS (its users may REQUIRE SSL or X509)."""
 
 import os
 import subprocess
@@ -19,13 +23,16 @@ PASSWORD = "lockd-e2e-pw"
 class MysqlServer(harness.Server):
     name = "mysql"
 
-    def __init__(self, tmpdir, also_bind=None):
+    def __init__(self, tmpdir, also_bind=None, tls=None, subdir="mysql"):
         """also_bind: one more address to listen on (a network namespace's
-        veth end, for the partition faults)."""
+        veth end, for the partition faults). tls: (cert, key, ca) PEM paths,
+        or None for a server without TLS. subdir: its dir under tmpdir (a
+        second server in one run needs its own)."""
         super().__init__(tmpdir)
         self.also_bind = also_bind
+        self.tls = tls
         self.port = harness.free_port()
-        self.dir = os.path.join(tmpdir, "mysql")
+        self.dir = os.path.join(tmpdir, subdir)
         self.datadir = os.path.join(self.dir, "data")
         self.socket = os.path.join(self.dir, "sock")
         self.log_path = os.path.join(self.dir, "mariadbd.log")
@@ -68,6 +75,9 @@ class MysqlServer(harness.Server):
                "--innodb-log-file-size=8M",
                "--innodb-flush-log-at-trx-commit=2",
                "--max-connections=500"]
+        if self.tls is not None:
+            cmd += ["--ssl-cert=" + self.tls[0], "--ssl-key=" + self.tls[1],
+                    "--ssl-ca=" + self.tls[2]]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -415,3 +415,87 @@ class ZooKeeperEnsemble:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+# ---- raw requests with auth: for the ACL tests (tests/e2e/test_store_auth.py)
+
+ZNOAUTH = -102
+ZNONODE = -101
+
+
+def _ustr(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack(">i", len(b)) + b
+
+
+def _take_str(body, off):
+    n = struct.unpack(">i", body[off:off + 4])[0]
+    if n < 0:
+        return None, off + 4
+    return body[off + 4:off + 4 + n], off + 4 + n
+
+
+def _zk_reply(s, xid):
+    """The body of the reply to xid (notifications and pings skipped)."""
+    while True:
+        n = struct.unpack(">i", _recv_exact(s, 4))[0]
+        body = _recv_exact(s, n)
+        if struct.unpack(">i", body[:4])[0] == xid:
+            return body
+
+
+def zk_ops(port, ops, auth=None, timeout=2.0):
+    """Run ops over one fresh session, after digest auth "user:password"
+    when auth is given; a list with one (err, value) per op. ops: ("get",
+    path) -> data bytes; ("set", path, data) and ("delete", path) -> None;
+    ("acl", path) -> [(perms, scheme, id)]; ("children", path) -> [names].
+    Versions are -1 (any). Speaks the wire protocol directly, as
+    zk_children does."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.settimeout(timeout)
+        req = struct.pack(">iqiqi16s", 0, 0, 4000, 0, 16, b"\0" * 16)
+        s.sendall(struct.pack(">i", len(req)) + req)
+        n = struct.unpack(">i", _recv_exact(s, 4))[0]
+        _recv_exact(s, n)
+        if auth is not None:
+            req = struct.pack(">iii", -4, 100, 0) + _ustr("digest") + _ustr(auth)
+            s.sendall(struct.pack(">i", len(req)) + req)
+            err = struct.unpack(">i", _zk_reply(s, -4)[12:16])[0]
+            if err != 0:
+                raise OSError("zookeeper: digest auth refused: %d" % err)
+        out = []
+        for xid, op in enumerate(ops, 1):
+            kind, path = op[0], op[1]
+            if kind == "get":
+                req = struct.pack(">ii", xid, 4) + _ustr(path) + b"\0"
+            elif kind == "set":
+                req = struct.pack(">ii", xid, 5) + _ustr(path) + _ustr(op[2]) + struct.pack(">i", -1)
+            elif kind == "delete":
+                req = struct.pack(">ii", xid, 2) + _ustr(path) + struct.pack(">i", -1)
+            elif kind == "acl":
+                req = struct.pack(">ii", xid, 6) + _ustr(path)
+            elif kind == "children":
+                req = struct.pack(">ii", xid, 8) + _ustr(path) + b"\0"
+            else:
+                raise ValueError("unknown op %r" % (kind,))
+            s.sendall(struct.pack(">i", len(req)) + req)
+            body = _zk_reply(s, xid)
+            err = struct.unpack(">i", body[12:16])[0]
+            value = None
+            if err == 0 and kind == "get":
+                value = _take_str(body, 16)[0]
+            elif err == 0 and kind in ("acl", "children"):
+                count, off, value = struct.unpack(">i", body[16:20])[0], 20, []
+                for _ in range(count):
+                    if kind == "children":
+                        name, off = _take_str(body, off)
+                        value.append(name.decode())
+                        continue
+                    perms = struct.unpack(">i", body[off:off + 4])[0]
+                    scheme, off = _take_str(body, off + 4)
+                    ident, off = _take_str(body, off)
+                    value.append((perms, scheme.decode(), ident.decode()))
+            out.append((err, value))
+        req = struct.pack(">ii", len(ops) + 1, -11)  # closeSession
+        s.sendall(struct.pack(">i", len(req)) + req)
+        return out

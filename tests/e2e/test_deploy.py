@@ -121,7 +121,7 @@ MUTANTS = [
     ("service", 'drop: ["ALL"]', 'drop: ["NET_RAW"]', "capabilities.drop must contain ALL"),
     ("service", "path: /readyz", "path: /ready", "readinessProbe GETs '/ready'"),
     ("service", "path: /healthz", "path: /metrics", "livenessProbe GETs '/metrics'"),
-    ("service", 'value: "0.0.0.0:8080"', 'value: "0.0.0.0:9090"', "livenessProbe port 'http' is 8080, lockd listens on 9090"),
+    ("service", 'value: "0.0.0.0:8080"', 'value: "0.0.0.0:9090"', "livenessProbe port 'https' is 8080, lockd listens on 9090"),
     ("service", "replicas: 3", "replicas: 1", "replicas is 1, want 3"),
     ("service", "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds: 10",
      "terminationGracePeriodSeconds 10 <"),
@@ -129,7 +129,15 @@ MUTANTS = [
     ("service", "            runAsUser: 10001", "            runAsUser: 1000", "runAsUser is 1000, want 10001"),
     ("service", "enableServiceLinks: false", "enableServiceLinks: true", "enableServiceLinks must be false"),
     ("service", "key: url", "key: backend", "key 'backend' is not in this file"),
-    ("service", "targetPort: http", "targetPort: 9000", "targets 9000, lockd listens on 8080"),
+    ("service", "targetPort: https", "targetPort: 9000", "targets 9000, lockd listens on 8080"),
+    ("service", "scheme: HTTPS", "scheme: HTTP", "livenessProbe scheme is 'HTTP', lockd serves HTTPS"),
+    ("service", "mountPath: /etc/lockd/tls", "mountPath: /etc/lockd/certs",
+     "LOCKD_TLS_CERT=/etc/lockd/tls/tls.crt is on no volume the container mounts"),
+    ("service", "name: LOCKD_TLS_KEY", "name: LOCKD_TLS_KEYS", "LOCKD_TLS_CERT and LOCKD_TLS_KEY: both or neither"),
+    ("service", "mountPath: /etc/lockd/store", "mountPath: /etc/lockd/secret",
+     "password_file=/etc/lockd/store/password is on no volume the container mounts"),
+    ("service", '"redis://redis:6379/0?password_file=/etc/lockd/store/password"', '"redis://:hunter2@redis:6379/0"',
+     "the backend URL carries a password"),
     ("sidecar", 'value: "127.0.0.1:8080"', 'value: "127.0.0.1:9090"',
      "livenessProbe GETs http://127.0.0.1:8080/healthz, want http://127.0.0.1:9090/healthz"),
     ("sidecar", "- http://127.0.0.1:8080/readyz\n            periodSeconds: 5",
@@ -206,7 +214,9 @@ CHART_PY = os.path.join(ROOT, "tests", "deploy", "chart.py")
 VALIDATE = os.path.join(ROOT, "tests", "deploy", "validate.mjs")
 # Every optional part of the chart on.
 ALL_ON = """\
-backend: {existingSecret: lockd-store, existingSecretKey: redis-url}
+backend: {existingSecret: lockd-store, existingSecretKey: redis-url, passwordSecret: lockd-store-pw}
+tls: {existingSecret: lockd-tls, clientCA: {existingSecret: lockd-client-ca, key: ca.crt}}
+authFile: {existingSecret: lockd-auth, key: auth.json}
 auth: {existingSecret: lockd-tokens, key: token}
 admin: {existingSecret: lockd-admin, key: admin-token}
 image: {digest: "sha256:%s"}
@@ -311,12 +321,29 @@ def t_chart_render(ctx):
     eq(env["LOCKD_BACKEND"]["valueFrom"]["secretKeyRef"], {"name": "lockd-store", "key": "redis-url"}, "backend")
     eq(env["LOCKD_AUTH_TOKEN_FILE"]["value"], "/etc/lockd/auth/token", "auth token file")
     eq(env["LOCKD_ADMIN_TOKEN_FILE"]["value"], "/etc/lockd/admin/admin-token", "admin token file")
+    eq((env["LOCKD_TLS_CERT"]["value"], env["LOCKD_TLS_KEY"]["value"], env["LOCKD_TLS_CLIENT_CA"]["value"]),
+       ("/etc/lockd/tls/tls.crt", "/etc/lockd/tls/tls.key", "/etc/lockd/client-ca/ca.crt"), "TLS files")
+    eq(env["LOCKD_AUTH_FILE"]["value"], "/etc/lockd/auth-file/auth.json", "auth file")
+    check("LOCKD_BACKEND_PASSWORD" not in env, "the store password is a file, not a variable")
+    pod = obj(on, "Deployment")["spec"]["template"]["spec"]
+    eq({v["name"]: v["secret"]["secretName"] for v in pod["volumes"]},
+       {"tls": "lockd-tls", "client-ca": "lockd-client-ca", "auth-file": "lockd-auth", "store-password": "lockd-store-pw",
+        "auth-token": "lockd-tokens", "admin-token": "lockd-admin"}, "Secret volumes")
+    for p in ("livenessProbe", "readinessProbe"):
+        eq((c[p]["httpGet"]["scheme"], c[p]["httpGet"]["port"]), ("HTTPS", "https"), p + " with TLS")
+    ep = obj(on, "ServiceMonitor")["spec"]["endpoints"][0]
+    eq((ep["scheme"], ep["tlsConfig"]["ca"]["secret"]["name"]), ("https", "lockd-tls"), "ServiceMonitor over TLS")
+    _, made = helm_template(helm, "--set", "backend.passwordSecret=pw",
+                            "--set", "backend.url=mysql://lockd@db/lockd?ssl_mode=required")
+    eq(obj(made, "Secret")["stringData"]["url"],
+       "mysql://lockd@db/lockd?ssl_mode=required&password_file=/etc/lockd/store/password", "URL with password_file")
     cm = obj(on, "ConfigMap")["data"]
     eq((cm["LOCKD_THREADS"], cm["LOCKD_MAX_STORE_CONNECTIONS"], cm["LOCKD_LOG_EVENTS"], cm["LOCKD_MAX_TTL_MS"]),
        ("4", "8", "all", "86400000"), "ConfigMap")
     exprs = " ".join(r["expr"] for g in obj(on, "PrometheusRule")["spec"]["groups"] for r in g["rules"])
     for want in ("lockd_backend_errors_total{", 'lockd_http_request_duration_seconds_bucket{', 'route="acquire"',
-                 "force_released", "lost", "expired|taken_over", "kube_deployment_status_replicas_available", "up{"):
+                 "force_released", "lost", "expired|taken_over", "kube_deployment_status_replicas_available", "up{",
+                 "lockd_http_limited_total{", 'status=~"401|403"'):
         check(want in exprs, "no alert uses %r: %s" % (want, exprs))
     spread = obj(default, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"]
     eq([s["topologyKey"] for s in spread], ["topology.kubernetes.io/zone", "kubernetes.io/hostname"], "spread")
@@ -329,7 +356,7 @@ def t_chart_render(ctx):
     check(ann[0] != ann[1], "checksum/config did not change with the settings: %r" % ann)
 
 
-@scenario("deploy: deploy/kubernetes/service.yaml is the chart's rendering with default values",
+@scenario("deploy: deploy/kubernetes/service.yaml is the chart's rendering with deploy/kubernetes/service-values.yaml",
           backends=["memory"])
 def t_chart_manifest(ctx):
     chart_helm()
@@ -345,6 +372,9 @@ BAD_VALUES = [
     ("replicas=3", "replicas"), ("networkPolicy.storePorts[0]=70000", "storePorts"),
     ("config.maxStoreConnections=0", "maxStoreConnections"), ("extraEnv.LOCKD_BACKEND=x", "extraEnv"),
     ("terminationGracePeriodSeconds=16", "terminationGracePeriodSeconds 16 < preStopSleepSeconds 5"),
+    ("tls.clientCA.existingSecret=ca", "tls.clientCA.existingSecret needs tls.existingSecret"),
+    ("tls.existingSecret=Bad_Name", "tls.existingSecret"), ("extraEnv.LOCKD_BACKEND_PASSWORD=x", "extraEnv"),
+    ("authFile.key=a/b", "authFile.key"),
 ]
 
 

@@ -176,7 +176,7 @@ def conforms(spec, resp, path, method, want_status=None, want_code=None):
 
 def check_document(spec, table):
     doc = spec.doc
-    eq(doc.get("openapi"), "3.0.3", "openapi version")
+    eq(doc.get("openapi"), "3.1.0", "openapi version (3.1: the mutualTLS security scheme)")
     check(doc["info"].get("title") and doc["info"].get("version"), "info title/version")
 
     # every $ref resolves
@@ -310,6 +310,7 @@ def check_document(spec, table):
 
     # auth: optional bearer on /locks, never on the operations endpoints
     eq(doc["components"]["securitySchemes"]["bearerAuth"].get("scheme"), "bearer", "bearer scheme")
+    eq(doc["components"]["securitySchemes"]["mutualTLS"].get("type"), "mutualTLS", "mutual TLS scheme")
     for m in ROUTES["/locks/{key}"]:
         sec = spec.op("/locks/{key}", m).get("security")
         check(sec and {"bearerAuth": []} in sec and {} in sec, "%s /locks/{key}: optional bearer" % m.upper())
@@ -434,12 +435,12 @@ def config_flags(markdown):
 
 def check_flags(spec):
     """docs/API.md's and openapi.yaml's configuration tables list exactly the
-    options `lockd --help` lists (less --help, --version, --backends and
-    --check-health, which print and exit)."""
+    options `lockd --help` lists (less --help, --version, --backends,
+    --check-health and --hash-token, which print and exit)."""
     p = subprocess.run([harness.LOCKD_BIN, "--help"], capture_output=True, text=True, timeout=10)
     eq(p.returncode, 0, "lockd --help exit code")
     served = set(re.findall(r"^\s+(--[a-z-]+)", p.stdout + p.stderr, re.M))
-    served -= {"--help", "--version", "--backends", "--check-health"}
+    served -= {"--help", "--version", "--backends", "--check-health", "--hash-token"}
     check(len(served) >= 10, "could not read lockd --help: %r" % (p.stdout + p.stderr)[:500])
     with open(API_MD_PATH, encoding="utf-8") as f:
         eq(config_flags(f.read()), served, "docs/API.md's configuration table against lockd --help")

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/authz.h"
 #include "api/handlers.h"
 #include "api/router.h"
 #include "backends/backend.h"
@@ -1077,24 +1078,48 @@ static void test_error_table_matches_api_md(void)
 
 static struct api_config rcfg;
 
+/* The legacy token files of the router's policy ("" when none), kept
+ * until router_close() or router_clear_admin(). */
+static char tok_path[64], adm_path[64];
+
+static void write_token_file(char *path, size_t pathlen, const char *t)
+{
+    int fd;
+
+    snprintf(path, pathlen, "/tmp/lockd-test-token-XXXXXX");
+    fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK(write(fd, t, strlen(t)) == (ssize_t)strlen(t));
+    close(fd);
+}
+
+/* rcfg.authz from the token files in force (NULL when none). */
+static void router_authz(void)
+{
+    struct authz_opts o = { 0 };
+    char err[256];
+
+    authz_close(rcfg.authz);
+    rcfg.authz = NULL;
+    o.token_file = tok_path[0] != '\0' ? tok_path : NULL;
+    o.admin_file = adm_path[0] != '\0' ? adm_path : NULL;
+    if (authz_wanted(&o)) {
+        rcfg.authz = authz_open(&o, err, sizeof(err));
+        CHECK_MSG(rcfg.authz != NULL, "%s", err);
+    }
+}
+
 /* auth: the bearer token to require, written to a file first; NULL for
  * none. */
 static void router_open(const char *auth)
 {
     char err[256];
-    char path[] = "/tmp/lockd-test-token-XXXXXX";
-    int fd;
 
     memset(&rcfg, 0, sizeof(rcfg));
-    if (auth != NULL) {
-        fd = mkstemp(path);
-        CHECK(fd >= 0);
-        CHECK(write(fd, auth, strlen(auth)) == (ssize_t)strlen(auth));
-        close(fd);
-        rcfg.auth_token = secret_open(path, err, sizeof(err));
-        CHECK(rcfg.auth_token != NULL);
-        unlink(path);
-    }
+    tok_path[0] = adm_path[0] = '\0';
+    if (auth != NULL)
+        write_token_file(tok_path, sizeof(tok_path), auth);
+    router_authz();
     CHECK_EQ_INT(
         backend_open("memory://", NULL, &rcfg.backend, err, sizeof(err)),
         BACKEND_OK);
@@ -1107,8 +1132,13 @@ static void router_close(void)
 {
     backend_close(rcfg.backend);
     rcfg.backend = NULL;
-    secret_close(rcfg.auth_token);
-    rcfg.auth_token = NULL;
+    authz_close(rcfg.authz);
+    rcfg.authz = NULL;
+    if (tok_path[0] != '\0')
+        unlink(tok_path);
+    if (adm_path[0] != '\0')
+        unlink(adm_path);
+    tok_path[0] = adm_path[0] = '\0';
 }
 
 /*
@@ -3726,22 +3756,16 @@ static void test_parse_list_reads_limits_and_refuses_junk(void)
 
 static void router_set_admin(const char *admin)
 {
-    char err[256];
-    char path[] = "/tmp/lockd-test-admin-XXXXXX";
-    int fd = mkstemp(path);
-
-    CHECK(fd >= 0);
-    CHECK(write(fd, admin, strlen(admin)) == (ssize_t)strlen(admin));
-    close(fd);
-    rcfg.admin_token = secret_open(path, err, sizeof(err));
-    CHECK(rcfg.admin_token != NULL);
-    unlink(path);
+    write_token_file(adm_path, sizeof(adm_path), admin);
+    router_authz();
 }
 
 static void router_clear_admin(void)
 {
-    secret_close(rcfg.admin_token);
-    rcfg.admin_token = NULL;
+    if (adm_path[0] != '\0')
+        unlink(adm_path);
+    adm_path[0] = '\0';
+    router_authz();
 }
 
 /* A forced release of k as auth sends it: the status, the key still held

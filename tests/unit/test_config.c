@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/authz.h"
 #include "tests/unit/check.h"
 
 static const char *const env_names[] = {
@@ -29,6 +30,7 @@ static const char *const env_names[] = {
     "LOCKD_LOG_LEVEL",
     "LOCKD_LOG_FORMAT",
     "LOCKD_AUTH_TOKEN_FILE",
+    "LOCKD_AUTH_FILE",
     "LOCKD_MAX_CONNECTIONS_PER_IP",
     "LOCKD_REQUEST_TIMEOUT_MS",
     "LOCKD_MAX_STORE_CONNECTIONS",
@@ -109,7 +111,7 @@ static void test_config_defaults(void)
     CHECK_EQ_U64(c.request_timeout_ms, 10000);
     CHECK_EQ_INT(c.log_level, LOG_LEVEL_INFO);
     CHECK_EQ_INT(c.log_format, LOG_FORMAT_TEXT);
-    CHECK(c.auth_token_file == NULL && c.auth_token == NULL);
+    CHECK(c.auth_token_file == NULL && c.authz == NULL);
     CHECK(!c.check_health);
     CHECK(c.check_health_url == NULL);
     config_cleanup(&c);
@@ -441,6 +443,16 @@ static void test_config_check_health(void)
     env_clear();
 }
 
+/* True if t is the --auth-token-file's token (credential "token"). */
+static bool token_is(struct config *c, const char *t)
+{
+    char name[API_CLIENT_LEN + 1];
+
+    return authz_token_name(c->authz, t, name, sizeof(name)) == 0 &&
+           strcmp(name, "token") == 0 &&
+           authz_token_name(c->authz, "x", name, sizeof(name)) != 0;
+}
+
 static void test_config_reads_auth_token_file(void)
 {
     char path[] = "/tmp/lockd-test-token-" MKTEMP_SUFFIX;
@@ -458,15 +470,15 @@ static void test_config_reads_auth_token_file(void)
     CHECK(write(fd, good, sizeof(good) - 1) == (ssize_t)sizeof(good) - 1);
     CHECK_EQ_INT(LOAD(&c, "--auth-token-file", path), CONFIG_OK);
     CHECK_STR_EQ(c.auth_token_file, path);
-    CHECK(secret_check(c.auth_token, "0123456789abcdefXYZ"));
+    CHECK(token_is(&c, "0123456789abcdefXYZ"));
     config_cleanup(&c);
-    CHECK(c.auth_token == NULL);
+    CHECK(c.authz == NULL);
 
     CHECK(ftruncate(fd, 0) == 0);
     CHECK(pwrite(fd, crlf, sizeof(crlf) - 1, 0) == (ssize_t)sizeof(crlf) - 1);
     setenv("LOCKD_AUTH_TOKEN_FILE", path, 1);
     CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
-    CHECK(secret_check(c.auth_token, "0123456789abcdefXYZ"));
+    CHECK(token_is(&c, "0123456789abcdefXYZ"));
     config_cleanup(&c);
 
     /* any non-empty first line is a token */
@@ -474,7 +486,7 @@ static void test_config_reads_auth_token_file(void)
     CHECK(pwrite(fd, shorty, sizeof(shorty) - 1, 0) ==
           (ssize_t)sizeof(shorty) - 1);
     CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
-    CHECK(secret_check(c.auth_token, "short"));
+    CHECK(token_is(&c, "short"));
     config_cleanup(&c);
     CHECK(ftruncate(fd, 0) == 0); /* an empty first line */
     CHECK(pwrite(fd, blank, sizeof(blank) - 1, 0) ==
@@ -488,6 +500,45 @@ static void test_config_reads_auth_token_file(void)
     close(fd);
     unlink(path);
     CHECK_EQ_INT(LOAD(&c, "--auth-token-file", path), CONFIG_ERROR);
+    config_cleanup(&c);
+}
+
+static void test_config_reads_auth_file(void)
+{
+    char path[] = "/tmp/lockd-test-auth-" MKTEMP_SUFFIX;
+    int fd = mkstemp(path);
+    struct config c;
+    static const char good[] =
+        "{\"credentials\":[{\"name\":\"a\",\"token_sha256\":"
+        "\"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\","
+        "\"prefixes\":[\"a/\"],\"verbs\":[\"*\"]}]}";
+    static const char bad[] = "{\"credentials\":[{\"name\":\"a\"}]}";
+    char name[API_CLIENT_LEN + 1];
+
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    env_clear();
+    CHECK(write(fd, good, sizeof(good) - 1) == (ssize_t)sizeof(good) - 1);
+    CHECK_EQ_INT(LOAD(&c, "--auth-file", path), CONFIG_OK);
+    CHECK_STR_EQ(c.auth_file, path);
+    CHECK(authz_token_name(c.authz, "abc", name, sizeof(name)) == 0);
+    CHECK_STR_EQ(name, "a");
+    config_cleanup(&c);
+    CHECK(c.authz == NULL);
+    setenv("LOCKD_AUTH_FILE", path, 1);
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_OK);
+    CHECK(c.authz != NULL);
+    config_cleanup(&c);
+    CHECK(ftruncate(fd, 0) == 0);
+    CHECK(pwrite(fd, bad, sizeof(bad) - 1, 0) == (ssize_t)sizeof(bad) - 1);
+    CHECK_EQ_INT(load(&c, (char *)NULL), CONFIG_ERROR);
+    CHECK(c.authz == NULL);
+    config_cleanup(&c);
+    env_clear();
+    close(fd);
+    unlink(path);
+    CHECK_EQ_INT(LOAD(&c, "--auth-file", path), CONFIG_ERROR);
     config_cleanup(&c);
 }
 
@@ -642,6 +693,7 @@ static void test_config_known_env_is_quiet(void)
         "LOCKD_PORT",
         "LOCKD_PORT_8080_TCP",
         "LOCKD_AUTH_TOKEN_FILE",
+        "LOCKD_AUTH_FILE",
         "PATH",
         "LOCKDX",
     };
@@ -689,6 +741,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_config_help_lists_every_option),
     CHECK_CASE(test_config_check_health),
     CHECK_CASE(test_config_reads_auth_token_file),
+    CHECK_CASE(test_config_reads_auth_file),
     CHECK_CASE(test_config_reads_store_cap_and_log_file),
     CHECK_CASE(test_config_default_threads_follow_cpus_and_backend),
     CHECK_CASE(test_config_default_threads_capped_by_store_connections),

@@ -132,6 +132,99 @@ static void test_open_rejects_bad_urls(void)
     }
 }
 
+/* open()'s message for u: BACKEND_INVALID expected; the message into msg. */
+static void open_fails(const char *u, char *msg, size_t len)
+{
+    struct backend *be = (struct backend *)1;
+
+    msg[0] = '\0';
+    CHECK_MSG(mysql_backend.open(u, NULL, &be, msg, len) == BACKEND_INVALID,
+              "accepted %s", u);
+    CHECK(be == NULL);
+}
+
+/* TLS options that do not go together, and files that cannot be read,
+ * stop lockd at start with the option named; no message shows a
+ * password, whichever way it came. */
+static void test_open_rejects_bad_tls_and_password_options(void)
+{
+    static const struct {
+        const char *query, *want;
+    } bad[] = {
+        { "ssl_mode=on", "ssl_mode must be" },
+        { "ssl_mode=", "ssl_mode must be" },
+        { "ssl_ca=/etc/hostname", "ssl_ca= needs TLS" },
+        { "ssl_mode=disabled&ssl_cert=/etc/hostname&ssl_key=/etc/hostname",
+          "ssl_cert= needs TLS" },
+        { "ssl_mode=required&ssl_ca=/etc/hostname", "ssl_ca= is for" },
+        { "ssl_mode=preferred&ssl_ca=/etc/hostname", "ssl_ca= is for" },
+        { "ssl_mode=verify_ca", "needs ssl_ca=PATH" },
+        { "ssl_mode=verify_identity", "needs ssl_ca=PATH" },
+        { "ssl_mode=required&ssl_cert=/etc/hostname", "go together" },
+        { "ssl_mode=required&ssl_key=/etc/hostname", "go together" },
+        { "ssl_mode=verify_ca&ssl_ca=/nonexistent/ca.pem",
+          "ssl_ca=/nonexistent/ca.pem: cannot read it" },
+        { "ssl_mode=verify_ca&ssl_ca=", "ssl_ca= needs a path" },
+        { "ssl_mode=required&ssl_cert=/etc/hostname&ssl_key=/nonexistent/k",
+          "ssl_key=/nonexistent/k: cannot read it" },
+        { "password_file=/nonexistent/pw", "/nonexistent/pw" },
+    };
+    char u[300], msg[512];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(u, sizeof(u), "mysql://u:Secret-pw@127.0.0.1/db?%s",
+                 bad[i].query);
+        if (strncmp(bad[i].query, "password_file", 13) == 0)
+            snprintf(u, sizeof(u), "mysql://u@127.0.0.1/db?%s", bad[i].query);
+        open_fails(u, msg, sizeof(msg));
+        CHECK_MSG(strstr(msg, bad[i].want) != NULL, "%s: got '%s', want '%s'",
+                  bad[i].query, msg, bad[i].want);
+        CHECK_MSG(strncmp(msg, "mysql: ", 7) == 0, "%s", msg);
+        CHECK_MSG(strstr(msg, "Secret-pw") == NULL, "%s", msg);
+    }
+    open_fails("mysql://u:Secret-pw@127.0.0.1/db?password_file=/etc/hostname",
+               msg, sizeof(msg));
+    CHECK_MSG(strstr(msg, "password_file") != NULL &&
+                  strstr(msg, "Secret-pw") == NULL,
+              "%s", msg);
+}
+
+/* The password from password_file= or LOCKD_BACKEND_PASSWORD logs in,
+ * as one in the URL does; the URL's wins over the environment. */
+static void test_password_from_file_or_environment(void)
+{
+    char u[300], pw[200];
+    struct backend *be;
+    FILE *f;
+
+    snprintf(pw, sizeof(pw), "%s/pw", srv.dir);
+    f = fopen(pw, "w");
+    CHECK(f != NULL);
+    if (f == NULL)
+        return;
+    fprintf(f, "%s\n", TESTSRV_MYSQL_PASSWORD);
+    fclose(f);
+    snprintf(u, sizeof(u), "mysql://lockd@127.0.0.1:%d/lockd?password_file=%s",
+             srv.port, pw);
+    be = open_be_hooked(u, NULL);
+    CHECK(be != NULL && mysql_backend.ping(be) == BACKEND_OK);
+    mysql_backend.close(be);
+    setenv("LOCKD_BACKEND_PASSWORD", TESTSRV_MYSQL_PASSWORD, 1);
+    snprintf(u, sizeof(u), "mysql://lockd@127.0.0.1:%d/lockd", srv.port);
+    be = open_be_hooked(u, NULL);
+    CHECK(be != NULL && mysql_backend.ping(be) == BACKEND_OK);
+    mysql_backend.close(be);
+    snprintf(u, sizeof(u), "mysql://lockd:wrong@127.0.0.1:%d/lockd", srv.port);
+    be = open_be_hooked(u, NULL);
+    CHECK(be != NULL && mysql_backend.ping(be) == BACKEND_UNAVAILABLE);
+    mysql_backend.close(be);
+    unsetenv("LOCKD_BACKEND_PASSWORD");
+    snprintf(u, sizeof(u), "mysql://lockd@127.0.0.1:%d/lockd", srv.port);
+    be = open_be_hooked(u, NULL);
+    CHECK(be != NULL && mysql_backend.ping(be) == BACKEND_UNAVAILABLE);
+    mysql_backend.close(be);
+}
+
 static void test_open_succeeds_while_mysql_is_down(void)
 {
     char u[160];
@@ -2447,7 +2540,9 @@ static void test_acquire_reports_the_expired_fence(void)
 
 static const struct check_case cases[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
+    CHECK_CASE(test_open_rejects_bad_tls_and_password_options),
     CHECK_CASE(test_open_succeeds_while_mysql_is_down),
+    CHECK_CASE(test_password_from_file_or_environment),
     CHECK_CASE(test_acquire_grants_free_key_once),
     CHECK_CASE(test_fence_grows_with_every_grant),
     CHECK_CASE(test_renew_keeps_fence_and_stored_ttl),

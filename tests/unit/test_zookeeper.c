@@ -18,6 +18,7 @@
 
 #include <zookeeper/zookeeper.h>
 
+#include "backends/zookeeper/zk.h" /* the adapter's session, to expire it */
 #include "tests/unit/check.h"
 extern const struct backend_ops zookeeper_backend;
 #define TEST_BE_OPS zookeeper_backend
@@ -193,7 +194,13 @@ static void test_open_rejects_bad_urls(void)
         "zookeeper://127.0.0.1:2181?timeout_ms=x",
         "zookeeper://127.0.0.1:2181?timeout_ms=",
         "zookeeper:///chroot",
-        "zookeeper://user@127.0.0.1:2181",
+        "zookeeper://user@127.0.0.1:2181", /* no password */
+        "zookeeper://:pw@127.0.0.1:2181",
+        "zookeeper://a%3Ab:pw@127.0.0.1:2181",
+        "zookeeper://127.0.0.1:2181?acl=creator",
+        "zookeeper://127.0.0.1:2181?password_file=/etc/hostname",
+        "zookeeper://u:pw@127.0.0.1:2181?acl=open",
+        "zookeeper://u@127.0.0.1:2181?password_file=/nonexistent",
         "zookeeper://127.0.0.1:2181/a/../b",
         "zookeeper://127.0.0.1:2181/a//b",
         "zookeeper://127.0.0.1:2181/./b",
@@ -617,6 +624,93 @@ static void test_chroot_keeps_locks_apart(void)
     CHECK_EQ_INT(acq_wait(be_main, "c", TOK_B, 5000, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel(be, "c", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "c", TOK_B), BACKEND_OK);
+    zookeeper_backend.close(be);
+}
+
+/* End be's session from outside: a handle of ours on its id and password,
+ * closed, closes the session too; lockd sees it expired. */
+static void expire_session(struct backend *be)
+{
+    struct zk_be *z = (struct zk_be *)be;
+    clientid_t id;
+    char hosts[64];
+    zhandle_t *zh;
+
+    pthread_mutex_lock(&z->mu);
+    id = *zoo_client_id(z->conn->zh);
+    pthread_mutex_unlock(&z->mu);
+    snprintf(hosts, sizeof(hosts), "127.0.0.1:%d", srv.port);
+    zh = zookeeper_init(hosts, NULL, 4000, &id, NULL, 0);
+    for (int i = 0;
+         zh != NULL && i < 50 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++)
+        check_sleep_ms(100);
+    CHECK(zh != NULL && zoo_state(zh) == ZOO_CONNECTED_STATE);
+    if (zh != NULL)
+        zookeeper_close(zh);
+}
+
+static int64_t session_of(struct backend *be)
+{
+    struct zk_be *z = (struct zk_be *)be;
+    int64_t id = 0;
+
+    pthread_mutex_lock(&z->mu);
+    if (z->conn != NULL && z->conn->ready)
+        id = zoo_client_id(z->conn->zh)->client_id;
+    pthread_mutex_unlock(&z->mu);
+    return id;
+}
+
+/* Digest auth is on every session, the first and one after an expiry
+ * (lockd's nodes let its user alone create under them); a client without
+ * it cannot change them; a wrong password gets nothing. */
+static void test_auth_on_every_session(void)
+{
+    char u[200], hosts[64];
+    struct backend *be, *wrong;
+    struct lock_grant g;
+    struct ACL_vector acl = { 0 };
+    struct Stat st;
+    int64_t s1, s2 = 0;
+    zhandle_t *zh;
+
+    snprintf(u, sizeof(u), "zookeeper://dave:pw%%3A1@127.0.0.1:%d/authu",
+             srv.port);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(zookeeper_backend.ping(be), BACKEND_OK);
+    CHECK_EQ_INT(acq_wait(be, "a", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    zh = raw_open();
+    if (zh != NULL) {
+        CHECK_EQ_INT(zoo_set(zh, "/authu/lockd/clock", "", 0, -1), ZNOAUTH);
+        CHECK_EQ_INT(zoo_get_acl(zh, "/authu/lockd/locks", &acl, &st), ZOK);
+        CHECK_EQ_INT(acl.count, 2); /* creator-all, world-read */
+        deallocate_ACL_vector(&acl);
+        zookeeper_close(zh);
+    }
+    s1 = session_of(be);
+    expire_session(be);
+    for (int i = 0; i < 100 && (s2 == 0 || s2 == s1); i++) {
+        check_sleep_ms(100);
+        s2 = session_of(be);
+    }
+    CHECK_MSG(s2 != 0 && s2 != s1, "no new session: %lld", (long long)s2);
+    CHECK_EQ_INT(acq_wait(be, "b", TOK_A, 5000, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be, "b", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(rel(be, "a", TOK_A), BACKEND_OK);
+    snprintf(hosts, sizeof(hosts), "%d", srv.port);
+    snprintf(u, sizeof(u),
+             "zookeeper://dave:nope@127.0.0.1:%s/authu?timeout_ms=300", hosts);
+    wrong = open_be(u);
+    CHECK(wrong != NULL);
+    if (wrong != NULL) {
+        CHECK_EQ_INT(zookeeper_backend.ping(wrong), BACKEND_UNAVAILABLE);
+        CHECK_EQ_INT(acq_wait(wrong, "c", TOK_B, 5000, NULL, &g),
+                     BACKEND_UNAVAILABLE);
+        zookeeper_backend.close(wrong);
+    }
     zookeeper_backend.close(be);
 }
 
@@ -2105,6 +2199,7 @@ static const struct check_case online[] = {
     CHECK_CASE(test_issue_10_lost_grant_is_reported_only_while_valid),
     CHECK_CASE(test_issue_10_late_grant_beside_a_new_place_is_claimed),
     CHECK_CASE(test_chroot_keeps_locks_apart),
+    CHECK_CASE(test_auth_on_every_session),
     CHECK_CASE(test_shared_grants_up_to_the_limit_then_held),
     CHECK_CASE(test_exclusive_and_shared_exclude_each_other),
     CHECK_CASE(test_shared_under_another_limit_is_a_mismatch),

@@ -60,3 +60,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "lockd.promSelector" -}}
 namespace="{{ .Release.Namespace }}",job="{{ include "lockd.fullname" . }}"
 {{- end }}
+
+{{/* The container port's name: https when lockd serves TLS. */}}
+{{- define "lockd.portName" -}}
+{{- if .Values.tls.existingSecret }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{/* Where the store password file is mounted. */}}
+{{- define "lockd.passwordFile" -}}
+/etc/lockd/store/{{ .Values.backend.passwordKey }}
+{{- end }}
