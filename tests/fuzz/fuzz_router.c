@@ -4,11 +4,15 @@
  * the handler's answer, as the server runs them. The input reads like a
  * tests/data/requests file: "METHOD TARGET" on the first line, header
  * lines up to an empty line (Lock-Token, Idempotency-Key and
- * Authorization are passed on, up to 4 of each; others are dropped), the
- * rest the body, byte for byte. With an Authorization header the router
- * runs with auth on (bearer "fuzz-auth-token", admin "fuzz-admin-token"),
- * else without. The backend is opened once and outlives the inputs, so
- * locks taken by one input are there for the next (30 s TTL at most).
+ * Authorization are passed on, up to 4 of each; "Tls-Peer: verified NAME
+ * ...", "bad REASON" or "none" stands for the client certificate; others
+ * are dropped), the rest the body, byte for byte. With an Authorization
+ * or a Tls-Peer line the router runs with auth on (an --auth-file with
+ * bearer "fuzz-auth-token" scoped to orders/ and k, "fuzz-admin-token"
+ * for everything, certificate name billing.prod.svc scoped to billing/,
+ * /healthz open), else without. The backend is opened once and outlives the
+ * inputs, so locks taken by one input are there for the next (30 s TTL at
+ * most).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +20,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "api/authz.h"
 #include "api/router.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -27,21 +32,45 @@
 static struct api_config open_cfg; /* auth off */
 static struct api_config auth_cfg; /* the same store, auth on */
 
-static struct secret *token_secret(const char *value)
-{
-    char path[] = "/tmp/lockd-fuzz-token-XXXXXX";
-    char err[256];
-    struct secret *s;
-    int fd = mkstemp(path);
+/* The --auth-file of auth_cfg: a scoped bearer credential, an operator
+ * one, a client certificate's, and /healthz open. */
+static const char policy_fmt[] =
+    "{\"credentials\":["
+    "{\"name\":\"orders\",\"token_sha256\":\"%s\","
+    "\"prefixes\":[\"orders/\",\"k\"],\"verbs\":[\"acquire\","
+    "\"renew\",\"release\",\"inspect\",\"list\"],"
+    "\"modes\":[\"exclusive\"],\"multi\":true,\"max_waiters\":5},"
+    "{\"name\":\"ops\",\"token_sha256\":\"%s\",\"prefixes\":[\"\"],"
+    "\"verbs\":[\"*\",\"force\",\"probes\",\"metrics\"]},"
+    "{\"name\":\"billing\",\"tls_identity\":\"billing.prod.svc\","
+    "\"prefixes\":[\"billing/\"],\"verbs\":[\"*\"],\"multi\":false}],"
+    "\"open\":[\"healthz\"]}";
 
-    if (fd < 0 || write(fd, value, strlen(value)) != (ssize_t)strlen(value))
+static struct authz *open_policy(void)
+{
+    char path[] = "/tmp/lockd-fuzz-auth-XXXXXX";
+    char h1[65], h2[65], text[2048], err[256];
+    struct authz_opts o = { .tls_client_ca = true };
+    struct authz *a;
+    int fd, n;
+
+    if (authz_sha256_hex(AUTH_TOKEN, strlen(AUTH_TOKEN), h1) != 0 ||
+        authz_sha256_hex(ADMIN_TOKEN, strlen(ADMIN_TOKEN), h2) != 0)
+        abort();
+    n = snprintf(text, sizeof(text), policy_fmt, h1, h2);
+    fd = mkstemp(path);
+    if (n < 0 || (size_t)n >= sizeof(text) || fd < 0 ||
+        write(fd, text, (size_t)n) != n)
         abort();
     close(fd);
-    s = secret_open(path, err, sizeof(err));
+    o.auth_file = path;
+    a = authz_open(&o, err, sizeof(err));
     unlink(path);
-    if (s == NULL)
+    if (a == NULL) {
+        fprintf(stderr, "fuzz_router: the policy: %s\n", err);
         abort();
-    return s;
+    }
+    return a;
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -58,8 +87,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     open_cfg.max_ttl_ms = 30000;
     open_cfg.max_wait_ms = 300000;
     auth_cfg = open_cfg;
-    auth_cfg.auth_token = token_secret(AUTH_TOKEN);
-    auth_cfg.admin_token = token_secret(ADMIN_TOKEN);
+    auth_cfg.authz = open_policy();
     return 0;
 }
 
@@ -134,7 +162,30 @@ struct fuzz_req {
     struct api_request rq;
     struct api_param q[MAX_PARAMS];
     const char *tokens[MAX_HEADERS], *idem[MAX_HEADERS];
+    const char *names[MAX_HEADERS];
+    bool tls; /* a Tls-Peer line was given */
 };
+
+/* "Tls-Peer: verified NAME...", "bad REASON" or "none": what the TLS
+ * layer would have said of the client's certificate (changed in place). */
+static void set_tls(struct fuzz_req *f, char *v)
+{
+    char *words[MAX_HEADERS + 1];
+    size_t n = fuzz_split(v, ' ', words, MAX_HEADERS + 1);
+
+    f->tls = true;
+    if (strcmp(words[0], "verified") == 0) {
+        f->rq.tls_peer = API_TLS_VERIFIED;
+        for (size_t i = 1; i < n; i++)
+            f->names[f->rq.ntls_names++] = words[i];
+        f->rq.tls_names = f->names;
+    } else if (strcmp(words[0], "bad") == 0) {
+        f->rq.tls_peer = API_TLS_BAD_CERT;
+        f->rq.tls_error = n > 1 ? words[1] : "expired";
+    } else {
+        f->rq.tls_peer = API_TLS_NO_CERT;
+    }
+}
 
 /* The query after '?' in target (cut there) into f's parameters. */
 static void split_query(struct fuzz_req *f, char *target)
@@ -175,6 +226,8 @@ static void add_header(struct fuzz_req *f, char *line)
         f->idem[f->rq.nidem_keys++] = v;
     else if (strcasecmp(line, "Authorization") == 0)
         f->rq.authorization = v;
+    else if (strcasecmp(line, "Tls-Peer") == 0 && !f->tls)
+        set_tls(f, v);
 }
 
 /* Build f from text (size bytes, NUL-terminated, changed in place). */
@@ -221,7 +274,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const struct api_config *cfg;
 
     build(&f, text, size);
-    cfg = f.rq.authorization != NULL ? &auth_cfg : &open_cfg;
+    cfg = f.rq.authorization != NULL || f.tls ? &auth_cfg : &open_cfg;
     memset(&resp, 0, sizeof(resp));
     memset(&call, 0, sizeof(call));
     if (router_dispatch(cfg, &f.rq, &resp, &call) == API_ACTION_CALL)
