@@ -40,19 +40,42 @@ static size_t count_of(const char *hay, const char *needle)
     return n;
 }
 
-/* The user info's password, when it appears as written and only once in
- * the URL, must not appear in the redacted text. */
+/* The user info's password as written in url (percent escapes kept),
+ * found the way url_parse() finds it, into raw (rawlen bytes); 0 when
+ * there is one. */
+static int raw_password(const char *url, char *raw, size_t rawlen)
+{
+    const char *p = strstr(url, "://"), *end, *at = NULL, *colon;
+
+    if (p == NULL)
+        return -1;
+    p += 3;
+    end = p + strcspn(p, "/?");
+    for (const char *c = p; c < end; c++)
+        if (*c == '@')
+            at = c;
+    colon = at != NULL ? memchr(p, ':', (size_t)(at - p)) : NULL;
+    if (colon == NULL || (size_t)(at - colon - 1) >= rawlen)
+        return -1;
+    memcpy(raw, colon + 1, (size_t)(at - colon - 1));
+    raw[at - colon - 1] = '\0';
+    return 0;
+}
+
+/* The user info's password, when it is long enough and written only once
+ * in the URL, must not appear in the redacted text. */
 static void check_redacted(const char *url, const struct url *u)
 {
-    char out[4096];
+    char out[4096], raw[4096];
 
     url_redact(url, out, sizeof(out));
     if (memchr(out, '\0', sizeof(out)) == NULL)
         abort();
-    if (u->password == NULL || strlen(u->password) < 6 ||
-        strpbrk(u->password, "*%") != NULL || count_of(url, u->password) != 1)
+    if (u->password == NULL || strlen(url) >= sizeof(out) ||
+        raw_password(url, raw, sizeof(raw)) != 0 || strlen(raw) < 6 ||
+        strchr(raw, '*') != NULL || count_of(url, raw) != 1)
         return;
-    if (strlen(url) < sizeof(out) && strstr(out, u->password) != NULL)
+    if (strstr(out, raw) != NULL)
         abort(); /* a password left in a log line */
 }
 
