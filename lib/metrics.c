@@ -77,6 +77,8 @@ static struct histogram wait_hist[3]; /* by enum metrics_wait_result */
 static struct histogram hold_hist;
 static _Atomic int64_t connections;
 static uint64_t connections_max; /* frozen before the server */
+static _Atomic uint64_t limited[METRICS_LIMIT_COUNT];
+static _Atomic uint64_t client_waiters, waiting_clients;
 static uint64_t store_conns_max; /* frozen before the server */
 static uint64_t store_conns;     /* frozen before the server */
 
@@ -222,6 +224,18 @@ void metrics_lock_hold(int64_t held_us)
 void metrics_http_connections_add(int64_t delta)
 {
     atomic_fetch_add_explicit(&connections, delta, memory_order_relaxed);
+}
+
+void metrics_http_limited(enum metrics_limit limit)
+{
+    if ((unsigned)limit < METRICS_LIMIT_COUNT)
+        atomic_fetch_add_explicit(&limited[limit], 1, memory_order_relaxed);
+}
+
+void metrics_client_waiters(uint64_t slots, uint64_t clients)
+{
+    atomic_store_explicit(&client_waiters, slots, memory_order_relaxed);
+    atomic_store_explicit(&waiting_clients, clients, memory_order_relaxed);
 }
 
 void metrics_http_connections_max(uint64_t max)
@@ -455,6 +469,24 @@ static void put_connections(struct buf *b)
         "# TYPE lockd_http_connections gauge\n"
         "lockd_http_connections %lld\n",
         (long long)atomic_load_explicit(&connections, memory_order_relaxed));
+    bprintf(b,
+            "# HELP lockd_http_limited_total Requests answered 429 by a "
+            "per-client limit.\n"
+            "# TYPE lockd_http_limited_total counter\n"
+            "lockd_http_limited_total{limit=\"connections\"} %llu\n"
+            "lockd_http_limited_total{limit=\"waiters\"} %llu\n"
+            "# HELP lockd_http_client_waiters Requests that may wait in "
+            "flight now, counted against --max-waiters-per-client.\n"
+            "# TYPE lockd_http_client_waiters gauge\n"
+            "lockd_http_client_waiters %llu\n"
+            "# HELP lockd_http_waiting_clients Clients with a request that "
+            "may wait in flight now.\n"
+            "# TYPE lockd_http_waiting_clients gauge\n"
+            "lockd_http_waiting_clients %llu\n",
+            (unsigned long long)load(&limited[METRICS_LIMIT_CONNECTIONS]),
+            (unsigned long long)load(&limited[METRICS_LIMIT_WAITERS]),
+            (unsigned long long)load(&client_waiters),
+            (unsigned long long)load(&waiting_clients));
     if (connections_max > 0)
         bprintf(b,
                 "# HELP lockd_http_connections_max The most open HTTP "

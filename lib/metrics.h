@@ -72,6 +72,17 @@ void metrics_lock_hold(int64_t held_us);
 /* lockd_http_connections: open HTTP connections (service/conntrack.c
  * adds +1 when one starts and -1 when it closes). */
 void metrics_http_connections_add(int64_t delta);
+/* What a per-client limit refused with 429: lockd_http_limited_total. */
+enum metrics_limit {
+    METRICS_LIMIT_CONNECTIONS = 0, /* --max-connections-per-ip */
+    METRICS_LIMIT_WAITERS,         /* --max-waiters-per-client */
+    METRICS_LIMIT_COUNT,
+};
+void metrics_http_limited(enum metrics_limit limit); /* < COUNT */
+/* lockd_http_client_waiters (requests that may wait, in flight, counted
+ * per client) and lockd_http_waiting_clients (clients with one or more):
+ * set by service/clientlim.c. */
+void metrics_client_waiters(uint64_t slots, uint64_t clients);
 /* lockd_http_connections_max: the configured cap (--max-connections);
  * set once before the server starts; 0, the default, leaves it out. */
 void metrics_http_connections_max(uint64_t max);

@@ -29,6 +29,8 @@ void url_cleanup(struct url *u)
 {
     free(u->scheme);
     free(u->user);
+    if (u->password != NULL) /* none left behind in freed memory */
+        explicit_bzero(u->password, strlen(u->password));
     free(u->password);
     free(u->hosts);
     free(u->path);
@@ -268,11 +270,12 @@ static void redact_query(const char *q, char **out, size_t *room)
 void url_redact(const char *url, char *out, size_t outlen)
 {
     const char *sep = strstr(url, "://");
-    const char *slashes = strstr(url, "//"); /* "redis//..." is malformed */
-    const char *p = sep != NULL ? sep + 3 : slashes != NULL ? slashes + 2 : url;
-    /* where url_parse() ends the user info and hosts: a '#' is not an end
-     * there, so a password with one must be hidden whole */
-    size_t hostlen = strcspn(p, "/?");
+    const char *p = sep != NULL ? sep + 3 : url;
+    /* up to the query, not the path: a password with a raw '/' (or a URL
+     * without its "://") must not stop the search for its '@'. An '@' in
+     * a path hides more than needed, never less. Nor at a '#': url_parse()
+     * takes one as part of the password */
+    size_t hostlen = strcspn(p, "?");
     const char *at = NULL, *colon = NULL, *rest = url, *q;
     size_t room = outlen;
 
@@ -282,6 +285,8 @@ void url_redact(const char *url, char *out, size_t outlen)
     for (const char *c = p; c < p + hostlen; c++)
         if (*c == '@')
             at = c;
+    if (at == NULL) /* a raw '?' or '#' in the password: its '@' is later */
+        at = strrchr(p, '@');
     if (at != NULL)
         colon = memchr(p, ':', (size_t)(at - p));
     if (colon != NULL) {

@@ -53,7 +53,8 @@ int url_resolve_password(struct url *u,
  * url for a log line or an error message: the user info's password and
  * the value of every query parameter whose name ends in "password" are
  * replaced by "***" (also in a malformed URL: the part between the first
- * ':' after the scheme separator and the last '@' before the host). The
+ * ':' after the scheme separator, or after the start when there is none,
+ * and the last '@' before the query, or anywhere when none is). The
  * result is truncated to outlen - 1 bytes and always NUL-terminated.
  */
 void url_redact(const char *url, char *out, size_t outlen);

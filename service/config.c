@@ -16,6 +16,7 @@
 #include "backends/backend.h"
 #include "lib/text.h"
 #include "lib/url.h"
+#include "service/tls.h"
 
 enum opt_kind {
     OPT_STRING,
@@ -77,6 +78,12 @@ static const struct opt opts[] = {
       M(max_connections_per_ip), 1, 1000000,
       "open connections from one client address at most; more get 429 "
       "(default: half of --max-connections)" },
+    { "max-waiters-per-client", "LOCKD_MAX_WAITERS_PER_CLIENT", OPT_UINT,
+      M(max_waiters_per_client), 0, 1000000,
+      "lock requests that may wait (wait_ms > 0) in flight at once per "
+      "client - its credential with auth on, else its address; more get "
+      "429; an --auth-file credential's max_waiters overrides it (default "
+      "0: a quarter of --max-connections)" },
     { "request-timeout-ms", "LOCKD_REQUEST_TIMEOUT_MS", OPT_U64,
       M(request_timeout_ms), 0, 3600000,
       "time a request may take to arrive, headers and body, from its "
@@ -107,6 +114,18 @@ static const struct opt opts[] = {
       "file whose first line is the admin bearer token: it may do what "
       "the auth token may, and force-release keys (DELETE "
       "/locks/KEY?force=true); default: no forced release" },
+    { "tls-cert", "LOCKD_TLS_CERT", OPT_STRING, M(tls_cert), 0, 0,
+      "PEM file: the server certificate, then its chain; with --tls-key "
+      "the listener speaks HTTPS only (TLS 1.2 and 1.3); SIGHUP re-reads "
+      "it" },
+    { "tls-key", "LOCKD_TLS_KEY", OPT_STRING, M(tls_key), 0, 0,
+      "PEM file: the certificate's private key (unencrypted); SIGHUP "
+      "re-reads it" },
+    { "tls-client-ca", "LOCKD_TLS_CLIENT_CA", OPT_STRING, M(tls_client_ca), 0,
+      0,
+      "PEM file of CA certificates: clients are asked for a certificate "
+      "signed by one (for client auth), needed on /locks; SIGHUP re-reads "
+      "it (needs --tls-cert)" },
 };
 #undef M
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -127,8 +146,9 @@ static void usage(FILE *f)
             "  --%-22s %-28s %s\n  --%-22s %-28s %s\n\n"
             "backends built in: %s\n",
             "check-health [URL]", "",
-            "GET URL (default http://<listen>/healthz); exit 0 on 200, "
-            "else 1",
+            "GET URL (default http://<listen>/healthz, https:// with "
+            "--tls-cert; the server certificate is not verified); exit 0 "
+            "on 200, else 1",
             "help", "", "print this help and exit", "version", "",
             "print the version and exit", "backends", "",
             "print the backend schemes built in, one a line, and exit",
@@ -210,13 +230,41 @@ static int open_authz(struct config *c)
     o.auth_file = c->auth_file;
     o.token_file = c->auth_token_file;
     o.admin_file = c->admin_token_file;
-    /* TODO(#18): c->tls_client_ca != NULL once --tls-client-ca is here */
-    o.tls_client_ca = false;
+    o.tls_client_ca = c->tls_client_ca != NULL;
     if (!authz_wanted(&o))
         return 0;
     c->authz = authz_open(&o, err, sizeof(err));
     if (c->authz == NULL) {
         fprintf(stderr, "lockd: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* --tls-cert, --tls-key and --tls-client-ca: read the files into c->tls;
+ * -1 with the reason printed. */
+static int open_tls(struct config *c)
+{
+    char err[512];
+
+    if ((c->tls_cert == NULL) != (c->tls_key == NULL)) {
+        fprintf(stderr,
+                "lockd: --tls-cert and --tls-key go together: %s "
+                "is missing\n",
+                c->tls_cert == NULL ? "--tls-cert" : "--tls-key");
+        return -1;
+    }
+    if (c->tls_client_ca != NULL && c->tls_cert == NULL) {
+        fprintf(stderr, "lockd: --tls-client-ca needs --tls-cert and "
+                        "--tls-key\n");
+        return -1;
+    }
+    if (c->tls_cert == NULL)
+        return 0;
+    c->tls =
+        tls_new(c->tls_cert, c->tls_key, c->tls_client_ca, err, sizeof(err));
+    if (c->tls == NULL) {
+        fprintf(stderr, "lockd: TLS: %s\n", err);
         return -1;
     }
     return 0;
@@ -239,6 +287,7 @@ static void set_defaults(struct config *c)
     c->max_header_bytes = 16384;
     c->max_connections = 16000;
     c->max_connections_per_ip = 0; /* auto: server_start() halves the limit */
+    c->max_waiters_per_client = 0; /* auto: server_start() quarters it */
     c->request_timeout_ms = 10000;
     c->max_store_connections = 64;
     c->log_level = LOG_LEVEL_INFO;
@@ -342,6 +391,8 @@ enum config_result config_load(struct config *c, int argc, char **argv)
     }
     if (c->check_health || c->hash_token)
         return CONFIG_OK;
+    if (open_tls(c) != 0)
+        return CONFIG_ERROR;
     if (c->default_ttl_ms > c->max_ttl_ms) {
         fprintf(stderr,
                 "lockd: --default-ttl-ms %llu is above --max-ttl-ms %llu\n",
@@ -358,6 +409,8 @@ void config_cleanup(struct config *c)
 {
     authz_close(c->authz);
     c->authz = NULL;
+    tls_free(c->tls);
+    c->tls = NULL;
 }
 
 /*
@@ -481,6 +534,8 @@ static const char *const env_allowed[] = {
     "LOCKD_MODE",
     "LOCKD_EXPIRES_AT",
     "LOCKD_RELEASED",
+    /* the store password, read by the adapters (url_resolve_password()) */
+    "LOCKD_BACKEND_PASSWORD",
     /* tests and builds */
     "LOCKD_BIN",
     "LOCKD_BIN_*",

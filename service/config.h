@@ -13,6 +13,8 @@
 
 struct authz;
 
+struct tls;
+
 struct config {
     const char *listen;    /* "host:port", as given */
     char listen_host[256]; /* parsed from listen */
@@ -27,6 +29,9 @@ struct config {
     uint64_t max_header_bytes; /* request line and headers */
     unsigned max_connections;
     unsigned max_connections_per_ip; /* 0 = auto: half of max_connections */
+    unsigned max_waiters_per_client; /* requests that may wait, in flight,
+                                        per credential or address; 0 =
+                                        auto: a quarter of max_connections */
     uint64_t request_timeout_ms;     /* 0 = no bound */
     enum log_level log_level;
     enum log_format log_format;
@@ -38,9 +43,14 @@ struct config {
                                        (api/authz.h); NULL: auth is off */
     const char *log_file;           /* NULL: stderr */
     unsigned max_store_connections; /* per instance, 1..10000 */
-    bool check_health;              /* --check-health mode */
-    bool hash_token;                /* --hash-token mode */
-    const char *check_health_url;   /* NULL: derived from listen */
+    /* TLS (service/tls.h): all NULL for plain HTTP */
+    const char *tls_cert;         /* PEM: certificate, then its chain */
+    const char *tls_key;          /* PEM: its private key */
+    const char *tls_client_ca;    /* PEM bundle; NULL: no client certs */
+    struct tls *tls;              /* owned: the files read */
+    bool check_health;            /* --check-health mode */
+    bool hash_token;              /* --hash-token mode */
+    const char *check_health_url; /* NULL: derived from listen */
 };
 
 enum config_result {
@@ -50,9 +60,9 @@ enum config_result {
 };
 
 /* Fill c from argv and the environment. Strings are borrowed from argv and
- * environ; c->authz, the credentials read from the auth files, is owned
- * (a file that cannot be read or is not valid: CONFIG_ERROR, said on
- * stderr naming the file and the field). */
+ * environ; c->authz, the credentials read from the auth files, and c->tls,
+ * the TLS files read, are owned (a file that cannot be read or is not
+ * valid: CONFIG_ERROR, said on stderr naming the file). */
 enum config_result config_load(struct config *c, int argc, char **argv);
 void config_cleanup(struct config *c);
 

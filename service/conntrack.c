@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <linux/tcp.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,6 +36,7 @@
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
+#include "service/tls.h"
 
 #define ADDR_BUCKETS 4096
 #define TICK_MAX_US  250000   /* the reaper's period, at most */
@@ -68,12 +70,16 @@ struct conn {
     _Atomic uint64_t word;   /* (since_us << PH_BITS) | phase */
     uint64_t seen;           /* reaper only: bytes received when idle */
     struct addr_count *addr; /* under ct->mu; NULL if not counted */
+    struct tls_conn *tls;    /* the connection's thread only; owned */
+    bool limited; /* over its address's cap on a TLS listener: its first
+                     request is answered 429 (set before MHD sees it) */
 };
 
 struct conntrack {
     int64_t timeout_us; /* 0: no bound */
     int64_t tick_us, probe_us;
     unsigned max_per_ip; /* 0: no cap */
+    bool tls;            /* the listener speaks TLS */
     uint64_t salt;       /* for the ids of 429s */
     _Atomic uint64_t refused, cut, next_id;
     _Atomic uint64_t open; /* tracked connections (lockd_http_connections) */
@@ -233,6 +239,11 @@ static void on_started(struct conntrack *ct,
         refuse = c->addr == NULL ||
                  (ct->max_per_ip > 0 && c->addr->n > ct->max_per_ip);
     }
+    /* no plain HTTP can be written before a TLS handshake: the request
+     * that follows it is answered 429 instead (timed as any other) */
+    c->limited = refuse && ct->tls;
+    if (c->limited)
+        refuse = false;
     atomic_store_explicit(
         &c->word, word(clock_mono_us(), refuse ? PH_REFUSED : PH_ARRIVING),
         memory_order_relaxed);
@@ -246,10 +257,15 @@ static void on_started(struct conntrack *ct,
     atomic_fetch_add_explicit(&ct->open, 1, memory_order_relaxed);
     metrics_http_connections_add(1);
 
+    if (c->limited) {
+        atomic_fetch_add_explicit(&ct->refused, 1, memory_order_relaxed);
+        metrics_http_limited(METRICS_LIMIT_CONNECTIONS);
+    }
     if (refuse) {
         /* libmicrohttpd reads the end of the stream (or the request, which
          * conntrack_request_begins() refuses) and closes it */
         atomic_fetch_add_explicit(&ct->refused, 1, memory_order_relaxed);
+        metrics_http_limited(METRICS_LIMIT_CONNECTIONS);
         send_429(ct, c->fd);
         shutdown(c->fd, SHUT_RDWR);
     }
@@ -272,6 +288,7 @@ static void on_closed(struct conntrack *ct, void **socket_context)
     if (c->addr != NULL)
         addr_del(ct, c->addr);
     pthread_mutex_unlock(&ct->mu);
+    tls_conn_free(c->tls);
     free(c);
     atomic_fetch_sub_explicit(&ct->open, 1, memory_order_relaxed);
     metrics_http_connections_add(-1);
@@ -304,27 +321,34 @@ static struct conn *conn_of(struct MHD_Connection *mc)
     return ci != NULL ? ci->socket_context : NULL;
 }
 
-bool conntrack_request_begins(struct MHD_Connection *mc)
+struct tls_conn **conntrack_tls_slot(struct MHD_Connection *mc)
+{
+    struct conn *c = conn_of(mc);
+
+    return c != NULL ? &c->tls : NULL;
+}
+
+enum conntrack_begin conntrack_request_begins(struct MHD_Connection *mc)
 {
     struct conn *c = conn_of(mc);
     uint64_t w;
 
     if (c == NULL)
-        return false; /* refused at its start */
+        return CONNTRACK_CLOSE; /* refused at its start */
     w = atomic_load(&c->word);
     switch (phase_of(w)) {
     case PH_CUT:
     case PH_REFUSED:
-        return false;
+        return CONNTRACK_CLOSE;
     case PH_IDLE:
     case PH_IDLE_SEEN:
         /* its headers came before the reaper noticed: time it from now
          * (a failed swap means the reaper just did) */
         atomic_compare_exchange_strong(&c->word, &w,
                                        word(clock_mono_us(), PH_ARRIVING));
-        return true;
+        return c->limited ? CONNTRACK_LIMITED : CONNTRACK_GO;
     default:
-        return true;
+        return c->limited ? CONNTRACK_LIMITED : CONNTRACK_GO;
     }
 }
 
@@ -454,8 +478,8 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
-struct conntrack *conntrack_new(uint64_t request_timeout_ms,
-                                unsigned max_per_ip)
+struct conntrack *
+conntrack_new(uint64_t request_timeout_ms, unsigned max_per_ip, bool tls)
 {
     struct conntrack *ct = calloc(1, sizeof(*ct));
     pthread_condattr_t ca;
@@ -465,6 +489,7 @@ struct conntrack *conntrack_new(uint64_t request_timeout_ms,
         return NULL;
     ct->timeout_us = (int64_t)request_timeout_ms * 1000;
     ct->max_per_ip = max_per_ip;
+    ct->tls = tls;
     ct->tick_us = ct->timeout_us / 20;
     if (ct->tick_us > TICK_MAX_US || ct->tick_us == 0)
         ct->tick_us = TICK_MAX_US;
@@ -506,6 +531,7 @@ void conntrack_free(struct conntrack *ct)
     while (ct->conns != NULL) {
         struct conn *c = ct->conns;
         ct->conns = c->next;
+        tls_conn_free(c->tls);
         free(c);
         metrics_http_connections_add(-1);
     }
@@ -518,4 +544,28 @@ void conntrack_free(struct conntrack *ct)
     pthread_cond_destroy(&ct->cv);
     pthread_mutex_destroy(&ct->mu);
     free(ct);
+}
+
+void conntrack_peer_name(struct MHD_Connection *conn, char *buf, size_t cap)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    const struct sockaddr *sa;
+    socklen_t len;
+
+    buf[0] = '\0';
+    if (ci == NULL || ci->client_addr == NULL)
+        return;
+    sa = ci->client_addr;
+    if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
+        return;
+    len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                    : sizeof(struct sockaddr_in);
+    if (getnameinfo(sa, len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return;
+    if (snprintf(buf, cap, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s",
+                 host, port) >= (int)cap)
+        buf[0] = '\0';
 }

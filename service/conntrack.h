@@ -12,7 +12,9 @@
  * after its CLOSED notification, which takes the same mutex). A request
  * that has arrived - being answered, or parked in the wait queue - is never
  * cut. A connection over its address's cap is answered 429
- * too_many_requests at once and shut down, before its request is read.
+ * too_many_requests at once and shut down, before its request is read; on
+ * a TLS listener, where nothing can be written before the handshake, its
+ * first request is answered 429 by the server and the connection closed.
  *
  * It also counts the open connections, waiters and refused ones included
  * (each from its STARTED to its CLOSED notification): conntrack_open_count()
@@ -27,10 +29,10 @@
 
 struct conntrack;
 
-/* request_timeout_ms 0: no bound; max_per_ip 0: no cap. NULL on failure
- * (errno set). Starts the reaper thread. */
-struct conntrack *conntrack_new(uint64_t request_timeout_ms,
-                                unsigned max_per_ip);
+/* request_timeout_ms 0: no bound; max_per_ip 0: no cap; tls: the listener
+ * speaks TLS. NULL on failure (errno set). Starts the reaper thread. */
+struct conntrack *
+conntrack_new(uint64_t request_timeout_ms, unsigned max_per_ip, bool tls);
 
 /* After MHD_stop_daemon(): joins the reaper and frees. Accepts NULL. */
 void conntrack_free(struct conntrack *ct);
@@ -41,9 +43,15 @@ void conntrack_notify(void *cls,
                       void **socket_context,
                       enum MHD_ConnectionNotificationCode toe);
 
-/* The access handler's first call for a request (its headers are in).
- * false: the connection was refused or cut; answer MHD_NO. */
-bool conntrack_request_begins(struct MHD_Connection *conn);
+enum conntrack_begin {
+    CONNTRACK_GO = 0,  /* serve the request */
+    CONNTRACK_CLOSE,   /* refused or cut: answer MHD_NO */
+    CONNTRACK_LIMITED, /* over its address's cap on a TLS listener: answer
+                          429 and close */
+};
+
+/* The access handler's first call for a request (its headers are in). */
+enum conntrack_begin conntrack_request_begins(struct MHD_Connection *conn);
 
 /* The request has fully arrived (headers and body): no longer timed. */
 void conntrack_request_arrived(struct MHD_Connection *conn);
@@ -51,8 +59,19 @@ void conntrack_request_arrived(struct MHD_Connection *conn);
 /* The request is over: the connection is idle until the next request. */
 void conntrack_request_done(struct MHD_Connection *conn);
 
+struct tls_conn;
+
+/* The slot for the connection's TLS state (service/tls.c's; freed with
+ * tls_conn_free() when the connection closes); NULL if the connection is
+ * not tracked. Only the connection's thread may use it. */
+struct tls_conn **conntrack_tls_slot(struct MHD_Connection *conn);
+
 /* The connections open now (tracked: STARTED seen, CLOSED not yet). Any
  * thread; 0 for NULL. */
 uint64_t conntrack_open_count(struct conntrack *ct);
+
+/* The peer's "ip:port" ("[ip]:port" for IPv6) into buf (cap bytes); ""
+ * if unknown. X-Forwarded-For is not trusted: this is the socket's peer. */
+void conntrack_peer_name(struct MHD_Connection *conn, char *buf, size_t cap);
 
 #endif /* SERVICE_CONNTRACK_H */

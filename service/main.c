@@ -4,9 +4,9 @@
  * Start: configuration, logging, signals blocked in every thread, the
  * backend (which may not be reachable yet: it recovers by itself), the wait
  * queue, the HTTP server. Then the main thread sleeps in sigwait().
- * SIGHUP: the credentials' files are read again and --log-file is
- * reopened (the work is done here, on the main thread, never in a signal
- * handler).
+ * SIGHUP: the credentials' files and the TLS files are read again and
+ * --log-file is reopened (the work is done here, on the main thread, never
+ * in a signal handler).
  * SIGTERM or SIGINT: /readyz turns 503 and new requests get 503 at once,
  * waiters are answered 503, requests in flight finish (5 s at most), then
  * the server, the wait queue and the backend close, and lockd exits 0.
@@ -34,6 +34,7 @@
 #include "lib/url.h"
 #include "service/config.h"
 #include "service/server.h"
+#include "service/tls.h"
 #include "service/waitq.h"
 
 #define DRAIN_MS       5000
@@ -59,49 +60,95 @@ static void raise_nofile(struct config *c)
     }
 }
 
-/* --check-health [URL]: GET it, exit 0 on 200. For container probes that
- * have no curl. */
-static int check_health(const struct config *c)
+/* Where --check-health goes: the URL's parts, or the listener's. */
+struct health_target {
+    bool https;
+    char host[256], port[16], path[512];
+};
+
+/* --check-health's URL (NULL: the listener's /healthz, over HTTPS with
+ * --tls-cert) into h; 0, or 2 with the reason on stderr. */
+static int health_target(const struct config *c, struct health_target *h)
 {
-    char host[256], port[16], path[512], req[1024], buf[64];
-    const char *url = c->check_health_url;
-    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
-    struct timeval tv = { .tv_sec = 3 };
-    int fd = -1, ok = 0;
-    ssize_t n;
+    const char *url = c->check_health_url, *p, *slash;
+    char hp[300], *host = NULL;
+    unsigned pn;
 
     if (url == NULL) {
-        snprintf(host, sizeof(host), "%s",
+        h->https = c->tls_cert != NULL;
+        snprintf(h->host, sizeof(h->host), "%s",
                  strcmp(c->listen_host, "0.0.0.0") == 0 ? "127.0.0.1"
                  : strcmp(c->listen_host, "::") == 0    ? "::1"
                                                         : c->listen_host);
-        snprintf(port, sizeof(port), "%s", c->listen_port);
-        snprintf(path, sizeof(path), "/healthz");
-    } else {
-        const char *p = url, *slash;
-        char hp[300], *h = NULL;
-        unsigned pn = 80;
-        if (strncmp(p, "http://", 7) != 0) {
-            fprintf(stderr, "lockd: --check-health takes an http:// URL\n");
-            return 2;
-        }
-        p += 7;
-        slash = strchr(p, '/');
-        if (slash == NULL)
-            slash = p + strlen(p);
-        snprintf(hp, sizeof(hp), "%.*s", (int)(slash - p), p);
-        if (url_hostport(hp, &h, &pn, 0) != 0 || strlen(h) >= sizeof(host)) {
-            free(h);
-            fprintf(stderr, "lockd: bad URL '%s'\n", url);
-            return 2;
-        }
-        snprintf(host, sizeof(host), "%s", h);
-        snprintf(port, sizeof(port), "%u", pn);
-        free(h);
-        snprintf(path, sizeof(path), "%s", *slash != '\0' ? slash : "/");
+        snprintf(h->port, sizeof(h->port), "%s", c->listen_port);
+        snprintf(h->path, sizeof(h->path), "/healthz");
+        return 0;
     }
-    if (getaddrinfo(host, port, &hints, &ai) != 0 || ai == NULL) {
-        fprintf(stderr, "lockd: cannot resolve %s:%s\n", host, port);
+    h->https = strncmp(url, "https://", 8) == 0;
+    if (!h->https && strncmp(url, "http://", 7) != 0) {
+        fprintf(stderr,
+                "lockd: --check-health takes an http:// or https:// URL\n");
+        return 2;
+    }
+    p = url + (h->https ? 8 : 7);
+    pn = h->https ? 443 : 80;
+    slash = strchr(p, '/');
+    if (slash == NULL)
+        slash = p + strlen(p);
+    snprintf(hp, sizeof(hp), "%.*s", (int)(slash - p), p);
+    if (url_hostport(hp, &host, &pn, 0) != 0 ||
+        strlen(host) >= sizeof(h->host)) {
+        free(host);
+        fprintf(stderr, "lockd: bad URL '%s'\n", url);
+        return 2;
+    }
+    snprintf(h->host, sizeof(h->host), "%s", host);
+    snprintf(h->port, sizeof(h->port), "%u", pn);
+    free(host);
+    snprintf(h->path, sizeof(h->path), "%s", *slash != '\0' ? slash : "/");
+    return 0;
+}
+
+/* One GET of h's path on the connected fd; true on a 200. */
+static bool health_get(int fd, const struct health_target *h)
+{
+    char req[1024], buf[64], err[256];
+    int len = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n",
+                       h->path, h->host);
+    long n;
+
+    if (len <= 0 || (size_t)len >= sizeof(req))
+        return false;
+    if (h->https) {
+        n = tls_client_get(fd, h->host, req, (size_t)len, buf, sizeof(buf), err,
+                           sizeof(err));
+        if (n < 0)
+            fprintf(stderr, "lockd: %s\n", err);
+    } else {
+        if (write(fd, req, (size_t)len) != len)
+            return false;
+        n = read(fd, buf, sizeof(buf) - 1);
+        if (n >= 0)
+            buf[n] = '\0';
+    }
+    return n > 12 && strncmp(buf + 9, "200", 3) == 0;
+}
+
+/* --check-health [URL]: GET it, exit 0 on 200. For container probes that
+ * have no curl. Over https:// the server's certificate is not verified:
+ * it is a liveness probe of a local process. */
+static int check_health(const struct config *c)
+{
+    struct health_target h;
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+    struct timeval tv = { .tv_sec = 3 };
+    int fd = -1, rc = health_target(c, &h);
+    bool ok = false;
+
+    if (rc != 0)
+        return rc;
+    if (getaddrinfo(h.host, h.port, &hints, &ai) != 0 || ai == NULL) {
+        fprintf(stderr, "lockd: cannot resolve %s:%s\n", h.host, h.port);
         return 1;
     }
     fd = socket(ai->ai_family, SOCK_STREAM, 0);
@@ -109,23 +156,14 @@ static int check_health(const struct config *c)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     }
-    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-        int len = snprintf(req, sizeof(req),
-                           "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, host);
-        if (len > 0 && (size_t)len < sizeof(req) &&
-            write(fd, req, (size_t)len) == len) {
-            n = read(fd, buf, sizeof(buf) - 1);
-            if (n > 12) {
-                buf[n] = '\0';
-                ok = strncmp(buf + 9, "200", 3) == 0;
-            }
-        }
-    }
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+        ok = health_get(fd, &h);
     if (fd >= 0)
         close(fd);
     freeaddrinfo(ai);
     if (!ok)
-        fprintf(stderr, "lockd: %s:%s%s is not healthy\n", host, port, path);
+        fprintf(stderr, "lockd: %s://%s:%s%s is not healthy\n",
+                h.https ? "https" : "http", h.host, h.port, h.path);
     return ok ? 0 : 1;
 }
 
@@ -253,8 +291,26 @@ static int open_store(struct config *cfg,
     return 0;
 }
 
-/* SIGHUP: the credentials' files, then the log file, then one line saying
- * what was done. */
+/* Re-read the TLS files for SIGHUP; what was done goes in done. A bad
+ * file keeps the old set (open connections keep theirs either way). */
+static void reload_tls(struct config *cfg, char *done, size_t donelen)
+{
+    char msg[768];
+    size_t n = strlen(done);
+
+    if (cfg->tls == NULL)
+        return;
+    if (tls_reload(cfg->tls, msg, sizeof(msg)) != 0) {
+        log_warn("SIGHUP: TLS: %s; the old certificate, key and client CA "
+                 "stay in force",
+                 msg);
+        return;
+    }
+    snprintf(done + n, donelen - n, "%s%s", n > 0 ? ", " : "", msg);
+}
+
+/* SIGHUP: the credentials' files, the TLS files, then the log file, then
+ * one line saying what was done. */
 static void reload(struct config *cfg)
 {
     char done[1024] = "", err[512];
@@ -262,6 +318,7 @@ static void reload(struct config *cfg)
 
     if (cfg->authz != NULL)
         authz_reload(cfg->authz, done, sizeof(done));
+    reload_tls(cfg, done, sizeof(done));
     if (log_file_path() != NULL) {
         if (log_reopen(err, sizeof(err)) != 0) {
             log_warn("SIGHUP: log file: %s; writing to the old one", err);

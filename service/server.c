@@ -28,8 +28,10 @@
 #include "lib/log.h"
 #include "lib/metrics.h"
 #include "lib/text.h"
+#include "service/clientlim.h"
 #include "service/conntrack.h"
 #include "service/reqcheck.h"
+#include "service/tls.h"
 
 #define MAX_QUERY_PARAMS 32
 #define MAX_LOCK_TOKENS  4
@@ -48,6 +50,7 @@ struct server {
     const struct api_config *api;
     struct waitq *q;
     struct conntrack *ct; /* request timeout, per-address cap */
+    struct clientlim *cl; /* requests that may wait, per client */
     _Atomic bool shutting_down;
     _Atomic int64_t in_flight; /* requests begun and not completed */
     _Atomic uint64_t next_request;
@@ -76,6 +79,7 @@ struct request { /* *req_cls: from the first call to completion */
     struct api_call call;            /* owned strings */
     struct wq_waiter w;              /* req strings borrowed from call */
     struct lock_multi_grant *mgrant; /* owned; the multi verbs' answer */
+    struct clientlim_entry *slot;    /* a waiter slot while it may wait */
     /* for the response and the access log; every request keeps them, so
      * they are sized to fit (a waiter's footprint counts) */
     char *request_id; /* owned */
@@ -195,6 +199,20 @@ queue_error(struct request *r, enum api_error e, enum api_route route)
     return queue(r, &resp);
 }
 
+/* The first request of a TLS connection over its address's cap
+ * (conntrack.h): 429, and the connection closes. */
+static enum MHD_Result queue_limited(struct request *r)
+{
+    struct api_response resp = { .route = API_ROUTE_OTHER };
+
+    codec_error(&resp, API_TOO_MANY_REQUESTS,
+                "too many open connections from this address "
+                "(--max-connections-per-ip)");
+    resp.retry_after = 1;
+    r->close = true;
+    return queue(r, &resp);
+}
+
 struct collect {
     struct api_param query[MAX_QUERY_PARAMS];
     size_t nquery;
@@ -283,6 +301,10 @@ static enum MHD_Result answer_call(struct request *r)
 {
     struct api_response resp = { .route = r->route };
 
+    /* no longer waiting: its client may send the next one the moment it
+     * reads this answer, before completion */
+    clientlim_give(r->srv->cl, r->slot);
+    r->slot = NULL;
     if (r->w.shutting_down && r->call.verb == API_VERB_READYZ) {
         handle_readyz_draining(r->srv->api, &resp);
         return queue(r, &resp);
@@ -306,7 +328,32 @@ static enum MHD_Result answer_call(struct request *r)
     return queue(r, &resp);
 }
 
-static enum MHD_Result run_call(struct request *r)
+/* A waiter slot for r's call if it may wait: true to go on, else the
+ * answer (429 too_many_requests, or 500) is queued in *ret. addr: the
+ * peer's address, NULL if unknown. */
+static bool
+take_waiter_slot(struct request *r, const char *addr, enum MHD_Result *ret)
+{
+    struct api_response resp = { .route = r->route };
+    char msg[200];
+
+    switch (clientlim_admit(r->srv->cl, &r->call, addr, &r->slot, msg,
+                            sizeof(msg))) {
+    case CLIENTLIM_OK:
+        return true;
+    case CLIENTLIM_NO_MEMORY:
+        *ret = queue_error(r, API_INTERNAL, r->route);
+        return false;
+    case CLIENTLIM_FULL:
+        break;
+    }
+    codec_error(&resp, API_TOO_MANY_REQUESTS, msg);
+    resp.retry_after = 1;
+    *ret = queue(r, &resp);
+    return false;
+}
+
+static enum MHD_Result run_call(struct request *r, const char *addr)
 {
     static const enum wq_op ops[] = {
         [API_VERB_ACQUIRE] = WQ_ACQUIRE,
@@ -322,7 +369,11 @@ static enum MHD_Result run_call(struct request *r)
         [API_VERB_FORCE_RELEASE] = WQ_FORCE_RELEASE,
     };
     struct wq_waiter *w = &r->w;
+    enum MHD_Result ret;
 
+    /* before the store sees it: a refused call changes nothing */
+    if (!take_waiter_slot(r, addr, &ret))
+        return ret;
     memset(w, 0, sizeof(*w));
     /* a re-entry is the store's renew with one more hold: it never waits */
     w->op = r->call.reenter ? WQ_RENEW : ops[r->call.verb];
@@ -354,8 +405,10 @@ dispatch(struct request *r, const char *url, const char *method)
     struct server *srv = r->srv;
     struct collect c = { .nquery = 0 };
     struct api_request rq = { 0 };
-    struct api_response resp;
+    struct api_response resp = { .route = API_ROUTE_OTHER };
     enum api_action action;
+    const union MHD_ConnectionInfo *ci;
+    char addr[INET6_ADDRSTRLEN];
 
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &c);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &c);
@@ -373,13 +426,16 @@ dispatch(struct request *r, const char *url, const char *method)
     rq.nidem_keys = c.nidem_keys;
     rq.authorization = MHD_lookup_connection_value(
         r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    rq.client_addr = clientlim_addr(ci != NULL ? ci->client_addr : NULL, addr);
     rq.shutting_down = atomic_load(&srv->shutting_down);
+    tls_request_peer(srv->cfg->tls, r->conn, &rq);
 
     action = router_dispatch(srv->api, &rq, &resp, &r->call);
     if (action == API_ACTION_CALL) {
         r->route = resp.route;
         api_response_cleanup(&resp);
-        return run_call(r);
+        return run_call(r, rq.client_addr);
     }
     api_call_cleanup(&r->call); /* a lock request that failed to parse */
     return queue(r, &resp);
@@ -399,7 +455,9 @@ static enum MHD_Result begin_request(struct server *srv,
     enum api_error err;
     char msg[200];
 
-    if (!conntrack_request_begins(conn))
+    enum conntrack_begin cb = conntrack_request_begins(conn);
+
+    if (cb == CONNTRACK_CLOSE)
         return MHD_NO; /* refused or cut: MHD closes the connection */
     r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -415,6 +473,8 @@ static enum MHD_Result begin_request(struct server *srv,
     set_request_id(r);
     if (r->path == NULL || r->request_id == NULL)
         return MHD_NO; /* out of memory: MHD closes the connection */
+    if (cb == CONNTRACK_LIMITED)
+        return queue_limited(r);
     if (reqcheck_target_has_nul(conn, url, version)) {
         const char *p = router_path(url);
         struct api_response resp = { .route = API_ROUTE_OTHER };
@@ -496,32 +556,6 @@ static enum MHD_Result on_request(void *cls,
     return dispatch(r, url, method);
 }
 
-/* The peer's "ip:port" ("[ip]:port" for IPv6) into buf; "" if unknown.
- * X-Forwarded-For is not trusted: this is the socket's peer. */
-static void client_address(struct MHD_Connection *conn, char *buf, size_t cap)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    char host[NI_MAXHOST], port[NI_MAXSERV];
-    const struct sockaddr *sa;
-    socklen_t len;
-
-    buf[0] = '\0';
-    if (ci == NULL || ci->client_addr == NULL)
-        return;
-    sa = ci->client_addr;
-    if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
-        return;
-    len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                    : sizeof(struct sockaddr_in);
-    if (getnameinfo(sa, len, host, sizeof(host), port, sizeof(port),
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-        return;
-    if (snprintf(buf, cap, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s",
-                 host, port) >= (int)cap)
-        buf[0] = '\0';
-}
-
 /* The lock call's outcome, once, to the lifecycle events: at completion,
  * so that a waiter whose client left (never answered on the wire) is
  * told too. */
@@ -596,6 +630,9 @@ static void on_completed(void *cls,
     if (r == NULL)
         return;
     *req_cls = NULL;
+    /* a waiter never answered (client gone, shutdown, a wake after the
+     * connection closed) gives its slot back here */
+    clientlim_give(srv->cl, r->slot);
     dur = clock_mono_us() - r->start_us;
     if (r->granted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         if (api_call_is_multi(&r->call)) {
@@ -616,7 +653,7 @@ static void on_completed(void *cls,
         r->status = 499; /* the client left before an answer */
         metrics_request(r->route, r->status, dur);
     }
-    client_address(conn, client, sizeof(client));
+    conntrack_peer_name(conn, client, sizeof(client));
     if (r->ran)
         after_call(r, client);
     log_access(r->method, r->path != NULL ? r->path : "-", r->status, dur,
@@ -632,6 +669,25 @@ static void on_completed(void *cls,
     atomic_fetch_sub(&srv->in_flight, 1);
 }
 
+/* libmicrohttpd's pool threads: it splits the connection limit between
+ * them, and a pool of one is no pool (0: its one internal thread). A
+ * connection's memory pool holds the request line and headers, in place, a
+ * record of each field, a copy of the Cookie fields, and the response's
+ * headers: twice --max-header-bytes lets a section of that size with a few
+ * hundred fields through, to be answered as ever, and most bigger ones
+ * reach check_headers() for a JSON 431. Up to 32 KiB, libmicrohttpd 0.9.75
+ * mallocs the pool; past it, it maps it, which costs a parked waiter more
+ * (docs/http.md). */
+static void daemon_sizes(const struct config *c, unsigned *pool, size_t *mem)
+{
+    *pool = c->threads < c->max_connections ? c->threads : c->max_connections;
+    if (*pool <= 1)
+        *pool = 0;
+    *mem = (size_t)c->max_header_bytes * 2;
+    if (*mem < CONNECTION_MEMORY_MIN)
+        *mem = CONNECTION_MEMORY_MIN;
+}
+
 struct server *server_start(const struct config *cfg,
                             const struct api_config *api,
                             struct waitq *q)
@@ -641,6 +697,7 @@ struct server *server_start(const struct config *cfg,
                               .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
     struct addrinfo *ai = NULL;
+    struct MHD_OptionItem tls_opts[4];
     unsigned pool, per_ip;
     size_t memory;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
@@ -663,33 +720,23 @@ struct server *server_start(const struct config *cfg,
     }
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    flags |= tls_daemon_options(cfg->tls, tls_opts);
     /* the per-address cap follows the connection limit main() settled on */
     per_ip = cfg->max_connections_per_ip;
     if (per_ip == 0)
         per_ip = cfg->max_connections > 1 ? cfg->max_connections / 2 : 1;
-    srv->ct = conntrack_new(cfg->request_timeout_ms, per_ip);
-    if (srv->ct == NULL) {
+    /* and so does the per-client cap on waiters */
+    srv->cl = clientlim_new(cfg->max_waiters_per_client, cfg->max_connections);
+    srv->ct = conntrack_new(cfg->request_timeout_ms, per_ip, cfg->tls != NULL);
+    if (srv->ct == NULL || srv->cl == NULL) {
         log_error("cannot start the connection reaper: %s", strerror(errno));
+        clientlim_free(srv->cl);
+        conntrack_free(srv->ct);
         freeaddrinfo(ai);
         free(srv);
         return NULL;
     }
-    /* libmicrohttpd splits the connection limit between pool threads, and
-     * a pool of one is no pool (0: its one internal thread) */
-    pool = cfg->threads < cfg->max_connections ? cfg->threads
-                                               : cfg->max_connections;
-    if (pool <= 1)
-        pool = 0;
-    /* a connection's memory pool holds the request line and headers, in
-     * place, a record of each field, a copy of the Cookie fields, and the
-     * response's headers: twice --max-header-bytes lets a section of that
-     * size with a few hundred fields through, to be answered as ever, and
-     * most bigger ones reach check_headers() for a JSON 431. Up to 32 KiB,
-     * libmicrohttpd 0.9.75 mallocs the pool; past it, it maps it, which
-     * costs a parked waiter more (docs/http.md) */
-    memory = (size_t)cfg->max_header_bytes * 2;
-    if (memory < CONNECTION_MEMORY_MIN)
-        memory = CONNECTION_MEMORY_MIN;
+    daemon_sizes(cfg, &pool, &memory);
     /* the logger first: messages about the options after it reach it */
     srv->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
@@ -701,12 +748,14 @@ struct server *server_start(const struct config *cfg,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_NOTIFY_CONNECTION, conntrack_notify, srv->ct,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL, MHD_OPTION_ARRAY,
+        tls_opts, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (srv->daemon == NULL) {
         log_error("cannot listen on %s (in use, or not a local address?)",
                   cfg->listen);
         conntrack_free(srv->ct);
+        clientlim_free(srv->cl);
         free(srv);
         return NULL;
     }
@@ -737,5 +786,6 @@ void server_stop(struct server *s)
         return;
     MHD_stop_daemon(s->daemon);
     conntrack_free(s->ct); /* after MHD's last CLOSED notification */
+    clientlim_free(s->cl); /* after the last completion */
     free(s);
 }

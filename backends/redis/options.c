@@ -5,10 +5,13 @@
  *   redis+cluster://[[user]:password@]h1:port,h2:port,...[?options]
  * with the options prefix=P, connect_timeout_ms=N, timeout_ms=N,
  * min_replicas=N and replicas_timeout_ms=N (and those of each variant),
- * read into struct redis_be once, by open(). The Sentinel and Cluster
+ * and password_file=PATH (with no password in the URL or its file: the
+ * environment variable LOCKD_BACKEND_PASSWORD's), read into struct
+ * redis_be once, by open(). The Sentinel and Cluster
  * variants' hosts and path are read by sentinel.c and cluster.c. Apart from the
  * operations because it is all checking and messages: each problem is told in
- * the caller's error buffer, starting "redis: ".
+ * the caller's error buffer, starting "redis: ", naming a password's file
+ * but never a password.
  */
 #include "backends/redis/redis_int.h"
 
@@ -19,6 +22,17 @@
 
 #include "lib/text.h"
 #include "lib/url.h"
+
+const char *redis_url_piece(const char *s)
+{
+    /* a raw '/', '?' or '#' in a password ends the user info early: the
+     * rest of it lands in the hosts or the query, where an '@' or a
+     * leading ':' gives it away */
+    if (s[0] == ':' || strchr(s, '@') != NULL)
+        return "(hidden: it may hold a password; percent-encode a "
+               "password's '/', '?' and '#', or use password_file)";
+    return s;
+}
 
 /* host[:port], [v6][:port] or a bare v6 address; one primary only (a ','
  * is refused). Empty: the default host. */
@@ -114,7 +128,7 @@ enum backend_result redis_parse_addrs(struct redis_be *be,
         else if (rc != 0 || host == NULL || host[0] == '\0') {
             free(host);
             snprintf(err, errlen, "redis: bad %s host or port '%s' in the URL",
-                     what, p);
+                     what, redis_url_piece(p));
             res = BACKEND_INVALID;
         } else {
             be->addrs[be->naddrs].host = host;
@@ -218,6 +232,30 @@ static enum backend_result redis_parse_options(struct redis_be *be,
     return BACKEND_OK;
 }
 
+/* The password of the URL, of its password_file or of the environment,
+ * into u->password; the Sentinels' options refused on other topologies.
+ * 0, or -1 with why in err (naming the file, never the password). */
+static int redis_resolve_password(struct redis_be *be,
+                                  struct url *u,
+                                  char *err,
+                                  size_t errlen)
+{
+    char why[256];
+
+    if (be->topology != REDIS_BE_SENTINEL &&
+        (url_param(u, "sentinel_password") != NULL ||
+         url_param(u, "sentinel_password_file") != NULL)) {
+        snprintf(err, errlen,
+                 "redis: sentinel_password and sentinel_password_file are "
+                 "for redis+sentinel:// only");
+        return -1;
+    }
+    if (url_resolve_password(u, REDIS_BE_PASSWORD_ENV, why, sizeof(why)) == 0)
+        return 0;
+    snprintf(err, errlen, "redis: %s", why);
+    return -1;
+}
+
 enum backend_result
 redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
 {
@@ -227,7 +265,9 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
         "timeout_ms",
         "min_replicas",
         "replicas_timeout_ms",
-        "sentinel_password", /* redis+sentinel:// only (sentinel.c) */
+        "password_file",
+        "sentinel_password",      /* redis+sentinel:// only (sentinel.c) */
+        "sentinel_password_file", /* redis+sentinel:// only (sentinel.c) */
         NULL
     };
     struct url u;
@@ -255,8 +295,11 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
         snprintf(err, errlen,
                  "redis: unknown URL option '%s' (known: prefix, "
                  "connect_timeout_ms, timeout_ms, min_replicas, "
-                 "replicas_timeout_ms, sentinel_password)",
-                 bad);
+                 "replicas_timeout_ms, password_file, sentinel_password, "
+                 "sentinel_password_file)",
+                 redis_url_piece(bad));
+    else if (redis_resolve_password(be, &u, err, errlen) != 0)
+        res = BACKEND_INVALID;
     else {
         switch (be->topology) {
         case REDIS_BE_SINGLE:
@@ -273,12 +316,6 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
         }
         if (res == BACKEND_OK)
             res = redis_parse_options(be, &u, err, errlen);
-        if (res == BACKEND_OK && be->topology != REDIS_BE_SENTINEL &&
-            url_param(&u, "sentinel_password") != NULL) {
-            snprintf(err, errlen,
-                     "redis: sentinel_password is for redis+sentinel:// only");
-            res = BACKEND_INVALID;
-        }
         /* WAIT must answer before the command timeout, or a grant it
          * followed would be answered 503 and kept (issue 17) */
         if (res == BACKEND_OK && be->min_replicas > 0 &&
@@ -308,6 +345,8 @@ void redis_url_free(struct redis_be *be)
     free(be->master_name);
     free(be->host);
     free(be->user);
+    if (be->password != NULL) /* no copy left behind in freed memory */
+        explicit_bzero(be->password, strlen(be->password));
     free(be->password);
     free(be->prefix);
     free(be->channel);

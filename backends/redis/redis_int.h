@@ -41,9 +41,11 @@
 
 #include <hiredis/hiredis.h>
 
-#define REDIS_BE_DEFAULT_HOST        "127.0.0.1"
-#define REDIS_BE_DEFAULT_PORT        6379
-#define REDIS_BE_DEFAULT_PREFIX      "lockd:"
+#define REDIS_BE_DEFAULT_HOST   "127.0.0.1"
+#define REDIS_BE_DEFAULT_PORT   6379
+#define REDIS_BE_DEFAULT_PREFIX "lockd:"
+#define REDIS_BE_PASSWORD_ENV \
+    "LOCKD_BACKEND_PASSWORD" /* no password in the URL */
 #define REDIS_BE_PREFIX_MAX          256
 #define REDIS_BE_CONNECT_TIMEOUT_MS  500
 #define REDIS_BE_TIMEOUT_MS          1000
@@ -361,6 +363,9 @@ enum backend_result redis_parse_addrs(struct redis_be *be,
                                       const char *what,
                                       char *err,
                                       size_t errlen);
+/* s, a piece of a URL for a message, or a note in its place when it may
+ * hold part of a password (static; s is returned as it is otherwise). */
+const char *redis_url_piece(const char *s);
 /* Fill be's settings from url; BACKEND_INVALID with a message in err. */
 enum backend_result
 redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen);

@@ -2,7 +2,8 @@
  * backends/redis/sentinel.c - redis+sentinel://: the Redis primary that a
  * set of Sentinels names. The URL lists the Sentinels and the master
  * name; the Redis nodes' password, if any, is the URL's, and Sentinels
- * with a password of their own get it from ?sentinel_password=.
+ * with a password of their own get it from ?sentinel_password= or the
+ * first line of ?sentinel_password_file=.
  *
  * The primary's address lives here, beside a generation counter bumped
  * each time it changes. It is learnt by asking the Sentinels in turn
@@ -24,6 +25,7 @@
 
 #include "lib/clock.h"
 #include "lib/log.h"
+#include "lib/secret.h"
 #include "lib/text.h"
 
 #define REDIS_BE_SENTINEL_PORT     26379 /* a Sentinel's port by default */
@@ -98,12 +100,42 @@ static struct sentinel_state *sentinel_state_new(void)
     return st;
 }
 
+/* ?sentinel_password= or the first line of ?sentinel_password_file=
+ * (not both) into the Sentinels' password. */
+static enum backend_result sentinel_parse_password(struct redis_be *be,
+                                                   const struct url *u,
+                                                   char *err,
+                                                   size_t errlen)
+{
+    const char *pw = url_param(u, "sentinel_password");
+    const char *file = url_param(u, "sentinel_password_file");
+    char why[256];
+
+    if (pw != NULL && file != NULL) {
+        snprintf(err, errlen,
+                 "redis: the URL has sentinel_password and "
+                 "sentinel_password_file: give one");
+        return BACKEND_INVALID;
+    }
+    if (file != NULL) {
+        be->sentinel->password = secret_file_line(file, why, sizeof(why));
+        if (be->sentinel->password == NULL) {
+            snprintf(err, errlen, "redis: %s", why);
+            return BACKEND_INVALID;
+        }
+        return BACKEND_OK;
+    }
+    if (pw == NULL || pw[0] == '\0')
+        return BACKEND_OK;
+    be->sentinel->password = strdup(pw);
+    return be->sentinel->password != NULL ? BACKEND_OK : BACKEND_NO_MEMORY;
+}
+
 enum backend_result redis_sentinel_parse(struct redis_be *be,
                                          const struct url *u,
                                          char *err,
                                          size_t errlen)
 {
-    const char *pw = url_param(u, "sentinel_password");
     enum backend_result res;
 
     be->sentinel = sentinel_state_new();
@@ -126,11 +158,8 @@ enum backend_result redis_sentinel_parse(struct redis_be *be,
         res = sentinel_parse_path(be, u->path, err, errlen);
     if (res == BACKEND_OK)
         res = redis_parse_auth(be, u, err, errlen);
-    if (res == BACKEND_OK && pw != NULL && pw[0] != '\0') {
-        be->sentinel->password = strdup(pw);
-        if (be->sentinel->password == NULL)
-            res = BACKEND_NO_MEMORY;
-    }
+    if (res == BACKEND_OK)
+        res = sentinel_parse_password(be, u, err, errlen);
     return res;
 }
 
@@ -590,6 +619,8 @@ void redis_sentinel_free(struct redis_be *be)
         pthread_join(st->thread, NULL);
     }
     pthread_mutex_destroy(&st->mu);
+    if (st->password != NULL)
+        explicit_bzero(st->password, strlen(st->password));
     free(st->password);
     free(st);
     be->sentinel = NULL;

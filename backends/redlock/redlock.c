@@ -12,7 +12,8 @@
  *
  * URL: redlock://[[user]:password@]h1:port,h2:port,h3:port[/db][?options]
  * with prefix, timeout_ms, connect_timeout_ms (passed to every node),
- * drift_ms and trust_fsync=1 (redlock's own).
+ * password_file=PATH (else LOCKD_BACKEND_PASSWORD, when the URL has no
+ * password: every node's), drift_ms and trust_fsync=1 (redlock's own).
  */
 #include "backends/redlock/redlock_int.h"
 
@@ -53,10 +54,13 @@ static enum backend_result redlock_parse_own(const struct url *u,
     static const char *const refused[] = { "min_replicas",
                                            "replicas_timeout_ms",
                                            "sentinel_password", NULL };
-    static const char *const allowed[] = {
-        "prefix",   "timeout_ms",  "connect_timeout_ms",
-        "drift_ms", "trust_fsync", NULL
-    };
+    static const char *const allowed[] = { "prefix",
+                                           "timeout_ms",
+                                           "connect_timeout_ms",
+                                           "password_file",
+                                           "drift_ms",
+                                           "trust_fsync",
+                                           NULL };
     const char *bad = NULL, *v;
     uint64_t n;
 
@@ -71,8 +75,9 @@ static enum backend_result redlock_parse_own(const struct url *u,
     if (url_check_params(u, allowed, &bad) != 0) {
         snprintf(err, errlen,
                  "redlock: unknown URL option '%s' (known: prefix, "
-                 "timeout_ms, connect_timeout_ms, drift_ms, trust_fsync)",
-                 bad);
+                 "timeout_ms, connect_timeout_ms, password_file, drift_ms, "
+                 "trust_fsync)",
+                 redis_url_piece(bad));
         return BACKEND_INVALID;
     }
     cfg->drift_ms = -1;
@@ -130,6 +135,10 @@ static enum backend_result redlock_node_url(const struct url *u,
         snprintf(buf + at, sizeof(buf) - at, "&%s=", pass[k]);
         redlock_enc(buf, sizeof(buf), v);
     }
+    /* redlock_enc() stops short of the end: a URL that came near it may
+     * have lost part of its password */
+    if (strlen(buf) + 4 >= sizeof(buf))
+        return BACKEND_INVALID;
     cfg->urls[i] = strdup(buf);
     return cfg->urls[i] != NULL ? BACKEND_OK : BACKEND_NO_MEMORY;
 }
@@ -170,7 +179,8 @@ static enum backend_result redlock_parse_hosts(const struct url *u,
         if (rc == -2)
             res = BACKEND_NO_MEMORY;
         else if (rc != 0 || host == NULL || host[0] == '\0') {
-            snprintf(err, errlen, "redlock: bad node host or port '%s'", p);
+            snprintf(err, errlen, "redlock: bad node host or port '%s'",
+                     redis_url_piece(p));
             res = BACKEND_INVALID;
         } else {
             snprintf(cfg->names[cfg->n], BACKEND_NODE_NAME,
@@ -182,8 +192,13 @@ static enum backend_result redlock_parse_hosts(const struct url *u,
                              cfg->names[k]);
                     res = BACKEND_INVALID;
                 }
-            if (res == BACKEND_OK)
+            if (res == BACKEND_OK) {
                 res = redlock_node_url(u, cfg, cfg->n, host, port);
+                if (res == BACKEND_INVALID)
+                    snprintf(err, errlen,
+                             "redlock: node %s: URL too long (the password?)",
+                             cfg->names[cfg->n]);
+            }
             if (res == BACKEND_OK)
                 cfg->n++;
         }
@@ -201,6 +216,7 @@ enum backend_result redlock_parse_url(const char *url,
     struct url u;
     enum backend_result res;
     uint64_t db;
+    char why[256];
 
     memset(cfg, 0, sizeof(*cfg));
     if (url_parse(url, &u) != 0) {
@@ -210,6 +226,9 @@ enum backend_result redlock_parse_url(const char *url,
     res = BACKEND_INVALID;
     if (strcmp(u.scheme, "redlock") != 0)
         snprintf(err, errlen, "redlock: the URL scheme is not redlock://");
+    else if (url_resolve_password(&u, REDIS_BE_PASSWORD_ENV, why,
+                                  sizeof(why)) != 0)
+        snprintf(err, errlen, "redlock: %s", why);
     else if (u.user != NULL && u.password == NULL)
         snprintf(err, errlen,
                  "redlock: URL has a user but no password "
@@ -232,8 +251,11 @@ enum backend_result redlock_parse_url(const char *url,
 
 void redlock_cfg_free(struct redlock_cfg *cfg)
 {
-    for (size_t i = 0; i < REDLOCK_NODES_MAX; i++)
+    for (size_t i = 0; i < REDLOCK_NODES_MAX; i++) {
+        if (cfg->urls[i] != NULL) /* they hold the password */
+            explicit_bzero(cfg->urls[i], strlen(cfg->urls[i]));
         free(cfg->urls[i]);
+    }
     free(cfg->prefix);
     memset(cfg, 0, sizeof(*cfg));
 }

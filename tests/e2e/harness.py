@@ -2,7 +2,9 @@
 
 - Lockd: one build/lockd process on a free loopback port, on a given backend.
 - http(): one HTTP request over a fresh connection (or a kept-alive Client),
-  answered as a Response with .status, .headers, .json, .text.
+  answered as a Response with .status, .headers, .json, .text. Over HTTPS
+  with tls=dict(ca=..., cert=..., key=...) (tls_context()): a Lockd made
+  with tls= talks HTTPS in request() and client().
 - scenario(): registers a test; its name is a sentence. A scenario takes one
   argument, the Context for the backend it runs on; it fails by raising Fail
   (check(), eq()) and may raise Skip(reason) when it cannot run here. What
@@ -21,6 +23,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -133,11 +136,44 @@ def _encode_body(body):
     return json.dumps(body).encode()
 
 
-class Client:
-    """A kept-alive HTTP/1.1 connection to one lockd."""
+def tls_context(ca=None, cert=None, key=None, maximum_version=None, minimum_version=None):
+    """An ssl.SSLContext for a client of lockd: ca (PEM path) verifies the
+    server's certificate (None: no verification); cert and key (PEM paths)
+    are the client certificate shown to lockd (None: none);
+    maximum_version/minimum_version: ssl.TLSVersion bounds."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if ca is not None:
+        ctx.load_verify_locations(ca)
+    else:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cert is not None:
+        ctx.load_cert_chain(cert, key)
+    if minimum_version is not None:
+        ctx.minimum_version = minimum_version
+    if maximum_version is not None:
+        ctx.maximum_version = maximum_version
+    return ctx
 
-    def __init__(self, port, host="127.0.0.1", timeout=30.0):
-        self.conn = httpclient.HTTPConnection(host, port, timeout=timeout)
+
+def _tls(tls):
+    """tls: None (plain HTTP), an ssl.SSLContext, or a dict of
+    tls_context()'s arguments."""
+    if tls is None or isinstance(tls, ssl.SSLContext):
+        return tls
+    return tls_context(**tls)
+
+
+class Client:
+    """A kept-alive HTTP/1.1 connection to one lockd; over HTTPS with tls
+    (an ssl.SSLContext or a dict of tls_context()'s arguments)."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=30.0, tls=None):
+        ctx = _tls(tls)
+        if ctx is None:
+            self.conn = httpclient.HTTPConnection(host, port, timeout=timeout)
+        else:
+            self.conn = httpclient.HTTPSConnection(host, port, timeout=timeout, context=ctx)
 
     def request(self, method, path, body=None, headers=None):
         data = _encode_body(body)
@@ -156,8 +192,8 @@ class Client:
         self.conn.close()
 
 
-def http(port, method, path, body=None, headers=None, timeout=30.0, host="127.0.0.1"):
-    c = Client(port, host=host, timeout=timeout)
+def http(port, method, path, body=None, headers=None, timeout=30.0, host="127.0.0.1", tls=None):
+    c = Client(port, host=host, timeout=timeout, tls=tls)
     try:
         return c.request(method, path, body, headers)
     finally:
@@ -223,11 +259,16 @@ class Lockd:
     wrapper: a command prefix (e.g. ["ip", "netns", "exec", NS], which execs
     lockd itself, so proc.pid is lockd's); env: added to the environment
     (LD_PRELOAD, FAKETIME, ...); host: the address it listens on and is
-    reached at (127.0.0.1, or e.g. a veth address in a namespace)."""
+    reached at (127.0.0.1, or e.g. a veth address in a namespace); tls: how
+    request() and client() reach it over HTTPS (a dict of tls_context()'s
+    arguments: ca to verify lockd, cert and key to show; or an
+    ssl.SSLContext), None for plain HTTP. lockd's own --tls-* flags go in
+    args."""
 
     def __init__(self, backend_url, args=(), env=None, port=None, tmpdir=None, wrapper=None,
-                 host="127.0.0.1"):
+                 host="127.0.0.1", tls=None):
         self.backend_url = backend_url
+        self.tls = tls
         self.host = host
         self.port = port or free_port()
         self.args = list(args)
@@ -260,11 +301,14 @@ class Lockd:
         except OSError:
             return ""
 
-    def request(self, method, path, body=None, headers=None, timeout=30.0):
-        return http(self.port, method, path, body, headers, timeout, self.host)
+    def request(self, method, path, body=None, headers=None, timeout=30.0, tls=False):
+        """tls=False: self.tls; else this request's (None: plain HTTP)."""
+        return http(self.port, method, path, body, headers, timeout, self.host,
+                    self.tls if tls is False else tls)
 
-    def client(self, timeout=30.0):
-        return Client(self.port, host=self.host, timeout=timeout)
+    def client(self, timeout=30.0, tls=False):
+        return Client(self.port, host=self.host, timeout=timeout,
+                      tls=self.tls if tls is False else tls)
 
     def acquire(self, key, **params):
         return self.request("POST", "/locks/" + key, params or None)
@@ -455,8 +499,8 @@ class Context:
         self.seq += 1
         return "%s-%d-%d-%d" % (hint, os.getpid(), int(time.time() * 1000) % 10**9, self.seq)
 
-    def new_lockd(self, args=(), env=None, wrapper=None, start=True):
-        ld = Lockd(self.url, args=args, env=env, tmpdir=self.tmpdir, wrapper=wrapper)
+    def new_lockd(self, args=(), env=None, wrapper=None, start=True, tls=None):
+        ld = Lockd(self.url, args=args, env=env, tmpdir=self.tmpdir, wrapper=wrapper, tls=tls)
         self.extra.append(ld)
         if start:
             ld.start()

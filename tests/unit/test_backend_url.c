@@ -363,6 +363,11 @@ static void test_url_redact_hides_every_password(void)
                  "mysql://u:***@h/db?PASSWORD=***");
     check_redact("redis://h:6379", "redis://h:6379");
     check_redact("redis//:hunter2@h", "redis//:***@h"); /* malformed */
+    check_redact("redis:/:hunter2@h:1", "redis:***@h:1");
+    check_redact("redsi://u:hun/ter2@h/0?x=1", "redsi://u:***@h/0?x=1");
+    check_redact("redis://:hunter2@h?prefix=a@b", "redis://:***@h?prefix=a@b");
+    check_redact("redsi://:hun?ter2@h:1/0", "redsi://:***@h:1/0");
+    check_redact("redsi://:hun#ter2@h:1", "redsi://:***@h:1");
     check_redact("zk://h:2181/lockd?password_file=/run/pw",
                  "zk://h:2181/lockd?password_file=/run/pw");
     url_redact("redis://:hunter2@h", small, sizeof(small));

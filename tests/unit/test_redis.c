@@ -1987,10 +1987,119 @@ static void test_multi_stalled_redis_answers_unavailable_grants_none(void)
     redis_backend.close(be);
 }
 
+/* ---- store passwords (issue 18) ---- */
+
+/* A file in the server's temp dir holding text; its path into path. */
+static void write_secret(const char *name, const char *text, char *path)
+{
+    FILE *f;
+
+    snprintf(path, 160, "%s/%s", srv.dir, name);
+    f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f == NULL)
+        return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* An ACL user with a password of its own: the URL's user, with its
+ * password from password_file or LOCKD_BACKEND_PASSWORD, gets in; a wrong
+ * one is kept out (503, not a start-up error: Redis may be down). */
+static void test_password_file_and_env_authenticate(void)
+{
+    char good[160], bad[160], u[400];
+    struct backend *be;
+    struct lock_grant g;
+
+    freeReplyObject(
+        raw("ACL SETUSER %s on >hunter2-unit ~* &* +@all", "pwuser"));
+    write_secret("good", "hunter2-unit\nignored second line\n", good);
+    write_secret("bad", "not-it\n", bad);
+    snprintf(u, sizeof(u), "redis://pwuser@127.0.0.1:%d?password_file=%s",
+             srv.port, good);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be != NULL) {
+        CHECK_EQ_INT(redis_backend.ping(be), BACKEND_OK);
+        CHECK_EQ_INT(acq(be, "pw/x", TOK_A, 5000, &g), BACKEND_OK);
+        CHECK_EQ_INT(rel(be, "pw/x", TOK_A), BACKEND_OK);
+        redis_backend.close(be);
+    }
+    setenv("LOCKD_BACKEND_PASSWORD", "hunter2-unit", 1);
+    snprintf(u, sizeof(u), "redis://pwuser@127.0.0.1:%d", srv.port);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be != NULL) {
+        CHECK_EQ_INT(redis_backend.ping(be), BACKEND_OK);
+        redis_backend.close(be);
+    }
+    /* the file wins over the environment */
+    snprintf(u, sizeof(u),
+             "redis://pwuser@127.0.0.1:%d?password_file=%s&timeout_ms=300",
+             srv.port, bad);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be != NULL) {
+        CHECK_EQ_INT(redis_backend.ping(be), BACKEND_UNAVAILABLE);
+        redis_backend.close(be);
+    }
+    unsetenv("LOCKD_BACKEND_PASSWORD");
+    freeReplyObject(raw("ACL DELUSER %s", "pwuser"));
+}
+
+/* A password twice, or a file that cannot be read: refused, naming the
+ * file, never the password. */
+static void test_password_options_refused_without_the_password(void)
+{
+    char good[160], u[400], err[512];
+    struct backend *be;
+    static const struct {
+        const char *head, *mid, *tail; /* head PORT mid FILE tail */
+    } cases[] = {
+        { "redis://:hunter2-url@127.0.0.1:", "?password_file=", "" },
+        { "redis+cluster://:hunter2-url@127.0.0.1:", "?password_file=", "" },
+        { "redis+sentinel://:hunter2-url@127.0.0.1:", "/m?password_file=", "" },
+        { "redis+sentinel://127.0.0.1:",
+          "/m?sentinel_password=hunter2-url&sentinel_password_file=", "" },
+        { "redis://127.0.0.1:", "?sentinel_password_file=", "" },
+        { "redis+cluster://u@127.0.0.1:", "?password_file=", ".missing" },
+        { "redis://127.0.0.1:", "?password_file=", ".missing" },
+        { "redis+sentinel://127.0.0.1:", "/m?sentinel_password_file=",
+          ".missing" },
+    };
+
+    write_secret("good2", "hunter2-file\n", good);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(u, sizeof(u), "%s%d%s%s%s", cases[i].head, srv.port,
+                 cases[i].mid, good, cases[i].tail);
+        be = (struct backend *)1;
+        err[0] = '\0';
+        CHECK_MSG(redis_backend.open(u, NULL, &be, err, sizeof(err)) ==
+                      BACKEND_INVALID,
+                  "%s", u);
+        CHECK(be == NULL);
+        CHECK_MSG(strncmp(err, "redis: ", 7) == 0, "%s", err);
+        CHECK_MSG(strstr(err, "hunter2") == NULL, "%s", err);
+        if (cases[i].tail[0] != '\0')
+            CHECK_MSG(strstr(err, good) != NULL, "%s", err);
+    }
+    /* the Sentinels' password from its file: opens (no Sentinel runs) */
+    snprintf(u, sizeof(u),
+             "redis+sentinel://127.0.0.1:%d/m?sentinel_password_file=%s"
+             "&timeout_ms=200",
+             testsrv_free_port(), good);
+    be = open_be(u);
+    CHECK(be != NULL);
+    redis_backend.close(be);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_open_rejects_bad_urls),
     CHECK_CASE(test_sentinel_urls_refused_or_opened),
     CHECK_CASE(test_open_succeeds_while_redis_is_down),
+    CHECK_CASE(test_password_file_and_env_authenticate),
+    CHECK_CASE(test_password_options_refused_without_the_password),
     CHECK_CASE(test_acquire_grants_free_key_once),
     CHECK_CASE(test_fence_grows_with_every_grant),
     CHECK_CASE(test_renew_keeps_fence_and_stored_ttl),

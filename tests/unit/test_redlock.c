@@ -66,6 +66,45 @@ static void test_url_auth_and_v6(void)
     redlock_cfg_free(&cfg);
 }
 
+/* password_file and LOCKD_BACKEND_PASSWORD (issue 18): every node gets
+ * the one password; a URL password and a file at once, or a file that
+ * cannot be read, is refused without showing the password. */
+static void test_url_password_file_and_env(void)
+{
+    struct redlock_cfg cfg;
+    char err[256], path[] = "/tmp/lockd-unit-redlock-pw-XXXXXX", u[160];
+    int fd = mkstemp(path);
+
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    CHECK(write(fd, "p@ss w\n", 7) == 7);
+    close(fd);
+    snprintf(u, sizeof(u), "redlock://user@a,b,c?password_file=%s", path);
+    CHECK_EQ_INT(parse(u, &cfg, err), BACKEND_OK);
+    CHECK_STR_EQ(cfg.urls[1], "redis://user:p%40ss%20w@b:6379?prefix=lockd%3A");
+    redlock_cfg_free(&cfg);
+    setenv("LOCKD_BACKEND_PASSWORD", "envpw", 1);
+    CHECK_EQ_INT(parse("redlock://a,b,c", &cfg, err), BACKEND_OK);
+    CHECK_STR_EQ(cfg.urls[2], "redis://:envpw@c:6379?prefix=lockd%3A");
+    redlock_cfg_free(&cfg);
+    /* the URL's own password wins over the environment */
+    CHECK_EQ_INT(parse("redlock://:mine@a,b,c", &cfg, err), BACKEND_OK);
+    CHECK_STR_EQ(cfg.urls[0], "redis://:mine@a:6379?prefix=lockd%3A");
+    redlock_cfg_free(&cfg);
+    unsetenv("LOCKD_BACKEND_PASSWORD");
+    snprintf(u, sizeof(u), "redlock://:hunter2@a,b,c?password_file=%s", path);
+    CHECK_EQ_INT(parse(u, &cfg, err), BACKEND_INVALID);
+    CHECK_CONTAINS(err, "password_file");
+    CHECK(strstr(err, "hunter2") == NULL);
+    unlink(path);
+    snprintf(u, sizeof(u), "redlock://a,b,c?password_file=%s", path);
+    CHECK_EQ_INT(parse(u, &cfg, err), BACKEND_INVALID);
+    CHECK_CONTAINS(err, path);
+    CHECK(strncmp(err, "redlock: ", 9) == 0);
+    CHECK(cfg.n == 0 && cfg.prefix == NULL);
+}
+
 static void test_url_refused(void)
 {
     static const char *const bad[] = {
@@ -689,6 +728,7 @@ static void test_live_restart_empty_quarantine(void)
 static const struct check_case cases[] = {
     CHECK_CASE(test_url_three_nodes),
     CHECK_CASE(test_url_auth_and_v6),
+    CHECK_CASE(test_url_password_file_and_env),
     CHECK_CASE(test_url_refused),
     CHECK_CASE(test_vote_grant_needs_counted_quorum),
     CHECK_CASE(test_vote_refusals),
