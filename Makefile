@@ -4,7 +4,8 @@
 # SANITIZE=thread build apart, in build-address/ and build-thread/; any
 # other build goes apart with BUILD=dir, e.g. make CC=clang BUILD=build-clang.
 # `make image` builds the container image (IMAGE=lockd:$(VERSION)) with Docker or
-# Podman, whichever can build here.
+# Podman, whichever can build here. `make fuzz` builds the libFuzzer
+# targets (tests/fuzz/) with clang in build-fuzz/ and runs each one.
 
 BUILD    ?= build
 VERSION  := 0.1.0
@@ -26,6 +27,15 @@ ifdef SANITIZE
 BUILD    := build-$(SANITIZE)
 CFLAGS   += $(SAN_$(SANITIZE)) -fno-omit-frame-pointer
 LDFLAGS  += $(SAN_$(SANITIZE))
+endif
+# FUZZ=1 (what `make fuzz` passes on): lockd's objects instrumented for
+# libFuzzer, ASan and UBSan, in build-fuzz/ with clang.
+SAN_fuzz := -fsanitize=address,undefined -fno-sanitize-recover=all
+ifdef FUZZ
+BUILD    := build-fuzz
+CC       := clang
+CFLAGS   += -fsanitize=fuzzer-no-link $(SAN_fuzz) -fno-omit-frame-pointer
+LDFLAGS  += $(SAN_fuzz)
 endif
 
 # An adapter is a folder backends/NAME/ whose ops table is NAME_backend
@@ -55,11 +65,16 @@ CLI_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard cli/*.c))
 CLI_LIBOBJS := $(BUILD)/lib/clock.o $(BUILD)/lib/random.o
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNITS    := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRCS))
+# The libFuzzer targets: every tests/fuzz/fuzz_*.c is one program.
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZERS  := $(patsubst %.c,$(BUILD)/%,$(FUZZ_SRCS))
+FUZZ_SECONDS ?= 60
 
 FORMATTED := $(wildcard lib/*.[ch] api/*.[ch] service/*.[ch] backends/*.[ch] \
-              backends/*/*.[ch] cli/*.[ch] tests/unit/*.[ch])
+              backends/*/*.[ch] cli/*.[ch] tests/unit/*.[ch] tests/fuzz/*.[ch])
 
-.PHONY: FORCE all run test unit e2e deps deps-build deps-bench bench chaos image clean format format-check
+.PHONY: FORCE all run test unit e2e deps deps-build deps-bench bench chaos image clean format format-check \
+        fuzz fuzz-build fuzz-targets
 
 all: $(BUILD)/lockd $(BUILD)/lockctl
 
@@ -79,6 +94,10 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(LIBOBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $< $(LIBOBJS) $(LDLIBS)
 
+$(BUILD)/tests/fuzz/%: tests/fuzz/%.c $(LIBOBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $< $(LIBOBJS) $(LDLIBS)
+
 # Rewritten only when the list changes, so nothing rebuilds for nothing.
 $(GEN)/adapters.h: FORCE
 	@mkdir -p $(@D)
@@ -91,7 +110,7 @@ $(GEN)/%.lua.h: %.lua
 
 FORCE:
 
--include $(OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(UNITS:=.d)
+-include $(OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(UNITS:=.d) $(FUZZERS:=.d)
 
 # Build dependencies only: enough for `make` and `make run`.
 deps-build:
@@ -139,6 +158,17 @@ image:
 bench: deps-bench
 	$(MAKE) $(BUILD)/lockd
 	BUILD=$(BUILD) tests/bench/run
+
+# The fuzz targets, built in build-fuzz/ (fuzz-targets is what FUZZ=1
+# builds). `make fuzz` then runs each for FUZZ_SECONDS on a copy of its
+# seed corpus (tests/fuzz/README.md) and fails on any crash, leak or hang.
+fuzz-build:
+	$(MAKE) FUZZ=1 fuzz-targets
+
+fuzz-targets: $(FUZZERS)
+
+fuzz: fuzz-build
+	python3 tests/fuzz/run.py --seconds $(FUZZ_SECONDS) --build build-fuzz
 
 clean:
 	rm -rf build build-*

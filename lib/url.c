@@ -273,8 +273,9 @@ void url_redact(const char *url, char *out, size_t outlen)
     const char *p = sep != NULL ? sep + 3 : url;
     /* up to the query, not the path: a password with a raw '/' (or a URL
      * without its "://") must not stop the search for its '@'. An '@' in
-     * a path hides more than needed, never less */
-    size_t hostlen = strcspn(p, "?#");
+     * a path hides more than needed, never less. Nor at a '#': url_parse()
+     * takes one as part of the password */
+    size_t hostlen = strcspn(p, "?");
     const char *at = NULL, *colon = NULL, *rest = url, *q;
     size_t room = outlen;
 

@@ -5,11 +5,16 @@ against a real server started on loopback in a temp dir. Prints one line
 per test and ends with "N passed, N failed", after a line "N skipped".
 
   python3 tests/run.py [--backend NAME]... [-k SUBSTRING] [--no-unit] [--quick]
-                       [--strict-skips] [--allow-skip SUBSTRING]...
+                       [--no-fuzz] [--strict-skips] [--allow-skip SUBSTRING]...
 
 First the tree's rules (tests/check_arrows.py: includes run lib <-
 backends <- api <- service; tests/check_sizes.py: no file over 800 lines,
-no function over 80), each counted as one test, then the unit programs.
+no function over 80), each counted as one test, then the unit programs,
+then the libFuzzer targets (tests/fuzz/): `make fuzz-build` builds them in
+build-fuzz/ with clang, and each runs LOCKD_FUZZ_SECONDS (default 5) on a
+copy of its seed corpus, one check per target ("fuzz: fuzz_router"). Where
+clang or its libFuzzer runtime is missing, that is one skip ("fuzz"),
+printed. --no-fuzz leaves them out; -k fuzz runs only them.
 
 Nothing passes by not running:
 
@@ -47,7 +52,7 @@ that has every store but no container engine:
   make test TESTFLAGS="--strict-skips --allow-skip image"
 
 Environment: LOCKD_BIN (default build/lockd), LOCKD_BUILD (default build),
-LOCKD_STRICT_SKIPS, LOCKD_ALLOW_SKIPS.
+LOCKD_STRICT_SKIPS, LOCKD_ALLOW_SKIPS, LOCKD_FUZZ_SECONDS.
 """
 
 import argparse
@@ -178,6 +183,80 @@ def run_units(build, tally):
             tally.fail("unit: %s (%s)" % (name, why), max(nf, 1))
             print("FAIL unit: %s (%s; %d passed, %d failed, %.1fs)" % (name, why, np, nf, took))
             print("\n".join("     " + line for line in out.splitlines()[-60:]))
+        sys.stdout.flush()
+
+
+def fuzz_runner():
+    """tests/fuzz/run.py as a module (its run_target() and targets())."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fuzz_run", os.path.join(HERE, "fuzz", "run.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def libfuzzer_missing():
+    """Why the fuzz targets cannot be built here, or None: clang must link
+    a trivial target with -fsanitize=fuzzer,address,undefined."""
+    if shutil.which("clang") is None:
+        return "clang is not installed (make deps installs it)"
+    tmp = tempfile.mkdtemp(prefix="lockd-fuzz-probe-")
+    try:
+        src = os.path.join(tmp, "probe.c")
+        with open(src, "w") as f:
+            f.write("#include <stddef.h>\n#include <stdint.h>\n"
+                    "int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);\n"
+                    "int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)"
+                    "{ (void)d; (void)n; return 0; }\n")
+        p = subprocess.run(["clang", "-fsanitize=fuzzer,address,undefined", "-o",
+                            os.path.join(tmp, "probe"), src], capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            return "clang cannot link -fsanitize=fuzzer (no libFuzzer runtime?): " + \
+                (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "clang failed: %s" % e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return None
+
+
+def run_fuzz(tally, only=None):
+    """Build the libFuzzer targets and run each for LOCKD_FUZZ_SECONDS: one
+    check per target; only: a substring the check's name must contain."""
+    why = libfuzzer_missing()
+    if why is not None:
+        tally.skip("fuzz", why)
+        return
+    build = os.path.join(ROOT, "build-fuzz")
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(["make", "-C", ROOT, "-j2", "fuzz-build"], capture_output=True, text=True,
+                           timeout=1800)
+        out, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired:
+        out, rc = "timed out", -1
+    if rc != 0:
+        tally.fail("fuzz: make fuzz-build")
+        print("FAIL fuzz: make fuzz-build (exit %r)\n%s" % (
+            rc, "\n".join("     " + s for s in out.splitlines()[-30:])))
+        return
+    print("ok   fuzz: make fuzz-build (%.1fs)" % (time.monotonic() - t0))
+    tally.ok()
+    runner = fuzz_runner()
+    seconds = int(os.environ.get("LOCKD_FUZZ_SECONDS", "5") or 5)
+    todo = [(n, path) for n, path in runner.targets(build) if only is None or only in "fuzz: " + n]
+    if not todo:
+        tally.fail("fuzz: no target in %s/tests/fuzz" % build)
+        print("FAIL fuzz: no target in %s/tests/fuzz" % build)
+    for name, path in todo:
+        ok, line, out = runner.run_target(name, path, build, seconds)
+        if ok:
+            tally.ok()
+            print("ok   fuzz: " + line)
+        else:
+            tally.fail("fuzz: " + name)
+            print("FAIL fuzz: " + line)
+            print("\n".join("     " + s for s in out.splitlines()[-40:]))
         sys.stdout.flush()
 
 
@@ -319,6 +398,7 @@ def main():
     ap.add_argument("-k", dest="filter", help="run only scenarios whose name contains this")
     ap.add_argument("--no-unit", action="store_true")
     ap.add_argument("--quick", action="store_true", help="skip scenarios marked slow")
+    ap.add_argument("--no-fuzz", action="store_true", help="leave out the libFuzzer targets' short runs")
     ap.add_argument("--strict-skips", action="store_true", default=env_flag("LOCKD_STRICT_SKIPS"),
                     help="count a skip that no --allow-skip matches as a failure (env LOCKD_STRICT_SKIPS=1)")
     ap.add_argument("--allow-skip", action="append", default=[], metavar="SUBSTRING",
@@ -334,6 +414,9 @@ def main():
     if not opts.no_unit and not opts.filter:
         run_checks(tally)
         run_units(build, tally)
+    if not opts.no_fuzz and ((not opts.no_unit and not opts.filter) or
+                             (opts.filter and opts.filter.startswith("fuzz"))):
+        run_fuzz(tally, opts.filter)
 
     for path in sorted(glob.glob(os.path.join(HERE, "e2e", "test_*.py"))):
         bad = imports_of_scenario_files(path)

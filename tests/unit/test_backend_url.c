@@ -374,6 +374,17 @@ static void test_url_redact_hides_every_password(void)
     CHECK_STR_EQ(small, "redis://:**");
 }
 
+/* Found by tests/fuzz/fuzz_url.c: url_parse() reads the user info up to
+ * the last '@' before '/' or '?', so "p#secret" is the password it hands
+ * the store; url_redact() stopped the user info at '#' and printed it. */
+static void test_issue_18_url_redact_password_with_hash(void)
+{
+    check_redact("mysql://u:p#secret@h/db", "mysql://u:***@h/db");
+    check_redact("redis://:a#b@h:6379/0?prefix=x",
+                 "redis://:***@h:6379/0?prefix=x");
+    check_redact("redis://h:1#frag", "redis://h:1#frag");
+}
+
 static void test_url_resolve_password_from_file_or_env(void)
 {
     char path[] = "/tmp/lockd-pw-XXXXXX", err[256];
@@ -422,6 +433,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_url_parse_rejects_malformed),
     CHECK_CASE(test_url_check_params),
     CHECK_CASE(test_url_redact_hides_every_password),
+    CHECK_CASE(test_issue_18_url_redact_password_with_hash),
     CHECK_CASE(test_url_resolve_password_from_file_or_env),
     CHECK_CASE(test_parse_u64_accepts_decimal_in_range),
     CHECK_CASE(test_parse_u64_rejects_junk_signs_overflow_range),
