@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/codec.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
@@ -44,6 +46,30 @@ static inline size_t fuzz_split(char *s, char sep, char **fields, size_t max)
         s = at + 1;
     }
     fields[n++] = s;
+    return n;
+}
+
+/* The name=value pairs of query (changed in place: '+' becomes ' ', '&'
+ * and '=' become NULs) into q (room for max); their count, 0 for "". */
+static inline size_t
+fuzz_query_pairs(char *query, struct api_param *q, size_t max)
+{
+    char *pairs[64];
+    size_t n;
+
+    if (query[0] == '\0')
+        return 0;
+    for (char *c = query; *c != '\0'; c++)
+        if (*c == '+')
+            *c = ' ';
+    n = fuzz_split(query, '&', pairs, max < 64 ? max : 64);
+    for (size_t i = 0; i < n; i++) {
+        char *eq = strchr(pairs[i], '=');
+        if (eq != NULL)
+            *eq = '\0';
+        q[i].name = pairs[i];
+        q[i].value = eq != NULL ? eq + 1 : NULL;
+    }
     return n;
 }
 

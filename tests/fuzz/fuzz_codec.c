@@ -32,27 +32,6 @@ static const unsigned multi_sets[] = {
     API_P_TOKEN,                                /* release */
 };
 
-static size_t split_query(char *query, struct api_param *q)
-{
-    char *pairs[MAX_PARAMS];
-    size_t n;
-
-    if (query[0] == '\0')
-        return 0;
-    for (char *c = query; *c != '\0'; c++)
-        if (*c == '+')
-            *c = ' ';
-    n = fuzz_split(query, '&', pairs, MAX_PARAMS);
-    for (size_t i = 0; i < n; i++) {
-        char *eq = strchr(pairs[i], '=');
-        if (eq != NULL)
-            *eq = '\0';
-        q[i].name = pairs[i];
-        q[i].value = eq != NULL ? eq + 1 : NULL;
-    }
-    return n;
-}
-
 static void parse_single(const struct api_request *rq, unsigned allowed)
 {
     struct api_params p;
@@ -122,7 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rq.method = "POST";
     rq.path = "/locks/k";
     rq.query = q;
-    rq.nquery = split_query(query, q);
+    rq.nquery = fuzz_query_pairs(query, q, MAX_PARAMS);
     /* the body as its own allocation, so ASan sees a read past its end */
     rq.body_len = nl != NULL ? size - (size_t)(nl + 1 - data) : size;
     rq.body = (const char *)(nl != NULL ? nl + 1 : data);

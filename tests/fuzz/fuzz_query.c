@@ -16,27 +16,6 @@
 #define ALL_PARAMS                                                           \
     (API_P_TTL_MS | API_P_WAIT_MS | API_P_OWNER | API_P_TOKEN | API_P_MODE | \
      API_P_LIMIT | API_P_ALL | API_P_IDEM_KEY | API_P_FORCE)
-
-/* The pairs of query (changed in place) into q; their count. */
-static size_t split_query(char *query, struct api_param *q)
-{
-    char *pairs[MAX_PARAMS];
-    size_t n;
-
-    for (char *c = query; *c != '\0'; c++)
-        if (*c == '+')
-            *c = ' ';
-    n = fuzz_split(query, '&', pairs, MAX_PARAMS);
-    for (size_t i = 0; i < n; i++) {
-        char *eq = strchr(pairs[i], '=');
-        if (eq != NULL)
-            *eq = '\0';
-        q[i].name = pairs[i];
-        q[i].value = eq != NULL ? eq + 1 : NULL;
-    }
-    return n;
-}
-
 static void parse_params(const struct api_request *rq)
 {
     struct api_params p;
@@ -79,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rq.path = "/locks/k";
     rq.body = "";
     rq.query = q;
-    rq.nquery = size > 0 ? split_query(query, q) : 0;
+    rq.nquery = size > 0 ? fuzz_query_pairs(query, q, MAX_PARAMS) : 0;
     parse_params(&rq);
     rq.method = "GET";
     rq.path = "/locks";
