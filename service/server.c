@@ -39,7 +39,7 @@
 #define REQUEST_ID_MAX   128
 #define PATH_LOG_MAX     256
 #define CLIENT_MAX       (NI_MAXHOST + NI_MAXSERV + 4) /* "[ip]:port" */
-#define ACCESS_FIELDS    4 /* client, key, owner, fence */
+#define ACCESS_FIELDS    5 /* client, credential, key, owner, fence */
 /* libmicrohttpd's memory per connection, at least: what it had before
  * --max-header-bytes */
 #define CONNECTION_MEMORY_MIN 8192
@@ -602,6 +602,10 @@ access_fields(const struct request *r, const char *client, struct log_field *f)
         f[n++] = (struct log_field){ .name = "client",
                                      .str = client,
                                      .len = strlen(client) };
+    if (c->client[0] != '\0') /* the credential that was identified */
+        f[n++] = (struct log_field){ .name = "credential",
+                                     .str = c->client,
+                                     .len = strlen(c->client) };
     if (!r->ran || c->key == NULL)
         return n;
     f[n++] =

@@ -322,3 +322,28 @@ def legacy_beside_file(ctx):
     eq(body.get("holders"), 1, "one holder removed")
     check(g["fence"] > 0, "fence")
     expect_json(ld.request("POST", path("orders/" + ctx.key("l")), headers=bearer(T_ORD)), 201, "orders still works")
+
+
+@harness.scenario("auth: the access log line names the credential of a request, never its token",
+                  backends=["memory"])
+def access_log_credential(ctx):
+    ld, _ = auth_lockd(ctx, extra=["--log-format", "json"])
+    key = ctx.key("orders/logged")
+    rid = "auth-log-%d" % harness.free_port()
+    headers = dict(bearer(T_ORD), **{"X-Request-Id": rid})
+    expect_json(ld.request("POST", path(key), {"ttl_ms": 5000}, headers=headers), 201, "acquire by orders")
+    line = None
+    deadline = time.monotonic() + 5
+    while line is None and time.monotonic() < deadline:
+        for raw in ld.log_tail(20000).splitlines():
+            try:
+                ev = json.loads(raw)
+            except ValueError:
+                continue
+            if ev.get("request_id") == rid and ev.get("status") == 201:
+                line = ev
+        if line is None:
+            time.sleep(0.05)
+    check(line is not None, "no access line for %s in %r" % (rid, ld.log_tail(2000)))
+    eq(line.get("credential"), "orders", "the access line's credential")
+    check(T_ORD not in ld.log_tail(200000), "the bearer token is in the log")
