@@ -304,6 +304,8 @@ static void reload_tls(struct config *cfg, char *done, size_t donelen)
         log_warn("SIGHUP: TLS: %s; the old certificate, key and client CA "
                  "stay in force",
                  msg);
+        snprintf(done + n, donelen - n, "%skept the old TLS files",
+                 n > 0 ? ", " : "");
         return;
     }
     snprintf(done + n, donelen - n, "%s%s", n > 0 ? ", " : "", msg);
