@@ -150,6 +150,11 @@ def stalled_store_bounds(ctx):
             break
         time.sleep(0.1)
     eq(r.status, 201, "acquire after the store came back")
+    # the suite's own instance lived through the stall too (its ZooKeeper
+    # session may have expired): the next scenarios use it at once
+    while ctx.lockd.request("GET", "/readyz", timeout=5).status != 200:
+        check(time.monotonic() < end + 15, "the suite's lockd is not ready after the stall")
+        time.sleep(0.1)
 
 
 @harness.scenario("holders that never release: each waiter in turn is granted at the previous holder's expiry, "
