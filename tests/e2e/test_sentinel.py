@@ -119,7 +119,15 @@ def sentinel_failover(ctx):
         harness.log("     failover %d -> %d: lockd writes to the new primary %.0f ms after SENTINEL "
                     "FAILOVER; with min_replicas=1 (a replica resynced) %.0f ms"
                     % (old, new, took["without min_replicas"], took["min_replicas=1"]))
-        r = renew(ld, key, tok)
+        # a renew waits for a replica too: while the demoted primary
+        # resyncs as the new one's replica (slow under ASan) that can be a
+        # 503 with Retry-After, which a client retries; never a 404 or 409
+        end = time.monotonic() + 10
+        while True:
+            r = renew(ld, key, tok)
+            if r.status != 503 or time.monotonic() > end:
+                break
+            time.sleep(0.2)
         eq(r.status, 200, "renew with the token on the new primary: %s" % r.body)
         eq(r.json["fence"], fence, "fence of the held lock")
         i = ld.request("GET", "/locks/" + key)
