@@ -35,6 +35,15 @@
  * row; as key rows are inserted in ascending order, the transaction it
  * waits for has already gone past it, and the same climb applies.
  *
+ * One case escapes the order: when a key row goes away (an insert rolled
+ * back by a HELD answer here, a deleted row purged), InnoDB hands the X
+ * locks that INSERT ... ON DUPLICATE KEY UPDATE took or waits for on it to
+ * the next row as gap locks, even at READ COMMITTED; that gap may cover
+ * keys its holder never asked for. So a deadlock stays possible, rarely
+ * (none in most runs of the contention tests, a few at most, against
+ * hundreds a run when the order is broken). InnoDB rolls one transaction
+ * back and mysql_run_op() runs it again at once: no caller sees it.
+ *
  * acquire_multi() answers HELD at the first key it finds held (in key
  * order), reading the others without locks; a grant takes fences and holder
  * rows only once every key's row is locked and free.
