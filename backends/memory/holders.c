@@ -88,6 +88,7 @@ uint32_t do_mem_expire(struct mem_be *m,
         return 0;
     e->nheld = kept;
     do_shrunk(e, n);
+    do_mem_due_set(mem_shard_of(m, e), e);
     atomic_fetch_sub_explicit(&m->held, n - kept, memory_order_relaxed);
     metrics_lock_expired(n - kept);
     return n - kept;
@@ -110,7 +111,8 @@ enum backend_result do_mem_grant(struct mem_be *m,
     if (req->idem_key != NULL)
         idem = strdup(req->idem_key);
     if ((req->owner != NULL && owner == NULL) ||
-        (req->idem_key != NULL && idem == NULL) || do_room(e) != 0) {
+        (req->idem_key != NULL && idem == NULL) || do_room(e) != 0 ||
+        (e->nheld == 0 && do_mem_due_room(mem_shard_of(m, e)) != 0)) {
         free(owner);
         free(idem);
         return BACKEND_NO_MEMORY;
@@ -131,6 +133,7 @@ enum backend_result do_mem_grant(struct mem_be *m,
     h->fence =
         atomic_fetch_add_explicit(&m->fence, 1, memory_order_relaxed) + 1;
     atomic_fetch_add_explicit(&m->held, 1, memory_order_relaxed);
+    do_mem_due_set(mem_shard_of(m, e), e);
     out->fence = h->fence;
     out->ttl_ms = h->ttl_ms;
     out->expires_at_ms = h->expires_wall;
@@ -156,6 +159,7 @@ void do_mem_unhold(struct mem_be *m, struct mem_entry *e, uint32_t i)
                 (size_t)(n - 1 - i) * sizeof(*e->more));
     e->nheld = n - 1;
     do_shrunk(e, n);
+    do_mem_due_set(mem_shard_of(m, e), e);
     atomic_fetch_sub_explicit(&m->held, 1, memory_order_relaxed);
 }
 

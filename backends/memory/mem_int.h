@@ -3,8 +3,9 @@
  * its files: memory.c (the ops table and the decisions of acquire, renew,
  * release, inspect), holders.c (an entry's holders: grant, expiry, lookup,
  * removal), multi.c (several keys at once), index.c (each shard's entries
- * in key order), list.c (list: a merge of the shards' orders) and sweep.c
- * (the sweeper thread).
+ * in key order), list.c (list: a merge of the shards' orders), due.c (each
+ * shard's entries by their earliest expiry) and sweep.c (the sweeper
+ * thread, which visits only what due.c says has expired).
  *
  * An entry exists while its key is held or has waiters. Its holders are
  * one array in logical order 0..nheld-1, by ascending fence (a grant
@@ -55,9 +56,11 @@ struct mem_entry {
     struct mem_holder *more; /* owned: holders 1..nheld-1; NULL if none */
     struct mem_waiter *qhead, *qtail;
     struct mem_entry *lo, *hi; /* the shard's ordered index (index.c) */
-    uint32_t nheld;            /* holders now */
-    uint32_t limit;            /* the key's limit while held SHARED; 0 = none */
-    uint8_t mode;              /* enum lock_mode while held */
+    uint32_t due_at; /* 1 + its place in the shard's due heap (due.c) while
+                        held; 0 while nobody holds it */
+    uint32_t nheld;  /* holders now */
+    uint32_t limit;  /* the key's limit while held SHARED; 0 = none */
+    uint8_t mode;    /* enum lock_mode while held */
     bool multi_wait; /* a multi-key acquire was refused for this key since
                         the last notification: it keeps no place in the
                         FIFO, so this is what gets it told of a change */
@@ -70,10 +73,17 @@ static inline unsigned mem_shard_index(uint64_t hash)
     return (unsigned)((hash >> 58) % MEM_SHARDS);
 }
 
+struct mem_due { /* a place in a shard's due heap */
+    int64_t at;  /* the entry's earliest holder expiry, monotonic ms */
+    struct mem_entry *e;
+};
+
 struct mem_shard {
-    pthread_mutex_t mu; /* guards tab, index and every entry in them */
+    pthread_mutex_t mu; /* guards tab, index, due and every entry in them */
     struct keytab tab;
     struct mem_entry *index; /* root of the same entries ordered by key */
+    struct mem_due *due;     /* owned: min-heap by .at of the held entries */
+    uint32_t ndue, due_cap;
 } __attribute__((aligned(64)));
 
 struct mem_be {
@@ -86,8 +96,35 @@ struct mem_be {
     pthread_cond_t stop_cv;
     bool stopping;
     bool sweeper_started;
+    _Atomic uint64_t swept; /* entries the sweeper has visited, for tests */
     struct mem_shard shards[MEM_SHARDS];
 };
+
+static inline struct mem_shard *mem_shard_of(struct mem_be *m,
+                                             const struct mem_entry *e)
+{
+    return &m->shards[mem_shard_index(e->ke.hash)];
+}
+
+/* due.c: every do_ function runs under the shard's mutex. An entry is in
+ * its shard's due heap exactly while it has holders, at the earliest of
+ * their expiries: whatever adds, removes or renews a holder calls
+ * do_mem_due_set() before it lets go of the mutex. */
+
+/* Room in s's heap for one more entry: 0, or -1 (out of memory). */
+int do_mem_due_room(struct mem_shard *s);
+/* Put e in s's heap at its holders' earliest expiry, or take it out when
+ * it has none. Adding needs the room do_mem_due_room() made. */
+void do_mem_due_set(struct mem_shard *s, struct mem_entry *e);
+/* The entry whose earliest holder expiry is the first, if it is at or
+ * before now; else NULL. */
+struct mem_entry *do_mem_due_first(const struct mem_shard *s, int64_t now);
+/* Give back heap room after a fall (a quarter full or less). */
+void do_mem_due_shrink(struct mem_shard *s);
+/* For tests: do the heaps of m agree with its entries (every held entry
+ * in its shard's heap once, at its earliest expiry, in heap order)? Locks
+ * each shard in turn. */
+bool mem_due_check(struct backend *be);
 
 /* holders.c: every do_ function runs under the entry's shard mutex. */
 

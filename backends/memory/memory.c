@@ -350,9 +350,10 @@ static enum backend_result mem_be_renew(struct backend *be,
 
     pthread_mutex_lock(&s->mu);
     r = do_find_held(m, s, req, hash, now, &e, &i, &wake);
-    if (r == BACKEND_OK)
+    if (r == BACKEND_OK) {
         r = do_renew(e, mem_holder_at(e, i), req, now, out);
-    else if (e != NULL)
+        do_mem_due_set(s, e);
+    } else if (e != NULL)
         do_mem_entry_free_if_idle(s, e);
     pthread_mutex_unlock(&s->mu);
     if (wake)
@@ -513,6 +514,7 @@ static void mem_be_close(struct backend *be)
             keytab_foreach(&m->shards[i].tab, free_entry, NULL);
             keytab_cleanup(&m->shards[i].tab);
         }
+        free(m->shards[i].due);
         pthread_mutex_destroy(&m->shards[i].mu);
     }
     pthread_cond_destroy(&m->stop_cv);

@@ -190,6 +190,7 @@ static void do_multi_renew(struct multi *x, struct lock_multi_grant *out)
             h->ttl_ms = x->req->ttl_ms;
         h->expires_mono = x->now + (int64_t)h->ttl_ms;
         h->expires_wall = wall + (int64_t)h->ttl_ms;
+        do_mem_due_set(mem_shard_of(x->m, x->e[i]), x->e[i]);
         out->fences[i] = h->fence;
         if (i == 0 || h->ttl_ms < out->ttl_ms)
             out->ttl_ms = h->ttl_ms;

@@ -1,8 +1,9 @@
 /*
  * backends/memory/sweep.c - the memory store's sweeper thread: with no
  * traffic on a key, it expires the key's holders one by one as their TTLs
- * pass, reclaims entries left idle and tells the wait queue about every
- * key with waiters that lost a holder. Also frees entries at close.
+ * pass (visiting only the entries due.c says have expired), frees entries
+ * left idle and tells the wait queue about every key with waiters that
+ * lost a holder. Also frees entries at close.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -63,35 +64,50 @@ static bool sweep_note_gone(struct sweep *sw, struct mem_entry *e)
     return true;
 }
 
-static void sweep_entry(struct keytab_entry *ke, void *arg)
-{
-    struct sweep *sw = arg;
-    struct mem_entry *e = (struct mem_entry *)ke;
+enum sweep_step {
+    SWEEP_NEXT, /* e is done: on to the next due entry */
+    SWEEP_FULL, /* a batch has no room left: notify, then a new round */
+    SWEEP_STOP  /* e was due but nothing expired: stop this pass */
+};
 
+/* Expire e's holders that are due and notify its waiters. */
+static enum sweep_step sweep_entry(struct sweep *sw, struct mem_entry *e)
+{
     if ((e->qhead != NULL || e->multi_wait) && sw->nwake == MEM_SWEEP_BATCH)
-        return; /* no room to notify its waiters: the next pass expires it */
+        return SWEEP_FULL; /* no room to notify its waiters */
     if (!sweep_note_gone(sw, e))
-        return; /* no room to tell of its holders: the next pass */
-    if (do_mem_expire(sw->m, e, sw->now, NULL) == 0)
-        return;
+        return SWEEP_FULL; /* no room to tell of its holders */
+    atomic_fetch_add_explicit(&sw->m->swept, 1, memory_order_relaxed);
+    if (do_mem_expire(sw->m, e, sw->now, NULL) == 0) {
+        do_mem_due_set(sw->s, e); /* a stale place: cannot happen */
+        return do_mem_due_first(sw->s, sw->now) == e ? SWEEP_STOP : SWEEP_NEXT;
+    }
     if (do_mem_wake_due(e)) {
         sw->wake[sw->nwake] = strndup(e->key, e->ke.key_len);
         if (sw->wake[sw->nwake] != NULL)
             sw->wake_len[sw->nwake++] = e->ke.key_len;
     }
     do_mem_entry_free_if_idle(sw->s, e);
+    return SWEEP_NEXT;
 }
 
+/* Only the entries the due heap says have expired: the cost of a pass is
+ * what expires, whatever is held. */
 static void sweep_shard(struct mem_be *m, struct mem_shard *s)
 {
     struct sweep sw = { .m = m, .s = s };
+    enum sweep_step step;
 
-    do { /* again while a full batch may have left some behind */
+    do { /* again while a batch ran out of room */
+        struct mem_entry *e;
         sw.nwake = 0;
         sw.ngone = 0;
+        step = SWEEP_NEXT;
         pthread_mutex_lock(&s->mu);
         sw.now = clock_mono_ms();
-        keytab_foreach(&s->tab, sweep_entry, &sw);
+        while (step == SWEEP_NEXT && (e = do_mem_due_first(s, sw.now)) != NULL)
+            step = sweep_entry(&sw, e);
+        do_mem_due_shrink(s);
         pthread_mutex_unlock(&s->mu);
         for (size_t k = 0; k < sw.ngone; k++) {
             struct sweep_gone *g = &sw.gone[k];
@@ -105,7 +121,7 @@ static void sweep_shard(struct mem_be *m, struct mem_shard *s)
             mem_notify(m, sw.wake[k], sw.wake_len[k]);
             free(sw.wake[k]);
         }
-    } while (sw.nwake == MEM_SWEEP_BATCH || sw.ngone == MEM_SWEEP_BATCH);
+    } while (step == SWEEP_FULL);
 }
 
 void *mem_sweeper_main(void *arg)
