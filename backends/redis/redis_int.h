@@ -562,6 +562,11 @@ void redis_arg_key(const struct redis_be *be,
 redisReply *redis_script_run(struct redis_be *be,
                              enum redis_script s,
                              struct redis_args *a);
+/* The same without min_replicas' WAIT: for undoing a grant that failed
+ * it, whose request is already late. */
+redisReply *redis_script_run_unacked(struct redis_be *be,
+                                     enum redis_script s,
+                                     struct redis_args *a);
 /* The same for a script of any length: argv[3 .. 3 + nargs) and argl hold
  * its nkeys KEYS then its ARGV, and both have room for 3 + nargs + 1
  * entries (the command, the digest and the KEYS count go first, a

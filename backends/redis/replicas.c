@@ -1,12 +1,16 @@
 /*
- * backends/redis/replicas.c - ?min_replicas=N: a grant or renew counts
- * only once N replicas have it. After every stamped script (acquire,
- * renew, re-entry and their multi-key forms) that granted or renewed, the
- * same connection sends WAIT N replicas_timeout_ms: one more round trip
- * per grant and renew, none for an attempt that found the key held. When fewer
- * than N acknowledge, the operation answers BACKEND_UNAVAILABLE, never a grant,
- * and a fresh grant is released again (best-effort: it is the primary's, which
- * may be going away; at worst it stays until its TTL under a token nobody has).
+ * backends/redis/replicas.c - ?min_replicas=N: a grant, renew or release
+ * counts only once N replicas have it. After every script that changed
+ * holders (acquire, renew, re-entry, release and their multi-key forms),
+ * the same connection sends WAIT N replicas_timeout_ms: one more round
+ * trip per grant, renew and release, none for an attempt that found the
+ * key held. When fewer than N acknowledge, the operation answers
+ * BACKEND_UNAVAILABLE, never a grant, and a fresh grant is released again
+ * (best-effort: it is the primary's, which may be going away; at worst it
+ * stays until its TTL under a token nobody has). A release answered so may
+ * or may not have happened (API.md: a 503 is an unknown outcome); one
+ * answered 200 survives a failover to a replica that acknowledged it, so
+ * the token stays dead there, instead of holding the key again.
  *
  * Why: Redis replicates asynchronously, so a failover can promote a
  * replica that never saw a grant, and the lock is then free on the new
@@ -75,7 +79,7 @@ static void redis_replicas_undo(struct redis_be *be,
     redis_arg(&a, REDIS_BE_REL_ALL, "1", 1);
     redis_arg(&a, REDIS_BE_REL_CHANNEL, be->channel, strlen(be->channel));
     redis_arg(&a, REDIS_BE_REL_KEY, key, key_len);
-    r = redis_script_run(be, REDIS_BE_SCRIPT_RELEASE, &a);
+    r = redis_script_run_unacked(be, REDIS_BE_SCRIPT_RELEASE, &a);
     if (r == NULL)
         redis_warn(be, "min_replicas",
                    "could not release the grant again; "

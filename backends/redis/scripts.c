@@ -175,15 +175,17 @@ static const struct redis_script_def {
     int nkeys;
     int nargs;    /* KEYS and ARGV, without the stamp */
     bool stamped; /* a not-after time follows as the last ARGV */
+    bool acked;   /* min_replicas: WAIT after one that changed holders */
 } redis_scripts[REDIS_BE_SCRIPT_COUNT] = {
     [REDIS_BE_SCRIPT_ACQUIRE] = { acquire_lua, sizeof(acquire_lua) - 1,
-                                  REDIS_BE_ACQ_NKEYS, REDIS_BE_ACQ_NARGS,
+                                  REDIS_BE_ACQ_NKEYS, REDIS_BE_ACQ_NARGS, true,
                                   true },
     [REDIS_BE_SCRIPT_RENEW] = { renew_lua, sizeof(renew_lua) - 1,
-                                REDIS_BE_REN_NKEYS, REDIS_BE_REN_NARGS, true },
+                                REDIS_BE_REN_NKEYS, REDIS_BE_REN_NARGS, true,
+                                true },
     [REDIS_BE_SCRIPT_RELEASE] = { release_lua, sizeof(release_lua) - 1,
-                                  REDIS_BE_REL_NKEYS, REDIS_BE_REL_NARGS,
-                                  false },
+                                  REDIS_BE_REL_NKEYS, REDIS_BE_REL_NARGS, false,
+                                  true },
     [REDIS_BE_SCRIPT_INSPECT] = { inspect_lua, sizeof(inspect_lua) - 1,
                                   REDIS_BE_INS_NKEYS, REDIS_BE_INS_NARGS,
                                   false },
@@ -193,12 +195,13 @@ static const struct redis_script_def {
     /* as many KEYS and ARGV as the request has keys: set by the caller */
     [REDIS_BE_SCRIPT_ACQUIRE_MULTI] = { acquire_multi_lua,
                                         sizeof(acquire_multi_lua) - 1, 0, 0,
-                                        true },
+                                        true, true },
     [REDIS_BE_SCRIPT_RENEW_MULTI] = { renew_multi_lua,
-                                      sizeof(renew_multi_lua) - 1, 0, 0, true },
+                                      sizeof(renew_multi_lua) - 1, 0, 0, true,
+                                      true },
     [REDIS_BE_SCRIPT_RELEASE_MULTI] = { release_multi_lua,
                                         sizeof(release_multi_lua) - 1, 0, 0,
-                                        false },
+                                        false, true },
     [REDIS_BE_SCRIPT_LIST] = { list_lua, sizeof(list_lua) - 1,
                                REDIS_BE_LST_NKEYS, REDIS_BE_LST_NARGS, false },
     [REDIS_BE_SCRIPT_FORCE] = { force_lua, sizeof(force_lua) - 1,
@@ -390,12 +393,13 @@ static redisReply *redis_script_checked(struct redis_be *be, redisReply *r)
  * that answers "too late" in time means our idea of Redis's clock is off:
  * it is measured again and the script run once more.
  */
-redisReply *redis_script_argv(struct redis_be *be,
-                              enum redis_script s,
-                              int nkeys,
-                              int nargs,
-                              const char **argv,
-                              size_t *argl)
+static redisReply *script_argv(struct redis_be *be,
+                               enum redis_script s,
+                               int nkeys,
+                               int nargs,
+                               const char **argv,
+                               size_t *argl,
+                               bool acked)
 {
     const struct redis_script_def *def = &redis_scripts[s];
     char nk[16], stamp[24];
@@ -403,7 +407,7 @@ redisReply *redis_script_argv(struct redis_be *be,
     redisReply *r;
     int total = 3 + nargs + (def->stamped ? 1 : 0);
     long long acks = -1; /* min_replicas: WAIT's answer (issue 17) */
-    long long *want = def->stamped && be->min_replicas > 0 ? &acks : NULL;
+    long long *want = acked && be->min_replicas > 0 ? &acks : NULL;
 
     if (cn == NULL)
         return NULL;
@@ -446,8 +450,20 @@ redisReply *redis_script_argv(struct redis_be *be,
     return r;
 }
 
-redisReply *
-redis_script_run(struct redis_be *be, enum redis_script s, struct redis_args *a)
+redisReply *redis_script_argv(struct redis_be *be,
+                              enum redis_script s,
+                              int nkeys,
+                              int nargs,
+                              const char **argv,
+                              size_t *argl)
+{
+    return script_argv(be, s, nkeys, nargs, argv, argl, redis_scripts[s].acked);
+}
+
+static redisReply *script_run(struct redis_be *be,
+                              enum redis_script s,
+                              struct redis_args *a,
+                              bool acked)
 {
     const struct redis_script_def *def = &redis_scripts[s];
     const char *argv[3 + REDIS_BE_ARGS_MAX + 1];
@@ -455,5 +471,18 @@ redis_script_run(struct redis_be *be, enum redis_script s, struct redis_args *a)
 
     memcpy(argv + 3, a->v, (size_t)def->nargs * sizeof(argv[0]));
     memcpy(argl + 3, a->len, (size_t)def->nargs * sizeof(argl[0]));
-    return redis_script_argv(be, s, def->nkeys, def->nargs, argv, argl);
+    return script_argv(be, s, def->nkeys, def->nargs, argv, argl, acked);
+}
+
+redisReply *
+redis_script_run(struct redis_be *be, enum redis_script s, struct redis_args *a)
+{
+    return script_run(be, s, a, redis_scripts[s].acked);
+}
+
+redisReply *redis_script_run_unacked(struct redis_be *be,
+                                     enum redis_script s,
+                                     struct redis_args *a)
+{
+    return script_run(be, s, a, false);
 }

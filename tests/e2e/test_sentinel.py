@@ -52,7 +52,8 @@ def held_on(s, node, key):
 
 
 @harness.scenario("sentinel: acquire, renew and release through a redis+sentinel:// URL; "
-                  "min_replicas=1 with the replicas stopped answers 503 and keeps no grant",
+                  "min_replicas=1 with the replicas stopped answers 503 to grants, renews and releases "
+                  "and keeps no grant",
                   backends=["redis"])
 def sentinel_basic(ctx):
     s = sentinel_set(ctx)
@@ -70,6 +71,10 @@ def sentinel_basic(ctx):
         r = acquire(ld, held)
         eq(r.status, 201, "acquire before the pause")
         held_tok = r.json["token"]
+        gone = ctx.key("gone")
+        r = acquire(ld, gone)
+        eq(r.status, 201, "acquire before the pause")
+        gone_tok = r.json["token"]
         free = ctx.key("free")
         s.pause_replicas()
         try:
@@ -79,12 +84,17 @@ def sentinel_basic(ctx):
             eq(r.status, 503, "acquire with no replica to acknowledge: %s" % r.body)
             check(took < 2.0, "503 within the timeout (took %.2f s)" % took)
             eq(renew(ld, held, held_tok, timeout=5).status, 503, "renew: no replica acknowledges")
+            # a release a failover could undo is not answered 200
+            eq(ld.request("DELETE", "/locks/" + gone, {"token": gone_tok}, timeout=5).status, 503,
+               "release: no replica acknowledges")
         finally:
             s.resume_replicas()
         # the 503'd grant was released again: the key is free for anyone
         check(not held_on(s, s.primary(), free), "no grant left behind by the 503")
         until(lambda: acquire(ld, free).status == 201, 5, "201 once the replicas are back")
         eq(renew(ld, held, held_tok).status, 200, "renew once the replicas are back")
+        # that release did happen on the primary (a 503 is an unknown outcome)
+        until(lambda: acquire(ld, gone).status == 201, 5, "the released key free once the replicas are back")
         harness.log("     min_replicas=1, replicas stopped: 503 in %.0f ms, key free after" % (took * 1000))
     finally:
         s.stop()
