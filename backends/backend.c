@@ -148,7 +148,7 @@ const char *backend_scheme(const struct backend *be)
 
 unsigned backend_caps(const struct backend *be)
 {
-    return be->ops->caps;
+    return be->ops->caps & ~be->caps_off;
 }
 
 static int result_ok(enum backend_result r)

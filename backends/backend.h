@@ -90,6 +90,16 @@ enum lock_mode {
  * adapter runs; limit 0 (no limit) and 1 are served.
  */
 #define BACKEND_CAP_NO_SEMAPHORE 0x4u
+/*
+ * NOTIFIES: a waiter needs no poll. The notify hook names every key whose
+ * holder left through any instance on the store, a HELD answer's retry
+ * hint covers a TTL passing, and when the adapter may have missed some
+ * notifications (its subscription to the store broke) it calls
+ * notify_all once it hears again. service/waitq.c then retries a parked
+ * single-key waiter only on those, not every 2 s as for other stores (see
+ * WQ_RETRY_MAX_MS and WQ_RETRY_NOTIFIED_MS): idle waiters cost nothing.
+ */
+#define BACKEND_CAP_NOTIFIES 0x8u
 
 enum backend_result {
     BACKEND_OK = 0,
@@ -325,8 +335,16 @@ typedef void (*backend_expired_fn)(void *arg,
                                    uint64_t fence,
                                    const char *owner);
 
+/*
+ * Called by an adapter that may have missed notifications (BACKEND_CAP_
+ * NOTIFIES: its subscription broke and is back): every key with waiters
+ * is to be tried again. From the adapter's thread, without its locks held.
+ */
+typedef void (*backend_notify_all_fn)(void *arg);
+
 struct backend_hooks {
-    backend_notify_fn notify; /* may be NULL */
+    backend_notify_fn notify;         /* may be NULL */
+    backend_notify_all_fn notify_all; /* may be NULL; called with arg */
     void *arg;
     backend_expired_fn expired; /* may be NULL; called with expired_arg */
     void *expired_arg;
@@ -382,6 +400,8 @@ struct backend { /* first member of every adapter's state */
                                 for the store (its timeout option); 0 for a
                                 store that never waits on I/O (memory), whose
                                 calls run on the caller's thread */
+    unsigned caps_off;       /* set by open(): the ops' BACKEND_CAP_* this
+                                store lacks as its URL sets it up */
 };
 
 struct backend_ops {

@@ -272,6 +272,7 @@ static int open_store(struct config *cfg,
         return 1;
     }
     hooks.notify = waitq_notify;
+    hooks.notify_all = waitq_notify_all;
     hooks.arg = *qp;
     hooks.expired = events_expired; /* reads api->log_events only */
     hooks.expired_arg = api;

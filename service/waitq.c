@@ -351,6 +351,26 @@ void wq_track(struct waitq *q, struct wq_job *j)
     }
 }
 
+static void do_poke_key(struct keytab_entry *ke, void *arg)
+{
+    struct waitq *q = arg;
+    struct wq_key *k = (struct wq_key *)(void *)ke;
+
+    wq_timer_set(q, &k->retry, clock_mono_ms(), false);
+    if (k->watchers != NULL)
+        wq_multi_poke(q, k);
+}
+
+void waitq_notify_all(void *arg)
+{
+    struct waitq *q = arg;
+
+    atomic_fetch_add(&q->epoch, 1); /* seq_cst: see do_after_first() */
+    pthread_mutex_lock(&q->mu);
+    keytab_foreach(&q->keys, do_poke_key, q);
+    pthread_mutex_unlock(&q->mu);
+}
+
 void waitq_notify(void *arg, const char *key, size_t key_len)
 {
     struct waitq *q = arg;
@@ -629,6 +649,9 @@ int64_t waitq_count(struct waitq *q)
 int waitq_bind(struct waitq *q, struct backend *be, unsigned workers)
 {
     q->be = be;
+    q->retry_max_ms = (backend_caps(be) & BACKEND_CAP_NOTIFIES) != 0
+                          ? WQ_RETRY_NOTIFIED_MS
+                          : WQ_RETRY_MAX_MS;
     if (workers == 0)
         workers = 1;
     if (workers > WQ_WORKERS_MAX)
@@ -678,6 +701,7 @@ struct waitq *waitq_new(void)
         keytab_init(&q->keys, 1024) != 0)
         goto fail;
     q->sleep_until = INT64_MIN;
+    q->retry_max_ms = WQ_RETRY_MAX_MS; /* waitq_bind() may raise it */
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->drained, NULL);
     pthread_cond_init(&q->work, NULL);

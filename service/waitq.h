@@ -115,6 +115,8 @@ void waitq_free(struct waitq *q);
 
 /* The backend's notify hook (struct backend_hooks.notify, arg = q). */
 void waitq_notify(void *q, const char *key, size_t key_len);
+/* The backend's notify_all hook: every parked key is tried again. */
+void waitq_notify_all(void *q);
 
 /* Run w. Runs on a server thread and never blocks on a network store. */
 enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w);

@@ -18,7 +18,7 @@
 
 /* A HELD answer for k seen at now: remember when the holder's TTL ends
  * (unless the key is free and only others' places are ahead) and retry
- * then, or within WQ_RETRY_MAX_MS, whichever is first. */
+ * then, or within q->retry_max_ms, whichever is first. */
 void wq_schedule_held(struct waitq *q,
                       struct wq_key *k,
                       int64_t now,
@@ -30,8 +30,8 @@ void wq_schedule_held(struct waitq *q,
         k->held_until = now + (int64_t)g->retry_ms;
     if (delay == 0)
         delay = 1;
-    else if (delay > WQ_RETRY_MAX_MS)
-        delay = WQ_RETRY_MAX_MS;
+    else if (delay > q->retry_max_ms)
+        delay = q->retry_max_ms;
     wq_timer_set(q, &k->retry, now + (int64_t)delay, false);
 }
 
@@ -285,9 +285,9 @@ static void do_key_granted(struct waitq *q,
          * tries again when its TTL is due */
         k->held_until = now + (int64_t)g->ttl_ms;
         wq_timer_set(q, &k->retry,
-                     now + (int64_t)(g->ttl_ms < WQ_RETRY_MAX_MS
+                     now + (int64_t)(g->ttl_ms < q->retry_max_ms
                                          ? g->ttl_ms
-                                         : WQ_RETRY_MAX_MS),
+                                         : q->retry_max_ms),
                      false);
     }
 }

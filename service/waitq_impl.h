@@ -25,9 +25,13 @@
 #include "lib/keytab.h"
 #include "service/waitq.h"
 
-#define WQ_RETRY_MAX_MS                                            \
-    2000                      /* retry at least this often: a lost \
-                                 notification costs at most this */
+#define WQ_RETRY_MAX_MS                       \
+    2000 /* retry at least this often: a lost \
+            notification costs at most this */
+#define WQ_RETRY_NOTIFIED_MS                                             \
+    60000 /* the same on a store with BACKEND_CAP_NOTIFIES, whose        \
+             notifications are not lost: only a last-resort net, so idle \
+             waiters cost (next to) nothing */
 #define WQ_UNAVAILABLE_MS 200 /* retry pace while the backend is down */
 #define WQ_MULTI_UNKNOWN_MS                                       \
     20 /* a multi-key waiter's first retry when the store gave no \
@@ -163,6 +167,9 @@ struct waitq {
                             INT64_MIN while it is awake (it looks at the
                             heap before it sleeps again) */
     uint64_t next_id;
+    uint64_t retry_max_ms; /* a parked key's retry comes at least this
+                              often: WQ_RETRY_MAX_MS, or
+                              WQ_RETRY_NOTIFIED_MS (waitq_bind()) */
 };
 
 /* Waiters whose answer is ready, woken once the mutex is dropped. */

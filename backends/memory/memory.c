@@ -597,7 +597,7 @@ static void mem_be_describe(const struct backend *b,
 
 const struct backend_ops memory_backend = {
     .scheme = "memory",
-    .caps = BACKEND_CAP_QUEUE,
+    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFIES,
     .open = mem_be_open,
     .acquire = mem_be_acquire,
     .renew = mem_be_renew,

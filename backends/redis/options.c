@@ -282,9 +282,12 @@ redis_parse_url(struct redis_be *be, const char *url, char *err, size_t errlen)
         be->topology = REDIS_BE_SINGLE;
     else if (strcmp(u.scheme, "redis+sentinel") == 0)
         be->topology = REDIS_BE_SENTINEL;
-    else if (strcmp(u.scheme, "redis+cluster") == 0)
+    else if (strcmp(u.scheme, "redis+cluster") == 0) {
         be->topology = REDIS_BE_CLUSTER;
-    else {
+        /* a release's PUBLISH crosses the cluster bus, which may drop it
+         * while the subscriber's own link stays up: waiters keep polling */
+        be->base.caps_off |= BACKEND_CAP_NOTIFIES;
+    } else {
         snprintf(err, errlen,
                  "redis: the URL scheme is not redis://, redis+sentinel:// "
                  "or redis+cluster://");

@@ -520,7 +520,7 @@ static void redis_close(struct backend *b)
 
 const struct backend_ops redis_backend = {
     .scheme = "redis",
-    .caps = BACKEND_CAP_QUEUE,
+    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFIES,
     .open = redis_open,
     .acquire = redis_acquire,
     .renew = redis_renew,

@@ -2,7 +2,8 @@
  * backends/redis/subscriber.c - the Redis adapter's subscriber thread: on
  * a connection of its own it listens on the release channel, so releases
  * made through other lockd instances wake this instance's waiters
- * (hooks.notify), and it retries the failed cancels (queue.c) now and
+ * (hooks.notify; hooks.notify_all each time it subscribes, for what it
+ * may have missed), and it retries the failed cancels (queue.c) now and
  * then. Apart from the worker threads' connections (conn.c) because a
  * subscribed connection can do nothing but listen.
  */
@@ -163,12 +164,15 @@ static void *redis_sub_main(void *arg)
             redis_mark(be, 1, NULL);
             backoff = 0;
             redis_sub_tried(be);
+            /* releases published while nobody here listened (before the
+             * first SUBSCRIBE, or since the last one broke) were not
+             * heard: every waiter tries again (BACKEND_CAP_NOTIFIES) */
+            if (be->hooks.notify_all != NULL)
+                be->hooks.notify_all(be->hooks.arg);
             redis_sub_read(be, c, gen);
             redisFree(c);
             if (!atomic_load(&be->stopping))
                 log_debug("redis: release subscription lost; resubscribing");
-            /* releases published while we were away are not heard: their
-             * waiters retry at the holder's expiry (the HELD hint) */
         } else {
             redis_sub_tried(be);
             log_debug("redis: subscriber: %s", err);
