@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <linux/tcp.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -43,6 +44,8 @@
 #define TICK_MIN_US  10000    /* and at least */
 #define PROBE_MAX_US 1000000  /* idle connections are looked at this often */
 #define REPORT_US    10000000 /* cuts and refusals are logged this often */
+#define TRIM_DROP    1024     /* connections gone since the peak: trim */
+#define TRIM_US      1000000  /* and no more often than this */
 
 enum phase {
     PH_ARRIVING = 0, /* since: when the request began */
@@ -446,11 +449,41 @@ static void report(struct conntrack *ct, uint64_t *cut, uint64_t *refused)
     *refused = nr;
 }
 
+/*
+ * After a wave of connections is gone (thousands of waiters that hung up
+ * at once, say), give the memory they used back to the system. It is free
+ * in malloc's lists already, but glibc keeps it (a heap shrinks only from
+ * its top), and a later wave, whose allocations fall elsewhere, made the
+ * resident size climb wave after wave: 40, 65, 86 MiB after three waves of
+ * 5,000 waiters, 8 MiB after malloc_trim(). Called with ct->mu held; drops
+ * it around the trim.
+ */
+static void trim_after_drop(struct conntrack *ct,
+                            uint64_t *peak,
+                            int64_t *last_us,
+                            int64_t now)
+{
+    uint64_t open = atomic_load_explicit(&ct->open, memory_order_relaxed);
+
+    if (open > *peak)
+        *peak = open;
+    if (*peak - open < TRIM_DROP || now - *last_us < TRIM_US)
+        return;
+    *peak = open;
+    *last_us = now;
+#ifdef __GLIBC__
+    pthread_mutex_unlock(&ct->mu);
+    malloc_trim(0);
+    pthread_mutex_lock(&ct->mu);
+#endif
+}
+
 static void *reaper_main(void *arg)
 {
     struct conntrack *ct = arg;
     int64_t next_probe = 0, next_report = clock_mono_us() + REPORT_US;
-    uint64_t cut = 0, refused = 0;
+    int64_t last_trim = 0;
+    uint64_t cut = 0, refused = 0, peak = 0;
 
     pthread_mutex_lock(&ct->mu);
     while (!ct->stop) {
@@ -467,6 +500,7 @@ static void *reaper_main(void *arg)
             report(ct, &cut, &refused);
             next_report = now + REPORT_US;
         }
+        trim_after_drop(ct, &peak, &last_trim, now);
         /* the condition variable uses CLOCK_MONOTONIC (conntrack_new) */
         wake = clock_mono_us() + ct->tick_us;
         ts.tv_sec = (time_t)(wake / 1000000);
