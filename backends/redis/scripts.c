@@ -187,10 +187,10 @@ static const struct redis_script_def {
                                   REDIS_BE_REL_NKEYS, REDIS_BE_REL_NARGS, false,
                                   true },
     [REDIS_BE_SCRIPT_INSPECT] = { inspect_lua, sizeof(inspect_lua) - 1,
-                                  REDIS_BE_INS_NKEYS, REDIS_BE_INS_NARGS,
+                                  REDIS_BE_INS_NKEYS, REDIS_BE_INS_NARGS, false,
                                   false },
     [REDIS_BE_SCRIPT_CANCEL] = { cancel_lua, sizeof(cancel_lua) - 1,
-                                 REDIS_BE_CAN_NKEYS, REDIS_BE_CAN_NARGS,
+                                 REDIS_BE_CAN_NKEYS, REDIS_BE_CAN_NARGS, false,
                                  false },
     /* as many KEYS and ARGV as the request has keys: set by the caller */
     [REDIS_BE_SCRIPT_ACQUIRE_MULTI] = { acquire_multi_lua,
@@ -203,13 +203,16 @@ static const struct redis_script_def {
                                         sizeof(release_multi_lua) - 1, 0, 0,
                                         false, true },
     [REDIS_BE_SCRIPT_LIST] = { list_lua, sizeof(list_lua) - 1,
-                               REDIS_BE_LST_NKEYS, REDIS_BE_LST_NARGS, false },
+                               REDIS_BE_LST_NKEYS, REDIS_BE_LST_NARGS, false,
+                               false },
     [REDIS_BE_SCRIPT_FORCE] = { force_lua, sizeof(force_lua) - 1,
-                                REDIS_BE_FRC_NKEYS, REDIS_BE_FRC_NARGS, false },
+                                REDIS_BE_FRC_NKEYS, REDIS_BE_FRC_NARGS, false,
+                                false },
     [REDIS_BE_SCRIPT_HELD] = { count_lua, sizeof(count_lua) - 1,
-                               REDIS_BE_HLD_NKEYS, REDIS_BE_HLD_NARGS, false },
+                               REDIS_BE_HLD_NKEYS, REDIS_BE_HLD_NARGS, false,
+                               false },
     [REDIS_BE_SCRIPT_REFENCE] = { refence_lua, sizeof(refence_lua) - 1, 0, 0,
-                                  false },
+                                  false, false },
 };
 
 /* ---- loading ---- */
