@@ -29,9 +29,9 @@ local h = redis.sha1hex(token)
 
 local function leave_queue()
   if uid == '' then return end
-  if redis.call('LREM', queue_key, 1, uid) > 0 then
+  if redis.call('ZREM', queue_key, uid) > 0 then
     redis.call('HDEL', deadlines_key, uid)
-    if redis.call('LLEN', queue_key) > 0 then
+    if redis.call('ZCARD', queue_key) > 0 then
       redis.call('PUBLISH', channel, key)
     end
   end
@@ -119,7 +119,7 @@ local head = live_head(queue_key, deadlines_key, now)
 if uid ~= '' then
   local left = tonumber(wait_left)
   if redis.call('HEXISTS', deadlines_key, uid) == 0 then
-    redis.call('RPUSH', queue_key, uid)
+    queue_push(queue_key, uid)
     if not head then head = uid end
   end
   local v = string.format('%.0f', now + left)
@@ -155,12 +155,12 @@ if uid == '' or not shared then
 elseif head ~= uid then
   -- a shared waiter goes with the shared waiters ahead of it, if all of
   -- them fit under the limit; an exclusive one ahead stops it
-  local pos = redis.call('LPOS', queue_key, uid)
+  local pos = redis.call('ZRANK', queue_key, uid)
   local n = 0
   if not pos then
     blocked = true
   else
-    for _, id in ipairs(redis.call('LRANGE', queue_key, 0, pos - 1)) do
+    for _, id in ipairs(redis.call('ZRANGE', queue_key, 0, pos - 1)) do
       local dl, l = place(redis.call('HGET', deadlines_key, id))
       if dl + grace >= now then
         if l ~= limit then
@@ -191,13 +191,9 @@ end
 
 -- (5) grant
 if uid ~= '' then
-  if head == uid then
-    redis.call('LPOP', queue_key)
-  else
-    redis.call('LREM', queue_key, 1, uid)
-  end
+  redis.call('ZREM', queue_key, uid)
   redis.call('HDEL', deadlines_key, uid)
-  if redis.call('LLEN', queue_key) > 0 then
+  if redis.call('ZCARD', queue_key) > 0 then
     redis.call('PUBLISH', channel, key)
   end
 end

@@ -123,18 +123,31 @@ local function place(v)
   if dl then return tonumber(dl), l end
   return tonumber(v) or 0, nil
 end
+-- A key's queue is a sorted set of waiter ids scored by arrival (the
+-- last one's score plus 1): a place is found, ranked and dropped in
+-- O(log n), so thousands of waiters leaving one key cost no more each than
+-- a few (a list's LREM scanned the whole queue for every one of them).
+local function queue_first(queue_key)
+  return redis.call('ZRANGE', queue_key, 0, 0)[1]
+end
+local function queue_push(queue_key, uid)
+  local last = redis.call('ZRANGE', queue_key, -1, -1, 'WITHSCORES')
+  local n = 1
+  if last[2] then n = tonumber(last[2]) + 1 end
+  redis.call('ZADD', queue_key, n, uid)
+end
 -- the queue's head once the dead places are dropped from it (nil: nobody
 -- waits); a place is dead once its deadline and a grace passed: its lockd
 -- would have cancelled it, so it is gone
 local grace = 1000
 local function live_head(queue_key, deadlines_key, now)
-  local head = redis.call('LINDEX', queue_key, 0)
+  local head = queue_first(queue_key)
   while head do
     local dl = place(redis.call('HGET', deadlines_key, head))
     if dl + grace >= now then break end
-    redis.call('LPOP', queue_key)
+    redis.call('ZREM', queue_key, head)
     redis.call('HDEL', deadlines_key, head)
-    head = redis.call('LINDEX', queue_key, 0)
+    head = queue_first(queue_key)
   end
   return head
 end
@@ -142,7 +155,7 @@ end
 -- a multi-key waiter, which keeps no place but marks the keys it found
 -- held (acquire_multi.lua)
 local function waited(queue_key, mwait_key)
-  return redis.call('LLEN', queue_key) > 0 or
+  return redis.call('ZCARD', queue_key) > 0 or
          redis.call('EXISTS', mwait_key) == 1
 end
 -- whether digest h holds the key: 1, 0 (nobody does) or -1 (others do)

@@ -195,7 +195,7 @@ int redis_call_force(struct redis_be *be,
 
     redis_arg_key(be, &a, REDIS_BE_FRC_LOCK, "lock:", key, key_len);
     redis_arg_key(be, &a, REDIS_BE_FRC_EXP, "exp:", key, key_len);
-    redis_arg_key(be, &a, REDIS_BE_FRC_QUEUE, "queue:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_FRC_QUEUE, "fifo:", key, key_len);
     redis_arg_key(be, &a, REDIS_BE_FRC_MWAIT, "mwait:", key, key_len);
     redis_arg_global(be, &a, REDIS_BE_FRC_INDEX, REDIS_BE_INDEX);
     redis_arg_global(be, &a, REDIS_BE_FRC_HELD, REDIS_BE_HELD);

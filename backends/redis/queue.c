@@ -55,7 +55,7 @@ int redis_cancel_run(struct redis_be *be,
     struct redis_args a;
     redisReply *r;
 
-    redis_arg_key(be, &a, REDIS_BE_CAN_QUEUE, "queue:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_CAN_QUEUE, "fifo:", key, key_len);
     redis_arg_key(be, &a, REDIS_BE_CAN_DEADLINES, "qdl:", key, key_len);
     redis_arg_key(be, &a, REDIS_BE_CAN_LOCK, "lock:", key, key_len);
     redis_arg_key(be, &a, REDIS_BE_CAN_MWAIT, "mwait:", key, key_len);

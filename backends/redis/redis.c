@@ -159,7 +159,7 @@ static int redis_acquire_build(struct redis_be *be,
     snprintf(mark, sizeof(mark), "%llu", (unsigned long long)mark_ms);
     redis_arg_key(be, &a, REDIS_BE_ACQ_LOCK, "lock:", k, kn);
     redis_arg_key(be, &a, REDIS_BE_ACQ_FENCE, "fence:", k, kn);
-    redis_arg_key(be, &a, REDIS_BE_ACQ_QUEUE, "queue:", k, kn);
+    redis_arg_key(be, &a, REDIS_BE_ACQ_QUEUE, "fifo:", k, kn);
     redis_arg_key(be, &a, REDIS_BE_ACQ_DEADLINES, "qdl:", k, kn);
     redis_arg_key(be, &a, REDIS_BE_ACQ_EXP, "exp:", k, kn);
     redis_arg_global(be, &a, REDIS_BE_ACQ_INDEX, REDIS_BE_INDEX);
@@ -419,7 +419,7 @@ int redis_call_release(struct redis_be *be,
     struct redis_args a;
 
     redis_arg_key(be, &a, REDIS_BE_REL_LOCK, "lock:", req->key, req->key_len);
-    redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "queue:", req->key, req->key_len);
+    redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "fifo:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_EXP, "exp:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_MWAIT, "mwait:", req->key, req->key_len);
     redis_arg_global(be, &a, REDIS_BE_REL_INDEX, REDIS_BE_INDEX);

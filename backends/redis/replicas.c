@@ -70,7 +70,7 @@ static void redis_replicas_undo(struct redis_be *be,
     redisReply *r;
 
     redis_arg_key(be, &a, REDIS_BE_REL_LOCK, "lock:", key, key_len);
-    redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "queue:", key, key_len);
+    redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "fifo:", key, key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_EXP, "exp:", key, key_len);
     redis_arg_key(be, &a, REDIS_BE_REL_MWAIT, "mwait:", key, key_len);
     redis_arg_global(be, &a, REDIS_BE_REL_INDEX, REDIS_BE_INDEX);

@@ -46,11 +46,11 @@ def skewed_lockd(ctx, offset, skew_s):
 
 def queue_of(ctx, key):
     """The waiter ids in key's queue in Redis, first first."""
-    return ctx.server.command("LRANGE", "lockd:queue:{%s}" % key, "0", "-1")
+    return ctx.server.command("ZRANGE", "lockd:fifo:{%s}" % key, "0", "-1")
 
 
 def queue_pttl(ctx, key):
-    return ctx.server.command("PTTL", "lockd:queue:{%s}" % key)
+    return ctx.server.command("PTTL", "lockd:fifo:{%s}" % key)
 
 
 def redis_now_ms(ctx):

@@ -507,7 +507,7 @@ static void test_failed_cancel_is_retried_once_redis_is_back(void)
     }
     CHECK_EQ_INT(r, BACKEND_OK);
     CHECK(clock_mono_ms() - t0 < 2000);
-    CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "tr1"), 0);
+    CHECK_EQ_INT(raw_int("ZCARD lockd:fifo:{%s}", "tr1"), 0);
     CHECK_EQ_INT(rel(be_main, "tr1", TOK_A), BACKEND_OK);
 }
 
@@ -631,7 +631,7 @@ static void test_shared_under_another_limit_is_a_mismatch(void)
     CHECK_EQ_INT(shr("lm1", TOK_B, 0, NULL, &g), BACKEND_LIMIT_MISMATCH);
     /* whatever the wait, and no place taken */
     CHECK_EQ_INT(shr("lm1", TOK_B, 1, &w, &g), BACKEND_LIMIT_MISMATCH);
-    CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "lm1"), 0);
+    CHECK_EQ_INT(raw_int("ZCARD lockd:fifo:{%s}", "lm1"), 0);
     CHECK_EQ_INT(redis_backend.cancel_wait(be_main, "lm1", 3, &w), BACKEND_OK);
     CHECK_EQ_INT(shr("lm1", TOK_B, 2, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(rel_holds(be_main, "lm1", TOK_A, false, &n), BACKEND_OK);
@@ -714,7 +714,7 @@ static void test_shared_waiters_are_granted_together(void)
     CHECK(!g.behind);
     CHECK_EQ_INT(rel_holds(be_main, "gt1", TOK_B, false, &n), BACKEND_OK);
     CHECK_EQ_INT(shr("gt1", TOK_D, 2, &w3, &g), BACKEND_OK);
-    CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "gt1"), 0);
+    CHECK_EQ_INT(raw_int("ZCARD lockd:fifo:{%s}", "gt1"), 0);
     CHECK_EQ_INT(rel_holds(be_main, "gt1", TOK_C, false, &n), BACKEND_OK);
     CHECK_EQ_INT(rel_holds(be_main, "gt1", TOK_D, false, &n), BACKEND_OK);
     redis_backend.close(other);
@@ -844,7 +844,7 @@ static void test_idempotency_key_replays_the_live_grant(void)
     CHECK(h.ttl_ms >= 1 && h.ttl_ms < 5000);
     CHECK_EQ_INT(h.holds, 1);
     CHECK(w.be_data == NULL);
-    CHECK_EQ_INT(raw_int("LLEN lockd:queue:{%s}", "id1"), 0);
+    CHECK_EQ_INT(raw_int("ZCARD lockd:fifo:{%s}", "id1"), 0);
     CHECK_EQ_INT(acq_kind(be_main, "id1", TOK_B, LOCK_SHARED, 0, "req-1", 5000,
                           NULL, &h),
                  BACKEND_IDEM_CONFLICT);

@@ -82,7 +82,7 @@ static void cluster_be(struct redis_be *be)
 
 static void test_every_key_of_a_lock_shares_its_slot(void)
 {
-    static const char *const kinds[] = { "lock:", "fence:", "queue:",
+    static const char *const kinds[] = { "lock:", "fence:", "fifo:",
                                          "qdl:",  "exp:",   "mwait:" };
     static const char *const keys[] = { "k", "a}b{c", "{}", "x{42}y", "é/ü" };
     struct redis_be be;
