@@ -29,12 +29,11 @@ struct redis_margs {
 
 /* The Redis keys of each lockd key, in the order each script reads them
  * (its rk() or KEYS offsets); ARGV follow them, as each op pushes them. */
-static const char *const acquire_kinds[] = {
-    "lock:", "fence:", "fifo:", "qdl:", "exp:", "mwait:", NULL
-};
+static const char *const acquire_kinds[] = { "lock:", "fence:", "fifo:", "qdl:",
+                                             "exp:",  "mwait:", NULL };
 static const char *const renew_kinds[] = { "lock:", "exp:", NULL };
-static const char *const release_kinds[] = { "lock:", "fifo:", "exp:",
-                                             "mwait:", NULL };
+static const char *const release_kinds[] = { "lock:", "fifo:", "exp:", "mwait:",
+                                             NULL };
 
 /* ---- arguments ---- */
 
