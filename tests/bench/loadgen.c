@@ -16,6 +16,9 @@
  *              at once (or after -h microseconds): grants/s, hand-off
  *              latency (release sent -> next grant received), wait per
  *              acquire (fairness: max vs mean, per-client means).
+ *              With -S n: first n other keys are held and one waiter
+ *              parked on each, so the hand-off is timed beside n idle
+ *              waiters spread over n keys.
  *   hold       acquire -k distinct keys and keep them; reads the server's
  *              VmRSS (--pid) before and after: bytes per held lock.
  *   waiters    hold one key, then open -w connections that all wait on it;
@@ -131,6 +134,7 @@ static struct {
     bool no_body;
     const char *extra; /* lockd: more acquire body fields (-m) */
     int multi;         /* pairs: keys per multi-key request, 0 = one key */
+    long spread;       /* contended: other keys held, one waiter on each */
 } o = {
     .host = "127.0.0.1",
     .port = 8080,
@@ -887,17 +891,23 @@ static void set_window(double warmup, double seconds)
     t_end = t_warm_end + (uint64_t)(seconds * 1e9);
 }
 
+static void spread_setup(struct worker *h, struct worker *p);
+
 static void run_pairs(void)
 {
     int t = o.threads < 1 ? 1 : o.threads;
     struct worker *ws;
     struct worker all;
+    struct worker sh; /* -S: the holders of the other keys */
+    struct worker sp; /* -S: their waiters */
     int first = 0;
 
     if (t > o.clients)
         t = o.clients;
     if (o.sc == SC_CONTENDED)
         t = 1; /* hand-off is measured across clients: one clock, one loop */
+    if (o.sc == SC_CONTENDED && o.spread > 0)
+        spread_setup(&sh, &sp);
     ws = calloc((size_t)t, sizeof *ws);
     if (ws == NULL)
         die("calloc");
@@ -978,11 +988,15 @@ static void run_pairs(void)
         printf(",\"server_cpu_s\":%.3f,\"server_cpu_us_per_op\":%.2f",
                (double)(cpu_at_end - cpu_at_warm) / 1e6,
                (double)(cpu_at_end - cpu_at_warm) / (double)all.pairs);
-    printf(",");
+    printf(",\"spread\":%ld,", o.sc == SC_CONTENDED ? o.spread : 0);
     print_errors(&all);
     printf("}\n");
     for (int i = 0; i < t; i++)
         worker_close_all(&ws[i]);
+    if (o.sc == SC_CONTENDED && o.spread > 0) {
+        worker_close_all(&sp);
+        worker_close_all(&sh);
+    }
 }
 
 /* Warm the server's allocator with pairs on throw-away keys before a
@@ -1111,6 +1125,95 @@ static long metrics_waiters(void)
     return v;
 }
 
+/* Open w's n connections, each a waiter (POST ?wait_ms, never answered
+ * while the key stays held) on key `first`, or on key first + i when
+ * spread: how many were opened within 120 s. */
+static long park_waiters(struct worker *w, long n, long first, bool spread)
+{
+    uint64_t deadline = bench_now_ns() + 120000000000u;
+    long opened = 0;
+
+    /* at most 256 connects in flight: the listen backlog stays short */
+    while (opened < n && bench_now_ns() < deadline) {
+        while (opened < n && w->inflight < 256) {
+            struct conn *c = &w->conns[opened];
+
+            make_key(c, spread ? first + opened : first);
+            opened++;
+            c->fd = sock_open(false);
+            if (c->fd < 0)
+                die("connect");
+            c->state = ST_CONNECTING;
+            w->inflight++;
+            ep_set(w, c, EPOLL_CTL_ADD, true);
+        }
+        /* a waiter's POST stays in flight until it is answered: count
+         * connects only */
+        worker_poll(w, 10);
+        w->inflight = 0;
+        for (long i = 0; i < opened; i++)
+            if (w->conns[i].state == ST_CONNECTING)
+                w->inflight++;
+    }
+    return opened;
+}
+
+/* Poll w until lockd's lockd_waiters reaches n (or 30 s passed): the
+ * last value read, -1 when the server has no such metric. */
+static long waiters_parked(struct worker *w, long n)
+{
+    uint64_t deadline = bench_now_ns() + 30000000000u;
+    long reg = -1;
+
+    while (bench_now_ns() < deadline) {
+        worker_poll(w, 200);
+        reg = metrics_waiters();
+        if (reg < 0 || reg >= n)
+            break;
+    }
+    if (reg < 0) /* no such metric (ceiling): give it a moment */
+        settle();
+    return reg;
+}
+
+/* contended -S: hold keys 1..n over h's connections, then park one
+ * waiter on each over p's (key 0 is the contended one). */
+static void spread_setup(struct worker *h, struct worker *p)
+{
+    long n = o.spread;
+    long reg;
+
+    worker_init(h, 0, 64);
+    worker_connect_all(h);
+    o.sc = SC_HOLD;
+    o.keys = n + 1;
+    h->hold_next = 1;
+    set_window(0, 1e6);
+    for (int i = 0; i < h->n && h->hold_next < o.keys; i++) {
+        make_key(&h->conns[i], h->hold_next++);
+        req_lockd_acquire(&h->conns[i], 0);
+        if (conn_send(h, &h->conns[i], bench_now_ns()) != 0)
+            die("send");
+    }
+    while (h->inflight > 0)
+        worker_poll(h, 100);
+    o.sc = SC_CONTENDED;
+    if (h->held != n) {
+        fprintf(stderr, "loadgen: -S: %ld of %ld keys held\n", h->held, n);
+        exit(1);
+    }
+    worker_init(p, 0, (int)n);
+    if (park_waiters(p, n, 1, true) != n) {
+        fprintf(stderr, "loadgen: -S: could not open %ld waiters\n", n);
+        exit(1);
+    }
+    reg = waiters_parked(p, n);
+    if (reg >= 0 && reg < n) {
+        fprintf(stderr, "loadgen: -S: %ld of %ld waiters parked\n", reg, n);
+        exit(1);
+    }
+}
+
 static void run_waiters(void)
 {
     struct worker w;
@@ -1119,7 +1222,6 @@ static void run_waiters(void)
     long long after;
     long reg = -1;
     uint64_t t0;
-    uint64_t deadline;
     long opened = 0;
     long long nofile = bench_raise_nofile();
 
@@ -1151,38 +1253,8 @@ static void run_waiters(void)
 
     worker_init(&w, 0, (int)o.waiters);
     t0 = bench_now_ns();
-    deadline = t0 + 120000000000u;
-    /* at most 256 connects in flight: the listen backlog stays short */
-    while (opened < o.waiters && bench_now_ns() < deadline) {
-        while (opened < o.waiters && w.inflight < 256) {
-            struct conn *c = &w.conns[opened++];
-
-            make_key(c, 0);
-            c->fd = sock_open(false);
-            if (c->fd < 0)
-                die("connect");
-            c->state = ST_CONNECTING;
-            w.inflight++;
-            ep_set(&w, c, EPOLL_CTL_ADD, true);
-        }
-        /* a waiter's POST stays in flight until it is answered: count
-         * connects only */
-        worker_poll(&w, 10);
-        w.inflight = 0;
-        for (long i = 0; i < opened; i++)
-            if (w.conns[i].state == ST_CONNECTING)
-                w.inflight++;
-    }
-    /* every waiter is parked when lockd says so (or 30 s passed) */
-    deadline = bench_now_ns() + 30000000000u;
-    while (bench_now_ns() < deadline) {
-        worker_poll(&w, 200);
-        reg = metrics_waiters();
-        if (reg < 0 || reg >= o.waiters)
-            break;
-    }
-    if (reg < 0) /* no such metric (ceiling): give it a moment */
-        settle();
+    opened = park_waiters(&w, o.waiters, 0, false);
+    reg = waiters_parked(&w, o.waiters);
     settle();
     after = o.pid ? bench_rss_bytes(o.pid) : -1;
     printf("{\"scenario\":\"waiters\",\"proto\":\"%s\",\"waiters\":%ld,"
@@ -1207,7 +1279,8 @@ static void usage(void)
             "  [-u path-prefix] [-T ttl-ms] [-w wait-ms] [-k keys]\n"
             "  [-n waiters] [-r server-pid] [-h hold-us] [-B (no body)]\n"
             "  [-m EXTRA (lockd: more acquire body fields, e.g. \"mode\":\"shared\")]\n"
-            "  [-M keys (pairs: that many keys at once on /locks, 1..16)]\n");
+            "  [-M keys (pairs: that many keys at once on /locks, 1..16)]\n"
+            "  [-S n (contended: n other keys held, a waiter on each)]\n");
     exit(2);
 }
 
@@ -1215,7 +1288,7 @@ int main(int argc, char **argv)
 {
     int ch;
 
-    while ((ch = getopt(argc, argv, "H:p:P:s:c:t:d:W:x:u:T:w:k:n:r:h:Bm:M:")) != -1) {
+    while ((ch = getopt(argc, argv, "H:p:P:s:c:t:d:W:x:u:T:w:k:n:r:h:Bm:M:S:")) != -1) {
         switch (ch) {
         case 'H':
             o.host = optarg;
@@ -1286,6 +1359,11 @@ int main(int argc, char **argv)
             if (strlen(optarg) > 100)
                 usage();
             o.extra = optarg;
+            break;
+        case 'S':
+            o.spread = strtol(optarg, NULL, 10);
+            if (o.spread < 0 || o.spread > 1000000)
+                usage();
             break;
         case 'M':
             o.multi = (int)strtol(optarg, NULL, 10);
