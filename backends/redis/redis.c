@@ -26,7 +26,8 @@
  *                       ms); every script reaps what passed, and it expires
  *                       with the last holder too
  *   P "fence:{" K "}"   integer, INCRed by every grant, never expires
- *   P "queue:{" K "}"   list of waiter ids, first come first served
+ *   P "fifo:{" K "}"    sorted set of waiter ids scored by arrival,
+ *                       first come first served (holders.lua)
  *   P "qdl:{" K "}"     hash waiter id -> its deadline (Redis's unix ms),
  *                       followed by " s " limit for a shared waiter
  *   P "mwait:{" K "}"   string, set with a PX expiry by a multi-key acquire
