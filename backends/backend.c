@@ -211,64 +211,121 @@ static bool req_ok(const struct lock_req *req, bool acquire)
     return tlen >= 1 && tlen <= LOCK_TOKEN_MAX && req->ttl_ms >= 1;
 }
 
-enum backend_result backend_acquire(struct backend *be,
-                                    const struct lock_req *req,
-                                    struct lock_grant *out)
+/* What every acquire, renew and release answer is followed by: an OK
+ * grant's validity counted from t0 (the send: never more than is left),
+ * the op's latency, and the locks metrics. */
+static void single_done(enum backend_op op,
+                        const struct lock_req *req,
+                        enum backend_result r,
+                        struct lock_grant *out,
+                        int64_t t0,
+                        int64_t t1)
+{
+    if (r == BACKEND_OK && op != BACKEND_OP_RELEASE)
+        out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
+    metrics_backend_op(op, result_ok(r), t1 - t0);
+    if (r != BACKEND_OK)
+        return;
+    if (op == BACKEND_OP_ACQUIRE && out->replay)
+        metrics_lock_replayed();
+    else if (op == BACKEND_OP_ACQUIRE)
+        metrics_lock_granted(out->mode == LOCK_SHARED);
+    else if (op == BACKEND_OP_RENEW && req->reenter)
+        metrics_lock_reentered();
+    else if (op == BACKEND_OP_RENEW)
+        metrics_lock_renewed();
+    else
+        metrics_lock_released();
+}
+
+typedef enum backend_result (*single_fn)(struct backend *,
+                                         const struct lock_req *,
+                                         struct lock_grant *);
+
+static single_fn single_op(const struct backend *be, enum backend_op op)
+{
+    if (op == BACKEND_OP_ACQUIRE)
+        return be->ops->acquire;
+    return op == BACKEND_OP_RENEW ? be->ops->renew : be->ops->release;
+}
+
+static enum backend_result single_call(struct backend *be,
+                                       enum backend_op op,
+                                       const struct lock_req *req,
+                                       struct lock_grant *out)
 {
     int64_t t0 = clock_mono_us();
     enum backend_result r;
 
     memset(out, 0, sizeof(*out));
-    if (!req_ok(req, true))
+    if (!req_ok(req, op == BACKEND_OP_ACQUIRE))
         return BACKEND_INVALID;
-    r = be->ops->acquire(be, req, out);
-    if (r == BACKEND_OK) /* counted from the send: never more than is left */
-        out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
-    metrics_backend_op(BACKEND_OP_ACQUIRE, result_ok(r), clock_mono_us() - t0);
-    if (r == BACKEND_OK && out->replay)
-        metrics_lock_replayed();
-    else if (r == BACKEND_OK)
-        metrics_lock_granted(out->mode == LOCK_SHARED);
+    r = single_op(be, op)(be, req, out);
+    single_done(op, req, r, out, t0, clock_mono_us());
     return r;
+}
+
+enum backend_result backend_acquire(struct backend *be,
+                                    const struct lock_req *req,
+                                    struct lock_grant *out)
+{
+    return single_call(be, BACKEND_OP_ACQUIRE, req, out);
 }
 
 enum backend_result backend_renew(struct backend *be,
                                   const struct lock_req *req,
                                   struct lock_grant *out)
 {
-    int64_t t0 = clock_mono_us();
-    enum backend_result r;
-
-    memset(out, 0, sizeof(*out));
-    if (!req_ok(req, false))
-        return BACKEND_INVALID;
-    r = be->ops->renew(be, req, out);
-    if (r == BACKEND_OK)
-        out->valid_until_us = t0 + (int64_t)out->ttl_ms * 1000;
-    metrics_backend_op(BACKEND_OP_RENEW, result_ok(r), clock_mono_us() - t0);
-    if (r == BACKEND_OK && req->reenter)
-        metrics_lock_reentered();
-    else if (r == BACKEND_OK)
-        metrics_lock_renewed();
-    return r;
+    return single_call(be, BACKEND_OP_RENEW, req, out);
 }
 
 enum backend_result backend_release(struct backend *be,
                                     const struct lock_req *req,
                                     struct lock_grant *out)
 {
-    int64_t t0 = clock_mono_us();
-    enum backend_result r;
+    return single_call(be, BACKEND_OP_RELEASE, req, out);
+}
 
-    memset(out, 0, sizeof(*out));
-    if (!req_ok(req, false))
-        return BACKEND_INVALID;
-    r = be->ops->release(be, req, out);
+bool backend_batches(const struct backend *be)
+{
+    return be->ops->batch != NULL && (backend_caps(be) & BACKEND_CAP_BATCH);
+}
 
-    metrics_backend_op(BACKEND_OP_RELEASE, result_ok(r), clock_mono_us() - t0);
-    if (r == BACKEND_OK)
-        metrics_lock_released();
-    return r;
+void backend_batch(struct backend *be, struct backend_call *calls, size_t n)
+{
+    struct backend_call sent[BACKEND_BATCH_MAX];
+    size_t idx[BACKEND_BATCH_MAX], m = 0;
+    int64_t t0 = clock_mono_us(), t1;
+
+    for (size_t i = 0; i < n && i < BACKEND_BATCH_MAX; i++) {
+        struct backend_call *c = &calls[i];
+
+        memset(c->out, 0, sizeof(*c->out));
+        c->result = BACKEND_INVALID;
+        if (c->op != BACKEND_OP_ACQUIRE && c->op != BACKEND_OP_RENEW &&
+            c->op != BACKEND_OP_RELEASE)
+            continue;
+        if (!req_ok(c->req, c->op == BACKEND_OP_ACQUIRE))
+            continue;
+        idx[m] = i;
+        sent[m++] = *c;
+    }
+    if (m == 0)
+        return;
+    if (be->ops->batch != NULL) {
+        be->ops->batch(be, sent, m);
+    } else {
+        for (size_t i = 0; i < m; i++)
+            sent[i].result =
+                single_op(be, sent[i].op)(be, sent[i].req, sent[i].out);
+    }
+    t1 = clock_mono_us();
+    for (size_t i = 0; i < m; i++) {
+        struct backend_call *c = &calls[idx[i]];
+
+        c->result = sent[i].result;
+        single_done(c->op, c->req, c->result, c->out, t0, t1);
+    }
 }
 
 bool backend_multi_keys_ok(const struct lock_multi_req *req)

@@ -100,6 +100,15 @@ enum lock_mode {
  * WQ_RETRY_MAX_MS and WQ_RETRY_NOTIFIED_MS): idle waiters cost nothing.
  */
 #define BACKEND_CAP_NOTIFIES 0x8u
+/*
+ * BATCH: batch() sends the calls of several requests to the store at
+ * once (see there). Read by service/waitq.c, which then makes the first
+ * calls of single-key requests in batches, one batch in flight at a time.
+ * An adapter whose batch() would make one call after another as the URL
+ * sets it up (a Redis Cluster, say) turns it off, and keeps its calls
+ * running side by side on the workers.
+ */
+#define BACKEND_CAP_BATCH 0x10u
 
 enum backend_result {
     BACKEND_OK = 0,
@@ -404,6 +413,10 @@ struct backend { /* first member of every adapter's state */
                                 store lacks as its URL sets it up */
 };
 
+/* The most calls one batch() carries (struct backend_call, below). */
+#define BACKEND_BATCH_MAX 32
+struct backend_call;
+
 struct backend_ops {
     const char *scheme; /* the URL scheme and folder name: "redis" */
     unsigned caps;      /* BACKEND_CAP_* */
@@ -603,6 +616,19 @@ struct backend_ops {
                     struct backend_node *out,
                     size_t max,
                     unsigned *quorum);
+    /*
+     * Run n single-key calls (acquire, renew or release: see struct
+     * backend_call) of n different requests with fewer round trips than n
+     * calls would make: their commands written to the store at once, the
+     * answers read back in one go. Each call is its own atomic step and
+     * answers exactly as the single op would (result and out), in any
+     * order against the others, as concurrent requests may; the batch as
+     * a whole keeps to call_timeout_ms, and when the store stops
+     * answering, each call without an answer is UNAVAILABLE. calls[i].req
+     * and out are the caller's; n is 1..BACKEND_BATCH_MAX. May be NULL:
+     * service/waitq.c then makes one call per request.
+     */
+    void (*batch)(struct backend *be, struct backend_call *calls, size_t n);
 };
 
 /* Text for a result, for logs. Never NULL. */
@@ -645,6 +671,15 @@ enum backend_op {
     BACKEND_OP_FORCE_RELEASE,
     BACKEND_OP_COUNT,
 };
+
+/* One call of a batch: op is BACKEND_OP_ACQUIRE, _RENEW or _RELEASE; req
+ * and out as the single op takes them; result its answer. */
+struct backend_call {
+    enum backend_op op;
+    const struct lock_req *req;
+    struct lock_grant *out;
+    enum backend_result result;
+};
 extern const char *const backend_op_names[BACKEND_OP_COUNT];
 
 const char *backend_scheme(const struct backend *be);
@@ -667,6 +702,13 @@ enum backend_result backend_renew(struct backend *be,
 enum backend_result backend_release(struct backend *be,
                                     const struct lock_req *req,
                                     struct lock_grant *out);
+/* batch: each call checked as its wrapper checks it (INVALID, not sent),
+ * the rest through the adapter's batch() in one go (one call after
+ * another without one), then counted and stamped (valid_until_us) as the
+ * single wrappers do. n is 1..BACKEND_BATCH_MAX. backend_batches(): does
+ * this store take batches (BACKEND_CAP_BATCH, and a batch())? */
+void backend_batch(struct backend *be, struct backend_call *calls, size_t n);
+bool backend_batches(const struct backend *be);
 enum backend_result backend_inspect(struct backend *be,
                                     const char *key,
                                     size_t key_len,

@@ -9,6 +9,7 @@
 #include "backends/redis/redis_int.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -497,5 +498,75 @@ redisReply *redis_command_acked(struct redis_be *be,
         redis_command_failed(be, cn, saved);
         return NULL;
     }
+    return NULL;
+}
+
+/* ---- pipelined (batch.c) ---- */
+
+int redis_pipe_send(struct redis_be *be, struct redis_conn *cn, bool *closed)
+{
+    int done = 0, saved;
+
+    *closed = false;
+    do {
+        errno = 0;
+        if (redisBufferWrite(cn->ctx, &done) != REDIS_OK) {
+            saved = errno;
+            *closed = redis_closed_by_peer(cn->ctx, saved);
+            if (*closed) { /* reopened by the next call, no back-off */
+                redisFree(cn->ctx);
+                cn->ctx = NULL;
+                return -1;
+            }
+            redis_command_failed(be, cn, saved);
+            return -1;
+        }
+    } while (!done);
+    return 0;
+}
+
+redisReply *redis_pipe_reply(struct redis_be *be,
+                             struct redis_conn *cn,
+                             int64_t deadline_ms,
+                             bool *closed)
+{
+    void *r = NULL;
+
+    *closed = false;
+    for (;;) {
+        struct pollfd p = { .fd = cn->ctx->fd, .events = POLLIN };
+        int64_t left;
+        int n, saved;
+
+        if (redisGetReplyFromReader(cn->ctx, &r) != REDIS_OK)
+            break;
+        if (r != NULL) {
+            cn->tc.backoff_ms = 0;
+            redis_mark(be, 1, NULL);
+            return r;
+        }
+        /* the whole batch keeps to one command's timeout */
+        left = deadline_ms - clock_mono_ms();
+        n = left > 0 ? poll(&p, 1, (int)left) : 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            redis_conn_fail(be, cn, "command timed out");
+            return NULL;
+        }
+        errno = 0;
+        if (redisBufferRead(cn->ctx) != REDIS_OK) {
+            saved = errno;
+            *closed = redis_closed_by_peer(cn->ctx, saved);
+            if (*closed) { /* reopened by the next call, no back-off */
+                redisFree(cn->ctx);
+                cn->ctx = NULL;
+                return NULL;
+            }
+            redis_command_failed(be, cn, saved);
+            return NULL;
+        }
+    }
+    redis_command_failed(be, cn, 0); /* the reply could not be parsed */
     return NULL;
 }

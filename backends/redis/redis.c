@@ -115,6 +115,9 @@ static enum backend_result redis_open(const char *url,
         redis_close(&be->base);
         return r;
     }
+    /* batch.c pipelines on one server only (see there) */
+    if (be->topology != REDIS_BE_SINGLE || be->min_replicas > 0)
+        be->base.caps_off |= BACKEND_CAP_BATCH;
     /* sentinel: learn the primary before anything dials it (issue 17) */
     if (be->topology == REDIS_BE_SENTINEL && redis_sentinel_start(be) != 0) {
         redis_close(&be->base);
@@ -139,12 +142,12 @@ static enum backend_result redis_open(const char *url,
 
 /* acquire.lua's call for req, with bw its waiter's place (NULL: try
  * once); floor and mark_ms as redis_call_acquire() says. */
-static int redis_acquire_build(struct redis_be *be,
-                               const struct lock_req *req,
-                               const struct redis_wait *bw,
-                               bool floor,
-                               uint64_t mark_ms,
-                               struct redis_call *c)
+int redis_acquire_build(struct redis_be *be,
+                        const struct lock_req *req,
+                        const struct redis_wait *bw,
+                        bool floor,
+                        uint64_t mark_ms,
+                        struct redis_call *c)
 {
     const char *k = req->key, *waiter = bw != NULL ? bw->id : "";
     const char *idem = req->idem_key != NULL ? req->idem_key : "";
@@ -286,7 +289,7 @@ enum backend_result redis_reply_acquire(struct redis_be *be,
 
 /* Run c (freed) on this thread's connection and parse its reply into out
  * with parse: what parse says, or UNAVAILABLE (no reply). */
-static enum backend_result
+enum backend_result
 redis_grant_run(struct redis_be *be,
                 struct redis_call *c,
                 enum backend_result (*parse)(struct redis_be *,
@@ -325,13 +328,21 @@ static enum backend_result redis_acquire(struct backend *b,
         return BACKEND_NO_MEMORY;
     /* no reply: the waiter keeps its place, if any */
     res = redis_grant_run(be, &c, redis_reply_acquire, out);
+    redis_acquire_done(be, req, res, out);
+    return res;
+}
+
+void redis_acquire_done(struct redis_be *be,
+                        const struct lock_req *req,
+                        enum backend_result res,
+                        const struct lock_grant *out)
+{
     if (res == BACKEND_OK && be->topology == REDIS_BE_CLUSTER)
         redis_cluster_note(be, req->key, req->key_len,
                            out->replay ? out->token : req->token,
                            out->expires_at_ms);
     if (res == BACKEND_OK && req->waiter != NULL)
         redis_wait_free(req->waiter); /* out of the queue (a replay too) */
-    return res;
 }
 
 static enum backend_result redis_cancel_wait(struct backend *b,
@@ -464,6 +475,15 @@ static enum backend_result redis_release(struct backend *b,
     if (redis_call_release(be, req, &c) != 0)
         return BACKEND_NO_MEMORY;
     res = redis_grant_run(be, &c, redis_reply_release, out);
+    redis_release_done(be, req, res, out);
+    return res;
+}
+
+void redis_release_done(struct redis_be *be,
+                        const struct lock_req *req,
+                        enum backend_result res,
+                        const struct lock_grant *out)
+{
     if (res == BACKEND_OK && out->holds == 0 &&
         be->topology == REDIS_BE_CLUSTER)
         redis_cluster_unnote(be, req->key, req->key_len, req->token);
@@ -471,7 +491,6 @@ static enum backend_result redis_release(struct backend *b,
      * wake them again (spurious is fine) and reaches the other instances */
     if (res == BACKEND_OK && out->holds == 0 && be->hooks.notify != NULL)
         be->hooks.notify(be->hooks.arg, req->key, req->key_len);
-    return res;
 }
 
 static enum backend_result redis_inspect(struct backend *b,
@@ -521,7 +540,7 @@ static void redis_close(struct backend *b)
 
 const struct backend_ops redis_backend = {
     .scheme = "redis",
-    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFIES,
+    .caps = BACKEND_CAP_QUEUE | BACKEND_CAP_NOTIFIES | BACKEND_CAP_BATCH,
     .open = redis_open,
     .acquire = redis_acquire,
     .renew = redis_renew,
@@ -537,4 +556,5 @@ const struct backend_ops redis_backend = {
     .held_count = redis_held_count,
     .close = redis_close,
     .describe = redis_describe,
+    .batch = redis_batch,
 };

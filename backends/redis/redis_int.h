@@ -686,4 +686,64 @@ void redis_sub_stop(struct redis_be *be);
 
 #include "backends/redis/fan.h"
 
+/* ---- batch.c: several requests' calls in one write ----
+ *
+ * The ops table's batch(): on one redis:// server (no Sentinel, cluster
+ * or min_replicas: those make one call per request), the calls of many
+ * requests go out in one write on the thread's connection and their
+ * replies are read back in order, all within one command timeout. */
+void redis_batch(struct backend *b, struct backend_call *calls, size_t n);
+
+/* The single ops' own steps, which batch.c shares (redis.c): acquire.lua's
+ * call for req with bw its waiter's place (NULL: try once); a call run on
+ * this thread's connection and parsed (c freed; UNAVAILABLE when no
+ * reply); and what follows an acquire's or a release's answer (the
+ * waiter's place freed, waiters notified, the cluster directory). */
+int redis_acquire_build(struct redis_be *be,
+                        const struct lock_req *req,
+                        const struct redis_wait *bw,
+                        bool floor,
+                        uint64_t mark_ms,
+                        struct redis_call *c);
+enum backend_result
+redis_grant_run(struct redis_be *be,
+                struct redis_call *c,
+                enum backend_result (*parse)(struct redis_be *,
+                                             const redisReply *,
+                                             struct lock_grant *),
+                struct lock_grant *out);
+void redis_acquire_done(struct redis_be *be,
+                        const struct lock_req *req,
+                        enum backend_result res,
+                        const struct lock_grant *out);
+void redis_release_done(struct redis_be *be,
+                        const struct lock_req *req,
+                        enum backend_result res,
+                        const struct lock_grant *out);
+
+/* scripts.c: c's script (EVALSHA, its stamp) appended to cn's output
+ * buffer: 0, or -1 (no memory). The reply r read for it: NULL (r freed)
+ * with *again set when c must run once more by itself, through
+ * redis_call_run() (Redis lost the script, or the stamp passed: the clock
+ * is measured again), else r checked as redis_script_argv() checks its
+ * reply (NULL: an error reply, logged). */
+int redis_script_append(struct redis_be *be,
+                        struct redis_conn *cn,
+                        struct redis_call *c);
+redisReply *redis_script_reply(struct redis_be *be,
+                               enum redis_script s,
+                               redisReply *r,
+                               bool *again);
+/* conn.c: write what was appended to cn's context: 0, or -1 (the context
+ * dropped; *closed as below). Then each reply in turn, waiting until
+ * deadline_ms (monotonic) at most: the reply (the caller frees; may be an error
+ * reply), or NULL when the context broke or the time ran out (the context is
+ * dropped; *closed set when the server had closed it, which is no outage: the
+ * next call dials again at once). */
+int redis_pipe_send(struct redis_be *be, struct redis_conn *cn, bool *closed);
+redisReply *redis_pipe_reply(struct redis_be *be,
+                             struct redis_conn *cn,
+                             int64_t deadline_ms,
+                             bool *closed);
+
 #endif /* BACKENDS_REDIS_REDIS_INT_H */

@@ -453,6 +453,52 @@ static redisReply *script_argv(struct redis_be *be,
     return r;
 }
 
+/* ---- pipelined (batch.c) ---- */
+
+int redis_script_append(struct redis_be *be,
+                        struct redis_conn *cn,
+                        struct redis_call *c)
+{
+    const struct redis_script_def *def = &redis_scripts[c->s];
+    char nk[16], stamp[24];
+    int total = 3 + c->nargs + (def->stamped ? 1 : 0);
+
+    snprintf(nk, sizeof(nk), "%d", c->nkeys);
+    c->argv[0] = "EVALSHA";
+    c->argl[0] = 7;
+    c->argv[1] = cn->sha[c->s];
+    c->argl[1] = 40;
+    c->argv[2] = nk;
+    c->argl[2] = strlen(nk);
+    if (def->stamped) {
+        snprintf(stamp, sizeof(stamp), "%lld",
+                 (long long)(clock_mono_ms() + be->cmd_ms + cn->offset_ms));
+        c->argv[3 + c->nargs] = stamp;
+        c->argl[3 + c->nargs] = strlen(stamp);
+    }
+    /* hiredis copies the arguments into its output buffer: the stack
+     * strings may go */
+    return redisAppendCommandArgv(cn->ctx, total, c->argv, c->argl) == REDIS_OK
+               ? 0
+               : -1;
+}
+
+redisReply *redis_script_reply(struct redis_be *be,
+                               enum redis_script s,
+                               redisReply *r,
+                               bool *again)
+{
+    *again =
+        (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) ||
+        (redis_scripts[s].stamped && redis_reply_is_int(r, 0) &&
+         r->element[0]->integer == -2);
+    if (*again) {
+        freeReplyObject(r);
+        return NULL;
+    }
+    return redis_script_checked(be, r);
+}
+
 redisReply *redis_script_argv(struct redis_be *be,
                               enum redis_script s,
                               int nkeys,

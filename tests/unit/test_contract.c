@@ -856,6 +856,86 @@ static void test_two_instances_exclude_each_other(void)
 /* list, force_release, the grant times */
 #include "tests/unit/contract_ops.h"
 
+/* ---- batches (backend_batch(): one round trip on Redis) ---- */
+
+struct batch {
+    struct backend_call c[BACKEND_BATCH_MAX];
+    struct lock_req r[BACKEND_BATCH_MAX];
+    struct lock_grant g[BACKEND_BATCH_MAX];
+    char keys[BACKEND_BATCH_MAX][16];
+    size_t n;
+};
+
+static void batch_add(struct batch *b,
+                      enum backend_op op,
+                      const char *key,
+                      const char *tok,
+                      uint64_t ttl)
+{
+    size_t i = b->n++;
+
+    snprintf(b->keys[i], sizeof(b->keys[i]), "%s", key);
+    b->r[i] = (struct lock_req){ .key = b->keys[i],
+                                 .key_len = strlen(b->keys[i]),
+                                 .token = tok,
+                                 .ttl_ms = ttl };
+    b->c[i] = (struct backend_call){
+        .op = op, .req = &b->r[i], .out = &b->g[i], .result = BACKEND_NO_MEMORY
+    };
+}
+
+static void test_batch_answers_each_call_as_alone(void)
+{
+    struct batch b = { .n = 0 };
+    struct lock_grant one;
+    struct lock_info info;
+    uint64_t f0;
+
+    CHECK_RES(acq("bt1", TOK_A, 5000, &one), BACKEND_OK);
+    f0 = one.fence;
+    CHECK_RES(rel("bt1", TOK_A), BACKEND_OK);
+    batch_add(&b, BACKEND_OP_ACQUIRE, "bt1", TOK_A, 5000);
+    batch_add(&b, BACKEND_OP_ACQUIRE, "bt1", TOK_B, 5000);
+    batch_add(&b, BACKEND_OP_ACQUIRE, "bt2", TOK_A, 5000);
+    batch_add(&b, BACKEND_OP_RENEW, "bt1", TOK_A, 7000);
+    batch_add(&b, BACKEND_OP_RELEASE, "bt2", TOK_B, 0);
+    batch_add(&b, BACKEND_OP_RELEASE, "bt3", TOK_A, 0);
+    batch_add(&b, BACKEND_OP_RELEASE, "bt1", TOK_A, 0);
+    batch_add(&b, BACKEND_OP_ACQUIRE, "bt4", TOK_A, 0); /* no TTL */
+    backend_batch(cur->be, b.c, b.n);
+    CHECK_RES(b.c[0].result, BACKEND_OK);
+    CHECK(b.g[0].fence > f0);
+    CHECK(ttl_is(b.g[0].ttl_ms, 5000));
+    CHECK(b.g[0].valid_until_us > 0);
+    CHECK_RES(b.c[1].result, BACKEND_HELD);
+    CHECK_RES(b.c[2].result, BACKEND_OK);
+    CHECK_RES(b.c[3].result, BACKEND_OK);
+    CHECK_EQ_INT(b.g[3].fence, b.g[0].fence);
+    CHECK(ttl_is(b.g[3].ttl_ms, 7000));
+    CHECK_RES(b.c[4].result, BACKEND_MISMATCH);
+    CHECK_RES(b.c[5].result, BACKEND_NOT_FOUND);
+    CHECK_RES(b.c[6].result, BACKEND_OK);
+    CHECK_EQ_INT(b.g[6].holds, 0);
+    CHECK_RES(b.c[7].result, BACKEND_INVALID);
+    /* what the batch left: bt1 free, bt2 held by A, bt4 never sent */
+    CHECK_RES(insp("bt1", &info), BACKEND_NOT_FOUND);
+    CHECK_RES(insp("bt4", &info), BACKEND_NOT_FOUND);
+    CHECK_RES(acq("bt2", TOK_B, 5000, &one), BACKEND_HELD);
+    CHECK_RES(rel("bt2", TOK_A), BACKEND_OK);
+    /* a full batch, every key its own */
+    b.n = 0;
+    for (int i = 0; i < BACKEND_BATCH_MAX; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "bf%d", i);
+        batch_add(&b, BACKEND_OP_ACQUIRE, k, TOK_A, 5000);
+    }
+    backend_batch(cur->be, b.c, b.n);
+    for (size_t i = 0; i < b.n; i++) {
+        CHECK_RES(b.c[i].result, BACKEND_OK);
+        CHECK_RES(rel(b.keys[i], TOK_A), BACKEND_OK);
+    }
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_ping_answers_ok),
     CHECK_CASE(test_describe_names_a_topology_and_its_guarantees),
@@ -878,6 +958,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_threads_never_hold_a_key_at_once),
     CHECK_CASE(test_two_instances_exclude_each_other),
     CHECK_CASE(test_no_semaphore_refuses_a_limit_above_one),
+    CHECK_CASE(test_batch_answers_each_call_as_alone),
     CONTRACT_KINDS_CASES CONTRACT_MULTI_CASES CONTRACT_OPS_CASES
 };
 

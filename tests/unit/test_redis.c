@@ -1678,6 +1678,128 @@ static void test_multi_ops_are_one_script_each(void)
     CHECK_EQ_INT(cmd_calls("eval"), 2);
 }
 
+/* ---- batches (batch.c) ---- */
+
+#define NB 8
+
+/* NB acquires of prefix0..prefix7 under tok, in one batch() */
+static void batch_acquire(struct backend *be,
+                          const char *prefix,
+                          const char *tok,
+                          enum backend_result *res)
+{
+    struct backend_call c[NB];
+    struct lock_req r[NB];
+    struct lock_grant g[NB];
+    char keys[NB][16];
+
+    for (int i = 0; i < NB; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "%s%d", prefix, i);
+        r[i] = (struct lock_req){ .key = keys[i],
+                                  .key_len = strlen(keys[i]),
+                                  .token = tok,
+                                  .ttl_ms = 5000 };
+        memset(&g[i], 0, sizeof(g[i]));
+        c[i] = (struct backend_call){ .op = BACKEND_OP_ACQUIRE,
+                                      .req = &r[i],
+                                      .out = &g[i],
+                                      .result = BACKEND_NO_MEMORY };
+    }
+    redis_backend.batch(be, c, NB);
+    for (int i = 0; i < NB; i++)
+        res[i] = c[i].result;
+}
+
+static void release_all(const char *prefix, const char *tok)
+{
+    char k[16];
+
+    for (int i = 0; i < NB; i++) {
+        snprintf(k, sizeof(k), "%s%d", prefix, i);
+        CHECK_EQ_INT(rel(be_main, k, tok), BACKEND_OK);
+    }
+}
+
+static void test_batch_is_one_evalsha_each_and_survives_script_flush(void)
+{
+    enum backend_result res[NB];
+
+    reset_stats();
+    batch_acquire(be_main, "bq", TOK_A, res);
+    for (int i = 0; i < NB; i++)
+        CHECK_EQ_INT(res[i], BACKEND_OK);
+    CHECK_EQ_INT(cmd_calls("evalsha"), NB);
+    CHECK_EQ_INT(cmd_calls("eval"), 0);
+    release_all("bq", TOK_A);
+    /* Redis lost its scripts: every call of the batch answered NOSCRIPT
+     * runs again alone, the first by EVAL, which caches it again */
+    freeReplyObject(raw("SCRIPT %s", "FLUSH"));
+    reset_stats();
+    batch_acquire(be_main, "bq", TOK_A, res);
+    for (int i = 0; i < NB; i++)
+        CHECK_EQ_INT(res[i], BACKEND_OK);
+    CHECK_EQ_INT(cmd_calls("eval"), 1);
+    CHECK_EQ_INT(cmd_calls("evalsha"), 2 * NB);
+    release_all("bq", TOK_A);
+}
+
+static void test_batch_redials_a_connection_the_server_closed(void)
+{
+    enum backend_result res[NB];
+
+    batch_acquire(be_main, "bk", TOK_A, res); /* the connection is up */
+    release_all("bk", TOK_A);
+    freeReplyObject(raw("CLIENT KILL TYPE %s", "normal"));
+    batch_acquire(be_main, "bk", TOK_A, res);
+    for (int i = 0; i < NB; i++)
+        CHECK_EQ_INT(res[i], BACKEND_OK);
+    release_all("bk", TOK_A);
+}
+
+static void test_batch_on_a_stopped_redis_answers_unavailable_in_time(void)
+{
+    char u[160], k[16];
+    struct backend *be;
+    enum backend_result res[NB];
+    struct lock_grant g;
+    int64_t t0;
+
+    snprintf(u, sizeof(u), "%s?timeout_ms=300", url);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(redis_backend.ping(be), BACKEND_OK);
+    testsrv_signal(&srv, SIGSTOP);
+    t0 = clock_mono_ms();
+    batch_acquire(be, "bs", TOK_B, res);
+    /* the whole batch within one command timeout, not one per call */
+    CHECK(clock_mono_ms() - t0 < 900);
+    for (int i = 0; i < NB; i++)
+        CHECK_EQ_INT(res[i], BACKEND_UNAVAILABLE);
+    /* as with single calls, a script that runs within its timeout of its
+     * send may still grant (to expire by its TTL); later, none does */
+    check_sleep_ms(200);
+    testsrv_signal(&srv, SIGCONT);
+    /* the batch sat in Redis's socket and ran when it resumed: its
+     * stamps had passed, so it granted nothing */
+    for (int i = 0; i < NB; i++) {
+        enum backend_result r = BACKEND_UNAVAILABLE;
+
+        snprintf(k, sizeof(k), "bs%d", i);
+        t0 = clock_mono_ms();
+        while (clock_mono_ms() - t0 < 3000) {
+            r = acq(be, k, TOK_A, 5000, &g);
+            if (r != BACKEND_UNAVAILABLE)
+                break;
+            check_sleep_ms(50);
+        }
+        CHECK_EQ_INT(r, BACKEND_OK);
+        CHECK_EQ_INT(rel(be, k, TOK_A), BACKEND_OK);
+    }
+    redis_backend.close(be);
+}
+
 /* The fields of a hash, sorted, joined by ',', values of t and f out. */
 static void hash_fields(const char *lock_key, char *out, size_t len)
 {
@@ -2145,6 +2267,9 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_multi_stalled_redis_answers_unavailable_grants_none),
     CHECK_CASE(test_stopped_redis_answers_unavailable_in_time),
     CHECK_CASE(test_restart_keeps_holders_and_fences),
+    CHECK_CASE(test_batch_is_one_evalsha_each_and_survives_script_flush),
+    CHECK_CASE(test_batch_redials_a_connection_the_server_closed),
+    CHECK_CASE(test_batch_on_a_stopped_redis_answers_unavailable_in_time),
 };
 
 int main(int argc, char **argv)
