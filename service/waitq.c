@@ -545,7 +545,7 @@ static enum wq_start start_network(struct waitq *q,
         } else {
             wq_park(q, j, k);
         }
-    } else {
+    } else if (!wq_batch_take(q, j)) {
         j->queued = true;
         wq_run_push(q, &j->task);
     }
@@ -649,6 +649,7 @@ int64_t waitq_count(struct waitq *q)
 int waitq_bind(struct waitq *q, struct backend *be, unsigned workers)
 {
     q->be = be;
+    q->batches = backend_batches(be);
     q->retry_max_ms = (backend_caps(be) & BACKEND_CAP_NOTIFIES) != 0
                           ? WQ_RETRY_NOTIFIED_MS
                           : WQ_RETRY_MAX_MS;

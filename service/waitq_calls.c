@@ -209,6 +209,35 @@ static void do_after_first(struct waitq *q,
         wq_schedule_held(q, k, now, g);
 }
 
+/* What a job's first call answered (r, g, info, count) means: the job
+ * answered and freed, or parked. Mutex held. */
+static void do_after_call(struct waitq *q,
+                          struct wq_job *j,
+                          enum backend_result r,
+                          const struct lock_grant *g,
+                          struct lock_info *info,
+                          int64_t count,
+                          uint64_t epoch,
+                          struct done_list *done)
+{
+    j->running = false;
+    if (j->op == WQ_LIST && j->w != NULL) { /* handed over */
+        j->w->list = j->list;
+        j->list = NULL;
+    }
+    if (j->op == WQ_ACQUIRE) {
+        do_after_first(q, j, r, g, epoch, done);
+        return;
+    }
+    if (j->op == WQ_COUNT && j->w != NULL)
+        j->w->count = count;
+    if (r == BACKEND_OK && j->op == WQ_RENEW)
+        do_answer_grant(q, j, g, j->start_us, done);
+    else
+        wq_answer(q, j, r, g, info, done);
+    wq_free_job(q, j);
+}
+
 /* A worker's first try of a job, or one direct call. Mutex held. */
 static void
 do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done)
@@ -242,22 +271,151 @@ do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done)
     r = wq_call_store(q->be, j->op, &j->req, &g, &info, &count, &j->lreq,
                       j->list);
     pthread_mutex_lock(&q->mu);
-    j->running = false;
-    if (j->op == WQ_LIST && j->w != NULL) { /* handed over */
-        j->w->list = j->list;
-        j->list = NULL;
+    do_after_call(q, j, r, &g, &info, count, epoch, done);
+}
+
+/*
+ * Batches. The first calls of single-key acquires, renews and releases
+ * (batchable()) go to a store with backend_batches() in batches: one
+ * worker at a time, the batcher, takes every such job waiting (up to
+ * BACKEND_BATCH_MAX) and makes one backend_batch() call for them, and
+ * again for those that came meanwhile, until none is left (or until other
+ * work waits with every other worker busy: it then hands its jobs back to
+ * the run queue, behind that work, and takes that work). A worker that
+ * pops such a job while another is the batcher leaves it in q->pend for
+ * the batcher and goes on; the other workers make the other calls (key
+ * retries, multi-key calls, lists, cleanups). One batch in flight at a
+ * time, so the requests that arrive during one round trip go together in
+ * the next: on Redis one write and one read for all of them
+ * (backends/redis/batch.c), where each used to cost a round trip and a
+ * worker's sleep and wake-up. Mutex held; dropped around each batch.
+ */
+static bool batchable(const struct waitq *q, const struct wq_job *j)
+{
+    return j->multi == NULL && j->cleanup == CLEAN_NONE && j->w != NULL &&
+           (j->op == WQ_ACQUIRE || j->op == WQ_RENEW || j->op == WQ_RELEASE) &&
+           !(q->workers_stop && clock_mono_ms() > q->stop_by);
+}
+
+/* The next jobs for the batcher: q->pend first, then the run queue's
+ * head while it is batchable. A pending job that is no longer batchable
+ * (answered meanwhile) goes back to the run queue for a worker. */
+static size_t batch_gather(struct waitq *q, struct wq_job **jobs, size_t n)
+{
+    while (n < BACKEND_BATCH_MAX && q->pend_head != NULL) {
+        struct wq_job *j = CONTAINER_OF(q->pend_head, struct wq_job, task);
+
+        q->pend_head = j->task.next;
+        if (q->pend_head == NULL)
+            q->pend_tail = NULL;
+        j->task.next = NULL;
+        if (batchable(q, j)) {
+            j->queued = false;
+            jobs[n++] = j;
+        } else {
+            wq_run_push(q, &j->task); /* still queued */
+        }
     }
-    if (j->op == WQ_ACQUIRE) {
-        do_after_first(q, j, r, &g, epoch, done);
-        return;
+    while (n < BACKEND_BATCH_MAX && q->run_head != NULL &&
+           !q->run_head->is_key) {
+        struct wq_job *j = CONTAINER_OF(q->run_head, struct wq_job, task);
+        if (!batchable(q, j))
+            break;
+        wq_run_pop(q);
+        j->queued = false;
+        jobs[n++] = j;
     }
-    if (j->op == WQ_COUNT && j->w != NULL)
-        j->w->count = count;
-    if (r == BACKEND_OK && j->op == WQ_RENEW)
-        do_answer_grant(q, j, &g, j->start_us, done);
+    return n;
+}
+
+/* One batch of n jobs: their calls made, each answered or parked. */
+static void batch_run(struct waitq *q,
+                      struct wq_job **jobs,
+                      size_t n,
+                      struct done_list *done)
+{
+    static const enum backend_op ops[] = {
+        [WQ_ACQUIRE] = BACKEND_OP_ACQUIRE,
+        [WQ_RENEW] = BACKEND_OP_RENEW,
+        [WQ_RELEASE] = BACKEND_OP_RELEASE,
+    };
+    struct backend_call calls[BACKEND_BATCH_MAX];
+    struct lock_grant grants[BACKEND_BATCH_MAX];
+    uint64_t epoch;
+
+    for (size_t i = 0; i < n; i++) {
+        struct wq_job *j = jobs[i];
+
+        if (j->op == WQ_ACQUIRE && j->wait_ms > 0) {
+            int64_t left = j->wait_until - clock_mono_ms();
+            j->lw.deadline_ms = clock_wall_ms() + (left > 0 ? left : 0);
+            j->req.waiter = &j->lw;
+        }
+        j->running = true;
+        calls[i].op = ops[j->op];
+        calls[i].req = &j->req;
+        calls[i].out = &grants[i];
+    }
+    epoch = atomic_load(&q->epoch);
+    pthread_mutex_unlock(&q->mu);
+    backend_batch(q->be, calls, n);
+    pthread_mutex_lock(&q->mu);
+    for (size_t i = 0; i < n; i++)
+        do_after_call(q, jobs[i], calls[i].result, &grants[i], NULL, -1, epoch,
+                      done);
+}
+
+bool wq_batch_take(struct waitq *q, struct wq_job *j)
+{
+    if (!q->batching || !batchable(q, j))
+        return false;
+    j->queued = true; /* the batcher's now; no worker woken */
+    j->task.next = NULL;
+    if (q->pend_tail != NULL)
+        q->pend_tail->next = &j->task;
     else
-        wq_answer(q, j, r, &g, &info, done);
-    wq_free_job(q, j);
+        q->pend_head = &j->task;
+    q->pend_tail = &j->task;
+    return true;
+}
+
+/* Worker: j (popped, batchable) goes in a batch: made by this worker,
+ * which becomes the batcher, or left for the batcher there is. */
+static void do_batch(struct waitq *q, struct wq_job *j, struct done_list *done)
+{
+    struct wq_job *jobs[BACKEND_BATCH_MAX];
+    size_t n = 1;
+
+    if (wq_batch_take(q, j))
+        return;
+    q->batching = true;
+    jobs[0] = j;
+    for (;;) {
+        n = batch_gather(q, jobs, n);
+        if (n == 0)
+            break;
+        batch_run(q, jobs, n, done);
+        n = 0;
+        if (done->head != NULL) { /* answer these before the next batch */
+            pthread_mutex_unlock(&q->mu);
+            wq_done_wake(done);
+            pthread_mutex_lock(&q->mu);
+        }
+        if (q->run_head != NULL) {
+            /* other work waits and every other worker is busy: hand the
+             * pending jobs back behind it, so that a flood of batchable
+             * requests never starves a key's retries (with one worker,
+             * this one is the only one) */
+            while (q->pend_head != NULL) {
+                struct wq_task *t = q->pend_head;
+                q->pend_head = t->next;
+                wq_run_push(q, t); /* still queued */
+            }
+            q->pend_tail = NULL;
+            break;
+        }
+    }
+    q->batching = false;
 }
 
 /* k's waiter j was granted g at now: out of the FIFO, answered (or the
@@ -395,6 +553,8 @@ void *wq_worker_main(void *arg)
             j->queued = false;
             if (q->workers_stop && clock_mono_ms() > q->stop_by && j->w == NULL)
                 wq_free_job(q, j); /* out of time: the store's TTLs end it */
+            else if (q->batches && batchable(q, j))
+                do_batch(q, j, &done);
             else
                 do_run_job(q, j, &done);
         }

@@ -142,6 +142,9 @@ struct wq_job {
 
 struct waitq {
     struct backend *be;
+    bool batches;  /* backend_batches(be): first calls go in batches */
+    bool batching; /* a worker is the batcher (waitq_calls.c) */
+    struct wq_task *pend_head, *pend_tail; /* jobs left for the batcher */
     pthread_t thread;
     pthread_t *workers;
     unsigned nworkers;
@@ -211,6 +214,9 @@ void wq_answer_all(struct waitq *q, struct done_list *done);
 void *wq_timer_main(void *arg);
 
 /* waitq_calls.c: the store calls and the workers that make them */
+/* j, a new job, left for the batcher if there is one and j's call may go
+ * in a batch (q->batches): true, else false (push it as ever) */
+bool wq_batch_take(struct waitq *q, struct wq_job *j);
 /* One store call for op; lreq and list for WQ_LIST only (else NULL). */
 enum backend_result wq_call_store(struct backend *be,
                                   enum wq_op op,
