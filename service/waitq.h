@@ -7,7 +7,9 @@
  * or inspect. On a store that never waits on I/O (memory) the call runs on
  * the caller's thread. On a network store the caller's connection is
  * suspended (through the request's suspend callback) and a worker thread
- * makes the call; the request is answered by its wake callback when the
+ * makes the call (on a store with BACKEND_CAP_BATCH, single-key acquires,
+ * renews and releases go in batches, one batch in flight at a time: see
+ * waitq_calls.c); the request is answered by its wake callback when the
  * call returns or when the request's bound passes, whichever is first:
  * arrival + max(wait_ms, the store's call timeout). A call still in flight
  * at the bound finishes in the background, and a grant nobody will receive
