@@ -503,22 +503,29 @@ redisReply *redis_command_acked(struct redis_be *be,
 
 /* ---- pipelined (batch.c) ---- */
 
+/* A write or read of a pipeline failed with errno saved: the context is
+ * dropped, with no back-off if the server had closed it (*closed). */
+static void
+pipe_failed(struct redis_be *be, struct redis_conn *cn, int saved, bool *closed)
+{
+    *closed = redis_closed_by_peer(cn->ctx, saved);
+    if (*closed) { /* reopened by the next call, no back-off */
+        redisFree(cn->ctx);
+        cn->ctx = NULL;
+        return;
+    }
+    redis_command_failed(be, cn, saved);
+}
+
 int redis_pipe_send(struct redis_be *be, struct redis_conn *cn, bool *closed)
 {
-    int done = 0, saved;
+    int done = 0;
 
     *closed = false;
     do {
         errno = 0;
         if (redisBufferWrite(cn->ctx, &done) != REDIS_OK) {
-            saved = errno;
-            *closed = redis_closed_by_peer(cn->ctx, saved);
-            if (*closed) { /* reopened by the next call, no back-off */
-                redisFree(cn->ctx);
-                cn->ctx = NULL;
-                return -1;
-            }
-            redis_command_failed(be, cn, saved);
+            pipe_failed(be, cn, errno, closed);
             return -1;
         }
     } while (!done);
@@ -536,7 +543,7 @@ redisReply *redis_pipe_reply(struct redis_be *be,
     for (;;) {
         struct pollfd p = { .fd = cn->ctx->fd, .events = POLLIN };
         int64_t left;
-        int n, saved;
+        int n;
 
         if (redisGetReplyFromReader(cn->ctx, &r) != REDIS_OK)
             break;
@@ -556,14 +563,7 @@ redisReply *redis_pipe_reply(struct redis_be *be,
         }
         errno = 0;
         if (redisBufferRead(cn->ctx) != REDIS_OK) {
-            saved = errno;
-            *closed = redis_closed_by_peer(cn->ctx, saved);
-            if (*closed) { /* reopened by the next call, no back-off */
-                redisFree(cn->ctx);
-                cn->ctx = NULL;
-                return NULL;
-            }
-            redis_command_failed(be, cn, saved);
+            pipe_failed(be, cn, errno, closed);
             return NULL;
         }
     }
