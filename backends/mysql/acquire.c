@@ -2,14 +2,15 @@
  * backends/mysql/acquire.c - acquire() of the MySQL adapter, in both modes,
  * each one short transaction that locks the key's row (@T) before it
  * reads or writes any of the key's holder rows (@H); see sql.c for the
- * tables. The exclusive path is today's four round trips: lock-or-take the
- * key row (ACQ_UPSERT), a fence (FENCE_NEW), the holder row (ACQ_HOLDER),
- * COMMIT. The shared path reads the key's holders under the row lock,
- * reaps its expired ones and decides by mode, limit and count. An
- * Idempotency-Key is looked up among the key's live holders whenever the
- * key is held (a free key has no holder to replay). A grant that finds
- * expired holders (a takeover) reports the greatest of their fences
- * (lock_grant.expired_fence): the exclusive path with one more statement
+ * tables. The exclusive path is four steps: lock-or-take the key row
+ * (ACQ_UPSERT), a fence (FENCE_NEW), the holder row (ACQ_HOLDER), COMMIT;
+ * on MariaDB one compound statement (ACQ_BLOCK) runs them in one round
+ * trip, elsewhere (MySQL, compound=0) each is its own. The shared path reads
+ * the key's holders under the row lock, reaps its expired ones and decides by
+ * mode, limit and count. An Idempotency-Key is looked up among the key's live
+ * holders whenever the key is held (a free key has no holder to replay). A
+ * grant that finds expired holders (a takeover) reports the greatest of their
+ * fences (lock_grant.expired_fence): the exclusive path with one more statement
  * (ACQ_EXPIRED), only when ACQ_UPSERT took over an existing row; the
  * shared path from ACQ_READ, which reads the holders anyway.
  */
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "backends/mysql/mysql_int.h"
+#include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
 
@@ -218,8 +220,25 @@ static void mysql_bind_owner_idem(MYSQL_BIND *owner,
         mysql_bind_null(idem);
 }
 
-/* Commit a grant and fill out; expired: the greatest fence of the
+/* Fill out with a committed grant; expired: the greatest fence of the
  * expired holders it took over (0: none). */
+static void mysql_acquire_granted(struct mysql_grant_arg *a,
+                                  uint64_t fence,
+                                  int64_t expires,
+                                  uint64_t expired,
+                                  enum backend_result *res)
+{
+    a->out->fence = fence;
+    a->out->ttl_ms = a->req->ttl_ms;
+    a->out->expires_at_ms = expires;
+    a->out->mode = a->req->mode;
+    a->out->limit = a->req->mode == LOCK_SHARED ? a->req->limit : 0;
+    a->out->holds = 1;
+    a->out->expired_fence = expired;
+    *res = BACKEND_OK;
+}
+
+/* Commit a grant and fill out (as mysql_acquire_granted()). */
 static enum mysql_attempt mysql_acquire_done(struct mysql_conn *c,
                                              struct mysql_grant_arg *a,
                                              uint64_t fence,
@@ -229,17 +248,65 @@ static enum mysql_attempt mysql_acquire_done(struct mysql_conn *c,
 {
     enum mysql_attempt done = mysql_conn_commit(c);
 
-    if (done != MYSQL_ATTEMPT_DONE)
-        return done;
-    a->out->fence = fence;
-    a->out->ttl_ms = a->req->ttl_ms;
-    a->out->expires_at_ms = expires;
-    a->out->mode = a->req->mode;
-    a->out->limit = a->req->mode == LOCK_SHARED ? a->req->limit : 0;
-    a->out->holds = 1;
-    a->out->expired_fence = expired;
-    *res = BACKEND_OK;
-    return MYSQL_ATTEMPT_DONE;
+    if (done == MYSQL_ATTEMPT_DONE)
+        mysql_acquire_granted(a, fence, expires, expired, res);
+    return done;
+}
+
+/* The exclusive acquire as one compound statement (ACQ_BLOCK): the same
+ * steps as mysql_acquire_exclusive(), in one round trip. A held key whose
+ * answer needs more (a replay to look for, a shared holder's TTL) goes on
+ * step by step in the transaction the block left open. */
+static enum mysql_attempt mysql_acquire_block(struct mysql_conn *c,
+                                              struct mysql_grant_arg *a,
+                                              enum backend_result *res)
+{
+    const struct lock_req *req = a->req;
+    MYSQL_BIND p[7], r[5];
+    unsigned long klen, tlen, olen, ilen;
+    uint64_t ttl = req->ttl_ms, stay = req->idem_key != NULL;
+    uint64_t fence = 0, expired = 0;
+    int64_t status = 0, held = 0, expires = 0, t0 = clock_mono_ms();
+    int64_t until = mysql_conn_until(c);
+    my_bool nulls[5] = { 0 };
+    unsigned err;
+
+    mysql_bind_bytes(&p[0], req->key, req->key_len, &klen);
+    mysql_bind_bytes(&p[1], req->token, strlen(req->token), &tlen);
+    mysql_bind_owner_idem(&p[2], &p[3], req, &olen, &ilen);
+    mysql_bind_u64(&p[4], &ttl);
+    mysql_bind_u64(&p[5], &stay);
+    mysql_bind_i64(&p[6], &until, NULL);
+    mysql_bind_i64(&r[0], &status, &nulls[0]);
+    mysql_bind_i64(&r[1], &held, &nulls[1]);
+    mysql_bind_u64(&r[2], &fence);
+    mysql_bind_i64(&r[3], &expires, &nulls[3]);
+    mysql_bind_u64(&r[4], &expired);
+    err = mysql_conn_block(c, MYSQL_ST_ACQ_BLOCK, p, r);
+    if (err != 0)
+        return mysql_block_failed(c, err);
+    switch (status) {
+    case MYSQL_BLOCK_DONE:
+        mysql_acquire_granted(a, fence, expires, expired, res);
+        return MYSQL_ATTEMPT_DONE;
+    case MYSQL_BLOCK_OPEN: /* held: 2 * TTL left + mode, as ACQ_UPSERT */
+        return mysql_acquire_held(c, a, &p[0], (uint64_t)held & 1,
+                                  (uint64_t)held >> 1, res);
+    case MYSQL_BLOCK_HELD:
+        a->out->retry_ms = (uint64_t)held >> 1;
+        *res = BACKEND_HELD;
+        return MYSQL_ATTEMPT_DONE;
+    case MYSQL_BLOCK_NO_STRIPE:
+        return mysql_acquire_no_stripe(c);
+    case MYSQL_BLOCK_TOO_LATE:
+        return mysql_block_too_late(c, t0);
+    case MYSQL_BLOCK_FENCE_OUT:
+        log_error("mysql: fence counter %s_fence is exhausted", c->be->table);
+        return MYSQL_ATTEMPT_FAILED;
+    default:
+        log_error("mysql: the granted row of a key is gone before commit");
+        return MYSQL_ATTEMPT_FAILED;
+    }
 }
 
 static enum mysql_attempt mysql_acquire_exclusive(struct mysql_conn *c,
@@ -432,5 +499,7 @@ mysql_acquire_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     /* req->waiter is ignored: no queue in the store (no CAP_QUEUE) */
     if (a->req->mode == LOCK_SHARED)
         return mysql_acquire_shared(c, a, res);
+    if (mysql_conn_block_ok(c, MYSQL_ST_ACQ_BLOCK))
+        return mysql_acquire_block(c, a, res);
     return mysql_acquire_exclusive(c, a, res);
 }

@@ -8,10 +8,13 @@
  * one operation's transaction and retries it when that is safe. Kept apart
  * from the operations (mysql.c) so that they read as SQL steps only.
  */
+#include <errno.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <errmsg.h>
 #include <mysql.h>
@@ -290,6 +293,10 @@ static int mysql_conn_open(struct mysql_conn *c, char *why, size_t whylen)
         }
     }
     (void)mysql_conn_query(c, mysql_sql_session_idle.text);
+    if (mysql_conn_clock(c) != 0) {
+        snprintf(why, whylen, "cannot read its clock: %s", mysql_error(c->db));
+        return -1;
+    }
     return 0;
 }
 
@@ -335,6 +342,28 @@ static struct mysql_conn *mysql_conn_mine(struct mysql_be *be)
     return c;
 }
 
+/* Whether the server closed c's connection while it sat idle (it was
+ * restarted or killed, or it timed the session out): then a statement sent
+ * on it never ran, and a new connection may carry it at once. The server
+ * speaks only when spoken to, so anything to read says so: an end of
+ * stream or an error; or, without TLS, the error packet it sent before
+ * closing. (Under TLS, bytes may also be a late session ticket.) */
+static bool mysql_conn_closed_idle(struct mysql_conn *c)
+{
+    struct pollfd pfd = { .fd = (int)mysql_get_socket(c->db),
+                          .events = POLLIN };
+    char byte;
+    ssize_t n;
+
+    if (pfd.fd < 0 || poll(&pfd, 1, 0) <= 0)
+        return false;
+    n = recv(pfd.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 ||
+        (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        return true;
+    return n > 0 && mysql_get_ssl_cipher(c->db) == NULL;
+}
+
 /* This thread's connection, connected; NULL when the database cannot be
  * reached now (or within the back-off after a failed connect). *fresh: it
  * was connected by this call. */
@@ -345,8 +374,10 @@ static struct mysql_conn *mysql_conn_get(struct mysql_be *be, bool *fresh)
     *fresh = false;
     if (c == NULL)
         return NULL;
-    if (c->db != NULL)
+    if (c->db != NULL && !mysql_conn_closed_idle(c))
         return c;
+    if (c->db != NULL)
+        mysql_conn_drop(c); /* and connect again at once */
     if (!threadconn_may_try(&be->conns, &c->tc))
         return NULL; /* backing off, and no thread got through since */
     if (mysql_conn_connect(c) != 0) {
@@ -416,6 +447,99 @@ unsigned mysql_conn_run(struct mysql_conn *c,
     }
     info->found = rc == 0 || rc == MYSQL_DATA_TRUNCATED;
     mysql_stmt_free_result(st);
+    return 0;
+fail:
+    err = mysql_stmt_errno(st);
+    return err != 0 ? err : CR_UNKNOWN_ERROR;
+}
+
+bool mysql_conn_block_ok(struct mysql_conn *c, enum mysql_stmt_id id)
+{
+    struct mysql_be *be = c->be;
+    unsigned err = 0;
+
+    if (!be->compound || atomic_load(&be->blocks_refused))
+        return false;
+    if (mysql_conn_stmt(c, id, &err) != NULL)
+        return true;
+    if (err == ER_PARSE_ERROR && !atomic_exchange(&be->blocks_refused, true))
+        log_info("mysql: the server has no compound statements (MySQL?): "
+                 "each step of an operation goes as its own statement");
+    return false;
+}
+
+unsigned mysql_conn_clock(struct mysql_conn *c)
+{
+    int64_t t0 = clock_mono_ms(), t1;
+    MYSQL_RES *r;
+    MYSQL_ROW row;
+    unsigned err = 0;
+    char *end = NULL;
+
+    if (mysql_real_query(c->db, mysql_sql_clock.text,
+                         (unsigned long)strlen(mysql_sql_clock.text)) != 0)
+        return mysql_errno(c->db) != 0 ? mysql_errno(c->db) : CR_UNKNOWN_ERROR;
+    t1 = clock_mono_ms();
+    r = mysql_store_result(c->db);
+    if (r == NULL)
+        return mysql_errno(c->db) != 0 ? mysql_errno(c->db) : CR_UNKNOWN_ERROR;
+    row = mysql_fetch_row(r);
+    if (row != NULL && row[0] != NULL)
+        c->offset_ms = strtoll(row[0], &end, 10) - (t0 + t1) / 2;
+    if (end == NULL || *end != '\0')
+        err = CR_UNKNOWN_ERROR;
+    mysql_free_result(r);
+    return err;
+}
+
+int64_t mysql_conn_until(const struct mysql_conn *c)
+{
+    return clock_mono_ms() + c->be->base.call_timeout_ms + c->offset_ms;
+}
+
+enum mysql_attempt mysql_block_too_late(struct mysql_conn *c, int64_t t0)
+{
+    if (clock_mono_ms() - t0 >= c->be->base.call_timeout_ms)
+        return MYSQL_ATTEMPT_FAILED; /* late indeed: lockd gave up */
+    log_warn("mysql: a call answered in time was too late by the "
+             "database's clock: measuring it again");
+    if (mysql_conn_clock(c) != 0) {
+        mysql_conn_drop(c);
+        return MYSQL_ATTEMPT_FAILED;
+    }
+    return MYSQL_ATTEMPT_AGAIN;
+}
+
+unsigned mysql_conn_block(struct mysql_conn *c,
+                          enum mysql_stmt_id id,
+                          MYSQL_BIND *params,
+                          MYSQL_BIND *results)
+{
+    unsigned err = 0;
+    MYSQL_STMT *st = mysql_conn_stmt(c, id, &err);
+    int rc;
+
+    if (st == NULL)
+        return err;
+    if (mysql_stmt_bind_param(st, params) != 0 || mysql_stmt_execute(st) != 0)
+        goto fail;
+    if (mysql_stmt_field_count(st) == 0) /* no row: cannot happen */
+        return CR_UNKNOWN_ERROR;
+    if (mysql_stmt_bind_result(st, results) != 0 ||
+        mysql_stmt_store_result(st) != 0)
+        goto fail;
+    rc = mysql_stmt_fetch(st);
+    mysql_stmt_free_result(st);
+    if (rc == 1)
+        goto fail;
+    if (rc == MYSQL_NO_DATA)
+        return CR_UNKNOWN_ERROR;
+    /* then the compound statement's own OK: read, or the connection is out
+       of sync for the next statement */
+    while ((rc = mysql_stmt_next_result(st)) == 0)
+        mysql_stmt_free_result(st);
+    if (rc > 0)
+        goto fail;
     return 0;
 fail:
     err = mysql_stmt_errno(st);
@@ -492,6 +616,16 @@ enum mysql_attempt mysql_conn_failed(struct mysql_conn *c, unsigned err)
         mysql_conn_rollback(c);
         return MYSQL_ATTEMPT_FAILED;
     }
+}
+
+enum mysql_attempt mysql_block_failed(struct mysql_conn *c, unsigned err)
+{
+    if (!mysql_err_is_lost(err))
+        return mysql_conn_failed(c, err);
+    log_warn("mysql: connection lost in a compound statement: %s (%u)",
+             c->db != NULL ? mysql_error(c->db) : "", err);
+    mysql_conn_drop(c);
+    return MYSQL_ATTEMPT_FAILED;
 }
 
 enum mysql_attempt mysql_conn_commit(struct mysql_conn *c)

@@ -4,13 +4,17 @@
  * always locked first. The exclusive renew and release are one statement
  * over both rows each (a multiple-table UPDATE or DELETE, STRAIGHT_JOIN
  * from the key row), then what today's single-row statements were
- * followed by, so they cost the same round trips; re-entered holds and
- * shared holders take a longer path under the key row's lock.
+ * followed by; re-entered holds and shared holders take a longer path under
+ * the key row's lock. On MariaDB the common renew and release are one
+ * compound statement each (RENEW_BLOCK, REL_BLOCK: one round trip, COMMIT
+ * included), which leaves its transaction open for the longer path when
+ * it matched nothing.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/mysql/mysql_int.h"
+#include "lib/clock.h"
 #include "lib/metrics.h"
 
 /* After a renew or release matched nothing (a transaction is open; it is
@@ -59,6 +63,58 @@ enum mysql_attempt mysql_key_fix(struct mysql_conn *c, MYSQL_BIND *key)
     return err != 0 ? mysql_conn_failed(c, err) : MYSQL_ATTEMPT_DONE;
 }
 
+/* Fill out with a committed renew: v = fence, TTL, holds, mode, limit as
+ * RENEW_READ reads them. */
+static void mysql_renewed(struct mysql_grant_arg *a,
+                          const uint64_t v[5],
+                          int64_t expires,
+                          enum backend_result *res)
+{
+    a->out->fence = v[0];
+    a->out->ttl_ms = v[1];
+    a->out->expires_at_ms = expires;
+    a->out->holds = (uint32_t)v[2];
+    a->out->mode = v[3] == LOCK_SHARED ? LOCK_SHARED : LOCK_EXCLUSIVE;
+    a->out->limit = v[3] == LOCK_SHARED ? (uint32_t)v[4] : 0;
+    *res = BACKEND_OK;
+}
+
+/* The renew as one compound statement (RENEW_BLOCK), with RENEW's binds
+ * p: the same steps as below in one round trip; a renew that matched
+ * nothing is settled step by step in the transaction it left open. */
+static enum mysql_attempt mysql_renew_block(struct mysql_conn *c,
+                                            struct mysql_grant_arg *a,
+                                            MYSQL_BIND *p,
+                                            enum backend_result *res)
+{
+    MYSQL_BIND b[5] = { p[0], p[1], p[5], p[6] }, r[7];
+    uint64_t v[5] = { 0 };
+    int64_t status = 0, expires = 0, t0 = clock_mono_ms();
+    int64_t until = mysql_conn_until(c);
+    my_bool nulls[2] = { 0 };
+    unsigned err;
+
+    mysql_bind_i64(&b[4], &until, NULL);
+    mysql_bind_i64(&r[0], &status, &nulls[0]);
+    mysql_bind_u64(&r[1], &v[0]);
+    mysql_bind_u64(&r[2], &v[1]);
+    mysql_bind_i64(&r[3], &expires, &nulls[1]);
+    mysql_bind_u64(&r[4], &v[2]);
+    mysql_bind_u64(&r[5], &v[3]);
+    mysql_bind_u64(&r[6], &v[4]);
+    err = mysql_conn_block(c, MYSQL_ST_RENEW_BLOCK, b, r);
+    if (err != 0)
+        return mysql_block_failed(c, err);
+    if (status == MYSQL_BLOCK_OPEN)
+        return mysql_settle_unmatched(c, a->req, a->req->reenter, res);
+    if (status == MYSQL_BLOCK_TOO_LATE)
+        return mysql_block_too_late(c, t0);
+    if (status != MYSQL_BLOCK_DONE) /* cannot happen under the row locks */
+        return MYSQL_ATTEMPT_FAILED;
+    mysql_renewed(a, v, expires, res);
+    return MYSQL_ATTEMPT_DONE;
+}
+
 enum mysql_attempt
 mysql_renew_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
@@ -84,6 +140,9 @@ mysql_renew_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     mysql_bind_bytes(&p[5], req->key, req->key_len, &klen);
     mysql_bind_bytes(&p[6], req->token, strlen(req->token), &tlen);
     mysql_bind_u64(&p[7], &inc);
+    if (strlen(req->token) <= LOCK_TOKEN_MAX &&
+        mysql_conn_block_ok(c, MYSQL_ST_RENEW_BLOCK))
+        return mysql_renew_block(c, a, p, res);
     err = mysql_conn_run(c, MYSQL_ST_RENEW, p, NULL, &info);
     if (err != 0)
         return mysql_conn_failed(c, err);
@@ -112,13 +171,8 @@ mysql_renew_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     done = mysql_conn_commit(c);
     if (done != MYSQL_ATTEMPT_DONE)
         return done;
-    a->out->fence = fence;
-    a->out->ttl_ms = ttl_now;
-    a->out->expires_at_ms = expires;
-    a->out->mode = mode == LOCK_SHARED ? LOCK_SHARED : LOCK_EXCLUSIVE;
-    a->out->limit = mode == LOCK_SHARED ? (uint32_t)lim : 0;
-    a->out->holds = (uint32_t)holds;
-    *res = BACKEND_OK;
+    mysql_renewed(a, (uint64_t[]){ fence, ttl_now, holds, mode, lim }, expires,
+                  res);
     return MYSQL_ATTEMPT_DONE;
 }
 
@@ -223,6 +277,35 @@ static enum mysql_attempt mysql_release_slow(struct mysql_conn *c,
     return MYSQL_ATTEMPT_DONE;
 }
 
+/* The release as one compound statement (REL_BLOCK), with REL_X's binds
+ * p: REL_X, the event and COMMIT in one round trip; anything but the
+ * exclusive holder's last hold goes on step by step in the transaction it
+ * left open. */
+static enum mysql_attempt mysql_release_block(struct mysql_conn *c,
+                                              struct mysql_release_arg *a,
+                                              MYSQL_BIND *p,
+                                              enum backend_result *res)
+{
+    MYSQL_BIND r[1];
+    int64_t status = 0;
+    my_bool is_null = 0;
+    unsigned err;
+
+    mysql_bind_i64(&r[0], &status, &is_null);
+    err = mysql_conn_block(c, MYSQL_ST_REL_BLOCK, p, r);
+    if (err != 0)
+        return mysql_block_failed(c, err);
+    if (status == MYSQL_BLOCK_OPEN)
+        return mysql_release_slow(c, a, p, res);
+    if (status != MYSQL_BLOCK_DONE) { /* the event sequence row is gone */
+        atomic_store(&c->be->schema_ok, false);
+        return MYSQL_ATTEMPT_FAILED;
+    }
+    a->left = true;
+    *res = BACKEND_OK;
+    return MYSQL_ATTEMPT_DONE;
+}
+
 enum mysql_attempt
 mysql_release_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
 {
@@ -240,6 +323,9 @@ mysql_release_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     mysql_bind_bytes(&p[0], req->key, req->key_len, &klen);
     mysql_bind_bytes(&p[1], req->token, strlen(req->token), &tlen);
     mysql_bind_u64(&p[2], &all);
+    if (strlen(req->token) <= LOCK_TOKEN_MAX &&
+        mysql_conn_block_ok(c, MYSQL_ST_REL_BLOCK))
+        return mysql_release_block(c, a, p, res);
     /* the common case: the exclusive holder's last hold, both rows */
     err = mysql_conn_run(c, MYSQL_ST_REL_X, p, NULL, &info);
     if (err != 0)

@@ -10,10 +10,13 @@
  * by the exact key bytes; every check-and-change is one short InnoDB
  * transaction at READ COMMITTED on prepared statements that locks the
  * key's row first; every expiry is judged by the database's clock
- * (NOW(3)), never lockd's. Fences are AUTO_INCREMENT ids of a fence table,
- * inserted inside each granting transaction after the key's row is locked
- * (the counter's lock ends with the INSERT, not at commit), so the rows of
- * free keys can be deleted (by release, and by the background thread for
+ * (NOW(3)), never lockd's. On MariaDB the common exclusive acquire, renew
+ * and release send their transaction as one prepared compound statement
+ * (BEGIN NOT ATOMIC ... COMMIT ... END): one round trip each, where MySQL,
+ * which has none, takes one per statement. Fences are AUTO_INCREMENT ids of a
+ * fence table, inserted inside each granting transaction after the key's row is
+ * locked (the counter's lock ends with the INSERT, not at commit), so the rows
+ * of free keys can be deleted (by release, and by the background thread for
  * expired ones) without a fence ever going back.
  * Every holder that leaves also appends the key to an event table, in
  * commit order (ids from a second sequence row); the background thread of

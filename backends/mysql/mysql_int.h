@@ -74,6 +74,8 @@ struct mysql_conn {
     struct mysql_be *be;
     MYSQL *db;                        /* NULL while disconnected */
     MYSQL_STMT *stmt[MYSQL_ST_COUNT]; /* prepared on first use; NULL before */
+    int64_t offset_ms; /* the database's unix ms minus our monotonic ms, as
+                          measured at connect (mysql_conn_clock) */
 };
 
 struct mysql_be {
@@ -99,8 +101,11 @@ struct mysql_be {
     char *schema[MYSQL_SQL_SCHEMA_N];
     char *probe[MYSQL_SQL_PROBE_N];
     char *seed[MYSQL_SQL_SEED_N];
-    char *kinds_probe;           /* owned: mysql_sql_kinds_probe expanded */
-    char *kinds_upgrade;         /* owned: mysql_sql_kinds_upgrade expanded */
+    char *kinds_probe;   /* owned: mysql_sql_kinds_probe expanded */
+    char *kinds_upgrade; /* owned: mysql_sql_kinds_upgrade expanded */
+    bool compound; /* compound= (default true): the common acquire, release
+                      and renew as one compound statement each */
+    atomic_bool blocks_refused;  /* the server refused one: step by step */
     atomic_bool schema_ok;       /* the tables exist (as far as we know) */
     atomic_bool down;            /* the last connect failed: log changes once */
     struct threadconn_set conns; /* every thread's struct mysql_conn; a
@@ -200,6 +205,38 @@ enum mysql_attempt mysql_conn_commit(struct mysql_conn *c);
 /* Runs fn on this thread's connection, with retries (see conn.c). */
 enum backend_result
 mysql_run_op(struct mysql_be *be, mysql_attempt_fn fn, void *arg);
+
+/* Whether c may run compound statement id (sql.h): be->compound, and
+ * the statement prepared. A server that refuses it as a syntax error
+ * (MySQL, which has no compound statements outside stored programs) turns
+ * be->blocks off for good (logged once); any other failure (a lost
+ * connection, say) answers false this time, and the step-by-step path then
+ * meets and handles the same failure. */
+bool mysql_conn_block_ok(struct mysql_conn *c, enum mysql_stmt_id id);
+/* Measure the database's clock against our monotonic one into
+ * c->offset_ms (off by at most half a round trip): 0, or the error
+ * number. */
+unsigned mysql_conn_clock(struct mysql_conn *c);
+/* The not-after time, in the database's clock, of a compound statement
+ * that grants or renews, sent now: the moment lockd gives up on it
+ * (call_timeout_ms from now). Past it the statement commits nothing, so
+ * a statement the server runs only after lockd answered 503 (a paused or
+ * overloaded server) grants nothing nobody heard of. */
+int64_t mysql_conn_until(const struct mysql_conn *c);
+/* A compound statement answered MYSQL_BLOCK_TOO_LATE (rolled back):
+ * sent at mono ms t0. An answer in time means our measure of the
+ * database's clock is off (it was stepped): measured again, and AGAIN. */
+enum mysql_attempt mysql_block_too_late(struct mysql_conn *c, int64_t t0);
+/* Execute compound statement id with params and fetch its one row into
+ * results; 0, or the error number. */
+unsigned mysql_conn_block(struct mysql_conn *c,
+                          enum mysql_stmt_id id,
+                          MYSQL_BIND *params,
+                          MYSQL_BIND *results);
+/* Classify a failed compound statement: as mysql_conn_failed(), except
+ * that a lost connection is UNAVAILABLE and never a retry, for the
+ * statement may have committed before the connection went. */
+enum mysql_attempt mysql_block_failed(struct mysql_conn *c, unsigned err);
 
 /* Execute statement id with params and fetch every row into results,
  * calling row(arg) after each; 0, or the error number. */

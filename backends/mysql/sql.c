@@ -25,6 +25,9 @@
  * the old counter. */
 #define SEQ_RETIRED "9007199254740991" /* LOCK_FENCE_MAX */
 
+/* The greatest fence (LOCK_FENCE_MAX): a greater one is never granted. */
+#define FENCE_MAX "9007199254740991"
+
 /* A key's stripe: one of rows 128..255 of @S, which are never deleted.
  * Every statement that may insert a key's row locks its stripe row first
  * (INSERT ... SELECT ... FOR UPDATE, in the same round trip), so two
@@ -32,7 +35,8 @@
  * just deleted (release, reaper) leaves a delete-marked record, and
  * InnoDB's duplicate check takes gap locks on it even at READ COMMITTED,
  * which deadlock two inserts of that key. The parameter is the key. */
-#define STRIPE "128 + CRC32(?) % 128"
+#define STRIPE_OF(k) "128 + CRC32(" k ") % 128"
+#define STRIPE       STRIPE_OF("?")
 
 /* Rows 128..255 of @S, the stripes. */
 /* clang-format off */
@@ -70,8 +74,169 @@
 #define S8          S1 S1 S1 S1 S1 S1 S1 S1
 #define STRIPES_MAX S8 S8 S8 S8 S8 S8 S8 S1 S1 S1 S1 S1 S1 S1 STRIPE
 
+/* enum mysql_block_status (sql.h) as SQL text */
+#define BLOCK_OPEN         "1"
+#define BLOCK_HELD         "2"
+#define BLOCK_NO_STRIPE    "3"
+#define BLOCK_FENCE_OUT    "4"
+#define BLOCK_GONE         "5"
+#define BLOCK_NO_EVENT_ROW "6"
+#define BLOCK_TOO_LATE     "7"
+
 /* The greatest hold count (LOCK_HOLDS_MAX, backends/backend.h). */
 #define HOLDS_MAX "1000000"
+
+/* The statements that the compound statements below run too, written
+ * once: each argument is the SQL of one parameter, "?" for the statement
+ * on its own, a local variable (v_...) inside a compound statement. */
+/* clang-format off */
+#define ACQ_UPSERT_SQL(key, ttl) \
+    "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms, expires_at," \
+    " mode, lim) SELECT " key ", '', NULL, 0, " ttl ", " NOW_MS " + " ttl \
+    ", 0, 0 FROM @S WHERE id = " STRIPE_OF(key) " FOR UPDATE" \
+    " ON DUPLICATE KEY UPDATE" \
+    " token = IF(expires_at > " NOW_MS ", token, '')," \
+    " owner = IF(expires_at > " NOW_MS ", owner, NULL)," \
+    " ttl_ms = IF(expires_at > " NOW_MS ", ttl_ms, VALUES(ttl_ms))," \
+    " mode = IF(expires_at > " NOW_MS ", mode, 0)," \
+    " lim = IF(expires_at > " NOW_MS ", lim, 0)," \
+    " expires_at = IF(expires_at > " NOW_MS "," \
+    " IF(LAST_INSERT_ID((expires_at - " NOW_MS ") * 2 + mode) > 0," \
+    " expires_at, expires_at), VALUES(expires_at))"
+#define FENCE_NEW_SQL "INSERT INTO @F () VALUES ()"
+#define ACQ_HOLDER_SQL(token, owner, fence, ttl, idem, key) \
+    "INSERT INTO @H (lock_key, token, owner, fence, ttl_ms, expires_at," \
+    " holds, idem) SELECT lock_key, " token ", " owner ", " fence ", " ttl \
+    ", LAST_INSERT_ID(expires_at), 1, " idem " FROM @T" \
+    " WHERE lock_key = " key \
+    " ON DUPLICATE KEY UPDATE owner = VALUES(owner)," \
+    " fence = VALUES(fence), ttl_ms = VALUES(ttl_ms)," \
+    " expires_at = VALUES(expires_at), holds = 1, idem = VALUES(idem)"
+#define ACQ_EXPIRED_SQL(key) \
+    "SELECT MAX(fence) FROM @H WHERE lock_key = " key \
+    " AND expires_at <= " NOW_MS
+#define KEY_FIX_SQL(key) \
+    "UPDATE @T SET expires_at = COALESCE((SELECT MAX(expires_at)" \
+    " FROM @H WHERE lock_key = " key "), 0) WHERE lock_key = " key
+#define RENEW_SQL(inc, ttl, key, token) \
+    "UPDATE @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key" \
+    " SET h.holds = h.holds + " inc "," \
+    " h.expires_at = " NOW_MS " + COALESCE(" ttl ", h.ttl_ms)," \
+    " k.expires_at = IF(k.mode = 0, " NOW_MS " + COALESCE(" ttl ", h.ttl_ms)," \
+    " GREATEST(k.expires_at, " NOW_MS " + COALESCE(" ttl ", h.ttl_ms)))," \
+    " h.ttl_ms = COALESCE(" ttl ", h.ttl_ms)" \
+    " WHERE k.lock_key = " key " AND h.token = " token \
+    " AND h.expires_at > " NOW_MS " AND h.holds + " inc " <= " HOLDS_MAX
+#define RENEW_READ_SQL(key, token) \
+    "SELECT h.fence, h.ttl_ms, h.expires_at, h.holds, k.mode, k.lim" \
+    " FROM @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key" \
+    " WHERE k.lock_key = " key " AND h.token = " token
+#define REL_X_SQL(key, token, all) \
+    "DELETE k, h FROM @T AS k STRAIGHT_JOIN @H AS h" \
+    " ON h.lock_key = k.lock_key WHERE k.lock_key = " key \
+    " AND h.token = " token " AND h.expires_at > " NOW_MS " AND k.mode = 0" \
+    " AND (h.holds = 1 OR " all " <> 0)"
+#define EVENT_BUMP_SQL "UPDATE @S SET v = LAST_INSERT_ID(v + 1) WHERE id = 2"
+#define EVENT_ADD_SQL(id, key) \
+    "INSERT INTO @E (id, lock_key) VALUES (" id ", " key ")"
+
+/* The compound statements (see ACQ_BLOCK below). */
+#define ACQ_BLOCK_SQL \
+    "BEGIN NOT ATOMIC" \
+    " DECLARE v_key VARBINARY(512) DEFAULT ?;" \
+    " DECLARE v_token VARBINARY(64) DEFAULT ?;" \
+    " DECLARE v_owner VARBINARY(128) DEFAULT ?;" \
+    " DECLARE v_idem VARBINARY(128) DEFAULT ?;" \
+    " DECLARE v_ttl BIGINT UNSIGNED DEFAULT ?;" \
+    " DECLARE v_stay INT DEFAULT ?;" \
+    " DECLARE v_until BIGINT DEFAULT ?;" \
+    " DECLARE v_status, v_rows, v_held, v_expires BIGINT DEFAULT 0;" \
+    " DECLARE v_fence, v_expired BIGINT UNSIGNED DEFAULT 0;" \
+    " DO LAST_INSERT_ID(0);" \
+    " " ACQ_UPSERT_SQL("v_key", "v_ttl") ";" \
+    " SET v_rows = ROW_COUNT(), v_held = LAST_INSERT_ID();" \
+    " IF v_held <> 0 THEN" \
+    "  SET v_status = " BLOCK_OPEN ";" \
+    "  IF v_stay = 0 AND v_held % 2 = 0 THEN" \
+    "   ROLLBACK; SET v_status = " BLOCK_HELD ";" \
+    "  END IF;" \
+    " ELSEIF v_rows = 0 THEN" \
+    "  ROLLBACK; SET v_status = " BLOCK_NO_STRIPE ";" \
+    " ELSE" \
+    "  IF v_rows = 2 THEN" \
+    "   " ACQ_EXPIRED_SQL("v_key") " INTO v_expired;" \
+    "  END IF;" \
+    "  " FENCE_NEW_SQL ";" \
+    "  SET v_fence = LAST_INSERT_ID();" \
+    "  IF v_fence = 0 OR v_fence > " FENCE_MAX " THEN" \
+    "   ROLLBACK; SET v_status = " BLOCK_FENCE_OUT ";" \
+    "  ELSE" \
+    "   " ACQ_HOLDER_SQL("v_token", "v_owner", "v_fence", "v_ttl", \
+                         "v_idem", "v_key") ";" \
+    "   SET v_rows = ROW_COUNT(), v_expires = LAST_INSERT_ID();" \
+    "   IF v_rows = 0 OR v_expires = 0 THEN" \
+    "    ROLLBACK; SET v_status = " BLOCK_GONE ";" \
+    "   ELSEIF " NOW_MS " > v_until THEN" \
+    "    ROLLBACK; SET v_status = " BLOCK_TOO_LATE ";" \
+    "   ELSE" \
+    "    COMMIT;" \
+    "   END IF;" \
+    "  END IF;" \
+    " END IF;" \
+    " SELECT v_status, v_held, v_fence, v_expires, COALESCE(v_expired, 0);" \
+    " END"
+#define REL_BLOCK_SQL \
+    "BEGIN NOT ATOMIC" \
+    " DECLARE v_key VARBINARY(512) DEFAULT ?;" \
+    " DECLARE v_token VARBINARY(64) DEFAULT ?;" \
+    " DECLARE v_all INT DEFAULT ?;" \
+    " DECLARE v_status INT DEFAULT 0;" \
+    " " REL_X_SQL("v_key", "v_token", "v_all") ";" \
+    " IF ROW_COUNT() = 0 THEN" \
+    "  SET v_status = " BLOCK_OPEN ";" \
+    " ELSE" \
+    "  " EVENT_BUMP_SQL ";" \
+    "  IF ROW_COUNT() <> 1 THEN" \
+    "   ROLLBACK; SET v_status = " BLOCK_NO_EVENT_ROW ";" \
+    "  ELSE" \
+    "   " EVENT_ADD_SQL("LAST_INSERT_ID()", "v_key") ";" \
+    "   COMMIT;" \
+    "  END IF;" \
+    " END IF;" \
+    " SELECT v_status;" \
+    " END"
+#define RENEW_BLOCK_SQL \
+    "BEGIN NOT ATOMIC" \
+    " DECLARE v_inc INT DEFAULT ?;" \
+    " DECLARE v_ttl BIGINT UNSIGNED DEFAULT ?;" \
+    " DECLARE v_key VARBINARY(512) DEFAULT ?;" \
+    " DECLARE v_token VARBINARY(64) DEFAULT ?;" \
+    " DECLARE v_until BIGINT DEFAULT ?;" \
+    " DECLARE v_status INT DEFAULT 0;" \
+    " DECLARE v_fence, v_ttl_now, v_holds, v_mode, v_lim" \
+    " BIGINT UNSIGNED DEFAULT 0;" \
+    " DECLARE v_expires BIGINT DEFAULT NULL;" \
+    " " RENEW_SQL("v_inc", "v_ttl", "v_key", "v_token") ";" \
+    " IF ROW_COUNT() = 0 THEN" \
+    "  SET v_status = " BLOCK_OPEN ";" \
+    " ELSE" \
+    "  " RENEW_READ_SQL("v_key", "v_token") \
+    " INTO v_fence, v_ttl_now, v_expires, v_holds, v_mode, v_lim;" \
+    "  IF v_expires IS NULL THEN" \
+    "   ROLLBACK; SET v_status = " BLOCK_GONE ";" \
+    "  ELSEIF " NOW_MS " > v_until THEN" \
+    "   ROLLBACK; SET v_status = " BLOCK_TOO_LATE ";" \
+    "  ELSE" \
+    "   IF v_mode = 1 THEN" \
+    "    " KEY_FIX_SQL("v_key") ";" \
+    "   END IF;" \
+    "   COMMIT;" \
+    "  END IF;" \
+    " END IF;" \
+    " SELECT v_status, v_fence, v_ttl_now, v_expires, v_holds, v_mode," \
+    " v_lim;" \
+    " END"
+/* clang-format on */
 
 /* clang-format off */
 #define STMT(id, sql) [MYSQL_ST_##id] = { .name = #id, .text = sql }
@@ -94,29 +259,12 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
        the remaining TTL times 2 plus the mode (>= 2). Missing or expired:
        the exclusive grant of the key. Columns are assigned left to right,
        so expires_at goes last. */
-    STMT(ACQ_UPSERT,
-         "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms, expires_at,"
-         " mode, lim) SELECT ?, '', NULL, 0, ?, " NOW_MS " + ?, 0, 0"
-         " FROM @S WHERE id = " STRIPE " FOR UPDATE ON DUPLICATE KEY UPDATE"
-         " token = IF(expires_at > " NOW_MS ", token, ''),"
-         " owner = IF(expires_at > " NOW_MS ", owner, NULL),"
-         " ttl_ms = IF(expires_at > " NOW_MS ", ttl_ms, VALUES(ttl_ms)),"
-         " mode = IF(expires_at > " NOW_MS ", mode, 0),"
-         " lim = IF(expires_at > " NOW_MS ", lim, 0),"
-         " expires_at = IF(expires_at > " NOW_MS ","
-         " IF(LAST_INSERT_ID((expires_at - " NOW_MS ") * 2 + mode) > 0,"
-         " expires_at, expires_at), VALUES(expires_at))"),
-    STMT(FENCE_NEW, "INSERT INTO @F () VALUES ()"),
+    STMT(ACQ_UPSERT, ACQ_UPSERT_SQL("?", "?")),
+    STMT(FENCE_NEW, FENCE_NEW_SQL),
     /* the same expiry as the key's row (one clock reading); a row of an
        expired holder under the same token (never, tokens are random) is
        overwritten */
-    STMT(ACQ_HOLDER,
-         "INSERT INTO @H (lock_key, token, owner, fence, ttl_ms, expires_at,"
-         " holds, idem) SELECT lock_key, ?, ?, ?, ?,"
-         " LAST_INSERT_ID(expires_at), 1, ? FROM @T WHERE lock_key = ?"
-         " ON DUPLICATE KEY UPDATE owner = VALUES(owner),"
-         " fence = VALUES(fence), ttl_ms = VALUES(ttl_ms),"
-         " expires_at = VALUES(expires_at), holds = 1, idem = VALUES(idem)"),
+    STMT(ACQ_HOLDER, ACQ_HOLDER_SQL("?", "?", "?", "?", "?", "?")),
     /* the key row locked, made (free) if absent */
     STMT(ACQ_LOCK,
          "INSERT INTO @T (lock_key, token, owner, fence, ttl_ms, expires_at,"
@@ -155,9 +303,7 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
        expires_at index, which would lock other keys' rows (deadlocks) */
     STMT(REAP_KEY,
          "DELETE FROM @H WHERE lock_key = ? AND expires_at + 0 <= " NOW_MS),
-    STMT(KEY_FIX,
-         "UPDATE @T SET expires_at = COALESCE((SELECT MAX(expires_at)"
-         " FROM @H WHERE lock_key = ?), 0) WHERE lock_key = ?"),
+    STMT(KEY_FIX, KEY_FIX_SQL("?")),
     STMT(KEY_DROP,
          "DELETE FROM @T WHERE lock_key = ? AND expires_at + 0 <= " NOW_MS),
     /* Both rows, the key's first (STRAIGHT_JOIN). One NOW(3) per
@@ -166,19 +312,8 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
        multiple-table UPDATE run in no set order, so none reads a column
        another one sets (COALESCE(?, ttl_ms) is the same before and
        after). */
-    STMT(RENEW,
-         "UPDATE @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key"
-         " SET h.holds = h.holds + ?,"
-         " h.expires_at = " NOW_MS " + COALESCE(?, h.ttl_ms),"
-         " k.expires_at = IF(k.mode = 0, " NOW_MS " + COALESCE(?, h.ttl_ms),"
-         " GREATEST(k.expires_at, " NOW_MS " + COALESCE(?, h.ttl_ms))),"
-         " h.ttl_ms = COALESCE(?, h.ttl_ms)"
-         " WHERE k.lock_key = ? AND h.token = ? AND h.expires_at > " NOW_MS
-         " AND h.holds + ? <= " HOLDS_MAX),
-    STMT(RENEW_READ,
-         "SELECT h.fence, h.ttl_ms, h.expires_at, h.holds, k.mode, k.lim"
-         " FROM @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key"
-         " WHERE k.lock_key = ? AND h.token = ?"),
+    STMT(RENEW, RENEW_SQL("?", "?", "?", "?")),
+    STMT(RENEW_READ, RENEW_READ_SQL("?", "?")),
     /* key row live; this token's holds (NULL: not a live holder) */
     STMT(SETTLE,
          "SELECT k.expires_at > " NOW_MS ", h.holds FROM @T AS k"
@@ -186,11 +321,7 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
          " AND h.expires_at > " NOW_MS " WHERE k.lock_key = ?"),
     /* the common release: the only holder's last hold, key row and holder
        row deleted together, key row first */
-    STMT(REL_X,
-         "DELETE k, h FROM @T AS k STRAIGHT_JOIN @H AS h"
-         " ON h.lock_key = k.lock_key WHERE k.lock_key = ? AND h.token = ?"
-         " AND h.expires_at > " NOW_MS " AND k.mode = 0"
-         " AND (h.holds = 1 OR ? <> 0)"),
+    STMT(REL_X, REL_X_SQL("?", "?", "?")),
     STMT(REL_LOCK,
          "SELECT k.expires_at > " NOW_MS ", h.holds FROM @T AS k"
          " LEFT JOIN @H AS h ON h.lock_key = k.lock_key AND h.token = ?"
@@ -218,8 +349,8 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
          " ORDER BY expires_at LIMIT ?"),
     STMT(KEY_LOCK, "SELECT 1 FROM @T WHERE lock_key = ? FOR UPDATE"),
     STMT(COUNT_HELD, "SELECT COUNT(*) FROM @H WHERE expires_at > " NOW_MS),
-    STMT(EVENT_BUMP, "UPDATE @S SET v = LAST_INSERT_ID(v + 1) WHERE id = 2"),
-    STMT(EVENT_ADD, "INSERT INTO @E (id, lock_key) VALUES (?, ?)"),
+    STMT(EVENT_BUMP, EVENT_BUMP_SQL),
+    STMT(EVENT_ADD, EVENT_ADD_SQL("?", "?")),
     STMT(EVENTS,
          "SELECT id, lock_key FROM @E WHERE id > ? ORDER BY id"
          " LIMIT ?"),
@@ -276,9 +407,19 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
     STMT(FORCE_KEY, "DELETE FROM @T WHERE lock_key = ?"),
     /* after the exclusive acquire took over an existing key row: the
        holders it leaves behind (the key row was not live, so none is) */
-    STMT(ACQ_EXPIRED,
-         "SELECT MAX(fence) FROM @H WHERE lock_key = ?"
-         " AND expires_at <= " NOW_MS),
+    STMT(ACQ_EXPIRED, ACQ_EXPIRED_SQL("?")),
+    /* MariaDB's compound statements: the common acquire, release and
+       renew, each one transaction in one round trip, COMMIT included.
+       They run the statements above in the order the C of the
+       step-by-step path sends them, and answer one row whose first column
+       is an enum mysql_block_status (sql.h). When they decide nothing
+       (MYSQL_BLOCK_OPEN), the transaction stays open, with the key row
+       locked, for that path to go on. A grant or renew commits only
+       while the database's clock is before v_until, the moment lockd
+       gives up on the call (mysql_conn_until()). */
+    STMT(ACQ_BLOCK, ACQ_BLOCK_SQL),
+    STMT(REL_BLOCK, REL_BLOCK_SQL),
+    STMT(RENEW_BLOCK, RENEW_BLOCK_SQL),
 };
 
 /* The schema (deploy/mysql/schema.sql), run once per process while the
@@ -425,6 +566,8 @@ const struct mysql_sql mysql_sql_session[] = {
       " innodb_lock_wait_timeout = 1",
       false },
 };
+
+const struct mysql_sql mysql_sql_clock = { "clock", "SELECT " NOW_MS, true };
 
 /* MariaDB only: a lockd stopped in mid-transaction must not hold the
  * fence row for long. Plain MySQL has no such variable. */

@@ -61,7 +61,29 @@ enum mysql_stmt_id {
     MYSQL_ST_FORCE_HOLD,  /* every holder row of a key */
     MYSQL_ST_FORCE_KEY,   /* the key's row, whatever its expiry */
     MYSQL_ST_ACQ_EXPIRED, /* the greatest fence of a key's expired holders */
+    /* compound statements (MariaDB): a whole transaction in one round
+       trip; not prepared on a server without them (MySQL) */
+    MYSQL_ST_ACQ_BLOCK,   /* exclusive acquire: ACQ_UPSERT .. COMMIT */
+    MYSQL_ST_REL_BLOCK,   /* release: REL_X, the event, COMMIT */
+    MYSQL_ST_RENEW_BLOCK, /* renew: RENEW, RENEW_READ, KEY_FIX, COMMIT */
     MYSQL_ST_COUNT,
+};
+
+/* The first column of a compound statement's row: what it did. Only
+ * MYSQL_BLOCK_DONE committed; only MYSQL_BLOCK_OPEN leaves the
+ * transaction open; every other one rolled back. */
+enum mysql_block_status {
+    MYSQL_BLOCK_DONE = 0,         /* granted, released, renewed */
+    MYSQL_BLOCK_OPEN = 1,         /* nothing decided: the step-by-step path
+                                     goes on in the same transaction */
+    MYSQL_BLOCK_HELD = 2,         /* acquire: held (exclusively), no replay
+                                     to look for */
+    MYSQL_BLOCK_NO_STRIPE = 3,    /* acquire: the key's stripe row is gone */
+    MYSQL_BLOCK_FENCE_OUT = 4,    /* acquire: the fence counter is spent */
+    MYSQL_BLOCK_GONE = 5,         /* the row just written is not there */
+    MYSQL_BLOCK_NO_EVENT_ROW = 6, /* release: the event sequence row is gone */
+    MYSQL_BLOCK_TOO_LATE = 7,     /* acquire, renew: the database's clock
+                                     passed the not-after time */
 };
 
 /* One named statement. */
@@ -88,6 +110,8 @@ extern const struct mysql_sql mysql_sql_session[];
  * (a racing instance may have: ER_DUP_FIELDNAME). */
 extern const struct mysql_sql mysql_sql_kinds_probe;
 extern const struct mysql_sql mysql_sql_kinds_upgrade;
+/* The database's clock in unix ms: one row, one column. */
+extern const struct mysql_sql mysql_sql_clock;
 /* After the session list; MariaDB only, so its failure is ignored. */
 extern const struct mysql_sql mysql_sql_session_idle;
 

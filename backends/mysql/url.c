@@ -70,6 +70,7 @@ static int mysql_url_timeout(const struct url *u,
 static enum backend_result
 mysql_url_shape(const struct url *u, char *errbuf, size_t errlen)
 {
+    /* clang-format off */
     static const char *const allowed[] = {
         "socket",
         "connect_timeout_ms",
@@ -81,8 +82,10 @@ mysql_url_shape(const struct url *u, char *errbuf, size_t errlen)
         "ssl_ca",
         "ssl_cert",
         "ssl_key",
+        "compound",
         NULL,
     };
+    /* clang-format on */
     const char *bad = NULL;
 
     if (strcmp(u->scheme, "mysql") != 0) {
@@ -94,7 +97,7 @@ mysql_url_shape(const struct url *u, char *errbuf, size_t errlen)
                  "mysql: unknown URL option '%s' (known: socket, "
                  "connect_timeout_ms, read_timeout_ms, write_timeout_ms, "
                  "table, password_file, ssl_mode, ssl_ca, ssl_cert, "
-                 "ssl_key)",
+                 "ssl_key, compound)",
                  bad);
         return BACKEND_INVALID;
     }
@@ -150,7 +153,7 @@ static enum backend_result mysql_url_where(struct mysql_be *be,
     return BACKEND_OK;
 }
 
-/* table= and the timeouts, with their defaults. */
+/* table=, compound= and the timeouts, with their defaults. */
 static enum backend_result mysql_url_options(struct mysql_be *be,
                                              const struct url *u,
                                              char *errbuf,
@@ -167,6 +170,12 @@ static enum backend_result mysql_url_options(struct mysql_be *be,
     be->table = strdup(v != NULL ? v : MYSQL_BE_DEFAULT_TABLE);
     if (be->table == NULL)
         return BACKEND_NO_MEMORY;
+    v = url_param(u, "compound");
+    if (v != NULL && strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+        snprintf(errbuf, errlen, "mysql: compound must be 0 or 1");
+        return BACKEND_INVALID;
+    }
+    be->compound = v == NULL || strcmp(v, "1") == 0;
     if (mysql_url_timeout(u, "connect_timeout_ms", MYSQL_BE_CONNECT_TIMEOUT_MS,
                           &be->connect_timeout_s, errbuf, errlen) != 0 ||
         mysql_url_timeout(u, "read_timeout_ms", MYSQL_BE_RW_TIMEOUT_MS,

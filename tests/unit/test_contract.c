@@ -1065,12 +1065,28 @@ static int start_mysql(struct target *t, const char **why)
     return rc;
 }
 
+/* MySQL step by step: each step of an acquire, renew or release its own
+ * statement, as on a server without compound statements (MySQL). */
+static int start_mysql_steps(struct target *t, const char **why)
+{
+    size_t n;
+
+    if (start_mysql(t, why) != 0)
+        return -1;
+    n = strlen(t->url);
+    snprintf(t->url + n, sizeof(t->url) - n, "?compound=0");
+    return 0;
+}
+
 static struct target targets[] = {
     { .name = "memory", .start = start_memory, .srv = TEST_SERVER_INIT },
     { .name = "redis", .start = start_redis, .srv = TEST_SERVER_INIT },
     { .name = "redlock", .start = start_redlock, .srv = TEST_SERVER_INIT },
     { .name = "zookeeper", .start = start_zookeeper, .srv = TEST_SERVER_INIT },
     { .name = "mysql", .start = start_mysql, .srv = TEST_SERVER_INIT },
+    { .name = "mysql-steps",
+      .start = start_mysql_steps,
+      .srv = TEST_SERVER_INIT },
 };
 
 static bool selected(const struct target *t, size_t c, int argc, char **argv)

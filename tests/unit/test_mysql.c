@@ -119,6 +119,9 @@ static void test_open_rejects_bad_urls(void)
         "mysql://u@h1:1,h2:2/db",
         "mysql://u@[::1/db",
         "mysql://u@[::1]x/db",
+        "mysql://u@127.0.0.1/db?compound=2",
+        "mysql://u@127.0.0.1/db?compound=yes",
+        "mysql://u@127.0.0.1/db?compound=",
         NULL,
     };
     struct backend *be;
@@ -260,6 +263,90 @@ static void test_acquire_grants_free_key_once(void)
     CHECK(h.retry_ms > 8000 && h.retry_ms <= 10000);
     CHECK_EQ_INT(acq(be_main, "once", TOK_A, 10000, &h), BACKEND_HELD);
     CHECK_EQ_INT(rel(be_main, "once", TOK_A), BACKEND_OK);
+}
+
+/* Statements the server has executed (COM_STMT_EXECUTE), all sessions. */
+static long long stmts_executed(void)
+{
+    return root_sql("SELECT VARIABLE_VALUE FROM information_schema"
+                    ".GLOBAL_STATUS WHERE VARIABLE_NAME = 'COM_STMT_EXECUTE'");
+}
+
+/* Statements executed for n acquire+renew+release rounds of a fresh key
+ * each on be; -1 when a call failed. */
+static long long stmts_for_rounds(struct backend *be, const char *prefix, int n)
+{
+    struct lock_grant g;
+    char key[64];
+    long long before = stmts_executed(), after;
+
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s-%d", prefix, i);
+        if (acq(be, key, TOK_A, 10000, &g) != BACKEND_OK ||
+            ren(be, key, TOK_A, 10000, &g) != BACKEND_OK ||
+            rel(be, key, TOK_A) != BACKEND_OK)
+            return -1;
+    }
+    after = stmts_executed();
+    return before < 0 || after < 0 ? -1 : after - before;
+}
+
+/* On MariaDB an exclusive acquire, a renew and a release are one
+ * statement each, COMMIT included (compound statements); with compound=0
+ * they go step by step, as on MySQL: 4, 3 and 4 statements (COMMIT is a
+ * plain query, not counted). The background thread's polls count too, a
+ * few per second. */
+static void test_acquire_renew_release_one_statement_each(void)
+{
+    char u[260];
+    struct backend *steps;
+    long long blocks, each;
+
+    blocks = stmts_for_rounds(be_main, "one-stmt", 40);
+    printf("  40 rounds: %lld statements with compound statements\n", blocks);
+    CHECK(blocks >= 120 && blocks < 160);
+    snprintf(u, sizeof(u), "%s?compound=0", url);
+    steps = open_be(u);
+    CHECK(steps != NULL);
+    if (steps == NULL)
+        return;
+    each = stmts_for_rounds(steps, "steps", 40);
+    printf("  40 rounds: %lld statements step by step\n", each);
+    CHECK(each >= 240);
+    mysql_backend.close(steps);
+}
+
+/* A connection the server closed while it sat idle (killed here; a
+ * restart does the same) is replaced before a statement goes on it: a
+ * compound statement lost on the way may have committed, so it is never
+ * sent again, and only this check keeps such a close from costing a 503. */
+static void test_connection_closed_while_idle_is_replaced(void)
+{
+    struct lock_grant g;
+    long long id, last = 0;
+    int killed = 0;
+    char sql[160];
+
+    CHECK_EQ_INT(acq(be_main, "idle-1", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "idle-1", TOK_A), BACKEND_OK);
+    for (int i = 0; i < 64; i++) { /* every session of user lockd */
+        snprintf(sql, sizeof(sql),
+                 "SELECT COALESCE(MIN(ID), 0) FROM information_schema"
+                 ".PROCESSLIST WHERE USER = 'lockd' AND ID > %lld",
+                 last);
+        id = root_sql(sql);
+        if (id <= 0)
+            break;
+        snprintf(sql, sizeof(sql), "KILL CONNECTION %lld", id);
+        killed += root_sql(sql) == 0;
+        last = id;
+    }
+    printf("  %d sessions killed\n", killed);
+    CHECK(killed >= 1);
+    usleep(200 * 1000); /* the close reaches our socket */
+    CHECK_EQ_INT(acq(be_main, "idle-2", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(ren(be_main, "idle-2", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "idle-2", TOK_A), BACKEND_OK);
 }
 
 static void test_fence_grows_with_every_grant(void)
@@ -939,7 +1026,7 @@ static void test_reaper_removes_expired_rows(void)
 static void test_stopped_mysql_answers_unavailable_in_time(void)
 {
     char u[400];
-    struct backend *be;
+    struct backend *be, *be2;
     struct lock_grant g;
     struct lock_info info;
     int64_t t0, took;
@@ -953,6 +1040,15 @@ static void test_stopped_mysql_answers_unavailable_in_time(void)
     if (be == NULL)
         return;
     CHECK_EQ_INT(acq(be, "stopped", TOK_A, 60000, &g), BACKEND_OK);
+    /* a second handle: its own connection, alive when the renew goes */
+    be2 = open_be(u);
+    CHECK(be2 != NULL);
+    if (be2 == NULL) {
+        mysql_backend.close(be);
+        return;
+    }
+    CHECK_EQ_INT(acq(be2, "stopped-3", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(ren(be2, "stopped-3", TOK_A, 5000, &g), BACKEND_OK);
     testsrv_signal(&srv, SIGSTOP);
     t0 = check_mono_ms();
     CHECK_EQ_INT(acq(be, "stopped-2", TOK_A, 60000, &g), BACKEND_UNAVAILABLE);
@@ -963,8 +1059,9 @@ static void test_stopped_mysql_answers_unavailable_in_time(void)
     CHECK_EQ_INT(insp(be, "stopped", &info), BACKEND_UNAVAILABLE);
     CHECK(info.holders == NULL);
     CHECK(check_mono_ms() - t0 < 3500);
+    CHECK_EQ_INT(ren(be2, "stopped-3", TOK_A, 60000, &g), BACKEND_UNAVAILABLE);
     testsrv_signal(&srv, SIGCONT);
-    /* the lock survived; the grant that timed out was never made */
+    /* the lock survived */
     for (int i = 0; i < 40; i++) {
         if (mysql_backend.ping(be) == BACKEND_OK)
             break;
@@ -972,6 +1069,18 @@ static void test_stopped_mysql_answers_unavailable_in_time(void)
     }
     CHECK_EQ_INT(acq(be, "stopped", TOK_B, 5000, &g), BACKEND_HELD);
     CHECK_EQ_INT(rel(be, "stopped", TOK_A), BACKEND_OK);
+    /* the server ran the timed-out grant and renew when it woke (a
+       compound statement carries its own COMMIT), past their not-after
+       time: neither changed anything */
+    CHECK_EQ_INT(insp(be, "stopped-2", &info), BACKEND_NOT_FOUND);
+    free(info.holders);
+    CHECK_EQ_INT(insp(be, "stopped-3", &info), BACKEND_OK);
+    printf("  the lock renewed in vain: %llu ms left of 5000\n",
+           (unsigned long long)info.ttl_ms);
+    CHECK(info.ttl_ms <= 5000);
+    free(info.holders);
+    CHECK_EQ_INT(rel(be, "stopped-3", TOK_A), BACKEND_OK);
+    mysql_backend.close(be2);
     mysql_backend.close(be);
 }
 
@@ -2552,6 +2661,8 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_open_succeeds_while_mysql_is_down),
     CHECK_CASE(test_password_from_file_or_environment),
     CHECK_CASE(test_acquire_grants_free_key_once),
+    CHECK_CASE(test_acquire_renew_release_one_statement_each),
+    CHECK_CASE(test_connection_closed_while_idle_is_replaced),
     CHECK_CASE(test_fence_grows_with_every_grant),
     CHECK_CASE(test_renew_keeps_fence_and_stored_ttl),
     CHECK_CASE(test_expired_token_is_dead),

@@ -56,53 +56,25 @@ struct schema {
 };
 
 static const char *const sql_keywords[] = {
-    "ADD",
-    "ALTER",
-    "AND",
-    "AS",
-    "AUTO_INCREMENT",
-    "BIGINT",
-    "BY",
-    "COLUMN",
-    "COMMIT",
-    "CREATE",
-    "DEFAULT",
-    "DELETE",
-    "DUPLICATE",
-    "ENGINE",
-    "EXISTS",
-    "FOR",
-    "FROM",
-    "GROUP",
-    "HAVING",
-    "IF",
-    "IGNORE",
-    "InnoDB",
-    "INSERT",
-    "INT",
-    "INTO",
-    "JOIN",
-    "KEY",
-    "LEFT",
-    "LIMIT",
-    "NOT",
-    "NULL",
-    "ON",
-    "OR",
-    "ORDER",
-    "PRIMARY",
-    "SELECT",
-    "SET",
-    "SIGNED",
-    "STRAIGHT_JOIN",
-    "TABLE",
-    "TINYINT",
-    "UNSIGNED",
-    "UPDATE",
-    "VALUES",
-    "VARBINARY",
-    "WHERE",
-    NULL,
+    "ADD",       "ALTER",     "AND",
+    "AS",        "ATOMIC",    "AUTO_INCREMENT",
+    "BEGIN",     "BIGINT",    "BY",
+    "COLUMN",    "COMMIT",    "CREATE",
+    "DECLARE",   "DEFAULT",   "DELETE",
+    "DO",        "DUPLICATE", "ELSE",
+    "ELSEIF",    "END",       "ENGINE",
+    "EXISTS",    "FOR",       "FROM",
+    "GROUP",     "HAVING",    "IF",
+    "IGNORE",    "InnoDB",    "INSERT",
+    "INT",       "INTO",      "IS",
+    "JOIN",      "KEY",       "LEFT",
+    "LIMIT",     "NOT",       "NULL",
+    "ON",        "OR",        "ORDER",
+    "PRIMARY",   "ROLLBACK",  "SELECT",
+    "SET",       "SIGNED",    "STRAIGHT_JOIN",
+    "TABLE",     "THEN",      "TINYINT",
+    "UNSIGNED",  "UPDATE",    "VALUES",
+    "VARBINARY", "WHERE",     NULL,
 };
 
 /* "ok what" or "FAIL what", the latter counted as a failed check. */
@@ -343,16 +315,43 @@ static bool is_keyword(const char *w)
     return false;
 }
 
+/* The local variables a compound statement declares ("DECLARE a, b
+ * TYPE"): names, not columns. */
+static void read_locals(const char *sql, struct words *locals)
+{
+    const char *p = sql;
+
+    memset(locals, 0, sizeof(*locals));
+    while ((p = strstr(p, "DECLARE ")) != NULL) {
+        p += strlen("DECLARE ");
+        for (;;) {
+            size_t n = 0;
+            char word[NAME_MAX_];
+
+            while ((isalnum((unsigned char)p[n]) || p[n] == '_') &&
+                   n + 1 < sizeof(word))
+                n++;
+            snprintf(word, sizeof(word), "%.*s", (int)n, p);
+            add_word(locals, word);
+            p += n;
+            if (strncmp(p, ", ", 2) != 0)
+                break;
+            p += 2;
+        }
+    }
+}
+
 /* Split sql into its `tables` and the names that must be columns. */
 static void
 read_statement(const char *sql, struct words *tables, struct words *names)
 {
-    struct words aliases = { 0 }, plain = { 0 };
+    struct words aliases = { 0 }, plain = { 0 }, locals;
     const char *p = sql;
     char prev = ' ', word[NAME_MAX_], last[NAME_MAX_] = "";
 
     memset(tables, 0, sizeof(*tables));
     memset(names, 0, sizeof(*names));
+    read_locals(sql, &locals);
     while (*p != '\0') {
         if (*p == '\'') { /* a string literal */
             p = strchr(p + 1, '\'');
@@ -392,7 +391,7 @@ read_statement(const char *sql, struct words *tables, struct words *names)
             q++;
         if (strcasecmp(last, "AS") == 0 || prev == ')')
             add_word(&aliases, word);
-        else if (*q != '(' && !is_keyword(word))
+        else if (*q != '(' && !is_keyword(word) && !in_words(&locals, word))
             add_word(&plain, word);
         snprintf(last, sizeof(last), "%s", word);
         prev = 'x';
@@ -528,6 +527,43 @@ static void test_setup_statements_use_schema_names(void)
             check_statement(&s, lists[l].list[i].name, lists[l].list[i].text);
 }
 
+/* A compound statement's local variable takes the place of a column of
+ * the same name in its statements (MariaDB looks for a variable first),
+ * so every local is named v_..., which no column is; and its parameters
+ * are its DECLAREs' defaults, in the order the C binds them. */
+static void test_compound_statements_name_locals_apart(void)
+{
+    static const struct {
+        enum mysql_stmt_id id;
+        int params;
+    } blocks[] = {
+        { MYSQL_ST_ACQ_BLOCK, 7 },
+        { MYSQL_ST_REL_BLOCK, 3 },
+        { MYSQL_ST_RENEW_BLOCK, 5 },
+    };
+
+    for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++) {
+        const struct mysql_sql *st = &mysql_sql_stmts[blocks[i].id];
+        struct words locals;
+        int params = 0, defaults = 0;
+        bool ok = strncmp(st->text, "BEGIN NOT ATOMIC ", 17) == 0;
+
+        read_locals(st->text, &locals);
+        for (int j = 0; j < locals.n; j++)
+            ok = ok && strncmp(locals.w[j], "v_", 2) == 0;
+        for (const char *p = st->text; (p = strchr(p, '?')) != NULL; p++)
+            params++;
+        for (const char *p = st->text; (p = strstr(p, "DEFAULT ?;")) != NULL;
+             p++)
+            defaults++;
+        verdict(ok && locals.n > 0 && params == blocks[i].params &&
+                    defaults == params,
+                "%s: %d locals, all v_...; %d parameters, each a DECLARE's "
+                "default",
+                st->name, locals.n, params);
+    }
+}
+
 /* Session settings name variables, never a table. */
 static void test_session_statements_name_no_table(void)
 {
@@ -600,6 +636,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_every_statement_has_name_and_text),
     CHECK_CASE(test_expand_replaces_placeholders_only),
     CHECK_CASE(test_multi_statements_take_every_key),
+    CHECK_CASE(test_compound_statements_name_locals_apart),
 };
 
 int main(int argc, char **argv)
