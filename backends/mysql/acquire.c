@@ -267,7 +267,7 @@ static enum mysql_attempt mysql_acquire_block(struct mysql_conn *c,
     uint64_t ttl = req->ttl_ms, stay = req->idem_key != NULL;
     uint64_t fence = 0, expired = 0;
     int64_t status = 0, held = 0, expires = 0, t0 = clock_mono_ms();
-    int64_t until = mysql_conn_until(c);
+    int64_t until = mysql_conn_until(c, t0);
     my_bool nulls[5] = { 0 };
     unsigned err;
 

@@ -492,9 +492,9 @@ unsigned mysql_conn_clock(struct mysql_conn *c)
     return err;
 }
 
-int64_t mysql_conn_until(const struct mysql_conn *c)
+int64_t mysql_conn_until(const struct mysql_conn *c, int64_t t0)
 {
-    return clock_mono_ms() + c->be->base.call_timeout_ms + c->offset_ms;
+    return t0 + c->be->base.call_timeout_ms + c->offset_ms;
 }
 
 enum mysql_attempt mysql_block_too_late(struct mysql_conn *c, int64_t t0)

@@ -90,7 +90,7 @@ static enum mysql_attempt mysql_renew_block(struct mysql_conn *c,
     MYSQL_BIND b[5] = { p[0], p[1], p[5], p[6] }, r[7];
     uint64_t v[5] = { 0 };
     int64_t status = 0, expires = 0, t0 = clock_mono_ms();
-    int64_t until = mysql_conn_until(c);
+    int64_t until = mysql_conn_until(c, t0);
     my_bool nulls[2] = { 0 };
     unsigned err;
 

@@ -208,8 +208,8 @@ mysql_run_op(struct mysql_be *be, mysql_attempt_fn fn, void *arg);
 
 /* Whether c may run compound statement id (sql.h): be->compound, and
  * the statement prepared. A server that refuses it as a syntax error
- * (MySQL, which has no compound statements outside stored programs) turns
- * be->blocks off for good (logged once); any other failure (a lost
+ * (MySQL, which has no compound statements outside stored programs) sets
+ * be->blocks_refused for good (logged once); any other failure (a lost
  * connection, say) answers false this time, and the step-by-step path then
  * meets and handles the same failure. */
 bool mysql_conn_block_ok(struct mysql_conn *c, enum mysql_stmt_id id);
@@ -218,11 +218,11 @@ bool mysql_conn_block_ok(struct mysql_conn *c, enum mysql_stmt_id id);
  * number. */
 unsigned mysql_conn_clock(struct mysql_conn *c);
 /* The not-after time, in the database's clock, of a compound statement
- * that grants or renews, sent now: the moment lockd gives up on it
- * (call_timeout_ms from now). Past it the statement commits nothing, so
+ * that grants or renews, sent at mono ms t0: the moment lockd gives up on
+ * it (call_timeout_ms after t0). Past it the statement commits nothing, so
  * a statement the server runs only after lockd answered 503 (a paused or
  * overloaded server) grants nothing nobody heard of. */
-int64_t mysql_conn_until(const struct mysql_conn *c);
+int64_t mysql_conn_until(const struct mysql_conn *c, int64_t t0);
 /* A compound statement answered MYSQL_BLOCK_TOO_LATE (rolled back):
  * sent at mono ms t0. An answer in time means our measure of the
  * database's clock is off (it was stepped): measured again, and AGAIN. */
