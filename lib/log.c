@@ -5,6 +5,7 @@
  * write(2), so lines never interleave and come out in time order.
  */
 #include "lib/log.h"
+#include "lib/logfmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -71,33 +72,6 @@ int log_enabled(enum log_level level)
     return level >= log_min;
 }
 
-/* Append s to buf at *pos, JSON-escaped (json) or with control bytes
- * escaped (text), never past cap - 1. */
-static void
-put_escaped(char *buf, size_t cap, size_t *pos, const char *s, int json)
-{
-    for (; *s != '\0' && *pos + 7 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (json && (c == '"' || c == '\\')) {
-            buf[(*pos)++] = '\\';
-            buf[(*pos)++] = (char)c;
-        } else if (c < 0x20 || c == 0x7f) {
-            *pos += (size_t)snprintf(buf + *pos, cap - *pos,
-                                     json ? "\\u%04x" : "\\x%02x", c);
-        } else {
-            buf[(*pos)++] = (char)c;
-        }
-    }
-    buf[*pos] = '\0';
-}
-
-static void put_raw(char *buf, size_t cap, size_t *pos, const char *s)
-{
-    int n = snprintf(buf + *pos, cap - *pos, "%s", s);
-    if (n > 0)
-        *pos += (size_t)n < cap - *pos ? (size_t)n : cap - *pos - 1;
-}
-
 /* The date part changes once a second: format it once per second per
  * thread (gmtime_r takes glibc's time zone lock). */
 static _Thread_local time_t cached_sec = -1;
@@ -118,7 +92,14 @@ static void format_time(char *out, const struct timespec *ts)
                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
         cached_sec = ts->tv_sec;
     }
-    snprintf(tmp, sizeof(tmp), "%s.%03ldZ", cached_date, ts->tv_nsec / 1000000);
+    long ms = ts->tv_nsec / 1000000;
+    size_t n = strlen(cached_date);
+    memcpy(tmp, cached_date, n); /* as "%s.%03ldZ" */
+    tmp[n] = '.';
+    tmp[n + 1] = (char)('0' + ms / 100);
+    tmp[n + 2] = (char)('0' + ms / 10 % 10);
+    tmp[n + 3] = (char)('0' + ms % 10);
+    tmp[n + 4] = 'Z';
     memcpy(out, tmp, LOG_TIME_LEN); /* years 1000-9999: always 24 */
 }
 
@@ -127,7 +108,7 @@ static void format_time(char *out, const struct timespec *ts)
 static void put_time(char *buf, size_t cap, size_t *pos, size_t *slot)
 {
     *slot = *pos;
-    put_raw(buf, cap, pos, "0000-00-00T00:00:00.000Z");
+    logfmt_put_raw(buf, cap, pos, "0000-00-00T00:00:00.000Z");
 }
 
 static int log_fd = STDERR_FILENO; /* --log-file: dup2()ed over on reopen */
@@ -605,19 +586,19 @@ void log_msg(enum log_level level, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap); /* truncation is acceptable */
     va_end(ap);
     if (json) {
-        put_raw(line, sizeof(line) - 1, &pos, "{\"time\":\"");
+        logfmt_put_raw(line, sizeof(line) - 1, &pos, "{\"time\":\"");
         put_time(line, sizeof(line) - 1, &pos, &slot);
-        put_raw(line, sizeof(line) - 1, &pos, "\",\"level\":\"");
-        put_raw(line, sizeof(line) - 1, &pos, level_names[level]);
-        put_raw(line, sizeof(line) - 1, &pos, "\",\"msg\":\"");
-        put_escaped(line, sizeof(line) - 3, &pos, msg, 1);
-        put_raw(line, sizeof(line) - 1, &pos, "\"}");
+        logfmt_put_raw(line, sizeof(line) - 1, &pos, "\",\"level\":\"");
+        logfmt_put_raw(line, sizeof(line) - 1, &pos, level_names[level]);
+        logfmt_put_raw(line, sizeof(line) - 1, &pos, "\",\"msg\":\"");
+        logfmt_put_escaped(line, sizeof(line) - 3, &pos, msg, 1);
+        logfmt_put_raw(line, sizeof(line) - 1, &pos, "\"}");
     } else {
         put_time(line, sizeof(line) - 1, &pos, &slot);
-        put_raw(line, sizeof(line) - 1, &pos, " ");
-        put_raw(line, sizeof(line) - 1, &pos, level_names[level]);
-        put_raw(line, sizeof(line) - 1, &pos, " ");
-        put_escaped(line, sizeof(line) - 1, &pos, msg, 0);
+        logfmt_put_raw(line, sizeof(line) - 1, &pos, " ");
+        logfmt_put_raw(line, sizeof(line) - 1, &pos, level_names[level]);
+        logfmt_put_raw(line, sizeof(line) - 1, &pos, " ");
+        logfmt_put_escaped(line, sizeof(line) - 1, &pos, msg, 0);
     }
     emit(line, pos, slot);
 }
@@ -626,28 +607,19 @@ void log_msg(enum log_level level, const char *fmt, ...)
 static void put_field(
     char *buf, size_t cap, size_t *pos, const struct log_field *f, int json)
 {
-    char tmp[LOG_FIELD_MAX + 1];
-    char num[32];
-
     if (f->name == NULL || *pos + 64 >= cap)
         return;
-    put_raw(buf, cap, pos, json ? ",\"" : " ");
-    put_escaped(buf, cap - 32, pos, f->name, json);
-    put_raw(buf, cap, pos, json ? "\":" : "=");
+    logfmt_put_raw(buf, cap, pos, json ? ",\"" : " ");
+    logfmt_put_escaped(buf, cap - 32, pos, f->name, json);
+    logfmt_put_raw(buf, cap, pos, json ? "\":" : "=");
     if (f->str == NULL) {
-        snprintf(num, sizeof(num), "%lld", (long long)f->num);
-        put_raw(buf, cap, pos, num);
+        logfmt_put_i64(buf, cap, pos, f->num);
         return;
     }
-    size_t n = f->len < LOG_FIELD_MAX ? f->len : LOG_FIELD_MAX;
-    memcpy(tmp, f->str, n);
-    tmp[n] = '\0';
-    for (size_t i = 0; i < n; i++) /* a NUL inside would end the value */
-        if (tmp[i] == '\0')
-            tmp[i] = '?';
-    put_raw(buf, cap, pos, "\"");
-    put_escaped(buf, cap - 8, pos, tmp, json);
-    put_raw(buf, cap, pos, "\"");
+    logfmt_put_raw(buf, cap, pos, "\"");
+    logfmt_put_escaped_n(buf, cap - 8, pos, f->str,
+                         f->len < LOG_FIELD_MAX ? f->len : LOG_FIELD_MAX, json);
+    logfmt_put_raw(buf, cap, pos, "\"");
 }
 
 static void put_fields(char *buf,
@@ -670,7 +642,6 @@ void log_access(const char *method,
                 size_t n)
 {
     char line[LOG_LINE_MAX * 2];
-    char num[64];
     size_t pos = 0, slot = 0;
     size_t cap = sizeof(line) - 2;
     int json = log_fmt == LOG_FORMAT_JSON;
@@ -678,36 +649,39 @@ void log_access(const char *method,
     if (LOG_LEVEL_INFO < log_min)
         return;
     if (json) {
-        put_raw(line, cap, &pos, "{\"time\":\"");
+        logfmt_put_raw(line, cap, &pos, "{\"time\":\"");
         put_time(line, cap, &pos, &slot);
-        put_raw(line, cap, &pos,
-                "\",\"level\":\"info\",\"msg\":\"access\","
-                "\"method\":\"");
-        put_escaped(line, cap - 200, &pos, method, 1);
-        put_raw(line, cap, &pos, "\",\"path\":\"");
-        put_escaped(line, cap - 200, &pos, path, 1);
-        snprintf(num, sizeof(num), "\",\"status\":%u,\"duration_ms\":%.3f",
-                 status, (double)duration_us / 1000.0);
-        put_raw(line, cap, &pos, num);
+        logfmt_put_raw(line, cap, &pos,
+                       "\",\"level\":\"info\",\"msg\":\"access\","
+                       "\"method\":\"");
+        logfmt_put_escaped(line, cap - 200, &pos, method, 1);
+        logfmt_put_raw(line, cap, &pos, "\",\"path\":\"");
+        logfmt_put_escaped(line, cap - 200, &pos, path, 1);
+        logfmt_put_raw(line, cap, &pos, "\",\"status\":");
+        logfmt_put_i64(line, cap, &pos, status);
+        logfmt_put_raw(line, cap, &pos, ",\"duration_ms\":");
+        logfmt_put_ms(line, cap, &pos, duration_us);
         if (request_id != NULL) {
-            put_raw(line, cap, &pos, ",\"request_id\":\"");
-            put_escaped(line, cap - 4, &pos, request_id, 1);
-            put_raw(line, cap, &pos, "\"");
+            logfmt_put_raw(line, cap, &pos, ",\"request_id\":\"");
+            logfmt_put_escaped(line, cap - 4, &pos, request_id, 1);
+            logfmt_put_raw(line, cap, &pos, "\"");
         }
         put_fields(line, cap - 2, &pos, fields, n, 1);
-        put_raw(line, cap, &pos, "}");
+        logfmt_put_raw(line, cap, &pos, "}");
     } else {
         put_time(line, cap, &pos, &slot);
-        put_raw(line, cap, &pos, " info access ");
-        put_escaped(line, cap - 200, &pos, method, 0);
-        put_raw(line, cap, &pos, " ");
-        put_escaped(line, cap - 200, &pos, path, 0);
-        snprintf(num, sizeof(num), " %u %.3fms", status,
-                 (double)duration_us / 1000.0);
-        put_raw(line, cap, &pos, num);
+        logfmt_put_raw(line, cap, &pos, " info access ");
+        logfmt_put_escaped(line, cap - 200, &pos, method, 0);
+        logfmt_put_raw(line, cap, &pos, " ");
+        logfmt_put_escaped(line, cap - 200, &pos, path, 0);
+        logfmt_put_raw(line, cap, &pos, " ");
+        logfmt_put_i64(line, cap, &pos, status);
+        logfmt_put_raw(line, cap, &pos, " ");
+        logfmt_put_ms(line, cap, &pos, duration_us);
+        logfmt_put_raw(line, cap, &pos, "ms");
         if (request_id != NULL) {
-            put_raw(line, cap, &pos, " request_id=");
-            put_escaped(line, cap, &pos, request_id, 0);
+            logfmt_put_raw(line, cap, &pos, " request_id=");
+            logfmt_put_escaped(line, cap, &pos, request_id, 0);
         }
         put_fields(line, cap, &pos, fields, n, 0);
     }
@@ -744,21 +718,21 @@ static void event_line(enum log_level level,
     int json = log_fmt == LOG_FORMAT_JSON;
 
     if (json) {
-        put_raw(line, cap, &pos, "{\"time\":\"");
+        logfmt_put_raw(line, cap, &pos, "{\"time\":\"");
         put_time(line, cap, &pos, &slot);
-        put_raw(line, cap, &pos, "\",\"level\":\"");
-        put_raw(line, cap, &pos, level_names[level]);
-        put_raw(line, cap, &pos, "\",\"msg\":\"event\",\"event\":\"");
-        put_escaped(line, cap - 64, &pos, event, 1);
-        put_raw(line, cap, &pos, "\"");
+        logfmt_put_raw(line, cap, &pos, "\",\"level\":\"");
+        logfmt_put_raw(line, cap, &pos, level_names[level]);
+        logfmt_put_raw(line, cap, &pos, "\",\"msg\":\"event\",\"event\":\"");
+        logfmt_put_escaped(line, cap - 64, &pos, event, 1);
+        logfmt_put_raw(line, cap, &pos, "\"");
         put_fields(line, cap - 2, &pos, fields, n, 1);
-        put_raw(line, cap, &pos, "}");
+        logfmt_put_raw(line, cap, &pos, "}");
     } else {
         put_time(line, cap, &pos, &slot);
-        put_raw(line, cap, &pos, " ");
-        put_raw(line, cap, &pos, level_names[level]);
-        put_raw(line, cap, &pos, " event ");
-        put_escaped(line, cap - 64, &pos, event, 0);
+        logfmt_put_raw(line, cap, &pos, " ");
+        logfmt_put_raw(line, cap, &pos, level_names[level]);
+        logfmt_put_raw(line, cap, &pos, " event ");
+        logfmt_put_escaped(line, cap - 64, &pos, event, 0);
         put_fields(line, cap, &pos, fields, n, 0);
     }
     emit(line, pos, slot);

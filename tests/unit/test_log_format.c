@@ -106,11 +106,12 @@ static void test_log_access_lines(void)
     log_access("POST", "/locks/a\"b\\c\x01", 201, 1234, "rid-1", fields,
                NFIELDS);
     log_access("GET", "/healthz", 200, 0, NULL, NULL, 0);
-    expect(TIME_ " info access POST /locks/a\"b\\c\\x01 201 1.234ms "
-                 "request_id=rid-1 client=\"127.0.0.1:5\" fence=42 neg=-7 "
-                 "min=-9223372036854775808 max=9223372036854775807 zero=0 "
-                 "owner=\"q\"b\\c\\x02\" nul=\"a?b\" part=\"abc\" empty=\"\"\n" TIME_
-                 " info access GET /healthz 200 0.000ms\n");
+    expect(TIME_
+           " info access POST /locks/a\"b\\c\\x01 201 1.234ms "
+           "request_id=rid-1 client=\"127.0.0.1:5\" fence=42 neg=-7 "
+           "min=-9223372036854775808 max=9223372036854775807 zero=0 "
+           "owner=\"q\"b\\c\\x02\" nul=\"a?b\" part=\"abc\" empty=\"\"\n" TIME_
+           " info access GET /healthz 200 0.000ms\n");
     log_setup(LOG_LEVEL_INFO, LOG_FORMAT_JSON);
     log_access("POST", "/locks/a\"b\\c\x01", 201, 1234, "rid\"1", fields,
                NFIELDS);
@@ -177,8 +178,9 @@ static void test_log_event_lines(void)
     log_event(LOG_LEVEL_INFO, "lock.grant", f, 3);
     log_event(LOG_LEVEL_DEBUG, "lock.renew", f, 3); /* below info */
     log_audit("lock.force_released", f, 1);
-    expect(TIME_ " info event lock.grant key=\"k 1\" fence=5 ttl_ms=30000\n" TIME_
-                 " warn event lock.force_released key=\"k 1\"\n");
+    expect(TIME_
+           " info event lock.grant key=\"k 1\" fence=5 ttl_ms=30000\n" TIME_
+           " warn event lock.force_released key=\"k 1\"\n");
     log_setup(LOG_LEVEL_ERROR, LOG_FORMAT_JSON);
     log_event(LOG_LEVEL_INFO, "lock.grant", f, 3);
     log_audit("lock.force\"released", f, 0);
@@ -246,10 +248,8 @@ static void test_log_long_values_are_cut(void)
 }
 
 static const struct check_case cases[] = {
-    CHECK_CASE(test_log_message_lines),
-    CHECK_CASE(test_log_access_lines),
-    CHECK_CASE(test_log_access_durations),
-    CHECK_CASE(test_log_event_lines),
+    CHECK_CASE(test_log_message_lines),       CHECK_CASE(test_log_access_lines),
+    CHECK_CASE(test_log_access_durations),    CHECK_CASE(test_log_event_lines),
     CHECK_CASE(test_log_long_values_are_cut),
 };
 

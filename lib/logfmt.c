@@ -1,0 +1,121 @@
+/*
+ * lib/logfmt.c - the pieces lib/log.c builds a line from: escaped strings,
+ * literals, integers and milliseconds, appended at *pos of a buffer of cap
+ * bytes and never past cap - 1, always NUL-terminated.
+ *
+ * The lines are built by hand, not with snprintf: at the default level a
+ * lock pair writes four of them (two access lines, a grant and a release
+ * event), and printf's format parsing was a sixth of lockd's CPU on the
+ * memory backend. tests/unit/test_log_format.c pins the bytes.
+ */
+#include "lib/logfmt.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char hex_digits[] = "0123456789abcdef";
+
+/* Append s[0..n) to buf at *pos, JSON-escaped (json) or with control
+ * bytes escaped (text), a NUL written as '?' (a string value's bytes may
+ * hold one), never past cap - 1. */
+void logfmt_put_escaped_n(
+    char *buf, size_t cap, size_t *pos, const char *s, size_t n, int json)
+{
+    for (size_t i = 0; i < n && *pos + 7 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\0') {
+            buf[(*pos)++] = '?';
+        } else if (json && (c == '"' || c == '\\')) {
+            buf[(*pos)++] = '\\';
+            buf[(*pos)++] = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            buf[(*pos)++] = '\\';
+            if (json) {
+                buf[(*pos)++] = 'u';
+                buf[(*pos)++] = '0';
+                buf[(*pos)++] = '0';
+            } else {
+                buf[(*pos)++] = 'x';
+            }
+            buf[(*pos)++] = hex_digits[c >> 4];
+            buf[(*pos)++] = hex_digits[c & 15];
+        } else {
+            buf[(*pos)++] = (char)c;
+        }
+    }
+    buf[*pos] = '\0';
+}
+
+/* Append the C string s as logfmt_put_escaped_n() does. */
+void logfmt_put_escaped(
+    char *buf, size_t cap, size_t *pos, const char *s, int json)
+{
+    logfmt_put_escaped_n(buf, cap, pos, s, strlen(s), json);
+}
+
+/* Append s[0..n) as it is, cut to fit before cap - 1; *pos < cap. */
+void logfmt_put_mem(char *buf, size_t cap, size_t *pos, const char *s, size_t n)
+{
+    size_t room = cap - *pos - 1;
+
+    if (n > room)
+        n = room;
+    memcpy(buf + *pos, s, n);
+    *pos += n;
+    buf[*pos] = '\0';
+}
+
+void logfmt_put_raw(char *buf, size_t cap, size_t *pos, const char *s)
+{
+    logfmt_put_mem(buf, cap, pos, s, strlen(s));
+}
+
+/* v in decimal at the end of out[0..24): its first byte. */
+static char *fmt_u64(char out[24], uint64_t v)
+{
+    char *p = out + 24;
+
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return p;
+}
+
+void logfmt_put_i64(char *buf, size_t cap, size_t *pos, int64_t v)
+{
+    char d[24];
+    char *p = fmt_u64(d, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+
+    if (v < 0)
+        *--p = '-';
+    logfmt_put_mem(buf, cap, pos, p, (size_t)(d + sizeof(d) - p));
+}
+
+/* us in milliseconds with three decimals, as printf's "%.3f" writes
+ * us / 1000.0: exactly, below 10^15 us (31 years) either way. */
+void logfmt_put_ms(char *buf, size_t cap, size_t *pos, int64_t us)
+{
+    char d[32];
+    char *p = d + sizeof(d);
+    uint64_t a;
+
+    if (us <= -1000000000000000LL || us >= 1000000000000000LL) {
+        snprintf(d, sizeof(d), "%.3f", (double)us / 1000.0);
+        logfmt_put_raw(buf, cap, pos, d);
+        return;
+    }
+    a = us < 0 ? (uint64_t)-us : (uint64_t)us;
+    *--p = (char)('0' + a % 10);
+    *--p = (char)('0' + a / 10 % 10);
+    *--p = (char)('0' + a / 100 % 10);
+    *--p = '.';
+    a /= 1000;
+    do {
+        *--p = (char)('0' + a % 10);
+        a /= 10;
+    } while (a != 0);
+    if (us < 0)
+        *--p = '-';
+    logfmt_put_mem(buf, cap, pos, p, (size_t)(d + sizeof(d) - p));
+}
