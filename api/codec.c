@@ -104,9 +104,27 @@ void codec_format_time(int64_t unix_ms, char *buf, size_t buflen)
     int64_t month = mp < 10 ? mp + 3 : mp - 9;
     int64_t year = yoe + era * 400 + (month <= 2);
 
-    snprintf(buf, buflen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (int)year,
-             (int)month, (int)day, (int)(sod / 3600), (int)(sod / 60 % 60),
-             (int)(sod % 60), (int)(ms % 1000));
+    int v[7] = { (int)year,         (int)month,           (int)day,
+                 (int)(sod / 3600), (int)(sod / 60 % 60), (int)(sod % 60),
+                 (int)(ms % 1000) };
+    static const char sep[] = "--T::.";
+    char out[25];
+
+    if (year > 9999 || buflen < sizeof(out)) {
+        snprintf(buf, buflen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", v[0], v[1],
+                 v[2], v[3], v[4], v[5], v[6]);
+        return;
+    }
+    /* by hand, as the format above: every grant's answer has one */
+    for (int i = 0, n = 0; i < 7; i++) {
+        int w = i == 0 ? 4 : i == 6 ? 3 : 2;
+        for (int j = w - 1; j >= 0; j--, v[i] /= 10)
+            out[n + j] = (char)('0' + v[i] % 10);
+        n += w;
+        out[n++] = i < 6 ? sep[i] : 'Z';
+    }
+    out[24] = '\0';
+    memcpy(buf, out, sizeof(out));
 }
 
 void codec_set_body(struct api_response *resp, json_t *root)
@@ -176,6 +194,29 @@ static void put_string(char *buf, size_t *n, const char *s, size_t len)
     buf[(*n)++] = '"';
 }
 
+/* Append the literal s at *n. */
+static void put_lit(char *buf, size_t *n, const char *s)
+{
+    size_t len = strlen(s);
+
+    memcpy(buf + *n, s, len);
+    *n += len;
+}
+
+/* Append v in decimal at *n (at most 20 bytes). */
+static void put_u64(char *buf, size_t *n, uint64_t v)
+{
+    char d[20];
+    int k = 0;
+
+    do {
+        d[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (k > 0)
+        buf[(*n)++] = d[--k];
+}
+
 void codec_grant(struct api_response *resp,
                  unsigned status,
                  const char *key,
@@ -185,42 +226,45 @@ void codec_grant(struct api_response *resp,
                  uint64_t ttl_ms)
 {
     size_t tlen = strlen(token);
+    /* the strings escaped, and 224 for the rest: names and quotes (93),
+     * four numbers (60 digits at most), the time (39 at most) */
     size_t cap = 6 * (key_len + tlen) + 224;
     char *buf = malloc(cap);
-    char when[40], limit[32] = "";
+    char when[40];
     bool shared = g->mode == LOCK_SHARED;
     size_t n = 0;
-    int k;
 
     if (buf == NULL) {
         codec_set_body(resp, NULL);
         return;
     }
     codec_format_time(g->expires_at_ms, when, sizeof(when));
-    if (shared && g->limit > 0)
-        snprintf(limit, sizeof(limit), ",\"limit\":%u", (unsigned)g->limit);
-    memcpy(buf, "{\"key\":", 7);
-    n = 7;
+    /* by hand rather than with snprintf: every grant is answered here */
+    put_lit(buf, &n, "{\"key\":");
     put_string(buf, &n, key, key_len);
-    memcpy(buf + n, ",\"token\":", 9);
-    n += 9;
+    put_lit(buf, &n, ",\"token\":");
     put_string(buf, &n, token, tlen);
+    put_lit(buf, &n, ",\"fence\":");
+    put_u64(buf, &n, g->fence);
+    put_lit(buf, &n, ",\"ttl_ms\":");
+    put_u64(buf, &n, ttl_ms);
+    put_lit(buf, &n, ",\"expires_at\":\"");
+    put_lit(buf, &n, when);
+    put_lit(buf, &n,
+            shared ? "\",\"mode\":\"shared\",\"holds\":"
+                   : "\",\"mode\":\"exclusive\",\"holds\":");
     /* a grant is one hold at least, whatever a store says */
-    k = snprintf(buf + n, cap - n,
-                 ",\"fence\":%llu,\"ttl_ms\":%llu,\"expires_at\":\"%s\","
-                 "\"mode\":\"%s\",\"holds\":%u%s}",
-                 (unsigned long long)g->fence, (unsigned long long)ttl_ms, when,
-                 shared ? "shared" : "exclusive",
-                 (unsigned)(g->holds > 0 ? g->holds : 1), limit);
-    if (k < 0 || (size_t)k >= cap - n) {
-        free(buf);
-        codec_set_body(resp, NULL);
-        return;
+    put_u64(buf, &n, g->holds > 0 ? g->holds : 1);
+    if (shared && g->limit > 0) {
+        put_lit(buf, &n, ",\"limit\":");
+        put_u64(buf, &n, g->limit);
     }
+    put_lit(buf, &n, "}");
+    buf[n] = '\0'; /* as snprintf left it, for whoever reads it as text */
     free(resp->body);
     resp->status = status;
     resp->body = buf;
-    resp->len = n + (size_t)k;
+    resp->len = n;
     resp->content_type = "application/json";
 }
 

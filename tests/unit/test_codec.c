@@ -1008,6 +1008,53 @@ static void test_parse_params_checks_idempotency_key(void)
                  API_INVALID_PARAMETER);
 }
 
+/* A grant's body, byte for byte: it is written by hand, not by jansson
+ * or printf. */
+static void test_grant_body_bytes(void)
+{
+    struct api_response resp = { 0 };
+    struct lock_grant g = { .fence = 9,
+                            .expires_at_ms = 1795262430123LL,
+                            .mode = LOCK_SHARED,
+                            .limit = 3,
+                            .holds = 1 };
+    const char *tok = "0123456789abcdef0123456789abcdef";
+
+    codec_grant(&resp, 201, "k\"\\\x01", 4, tok, &g, 5000);
+    CHECK_EQ_INT(resp.status, 201);
+    CHECK_STR_EQ(resp.body,
+                 "{\"key\":\"k\\\"\\\\\\u0001\",\"token\":"
+                 "\"0123456789abcdef0123456789abcdef\",\"fence\":9,"
+                 "\"ttl_ms\":5000,\"expires_at\":\"2026-11-21T12:00:30.123Z\","
+                 "\"mode\":\"shared\",\"holds\":1,\"limit\":3}");
+    CHECK_EQ_INT((int)resp.len, (int)strlen(resp.body));
+    /* the widest numbers, no holds from the store (one), the epoch; a
+     * limit beside an exclusive grant is not shown */
+    g.fence = UINT64_MAX;
+    g.holds = 0;
+    g.expires_at_ms = 0;
+    g.mode = LOCK_EXCLUSIVE;
+    codec_grant(&resp, 200, "k", 1, tok, &g, UINT64_MAX);
+    CHECK_EQ_INT(resp.status, 200);
+    CHECK_STR_EQ(resp.body,
+                 "{\"key\":\"k\",\"token\":"
+                 "\"0123456789abcdef0123456789abcdef\",\"fence\":"
+                 "18446744073709551615,\"ttl_ms\":18446744073709551615,"
+                 "\"expires_at\":\"1970-01-01T00:00:00.000Z\",\"mode\":"
+                 "\"exclusive\",\"holds\":1}");
+    /* shared without a limit, holds as the store says */
+    g.mode = LOCK_SHARED;
+    g.limit = 0;
+    g.holds = 4294967295u;
+    g.expires_at_ms = 253402300799999LL; /* the last ms of 9999 */
+    codec_grant(&resp, 201, "", 0, "t", &g, 1);
+    CHECK_STR_EQ(resp.body, "{\"key\":\"\",\"token\":\"t\",\"fence\":"
+                            "18446744073709551615,\"ttl_ms\":1,\"expires_at\":"
+                            "\"9999-12-31T23:59:59.999Z\",\"mode\":\"shared\","
+                            "\"holds\":4294967295}");
+    api_response_cleanup(&resp);
+}
+
 static void test_format_time_is_rfc3339_utc_ms(void)
 {
     char buf[40];
@@ -1020,6 +1067,12 @@ static void test_format_time_is_rfc3339_utc_ms(void)
     CHECK_STR_EQ(buf, "2026-11-21T12:00:30.999Z");
     codec_format_time(951782400007LL, buf, sizeof(buf)); /* 2000-02-29 */
     CHECK_STR_EQ(buf, "2000-02-29T00:00:00.007Z");
+    codec_format_time(-5, buf, sizeof(buf)); /* before the epoch: at it */
+    CHECK_STR_EQ(buf, "1970-01-01T00:00:00.000Z");
+    codec_format_time(253402300800000LL, buf, sizeof(buf)); /* year 10000 */
+    CHECK_STR_EQ(buf, "10000-01-01T00:00:00.000Z");
+    codec_format_time(1795262430123LL, buf, 10); /* cut to fit */
+    CHECK_STR_EQ(buf, "2026-11-2");
 }
 
 static void test_error_table_matches_api_md(void)
@@ -4079,6 +4132,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_parse_params_reads_mode_limit_all),
     CHECK_CASE(test_parse_params_rejects_bad_mode_limit_all),
     CHECK_CASE(test_parse_params_checks_idempotency_key),
+    CHECK_CASE(test_grant_body_bytes),
     CHECK_CASE(test_format_time_is_rfc3339_utc_ms),
     CHECK_CASE(test_error_table_matches_api_md),
     CHECK_CASE(test_router_acquire_renew_inspect_release),
