@@ -580,18 +580,40 @@ void conntrack_free(struct conntrack *ct)
     free(ct);
 }
 
-void conntrack_peer_name(struct MHD_Connection *conn, char *buf, size_t cap)
+/* v in decimal at p; the byte after it. */
+static char *put_dec(char *p, unsigned v)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char d[10];
+    int n = 0;
+
+    do {
+        d[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = d[--n];
+    return p;
+}
+
+void conntrack_format_peer(const struct sockaddr *sa, char *buf, size_t cap)
+{
     char host[NI_MAXHOST], port[NI_MAXSERV];
-    const struct sockaddr *sa;
     socklen_t len;
 
     buf[0] = '\0';
-    if (ci == NULL || ci->client_addr == NULL)
+    if (sa->sa_family == AF_INET && cap >= sizeof("255.255.255.255:65535")) {
+        /* by hand: getnameinfo and printf were 3 % of a request's CPU */
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        const unsigned char *a = (const unsigned char *)&in->sin_addr;
+        char *p = buf;
+        for (int i = 0; i < 4; i++) {
+            p = put_dec(p, a[i]);
+            *p++ = i < 3 ? '.' : ':';
+        }
+        p = put_dec(p, ntohs(in->sin_port));
+        *p = '\0';
         return;
-    sa = ci->client_addr;
+    }
     if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
         return;
     len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
@@ -602,4 +624,14 @@ void conntrack_peer_name(struct MHD_Connection *conn, char *buf, size_t cap)
     if (snprintf(buf, cap, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s",
                  host, port) >= (int)cap)
         buf[0] = '\0';
+}
+
+void conntrack_peer_name(struct MHD_Connection *conn, char *buf, size_t cap)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+
+    buf[0] = '\0';
+    if (ci != NULL && ci->client_addr != NULL)
+        conntrack_format_peer(ci->client_addr, buf, cap);
 }

@@ -73,5 +73,7 @@ uint64_t conntrack_open_count(struct conntrack *ct);
 /* The peer's "ip:port" ("[ip]:port" for IPv6) into buf (cap bytes); ""
  * if unknown. X-Forwarded-For is not trusted: this is the socket's peer. */
 void conntrack_peer_name(struct MHD_Connection *conn, char *buf, size_t cap);
+/* The same of a socket address; "" for a family other than IPv4 and 6. */
+void conntrack_format_peer(const struct sockaddr *sa, char *buf, size_t cap);
 
 #endif /* SERVICE_CONNTRACK_H */
