@@ -197,13 +197,24 @@ if uid ~= '' then
     redis.call('PUBLISH', channel, key)
   end
 end
-local f = tonumber(redis.call('GET', fence_key) or '0')
-if f >= 9007199254740991 then
-  return redis.error_reply('ERR lockd fence counter exhausted')
+local f
+if floor then
+  f = tonumber(redis.call('GET', fence_key) or '0')
+  if f >= 9007199254740991 then
+    return redis.error_reply('ERR lockd fence counter exhausted')
+  end
+  expired_excl(lock_key, f)
+  raise_floor(fence_key)
+  f = redis.call('INCR', fence_key)
+else
+  -- one call, not a GET first: a grant past 2^53 - 1 is taken back
+  f = redis.call('INCR', fence_key)
+  if f > 9007199254740991 then
+    redis.call('DECR', fence_key)
+    return redis.error_reply('ERR lockd fence counter exhausted')
+  end
+  expired_excl(lock_key, f - 1)
 end
-expired_excl(lock_key, fence_key)
-if floor then raise_floor(fence_key) end
-f = redis.call('INCR', fence_key)
 local fs = string.format('%.0f', f)
 local ttl = tonumber(ttl_ms)
 index_add(key)

@@ -66,10 +66,11 @@ end
 
 -- (3) grant every key as the single acquire grants one. The counters are
 -- read first: an exhausted one must stop the grant before any write.
+local before = {}
 for i = 1, n do
   if not mine[i] then
-    local f = tonumber(redis.call('GET', rk(i, 2)) or '0')
-    if f >= 9007199254740991 then
+    before[i] = tonumber(redis.call('GET', rk(i, 2)) or '0')
+    if before[i] >= 9007199254740991 then
       return redis.error_reply('ERR lockd fence counter exhausted')
     end
   end
@@ -83,7 +84,7 @@ for i = 1, n do
     local left = first_left(lock_key, nil, true, now)
     if now + left < out[3] then out[3] = now + left end
   else
-    expired_excl(lock_key, rk(i, 2))
+    expired_excl(lock_key, before[i])
     if floor then raise_floor(rk(i, 2)) end
     local f = redis.call('INCR', rk(i, 2))
     local fs = string.format('%.0f', f)

@@ -65,13 +65,13 @@ local function index_drop(key)
   if gk.index then redis.call('ZREM', gk.index, key) end
 end
 -- the exclusive holder whose hash Redis expired left its held member: a
--- takeover of it gets the fence counter's value (no grant came since)
-local function expired_excl(lock_key, fence_key)
+-- takeover of it gets the fence counter's value before this grant, f (no
+-- grant came since)
+local function expired_excl(lock_key, f)
   if not gk.held or not redis.call('ZSCORE', gk.held, lock_key) then
     return
   end
   redis.call('ZREM', gk.held, lock_key)
-  local f = tonumber(redis.call('GET', fence_key) or '0')
   if f > gk.expired then gk.expired = f end
 end
 local function rec_drop(lock_key, exp_key, d)
@@ -153,10 +153,10 @@ local function live_head(queue_key, deadlines_key, now)
 end
 -- someone to tell when the key may have become free: a queued waiter, or
 -- a multi-key waiter, which keeps no place but marks the keys it found
--- held (acquire_multi.lua)
+-- held (acquire_multi.lua). One call: Redis drops an emptied sorted set,
+-- so the queue exists while someone is in it (both keys share {K}'s slot)
 local function waited(queue_key, mwait_key)
-  return redis.call('ZCARD', queue_key) > 0 or
-         redis.call('EXISTS', mwait_key) == 1
+  return redis.call('EXISTS', queue_key, mwait_key) > 0
 end
 -- whether digest h holds the key: 1, 0 (nobody does) or -1 (others do)
 local function holds(lock_key, exp_key, h, now)

@@ -2046,6 +2046,30 @@ static void test_multi_exhausted_fence_grants_none(void)
     CHECK_EQ_INT(raw_int("DEL lockd:fence:{%s}", "mf2"), 1);
 }
 
+/* The last fence a counter can give is 2^53 - 1 (exact in Lua and JSON):
+ * past it, no grant, and the counter is left where it was. */
+static void test_exhausted_fence_grants_nothing(void)
+{
+    struct lock_grant g;
+    redisReply *r;
+
+    r = raw("SET %s 9007199254740991", "lockd:fence:{xf1}");
+    freeReplyObject(r);
+    CHECK_EQ_INT(acq(be_main, "xf1", TOK_A, 5000, &g), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "xf1"), 0);
+    r = raw("GET %s", "lockd:fence:{xf1}");
+    CHECK(r != NULL && r->type == REDIS_REPLY_STRING &&
+          strcmp(r->str, "9007199254740991") == 0);
+    freeReplyObject(r);
+    /* one below: that last fence is granted */
+    r = raw("SET %s 9007199254740990", "lockd:fence:{xf1}");
+    freeReplyObject(r);
+    CHECK_EQ_INT(acq(be_main, "xf1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_U64(g.fence, 9007199254740991ULL);
+    CHECK_EQ_INT(rel(be_main, "xf1", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("DEL lockd:fence:{%s}", "xf1"), 1);
+}
+
 static void test_multi_sixty_four_longest_keys(void)
 {
     static char names[LOCK_MULTI_MAX][LOCK_KEY_MAX + 1];
@@ -2263,6 +2287,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_multi_renew_and_release_in_redis),
     CHECK_CASE(test_multi_waiter_hears_releases_through_others),
     CHECK_CASE(test_multi_exhausted_fence_grants_none),
+    CHECK_CASE(test_exhausted_fence_grants_nothing),
     CHECK_CASE(test_multi_sixty_four_longest_keys),
     CHECK_CASE(test_multi_stalled_redis_answers_unavailable_grants_none),
     CHECK_CASE(test_stopped_redis_answers_unavailable_in_time),
