@@ -203,18 +203,10 @@ static void put_lit(char *buf, size_t *n, const char *s)
     *n += len;
 }
 
-/* Append v in decimal at *n (at most 20 bytes). */
+/* Append v in decimal at *n. */
 static void put_u64(char *buf, size_t *n, uint64_t v)
 {
-    char d[20];
-    int k = 0;
-
-    do {
-        d[k++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (k > 0)
-        buf[(*n)++] = d[--k];
+    *n += text_put_u64(buf + *n, v);
 }
 
 void codec_grant(struct api_response *resp,

@@ -9,6 +9,7 @@
  * memory backend. tests/unit/test_log_format.c pins the bytes.
  */
 #include "lib/logfmt.h"
+#include "lib/text.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -70,26 +71,15 @@ void logfmt_put_raw(char *buf, size_t cap, size_t *pos, const char *s)
     logfmt_put_mem(buf, cap, pos, s, strlen(s));
 }
 
-/* v in decimal at the end of out[0..24): its first byte. */
-static char *fmt_u64(char out[24], uint64_t v)
-{
-    char *p = out + 24;
-
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    return p;
-}
-
 void logfmt_put_i64(char *buf, size_t cap, size_t *pos, int64_t v)
 {
-    char d[24];
-    char *p = fmt_u64(d, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+    char d[TEXT_U64_MAX + 1];
+    size_t n = 0;
 
     if (v < 0)
-        *--p = '-';
-    logfmt_put_mem(buf, cap, pos, p, (size_t)(d + sizeof(d) - p));
+        d[n++] = '-';
+    n += text_put_u64(d + n, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+    logfmt_put_mem(buf, cap, pos, d, n);
 }
 
 /* us in milliseconds with three decimals, as printf's "%.3f" writes
@@ -97,7 +87,7 @@ void logfmt_put_i64(char *buf, size_t cap, size_t *pos, int64_t v)
 void logfmt_put_ms(char *buf, size_t cap, size_t *pos, int64_t us)
 {
     char d[32];
-    char *p = d + sizeof(d);
+    size_t n = 0;
     uint64_t a;
 
     if (us <= -1000000000000000LL || us >= 1000000000000000LL) {
@@ -106,16 +96,12 @@ void logfmt_put_ms(char *buf, size_t cap, size_t *pos, int64_t us)
         return;
     }
     a = us < 0 ? (uint64_t)-us : (uint64_t)us;
-    *--p = (char)('0' + a % 10);
-    *--p = (char)('0' + a / 10 % 10);
-    *--p = (char)('0' + a / 100 % 10);
-    *--p = '.';
-    a /= 1000;
-    do {
-        *--p = (char)('0' + a % 10);
-        a /= 10;
-    } while (a != 0);
     if (us < 0)
-        *--p = '-';
-    logfmt_put_mem(buf, cap, pos, p, (size_t)(d + sizeof(d) - p));
+        d[n++] = '-';
+    n += text_put_u64(d + n, a / 1000);
+    d[n++] = '.';
+    d[n++] = (char)('0' + a / 100 % 10);
+    d[n++] = (char)('0' + a / 10 % 10);
+    d[n++] = (char)('0' + a % 10);
+    logfmt_put_mem(buf, cap, pos, d, n);
 }

@@ -52,6 +52,20 @@ static int hexval(char c)
     return -1;
 }
 
+size_t text_put_u64(char *out, uint64_t v)
+{
+    char d[TEXT_U64_MAX];
+    size_t k = 0, n;
+
+    do {
+        d[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    for (n = 0; k > 0; n++)
+        out[n] = d[--k];
+    return n;
+}
+
 char *text_percent_decode(const char *s, size_t n, size_t *out_len, bool *bad)
 {
     char *out = malloc(n + 1);

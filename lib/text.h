@@ -1,6 +1,6 @@
 /*
  * lib/text.h - small string helpers every part may use: decimal number
- * parsing, percent-decoding and a constant-time compare. Leaf.
+ * parsing and writing, percent-decoding and a constant-time compare. Leaf.
  */
 #ifndef LIB_TEXT_H
 #define LIB_TEXT_H
@@ -12,6 +12,10 @@
 /* Parse a decimal unsigned integer in [min, max]: 0, or -1 on junk,
  * signs, overflow, range or NULL. */
 int text_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+/* Write v in decimal at out (room for TEXT_U64_MAX bytes; no NUL): the
+ * bytes written. By hand, for the per-request paths that printf cost. */
+#define TEXT_U64_MAX 20
+size_t text_put_u64(char *out, uint64_t v);
 
 /* Percent-decode s[0..n) into a new NUL-terminated string of *out_len
  * bytes (it may hold NULs: callers decide). NULL on a malformed escape

@@ -37,6 +37,7 @@
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
+#include "lib/text.h"
 #include "service/tls.h"
 
 #define ADDR_BUCKETS 4096
@@ -580,21 +581,6 @@ void conntrack_free(struct conntrack *ct)
     free(ct);
 }
 
-/* v in decimal at p; the byte after it. */
-static char *put_dec(char *p, unsigned v)
-{
-    char d[10];
-    int n = 0;
-
-    do {
-        d[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0)
-        *p++ = d[--n];
-    return p;
-}
-
 void conntrack_format_peer(const struct sockaddr *sa, char *buf, size_t cap)
 {
     char host[NI_MAXHOST], port[NI_MAXSERV];
@@ -607,10 +593,10 @@ void conntrack_format_peer(const struct sockaddr *sa, char *buf, size_t cap)
         const unsigned char *a = (const unsigned char *)&in->sin_addr;
         char *p = buf;
         for (int i = 0; i < 4; i++) {
-            p = put_dec(p, a[i]);
+            p += text_put_u64(p, a[i]);
             *p++ = i < 3 ? '.' : ':';
         }
-        p = put_dec(p, ntohs(in->sin_port));
+        p += text_put_u64(p, ntohs(in->sin_port));
         *p = '\0';
         return;
     }
