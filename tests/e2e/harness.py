@@ -21,6 +21,7 @@ Only Python's standard library is used: the suite runs on a bare Debian 12.
 import http.client as httpclient
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -83,11 +84,50 @@ def eq(got, want, what="value"):
         raise Fail("%s: got %r, want %r" % (what, got, want))
 
 
+_HANDED_OUT = set()
+
+
+def _ephemeral_low():
+    """The first port of the kernel's ephemeral range (what it gives the
+    source port of an outgoing connection)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def free_port():
+    """A loopback port nobody is bound to, below the kernel's ephemeral
+    range when there is room: a port the kernel hands out as it pleases
+    can become the source port of any client's outgoing connection
+    between this call and the server's bind (a ZooKeeper ensemble writes
+    all its ports into its config before any node starts). Never the same
+    port twice in one process."""
+    low = _ephemeral_low()
+    if low > 12000:
+        rng = random.Random(os.getpid() ^ time.monotonic_ns())
+        for _ in range(500):
+            port = rng.randrange(10000, low)
+            if port not in _HANDED_OUT and _bindable(port):
+                _HANDED_OUT.add(port)
+                return port
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
+    _HANDED_OUT.add(port)
     return port
 
 

@@ -25,7 +25,6 @@ make(tmpdir) = 3 nodes, fsync, trust: what the generic suite runs on."""
 import os
 import shutil
 import signal
-import socket
 
 import harness
 from server_redis import RedisServer
@@ -103,20 +102,6 @@ class _Procs:
         return self.poll()
 
 
-def distinct_ports(n):
-    """n free loopback ports, all different (bound together, then freed)."""
-    socks = []
-    try:
-        for _ in range(n):
-            sk = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(sk)
-            sk.bind(("127.0.0.1", 0))
-        return [sk.getsockname()[1] for sk in socks]
-    finally:
-        for sk in socks:
-            sk.close()
-
-
 class RedlockNodes(harness.Server):
     name = "redlock"
 
@@ -125,9 +110,7 @@ class RedlockNodes(harness.Server):
         self.fsync = fsync
         self.trust = trust
         self.nodes = [RedlockNode(os.path.join(tmpdir, "redlock-node%d" % i), fsync) for i in range(n)]
-        # free_port() closes its socket, so two calls in a row can name the
-        # same port: take n ports bound at once instead
-        for nd, port in zip(self.nodes, distinct_ports(n)):
+        for nd, port in zip(self.nodes, [harness.free_port() for _ in range(n)]):
             nd.port = port
         self.proc = _Procs(self.nodes)
         self.url = "redlock://" + ",".join(nd.addr for nd in self.nodes) + ("?trust_fsync=1" if trust else "")

@@ -22,16 +22,21 @@ LOCKD_ZK_JVM=server in the environment, starts it as a server would run
 does so."""
 
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 
 import harness
 
 JAVA = "/usr/bin/java"
 JARS = ["/usr/share/java/zookeeper.jar"]
+# slf4j's simple logger, from libslf4j-java (which Debian's zookeeper pulls
+# in); without it slf4j falls back to its no-op logger
+LOGGER_JARS = ["/usr/share/java/slf4j-simple.jar"]
 MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 SESSION_MS = 4000
 JVM_FLAGS = {
@@ -165,7 +170,8 @@ class ZooKeeperServer(harness.Server):
                "-Dzookeeper.admin.enableServer=false",
                "-Dznode.container.checkIntervalMs=1000",
                "-Dzookeeper.snapCount=100000",
-               "-cp", ":".join(JARS), MAIN, self.cfg]
+               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+               "-cp", ":".join(JARS + [j for j in LOGGER_JARS if os.path.exists(j)]), MAIN, self.cfg]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
@@ -254,22 +260,30 @@ class ZooKeeperEnsemble:
     with the suite's session timeout; a caller adds &timeout_ms=... ."""
 
     def __init__(self, tmpdir, size=3):
+        self.tmpdir = tmpdir
         self.dir = os.path.join(tmpdir, "zk-ensemble")
-        self.ports = [harness.free_port() for _ in range(size)]
-        quorum = [(harness.free_port(), harness.free_port()) for _ in range(size)]
-        self.quorum = quorum
+        self.size = size
         self.procs = [None] * size
-        self.cfgs, self.logs = [], []
         self.blocks = [None] * size  # netfault.PortBlock of an isolated node
         # as root, node i runs under a uid of its own, so that isolate(i)
         # can drop what it sends from any port (netfault's uids)
         base = 300000 + (os.getpid() % 100000) * 8
         self.uids = [base + i for i in range(size)] if os.geteuid() == 0 else [None] * size
-        servers = "".join("server.%d=127.0.0.1:%d:%d\n" % (i + 1, q[0], q[1]) for i, q in enumerate(quorum))
+        self._configure()
+
+    def _configure(self):
+        """Pick the ports and write every node's config, myid and data dir
+        (again after a start that failed: fresh ports)."""
+        size = self.size
+        self.ports = [harness.free_port() for _ in range(size)]
+        self.quorum = [(harness.free_port(), harness.free_port()) for _ in range(size)]
+        self.cfgs, self.logs = [], []
+        servers = "".join("server.%d=127.0.0.1:%d:%d\n" % (i + 1, q[0], q[1]) for i, q in enumerate(self.quorum))
         for i in range(size):
             d = os.path.join(self.dir, "node%d" % (i + 1))
             data = os.path.join(d, "data")
-            os.makedirs(data, exist_ok=True)
+            shutil.rmtree(data, ignore_errors=True)  # a failed start's epochs
+            os.makedirs(data)
             with open(os.path.join(data, "myid"), "w") as f:
                 f.write("%d\n" % (i + 1))
             cfg = os.path.join(d, "zoo.cfg")
@@ -282,7 +296,7 @@ class ZooKeeperEnsemble:
             if self.uids[i] is not None:
                 # the node's uid must reach its dir: let it through ours
                 # (search only, no listing)
-                for up in (tmpdir, self.dir):
+                for up in (self.tmpdir, self.dir):
                     os.chmod(up, os.stat(up).st_mode | 0o111)
                 for top, dirs, files in os.walk(d):
                     for n in [top] + [os.path.join(top, x) for x in dirs + files]:
@@ -296,7 +310,10 @@ class ZooKeeperEnsemble:
                "-Dzookeeper.admin.enableServer=false",
                "-Dznode.container.checkIntervalMs=1000",
                "-Dzookeeper.snapCount=100000",
-               "-cp", ":".join(JARS), "org.apache.zookeeper.server.quorum.QuorumPeerMain", self.cfgs[i]]
+               # warnings and errors to the node's log (why a node quit)
+               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+               "-cp", ":".join(JARS + [j for j in LOGGER_JARS if os.path.exists(j)]),
+               "org.apache.zookeeper.server.quorum.QuorumPeerMain", self.cfgs[i]]
         uid = self.uids[i]
         who = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
         log = open(self.logs[i], "ab")
@@ -316,22 +333,39 @@ class ZooKeeperEnsemble:
         return zk_mode(self.ports[i]) in ("leader", "follower") and zk_session(self.ports[i])
 
     def start(self, timeout=90.0):
-        """Start every node; return once all serve clients and one leads."""
+        """Start every node; return once all serve clients and one leads.
+        A node that quits before that (a port taken between the pick and
+        its bind) gets one more try, every node on fresh ports; the first
+        try's log tails are printed."""
         if not available():
             raise harness.Fail("zookeeper: %s or %s missing" % (JAVA, " ".join(JARS)))
-        for i in range(len(self.ports)):
+        why = self._try_start(timeout)
+        if why is None:
+            return self
+        sys.stderr.write("zookeeper ensemble: %s; starting again on fresh ports\n" % why)
+        self._configure()
+        why = self._try_start(timeout)
+        if why is None:
+            return self
+        raise harness.Fail("the ZooKeeper ensemble did not form: %s" % why)
+
+    def _try_start(self, timeout):
+        """None once every node serves and one leads; else stop them all
+        and return why not (exit codes, log tails)."""
+        for i in range(self.size):
             self._spawn(i)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(self.serving(i) for i in range(len(self.ports))) and self.leader() is not None:
-                return self
-            dead = [i for i, p in enumerate(self.procs) if p.poll() is not None]
-            if dead:
+            if all(self.serving(i) for i in range(self.size)) and self.leader() is not None:
+                return None
+            if any(p.poll() is not None for p in self.procs):
                 break
             time.sleep(0.2)
-        tails = "\n".join("node %d: %s" % (i + 1, self.log_tail(i, 1500)) for i in range(len(self.ports)))
+        codes = ["node %d: %s" % (i + 1, "running" if p.poll() is None else "exit %d" % p.returncode)
+                 for i, p in enumerate(self.procs)]
+        tails = "\n".join("node %d: %s" % (i + 1, self.log_tail(i, 1500)) for i in range(self.size))
         self.stop()
-        raise harness.Fail("the ZooKeeper ensemble did not form: %s" % tails)
+        return "%s\n%s" % (", ".join(codes), tails)
 
     def modes(self):
         return [zk_mode(p) for p in self.ports]
