@@ -19,9 +19,11 @@ struct config {
     const char *listen;    /* "host:port", as given */
     char listen_host[256]; /* parsed from listen */
     char listen_port[16];
-    const char *backend; /* backend URL, borrowed from argv/env */
-    unsigned threads;    /* libmicrohttpd worker threads; 0 = auto */
-    unsigned cores;      /* online CPUs */
+    const char *backend;   /* backend URL, borrowed from argv/env */
+    unsigned threads;      /* threads that make store calls: memory's HTTP
+                              threads, a network store's workers; 0 = auto */
+    unsigned http_threads; /* libmicrohttpd's pool; 0 = auto */
+    unsigned cores;        /* online CPUs */
     uint64_t default_ttl_ms;
     uint64_t max_ttl_ms;
     uint64_t max_wait_ms;
@@ -78,12 +80,15 @@ unsigned config_store_connections(const char *scheme,
                                   size_t rulelen);
 
 /*
- * Settle c->threads for the backend scheme given cpus usable CPUs
- * (cpus_why says why, e.g. "1 usable CPU (cgroup quota 1.0)"): an
- * explicit --threads is kept if it fits --max-store-connections; else the
- * default, cpus on memory and 4 per CPU on network backends, capped so
- * the store connections fit. 0 and a line saying the count and why in msg,
- * or -1 and the error in msg (exit 2).
+ * Settle c->threads and c->http_threads for the backend scheme given cpus
+ * usable CPUs (cpus_why says why, e.g. "1 usable CPU (cgroup quota 1.0)"):
+ * an explicit --threads is kept if it fits --max-store-connections; else
+ * the default, cpus on memory and 4 per CPU on network backends, capped so
+ * the store connections fit. An explicit --http-threads is kept; else it
+ * is c->threads on memory (whose store calls run on the HTTP threads) and
+ * cpus on a network backend (whose calls run on the c->threads workers
+ * while the connection is parked). 0 and a line saying the counts and why
+ * in msg, or -1 and the error in msg (exit 2).
  */
 int config_size_threads(struct config *c,
                         const char *scheme,

@@ -416,11 +416,12 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    log_info("lockd %s listening on %s, backend %s (fifo %s), %u threads",
+    log_info("lockd %s listening on %s, backend %s (fifo %s), %u threads, "
+             "%u HTTP threads",
              LOCKD_VERSION, cfg.listen, backend_scheme(be),
              (backend_caps(be) & BACKEND_CAP_QUEUE) != 0 ? "store-wide"
                                                          : "per instance",
-             cfg.threads);
+             cfg.threads, cfg.http_threads);
     serve_until_signal(&cfg, srv, q, &sigs);
 out:
     server_stop(srv);

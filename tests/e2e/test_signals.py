@@ -8,6 +8,7 @@ time order.
 """
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -188,6 +189,44 @@ def threads_and_store_cap(ctx):
         err = p.stderr.decode()
         check(want in err, "stderr %r lacks %r" % (err, want))
         check(time.monotonic() - t0 < 2, "the error waited for the store")
+
+
+def mhd_threads(pid):
+    """How many of lockd's threads serve HTTP: libmicrohttpd's pool
+    (MHD-worker), or its one internal thread (MHD-single)."""
+    n = 0
+    for t in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, t)) as f:
+                n += f.read().strip() in ("MHD-worker", "MHD-single")
+        except OSError:
+            pass
+    return n
+
+
+@harness.scenario("signals: the HTTP threads are --http-threads, else --threads on memory and the usable "
+                  "CPUs on a network backend (its calls run on the workers)",
+                  backends=["memory"])
+def http_threads(ctx):
+    cases = (("memory://", ["--threads", "3"], 3, "3 threads: --threads"),
+             ("memory://", ["--threads", "3", "--http-threads", "5"], 5,
+              "3 threads: --threads; 5 HTTP threads: --http-threads"),
+             # the store need not answer: the sizing comes first
+             ("redis://127.0.0.1:1", ["--threads", "6"], None, "6 threads: --threads; "),
+             ("redis://127.0.0.1:1", ["--http-threads", "4"], 4, "; 4 HTTP threads: --http-threads"))
+    for backend, args, want, line in cases:
+        ld = harness.Lockd(backend, args=args, tmpdir=ctx.tmpdir)
+        ld.start()
+        try:
+            text = wait_text(ld.log_path, "listening on")
+            check(line in text, "%s %r: no %r in %s" % (backend, args, line, text))
+            sized = re.search(r"(\d+) HTTP threads?: the usable CPUs?", text)
+            if want is None:
+                check(sized is not None, "%s %r: no usable-CPU count: %s" % (backend, args, text))
+                want = int(sized.group(1))
+            eq(mhd_threads(ld.proc.pid), want, "%s %r: HTTP threads" % (backend, args))
+        finally:
+            ld.stop(5)
 
 
 @harness.scenario("signals: JSON log lines of a loaded run (8 clients, events and access lines) are in time order",

@@ -22,6 +22,7 @@ static const char *const env_names[] = {
     "LOCKD_LISTEN",
     "LOCKD_BACKEND",
     "LOCKD_THREADS",
+    "LOCKD_HTTP_THREADS",
     "LOCKD_DEFAULT_TTL_MS",
     "LOCKD_MAX_TTL_MS",
     "LOCKD_MAX_WAIT_MS",
@@ -594,8 +595,8 @@ static void test_config_default_threads_follow_cpus_and_backend(void)
     CHECK_STR_EQ(msg, "3 threads: N usable CPUs (why)");
     CHECK_EQ_INT(size(&c, "redis", 0, 0, 2, msg, sizeof(msg)), 0);
     CHECK_EQ_INT(c.threads, 8);
-    CHECK_STR_EQ(msg,
-                 "8 threads: N usable CPUs (why), x4 for a network backend");
+    CHECK_STR_EQ(msg, "8 threads: N usable CPUs (why), x4 for a network "
+                      "backend; 2 HTTP threads: the usable CPUs");
     CHECK_EQ_INT(size(&c, "mysql", 0, 0, 1, msg, sizeof(msg)), 0);
     CHECK_EQ_INT(c.threads, 4);
     /* zookeeper's one session does not grow with threads: no cap */
@@ -634,6 +635,58 @@ static void test_config_default_threads_capped_by_store_connections(void)
     CHECK_EQ_INT(c.threads, 1);
 }
 
+/* The HTTP threads: --threads on memory, whose calls they make; one per
+ * usable CPU on a network store, whose calls run on the workers; an
+ * explicit --http-threads on either. */
+static void test_config_http_threads_follow_cpus_off_memory(void)
+{
+    struct config c;
+    char msg[512];
+
+    CHECK_EQ_INT(size(&c, "memory", 0, 0, 3, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.http_threads, 3);
+    CHECK_STR_EQ(msg, "3 threads: N usable CPUs (why)");
+    CHECK_EQ_INT(size(&c, "memory", 7, 0, 3, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.http_threads, 7);
+    CHECK_STR_EQ(msg, "7 threads: --threads");
+    CHECK_EQ_INT(size(&c, "redis", 0, 0, 2, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 8);
+    CHECK_EQ_INT(c.http_threads, 2);
+    CHECK_EQ_INT(size(&c, "zookeeper", 5, 0, 3, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 5);
+    CHECK_EQ_INT(c.http_threads, 3);
+    CHECK_STR_EQ(msg, "5 threads: --threads; 3 HTTP threads: the usable CPUs");
+    CHECK_EQ_INT(size(&c, "mysql", 0, 0, 1000, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.http_threads, 256); /* --http-threads' own bound */
+    CHECK_EQ_INT(size(&c, "redis", 0, 10, 16, msg, sizeof(msg)), 0);
+    CHECK_EQ_INT(c.threads, 3); /* the store cap leaves the HTTP threads */
+    CHECK_EQ_INT(c.http_threads, 16);
+
+    env_clear();
+    CHECK_EQ_INT(LOAD(&c, "--http-threads", "5"), CONFIG_OK);
+    CHECK_EQ_INT(c.http_threads, 5);
+    CHECK_EQ_INT(config_size_threads(&c, "redis", 2, "why", msg, sizeof(msg)),
+                 0);
+    CHECK_EQ_INT(c.http_threads, 5);
+    CHECK_STR_EQ(msg, "8 threads: why, x4 for a network backend; 5 HTTP "
+                      "threads: --http-threads");
+    env_clear();
+    CHECK_EQ_INT(LOAD(&c, "--http-threads=4", "--threads", "9"), CONFIG_OK);
+    CHECK_EQ_INT(config_size_threads(&c, "memory", 2, "why", msg, sizeof(msg)),
+                 0);
+    CHECK_EQ_INT(c.threads, 9);
+    CHECK_EQ_INT(c.http_threads, 4);
+    CHECK_STR_EQ(msg, "9 threads: --threads; 4 HTTP threads: --http-threads");
+    setenv("LOCKD_HTTP_THREADS", "3", 1);
+    CHECK_EQ_INT(LOAD(&c, "--backend", "memory://"), CONFIG_OK);
+    CHECK_EQ_INT(c.http_threads, 3);
+    env_clear();
+    CHECK_REJECTED("--http-threads", "0");
+    CHECK_REJECTED("--http-threads", "257");
+    CHECK_REJECTED("--http-threads", "2x");
+    CHECK_REJECTED("--http-threads=");
+}
+
 static void test_config_explicit_threads_over_cap_is_error(void)
 {
     struct config c;
@@ -646,7 +699,7 @@ static void test_config_explicit_threads_over_cap_is_error(void)
     CHECK_CONTAINS(msg, "use --threads 30 at most");
     CHECK_EQ_INT(size(&c, "redis", 30, 0, 1, msg, sizeof(msg)), 0);
     CHECK_EQ_INT(c.threads, 30);
-    CHECK_STR_EQ(msg, "30 threads: --threads");
+    CHECK_STR_EQ(msg, "30 threads: --threads; 1 HTTP thread: the usable CPU");
     CHECK_EQ_INT(size(&c, "mysql", 31, 0, 1, msg, sizeof(msg)), 0);
     CHECK_EQ_INT(size(&c, "mysql", 32, 0, 1, msg, sizeof(msg)), -1);
     CHECK_EQ_INT(size(&c, "memory", 256, 1, 1, msg, sizeof(msg)), 0);
@@ -744,6 +797,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_config_reads_auth_file),
     CHECK_CASE(test_config_reads_store_cap_and_log_file),
     CHECK_CASE(test_config_default_threads_follow_cpus_and_backend),
+    CHECK_CASE(test_config_http_threads_follow_cpus_off_memory),
     CHECK_CASE(test_config_default_threads_capped_by_store_connections),
     CHECK_CASE(test_config_explicit_threads_over_cap_is_error),
     CHECK_CASE(test_config_unknown_env_suggests_nearest),
