@@ -486,7 +486,7 @@ static void size_http_threads(
     } else if (memory) {
         c->http_threads = c->threads;
     } else {
-        c->http_threads = cpus < 1 ? 1 : cpus > 256 ? 256 : cpus;
+        c->http_threads = cpus > 256 ? 256 : cpus; /* cpus is at least 1 */
         snprintf(msg + n, msglen - n, "; %u HTTP thread%s: the usable CPU%s",
                  c->http_threads, c->http_threads == 1 ? "" : "s",
                  c->http_threads == 1 ? "" : "s");

@@ -685,9 +685,8 @@ static void on_completed(void *cls,
  * (docs/http.md). */
 static void daemon_sizes(const struct config *c, unsigned *pool, size_t *mem)
 {
-    unsigned t = c->http_threads != 0 ? c->http_threads : c->threads;
-
-    *pool = t < c->max_connections ? t : c->max_connections;
+    *pool = c->http_threads < c->max_connections ? c->http_threads
+                                                 : c->max_connections;
     if (*pool <= 1)
         *pool = 0;
     *mem = (size_t)c->max_header_bytes * 2;

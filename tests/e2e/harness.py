@@ -85,6 +85,7 @@ def eq(got, want, what="value"):
 
 
 _HANDED_OUT = set()
+_PORT_RNG = random.Random()  # seeded from the OS: apart in every process
 
 
 def _ephemeral_low():
@@ -117,9 +118,8 @@ def free_port():
     port twice in one process."""
     low = _ephemeral_low()
     if low > 12000:
-        rng = random.Random(os.getpid() ^ time.monotonic_ns())
         for _ in range(500):
-            port = rng.randrange(10000, low)
+            port = _PORT_RNG.randrange(10000, low)
             if port not in _HANDED_OUT and _bindable(port):
                 _HANDED_OUT.add(port)
                 return port
