@@ -4,14 +4,24 @@
  * thread pool of nproc threads, epoll, turbo, suspend/resume allowed, the
  * same per-connection memory pool and backlog) that answers POST with a
  * fixed 201 grant body and DELETE with a fixed 200 body, doing no other
- * work. lockd on the memory backend is measured against it.
+ * work. lockd on the memory backend is measured against it (issue 6).
  *
- *   ceiling PORT [THREADS]     (runs until SIGTERM or SIGINT)
+ * With -p it is issue 19's ceiling instead: the smallest libmicrohttpd +
+ * jansson server that parses and answers the same requests. It does what
+ * the synchronous Redis sketch (sketch.c) does without Redis: an acquire
+ * collects its body, reads ttl_ms from it with jansson, takes a token and
+ * a fence from counters and answers the key, token, fence and TTL; a
+ * release reads the Lock-Token header and answers the key. No lock table,
+ * no log, no checks beyond these.
+ *
+ *   ceiling [-p] PORT [THREADS]     (runs until SIGTERM or SIGINT)
  */
 #include <arpa/inet.h>
+#include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +38,14 @@ static struct MHD_Response *grant_resp;   /* shared by every thread */
 static struct MHD_Response *release_resp; /* shared by every thread */
 static struct MHD_Response *other_resp;   /* shared by every thread */
 static int req_marker;                    /* address marks "seen" */
+static int parse;                         /* -p: parse and answer */
+static _Atomic unsigned long counter;     /* -p: tokens and fences */
+
+struct req { /* -p: one request's body, up to a small cap */
+    char body[256];
+    size_t len;
+    int too_big;
+};
 
 static struct MHD_Response *fixed(const char *body, size_t len)
 {
@@ -43,6 +61,102 @@ static struct MHD_Response *fixed(const char *body, size_t len)
     return r;
 }
 
+static enum MHD_Result answer(struct MHD_Connection *conn,
+                              unsigned status,
+                              const char *body)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        strlen(body), (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
+    enum MHD_Result ret;
+
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* -p: the request in full (its body in rq) */
+static enum MHD_Result parse_answer(struct MHD_Connection *conn,
+                                    const char *url,
+                                    const char *method,
+                                    const struct req *rq)
+{
+    char out[800];
+    const char *key = url + 7;
+
+    if (strncmp(url, "/locks/", 7) != 0 || *key == '\0' || rq->too_big ||
+        strlen(key) > 512)
+        return answer(conn, 404, other_body);
+    if (strcmp(method, "POST") == 0) {
+        json_error_t jerr;
+        json_t *j = json_loadb(rq->body, rq->len, 0, &jerr);
+        json_int_t ttl = 30000;
+        unsigned long n = ++counter;
+
+        if (j != NULL && json_is_integer(json_object_get(j, "ttl_ms")))
+            ttl = json_integer_value(json_object_get(j, "ttl_ms"));
+        json_decref(j);
+        snprintf(out, sizeof out,
+                 "{\"key\":\"%s\",\"token\":\"%032lx\",\"fence\":%lu,"
+                 "\"ttl_ms\":%lld}",
+                 key, n, n, (long long)ttl);
+        return answer(conn, 201, out);
+    }
+    if (strcmp(method, "DELETE") == 0) {
+        if (MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Lock-Token") ==
+            NULL)
+            return answer(conn, 400, "{\"error\":{\"code\":\"no_token\"}}");
+        snprintf(out, sizeof out, "{\"key\":\"%s\",\"released\":true}", key);
+        return answer(conn, 200, out);
+    }
+    return answer(conn, 405, "{\"error\":{\"code\":\"method\"}}");
+}
+
+/* -p: collect the body, then parse_answer() */
+static enum MHD_Result on_parse(struct MHD_Connection *conn,
+                                const char *url,
+                                const char *method,
+                                const char *upload_data,
+                                size_t *upload_size,
+                                void **req_cls)
+{
+    struct req *rq = *req_cls;
+
+    if (rq == NULL) { /* headers only: wait for the body */
+        rq = calloc(1, sizeof(*rq));
+        if (rq == NULL)
+            return MHD_NO;
+        *req_cls = rq;
+        return MHD_YES;
+    }
+    if (*upload_size != 0) {
+        if (rq->len + *upload_size < sizeof(rq->body)) {
+            memcpy(rq->body + rq->len, upload_data, *upload_size);
+            rq->len += *upload_size;
+        } else {
+            rq->too_big = 1;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return parse_answer(conn, url, method, rq);
+}
+
+static void on_completed(void *cls,
+                         struct MHD_Connection *conn,
+                         void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (*req_cls != &req_marker)
+        free(*req_cls);
+    *req_cls = NULL;
+}
+
 static enum MHD_Result on_request(void *cls,
                                   struct MHD_Connection *conn,
                                   const char *url,
@@ -53,9 +167,9 @@ static enum MHD_Result on_request(void *cls,
                                   void **req_cls)
 {
     (void)cls;
-    (void)url;
     (void)version;
-    (void)upload_data;
+    if (parse)
+        return on_parse(conn, url, method, upload_data, upload_size, req_cls);
     if (*req_cls == NULL) { /* headers only: wait for the body */
         *req_cls = &req_marker;
         return MHD_YES;
@@ -80,8 +194,13 @@ int main(int argc, char **argv)
     sigset_t set;
     int sig;
 
+    if (argc > 1 && strcmp(argv[1], "-p") == 0) {
+        parse = 1;
+        argc--;
+        argv++;
+    }
     if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: ceiling PORT [THREADS]\n");
+        fprintf(stderr, "usage: ceiling [-p] PORT [THREADS]\n");
         return 2;
     }
     port = strtol(argv[1], NULL, 10);
@@ -114,13 +233,14 @@ int main(int argc, char **argv)
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
                          MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)1024,
                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
+                         MHD_OPTION_NOTIFY_COMPLETED, parse ? on_completed : NULL, NULL,
                          MHD_OPTION_END);
     if (d == NULL) {
         fprintf(stderr, "ceiling: cannot listen on 127.0.0.1:%ld\n", port);
         return 1;
     }
-    fprintf(stderr, "ceiling: listening on 127.0.0.1:%ld, %ld threads\n", port,
-            threads);
+    fprintf(stderr, "ceiling: listening on 127.0.0.1:%ld, %ld threads%s\n",
+            port, threads, parse ? ", parsing (-p)" : "");
     sigwait(&set, &sig);
     MHD_stop_daemon(d);
     MHD_destroy_response(grant_resp);
