@@ -52,18 +52,16 @@ static struct MHD_Response *fixed(const char *body, size_t len)
     struct MHD_Response *r = MHD_create_response_from_buffer(
         len, (void *)(uintptr_t)body, MHD_RESPMEM_PERSISTENT);
 
-    if (r == NULL ||
-        MHD_add_response_header(r, "Content-Type", "application/json") !=
-            MHD_YES) {
+    if (r == NULL || MHD_add_response_header(r, "Content-Type",
+                                             "application/json") != MHD_YES) {
         fprintf(stderr, "ceiling: cannot build a response\n");
         exit(1);
     }
     return r;
 }
 
-static enum MHD_Result answer(struct MHD_Connection *conn,
-                              unsigned status,
-                              const char *body)
+static enum MHD_Result
+answer(struct MHD_Connection *conn, unsigned status, const char *body)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(
         strlen(body), (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
@@ -233,8 +231,8 @@ int main(int argc, char **argv)
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
                          MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)1024,
                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
-                         MHD_OPTION_NOTIFY_COMPLETED, parse ? on_completed : NULL, NULL,
-                         MHD_OPTION_END);
+                         MHD_OPTION_NOTIFY_COMPLETED,
+                         parse ? on_completed : NULL, NULL, MHD_OPTION_END);
     if (d == NULL) {
         fprintf(stderr, "ceiling: cannot listen on 127.0.0.1:%ld\n", port);
         return 1;
