@@ -260,6 +260,35 @@ void codec_grant(struct api_response *resp,
     resp->content_type = "application/json";
 }
 
+void codec_released(struct api_response *resp,
+                    const char *key,
+                    size_t key_len,
+                    uint64_t holds)
+{
+    /* the key escaped, and 64 for the rest: names and quotes (38), the
+     * boolean (5), the number (20 digits at most) */
+    char *buf = malloc(6 * key_len + 64);
+    size_t n = 0;
+
+    if (buf == NULL) {
+        codec_set_body(resp, NULL);
+        return;
+    }
+    put_lit(buf, &n, "{\"key\":");
+    put_string(buf, &n, key, key_len);
+    put_lit(buf, &n,
+            holds == 0 ? ",\"released\":true,\"holds\":"
+                       : ",\"released\":false,\"holds\":");
+    put_u64(buf, &n, holds);
+    put_lit(buf, &n, "}");
+    buf[n] = '\0';
+    free(resp->body);
+    resp->status = 200;
+    resp->body = buf;
+    resp->len = n;
+    resp->content_type = "application/json";
+}
+
 static json_t *holder_json(const struct lock_holder *h)
 {
     char when[40];

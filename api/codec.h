@@ -173,6 +173,13 @@ void codec_grant(struct api_response *resp,
                  const char *token,
                  const struct lock_grant *g,
                  uint64_t ttl_ms);
+/* Fill resp with 200 and a release's answer, {key, released, holds}:
+ * released when holds (those left to the token) is 0. Without jansson, as
+ * codec_grant(): every lock pair ends here. */
+void codec_released(struct api_response *resp,
+                    const char *key,
+                    size_t key_len,
+                    uint64_t holds);
 /* Fill resp with 200 and a held key as docs/API.md's inspect shows it:
  * {key, held, mode, limit (shared, when set), fence, ttl_ms, expires_at,
  * owner (exclusive, when set), holds (exclusive), holder_count, holders:

@@ -387,8 +387,7 @@ void handle_call_reply(const struct api_config *cfg,
         grant_reply(resp, 200, c, c->client_token, g);
         break;
     case API_VERB_RELEASE:
-        codec_reply(resp, 200, "{s:s%,s:b,s:I}", "key", c->key, c->key_len,
-                    "released", g->holds == 0, "holds", (json_int_t)g->holds);
+        codec_released(resp, c->key, c->key_len, g->holds);
         break;
     default:
         codec_inspect(resp, c->key, c->key_len, info);

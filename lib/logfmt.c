@@ -11,10 +11,20 @@
 #include "lib/logfmt.h"
 #include "lib/text.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 static const char hex_digits[] = "0123456789abcdef";
+
+/* c needs no escape: not NUL, a control byte or DEL, nor (json) a quote
+ * or a backslash. */
+static inline bool plain_byte(char ch, int json)
+{
+    unsigned char c = (unsigned char)ch;
+
+    return c >= 0x20 && c != 0x7f && !(json && (c == '"' || c == '\\'));
+}
 
 /* Append s[0..n) to buf at *pos, JSON-escaped (json) or with control
  * bytes escaped (text), a NUL written as '?' (a string value's bytes may
@@ -24,6 +34,17 @@ void logfmt_put_escaped_n(
 {
     for (size_t i = 0; i < n && *pos + 7 < cap; i++) {
         unsigned char c = (unsigned char)s[i];
+        /* a run of bytes kept as they are, copied at once: the same
+         * bytes as one at a time, as far as the loop's bound lets */
+        size_t run = 0, room = cap - 7 - *pos;
+        while (run < room && i + run < n && plain_byte(s[i + run], json))
+            run++;
+        if (run > 0) {
+            memcpy(buf + *pos, s + i, run);
+            *pos += run;
+            i += run - 1;
+            continue;
+        }
         if (c == '\0') {
             buf[(*pos)++] = '?';
         } else if (json && (c == '"' || c == '\\')) {

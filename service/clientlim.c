@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "lib/metrics.h"
+#include "lib/text.h"
 
 #define BUCKETS 4096 /* a power of two */
 
@@ -190,6 +191,19 @@ enum clientlim_result clientlim_admit(struct clientlim *cl,
     return res;
 }
 
+/* The IPv4 address at a in dotted decimal, as inet_ntop() writes it (by
+ * hand: inet_ntop's sprintf was 2 % of a request's CPU). */
+static const char *put_ipv4(const unsigned char *a, char *buf)
+{
+    char *p = buf;
+
+    for (int i = 0; i < 4; i++) {
+        p += text_put_u64(p, a[i]);
+        *p++ = i < 3 ? '.' : '\0';
+    }
+    return buf;
+}
+
 const char *clientlim_addr(const struct sockaddr *sa, char *buf)
 {
     const struct in6_addr *a6;
@@ -197,13 +211,14 @@ const char *clientlim_addr(const struct sockaddr *sa, char *buf)
     if (sa == NULL)
         return NULL;
     if (sa->sa_family == AF_INET)
-        return inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr,
-                         buf, INET6_ADDRSTRLEN);
+        return put_ipv4(
+            (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr,
+            buf);
     if (sa->sa_family != AF_INET6)
         return NULL;
     a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
     if (IN6_IS_ADDR_V4MAPPED(a6))
-        return inet_ntop(AF_INET, a6->s6_addr + 12, buf, INET6_ADDRSTRLEN);
+        return put_ipv4(a6->s6_addr + 12, buf);
     return inet_ntop(AF_INET6, a6, buf, INET6_ADDRSTRLEN);
 }
 

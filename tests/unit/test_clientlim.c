@@ -193,6 +193,18 @@ static void test_addr_text_maps_ipv4_in_ipv6(void)
     CHECK_STR_EQ(clientlim_addr((struct sockaddr *)&in6, buf), "2001:db8::1");
     CHECK(clientlim_addr(&un, buf) == NULL);
     CHECK(clientlim_addr(NULL, buf) == NULL);
+    /* IPv4 is written by hand: the same text as inet_ntop, widest too */
+    static const char *const v4[] = { "0.0.0.0", "255.255.255.255", "127.0.0.1",
+                                      "192.168.10.200", "1.20.100.9" };
+    for (size_t i = 0; i < sizeof(v4) / sizeof(v4[0]); i++) {
+        char want[INET6_ADDRSTRLEN], mapped[64];
+        inet_pton(AF_INET, v4[i], &in.sin_addr);
+        inet_ntop(AF_INET, &in.sin_addr, want, sizeof(want));
+        CHECK_STR_EQ(clientlim_addr((struct sockaddr *)&in, buf), want);
+        snprintf(mapped, sizeof(mapped), "::ffff:%s", v4[i]);
+        inet_pton(AF_INET6, mapped, &in6.sin6_addr);
+        CHECK_STR_EQ(clientlim_addr((struct sockaddr *)&in6, buf), want);
+    }
 }
 
 /* The value of the sample line that starts with name (its labels

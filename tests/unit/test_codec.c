@@ -1055,6 +1055,25 @@ static void test_grant_body_bytes(void)
     api_response_cleanup(&resp);
 }
 
+/* A release's answer, written by hand: the key escaped as a grant's,
+ * released when no hold is left, the widest hold count. */
+static void test_release_body_bytes(void)
+{
+    struct api_response resp = { 0 };
+
+    codec_released(&resp, "k\"\\\x01/", 5, 0);
+    CHECK_EQ_INT(resp.status, 200);
+    CHECK_STR_EQ(
+        resp.body,
+        "{\"key\":\"k\\\"\\\\\\u0001/\",\"released\":true,\"holds\":0}");
+    CHECK_EQ_INT((int)resp.len, (int)strlen(resp.body));
+    CHECK_STR_EQ(resp.content_type, "application/json");
+    codec_released(&resp, "", 0, 4294967295u);
+    CHECK_STR_EQ(resp.body,
+                 "{\"key\":\"\",\"released\":false,\"holds\":4294967295}");
+    api_response_cleanup(&resp);
+}
+
 static void test_format_time_is_rfc3339_utc_ms(void)
 {
     char buf[40];
@@ -4133,6 +4152,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_parse_params_rejects_bad_mode_limit_all),
     CHECK_CASE(test_parse_params_checks_idempotency_key),
     CHECK_CASE(test_grant_body_bytes),
+    CHECK_CASE(test_release_body_bytes),
     CHECK_CASE(test_format_time_is_rfc3339_utc_ms),
     CHECK_CASE(test_error_table_matches_api_md),
     CHECK_CASE(test_router_acquire_renew_inspect_release),

@@ -6,6 +6,7 @@
  * operator's log parser reads fails a case.
  */
 #include "lib/log.h"
+#include "lib/logfmt.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -247,10 +248,71 @@ static void test_log_long_values_are_cut(void)
     }
 }
 
+/* logfmt_put_escaped_n() as it was written one byte at a time, before
+ * it copied runs of plain bytes at once: the reference for the case below. */
+static void escaped_one_by_one(
+    char *buf, size_t cap, size_t *pos, const char *s, size_t n, int json)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < n && *pos + 7 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\0') {
+            buf[(*pos)++] = '?';
+        } else if (json && (c == '"' || c == '\\')) {
+            buf[(*pos)++] = '\\';
+            buf[(*pos)++] = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            buf[(*pos)++] = '\\';
+            if (json) {
+                memcpy(buf + *pos, "u00", 3);
+                *pos += 3;
+            } else {
+                buf[(*pos)++] = 'x';
+            }
+            buf[(*pos)++] = hex[c >> 4];
+            buf[(*pos)++] = hex[c & 15];
+        } else {
+            buf[(*pos)++] = (char)c;
+        }
+    }
+    buf[*pos] = '\0';
+}
+
+/* The escaper writes the same bytes as the one-at-a-time reference, for
+ * mixed input (plain runs, quotes, backslashes, NUL, controls, DEL, UTF-8)
+ * at every cap and start, both formats: cuts land where they did. */
+static void test_log_escape_runs_match_bytewise(void)
+{
+    char in[300], got[256], want[256];
+    unsigned seed = 12345;
+
+    for (size_t i = 0; i < sizeof(in); i++) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned r = (seed >> 16) % 16;
+        in[i] = r < 9 ? (char)('a' + r) : "\"\\\0\x01\x1f\x7f\xc3\xa9"[r - 9];
+    }
+    for (int json = 0; json < 2; json++)
+        for (size_t cap = 1; cap < sizeof(got); cap += 3)
+            for (size_t start = 0; start < cap && start < 40; start += 13) {
+                size_t pg = start, pw = start;
+                memset(got, '#', sizeof(got));
+                memset(want, '#', sizeof(want));
+                logfmt_put_escaped_n(got, cap, &pg, in, sizeof(in), json);
+                escaped_one_by_one(want, cap, &pw, in, sizeof(in), json);
+                CHECK_MSG(pg == pw && memcmp(got, want, sizeof(got)) == 0,
+                          "json %d cap %zu start %zu: %zu against %zu bytes",
+                          json, cap, start, pg, pw);
+            }
+}
+
 static const struct check_case cases[] = {
-    CHECK_CASE(test_log_message_lines),       CHECK_CASE(test_log_access_lines),
-    CHECK_CASE(test_log_access_durations),    CHECK_CASE(test_log_event_lines),
+    CHECK_CASE(test_log_message_lines),
+    CHECK_CASE(test_log_access_lines),
+    CHECK_CASE(test_log_access_durations),
+    CHECK_CASE(test_log_event_lines),
     CHECK_CASE(test_log_long_values_are_cut),
+    CHECK_CASE(test_log_escape_runs_match_bytewise),
 };
 
 int main(int argc, char **argv)
