@@ -17,14 +17,13 @@
 
 static const char hex_digits[] = "0123456789abcdef";
 
-/* c needs no escape: not NUL, a control byte or DEL, nor (json) a quote
- * or a backslash. */
-static inline bool plain_byte(char ch, int json)
-{
-    unsigned char c = (unsigned char)ch;
-
-    return c >= 0x20 && c != 0x7f && !(json && (c == '"' || c == '\\'));
-}
+/* Per byte: 0 escaped in both formats (NUL, control bytes, DEL), 1 only
+ * in JSON (quote, backslash), 2 kept as it is in both. A byte c is kept
+ * when byte_class[c] > json. */
+static const unsigned char byte_class[256] = {
+    [0x20 ... 0x21] = 2, ['"'] = 1,           [0x23 ... 0x5b] = 2,
+    ['\\'] = 1,          [0x5d ... 0x7e] = 2, [0x80 ... 0xff] = 2,
+};
 
 /* Append s[0..n) to buf at *pos, JSON-escaped (json) or with control
  * bytes escaped (text), a NUL written as '?' (a string value's bytes may
@@ -32,12 +31,16 @@ static inline bool plain_byte(char ch, int json)
 void logfmt_put_escaped_n(
     char *buf, size_t cap, size_t *pos, const char *s, size_t n, int json)
 {
+    json = json != 0; /* byte_class's threshold */
     for (size_t i = 0; i < n && *pos + 7 < cap; i++) {
         unsigned char c = (unsigned char)s[i];
         /* a run of bytes kept as they are, copied at once: the same
          * bytes as one at a time, as far as the loop's bound lets */
         size_t run = 0, room = cap - 7 - *pos;
-        while (run < room && i + run < n && plain_byte(s[i + run], json))
+        const unsigned char *u = (const unsigned char *)s + i;
+        if (room > n - i)
+            room = n - i;
+        while (run < room && byte_class[u[run]] > json)
             run++;
         if (run > 0) {
             memcpy(buf + *pos, s + i, run);
