@@ -226,7 +226,7 @@ static int redis_fan_write(struct redis_be *be,
 {
     int done = 0;
 
-    if (redisAppendCommandArgv(cn->ctx, argc, argv, lens) != REDIS_OK) {
+    if (redis_append_argv(cn->ctx, argc, argv, lens) != 0) {
         redis_conn_fail(be, cn, "cannot write the command");
         return -1;
     }

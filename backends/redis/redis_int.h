@@ -730,6 +730,13 @@ void redis_release_done(struct redis_be *be,
 int redis_script_append(struct redis_be *be,
                         struct redis_conn *cn,
                         struct redis_call *c);
+/* scripts.c: argv (argl[i] bytes each) as one RESP command appended to
+ * ctx's output buffer, written by hand (hiredis's own formatting built it
+ * with sdscatfmt and two allocations): 0, or -1 (no memory). */
+int redis_append_argv(redisContext *ctx,
+                      int argc,
+                      const char **argv,
+                      const size_t *argl);
 redisReply *redis_script_reply(struct redis_be *be,
                                enum redis_script s,
                                redisReply *r,

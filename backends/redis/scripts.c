@@ -28,9 +28,11 @@
 #include "backends/redis/redis_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib/clock.h"
+#include "lib/text.h"
 
 /* LOCK_HOLDS_MAX is written into holders.lua as holds_max, and
  * REDIS_BE_GRACE_MS as grace */
@@ -455,32 +457,76 @@ static redisReply *script_argv(struct redis_be *be,
 
 /* ---- pipelined (batch.c) ---- */
 
+/* "<lead><n>\r\n" at out: the bytes written. */
+static size_t put_count(char *out, char lead, uint64_t n)
+{
+    size_t k = 0;
+
+    out[k++] = lead;
+    k += text_put_u64(out + k, n);
+    out[k++] = '\r';
+    out[k++] = '\n';
+    return k;
+}
+
+int redis_append_argv(redisContext *ctx,
+                      int argc,
+                      const char **argv,
+                      const size_t *argl)
+{
+    /* the array header and each argument's: at most 23 bytes, with its
+     * \r\n after the bytes */
+    size_t need = 23, n = 0;
+    char small[1024], *buf = small;
+    int rc;
+
+    for (int i = 0; i < argc; i++)
+        need += 25 + argl[i];
+    if (need > sizeof(small) && (buf = malloc(need)) == NULL)
+        return -1;
+    n += put_count(buf + n, '*', (uint64_t)argc);
+    for (int i = 0; i < argc; i++) {
+        n += put_count(buf + n, '$', argl[i]);
+        memcpy(buf + n, argv[i], argl[i]);
+        n += argl[i];
+        buf[n++] = '\r';
+        buf[n++] = '\n';
+    }
+    /* hiredis copies the bytes into its output buffer: ours may go */
+    rc = redisAppendFormattedCommand(ctx, buf, n) == REDIS_OK ? 0 : -1;
+    if (buf != small)
+        free(buf);
+    return rc;
+}
+
 int redis_script_append(struct redis_be *be,
                         struct redis_conn *cn,
                         struct redis_call *c)
 {
     const struct redis_script_def *def = &redis_scripts[c->s];
-    char nk[16], stamp[24];
+    char nk[TEXT_U64_MAX], stamp[TEXT_U64_MAX + 1];
     int total = 3 + c->nargs + (def->stamped ? 1 : 0);
 
-    snprintf(nk, sizeof(nk), "%d", c->nkeys);
+    /* the numbers by hand, not with snprintf: every call has them */
     c->argv[0] = "EVALSHA";
     c->argl[0] = 7;
     c->argv[1] = cn->sha[c->s];
     c->argl[1] = 40;
     c->argv[2] = nk;
-    c->argl[2] = strlen(nk);
+    c->argl[2] = text_put_u64(nk, (uint64_t)c->nkeys);
     if (def->stamped) {
-        snprintf(stamp, sizeof(stamp), "%lld",
-                 (long long)(clock_mono_ms() + be->cmd_ms + cn->offset_ms));
+        int64_t ms = clock_mono_ms() + be->cmd_ms + cn->offset_ms;
+        uint64_t u = (uint64_t)ms;
+        size_t k = 0;
+        if (ms < 0) { /* as "%lld" writes it */
+            stamp[k++] = '-';
+            u = 0 - u;
+        }
+        k += text_put_u64(stamp + k, u);
         c->argv[3 + c->nargs] = stamp;
-        c->argl[3 + c->nargs] = strlen(stamp);
+        c->argl[3 + c->nargs] = k;
     }
-    /* hiredis copies the arguments into its output buffer: the stack
-     * strings may go */
-    return redisAppendCommandArgv(cn->ctx, total, c->argv, c->argl) == REDIS_OK
-               ? 0
-               : -1;
+    return redis_append_argv(cn->ctx, total, c->argv, c->argl);
 }
 
 redisReply *redis_script_reply(struct redis_be *be,

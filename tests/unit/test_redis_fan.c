@@ -520,7 +520,36 @@ static void test_identity_fsync_false_without_aof(void)
     testsrv_cleanup(&s, SIGTERM);
 }
 
+/* redis_append_argv() writes the bytes hiredis's own formatter writes:
+ * no arguments' worth of text, empty ones, binary ones, and one past its
+ * stack buffer. A context that never connected still buffers. */
+static void test_append_argv_matches_hiredis(void)
+{
+    static char big[3000];
+    const char *argv[4] = { "EVALSHA", "", "a\r\n\0b", big };
+    size_t argl[4] = { 7, 0, 5, sizeof(big) };
+    redisContext *ctx = redisConnectUnix("/nonexistent/lockd-test.sock");
+    char *want = NULL;
+
+    memset(big, 'z', sizeof(big));
+    CHECK(ctx != NULL);
+    if (ctx == NULL)
+        return;
+    for (int argc = 1; argc <= 4; argc++) {
+        long long n = redisFormatCommandArgv(&want, argc, argv, argl);
+        sdsclear(ctx->obuf);
+        CHECK(redis_append_argv(ctx, argc, argv, argl) == 0);
+        CHECK_MSG(n > 0 && (size_t)n == sdslen(ctx->obuf) &&
+                      memcmp(want, ctx->obuf, (size_t)n) == 0,
+                  "%d arguments: %lld against %zu bytes", argc, n,
+                  sdslen(ctx->obuf));
+        redisFreeCommand(want);
+    }
+    redisFree(ctx);
+}
+
 static const struct check_case cases[] = {
+    CHECK_CASE(test_append_argv_matches_hiredis),
     CHECK_CASE(test_fan_acquire_grants_on_all_with_floored_fences),
     CHECK_CASE(test_floored_fences_strictly_increase),
     CHECK_CASE(test_multi_acquire_floor_on_every_key),
