@@ -231,6 +231,32 @@ static void test_parse_u64_accepts_decimal_in_range(void)
     CHECK_EQ_U64(v, LOCK_FENCE_MAX);
 }
 
+/* text_put_u64() writes what "%llu" writes: every number to 100 000, each
+ * side of every power of ten, the widest; no NUL after it. */
+static void test_put_u64_is_decimal(void)
+{
+    char got[TEXT_U64_MAX + 2], want[32];
+    uint64_t p = 1;
+
+    for (uint64_t v = 0;; v++) {
+        uint64_t w = v;
+        if (v > 100000) { /* then around each power of ten */
+            if (p > UINT64_MAX / 10)
+                break;
+            p *= 10;
+            w = p - 1 + (v % 3);
+        }
+        memset(got, '#', sizeof(got));
+        size_t n = text_put_u64(got, w);
+        snprintf(want, sizeof(want), "%llu", (unsigned long long)w);
+        CHECK_MSG(n == strlen(want) && memcmp(got, want, n) == 0 &&
+                      got[n] == '#',
+                  "%s written as %.*s", want, (int)n, got);
+    }
+    size_t n = text_put_u64(got, UINT64_MAX);
+    CHECK(n == 20 && memcmp(got, "18446744073709551615", 20) == 0);
+}
+
 static void test_parse_u64_rejects_junk_signs_overflow_range(void)
 {
     static const char *const junk[] = {
@@ -436,6 +462,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_issue_18_url_redact_password_with_hash),
     CHECK_CASE(test_url_resolve_password_from_file_or_env),
     CHECK_CASE(test_parse_u64_accepts_decimal_in_range),
+    CHECK_CASE(test_put_u64_is_decimal),
     CHECK_CASE(test_parse_u64_rejects_junk_signs_overflow_range),
     CHECK_CASE(test_token_eq_is_exact),
     CHECK_CASE(test_open_finds_schemes),
