@@ -17,6 +17,11 @@
  * timeout covers it. To tell when the next request begins, the reaper
  * compares the socket's received byte count (TCP_INFO) with the one it saw
  * when the connection went idle, once per probe period.
+ *
+ * The words' times and the reaper's "now" come from the coarse monotonic
+ * clock (clock_coarse_us): three stamps per request at a tenth of a clock
+ * read each, and a grain (a scheduler tick) finer than the reaper's
+ * period (TICK_MIN_US at least).
  */
 #include "service/conntrack.h"
 
@@ -249,7 +254,7 @@ static void on_started(struct conntrack *ct,
     if (c->limited)
         refuse = false;
     atomic_store_explicit(
-        &c->word, word(clock_mono_us(), refuse ? PH_REFUSED : PH_ARRIVING),
+        &c->word, word(clock_coarse_us(), refuse ? PH_REFUSED : PH_ARRIVING),
         memory_order_relaxed);
     c->next = ct->conns;
     if (ct->conns != NULL)
@@ -349,7 +354,7 @@ enum conntrack_begin conntrack_request_begins(struct MHD_Connection *mc)
         /* its headers came before the reaper noticed: time it from now
          * (a failed swap means the reaper just did) */
         atomic_compare_exchange_strong(&c->word, &w,
-                                       word(clock_mono_us(), PH_ARRIVING));
+                                       word(clock_coarse_us(), PH_ARRIVING));
         return c->limited ? CONNTRACK_LIMITED : CONNTRACK_GO;
     default:
         return c->limited ? CONNTRACK_LIMITED : CONNTRACK_GO;
@@ -368,7 +373,7 @@ static void set_phase(struct MHD_Connection *mc, enum phase ph)
     w = atomic_load(&c->word);
     if (phase_of(w) == PH_CUT || phase_of(w) == PH_REFUSED)
         return;
-    atomic_compare_exchange_strong(&c->word, &w, word(clock_mono_us(), ph));
+    atomic_compare_exchange_strong(&c->word, &w, word(clock_coarse_us(), ph));
 }
 
 void conntrack_request_arrived(struct MHD_Connection *mc)
@@ -482,13 +487,13 @@ static void trim_after_drop(struct conntrack *ct,
 static void *reaper_main(void *arg)
 {
     struct conntrack *ct = arg;
-    int64_t next_probe = 0, next_report = clock_mono_us() + REPORT_US;
+    int64_t next_probe = 0, next_report = clock_coarse_us() + REPORT_US;
     int64_t last_trim = 0;
     uint64_t cut = 0, refused = 0, peak = 0;
 
     pthread_mutex_lock(&ct->mu);
     while (!ct->stop) {
-        int64_t now = clock_mono_us(), wake;
+        int64_t now = clock_coarse_us(), wake;
         bool probe = ct->timeout_us > 0 && now >= next_probe;
         struct timespec ts;
 
