@@ -123,9 +123,8 @@ static void set_request_id(struct request *r)
 {
     const char *h =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
-    static const char hex[] = "0123456789abcdef";
     uint64_t n;
-    char id[17];
+    char id[17] = { 0 };
 
     if (h != NULL && request_id_ok(h)) {
         r->request_id = strdup(h);
@@ -133,10 +132,8 @@ static void set_request_id(struct request *r)
         n = atomic_fetch_add_explicit(&r->srv->next_request, 1,
                                       memory_order_relaxed);
         n ^= r->srv->request_salt;
-        /* as "%016llx", by hand: every request has one */
-        for (int i = 15; i >= 0; i--, n >>= 4)
-            id[i] = hex[n & 15];
-        id[16] = '\0';
+        for (int i = 15; i >= 0; i--, n >>= 4) /* "%016llx", by hand */
+            id[i] = "0123456789abcdef"[n & 15];
         r->request_id = strdup(id);
     }
 }
@@ -470,11 +467,8 @@ static enum MHD_Result begin_request(struct server *srv,
     r->conn = conn;
     r->start_us = clock_mono_us();
     r->route = API_ROUTE_OTHER;
-    {
-        size_t m = strnlen(method, sizeof(r->method) - 1); /* as "%s", cut */
-        memcpy(r->method, method, m);
-        r->method[m] = '\0';
-    }
+    /* as "%s", cut; the NUL is calloc's */
+    memcpy(r->method, method, strnlen(method, sizeof(r->method) - 1));
     r->path = strndup(url, PATH_LOG_MAX);
     *req_cls = r;
     atomic_fetch_add(&srv->in_flight, 1);
