@@ -27,6 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/bench/minhttp.h"
+
 static const char grant_body[] =
     "{\"key\":\"bench-0-0\",\"token\":\"0123456789abcdef0123456789abcdef\","
     "\"fence\":1,\"ttl_ms\":30000,\"expires_at\":\"2026-11-21T12:00:30.123Z\"}";
@@ -41,12 +43,6 @@ static int req_marker;                    /* address marks "seen" */
 static int parse;                         /* -p: parse and answer */
 static _Atomic unsigned long counter;     /* -p: tokens and fences */
 
-struct req { /* -p: one request's body, up to a small cap */
-    char body[256];
-    size_t len;
-    int too_big;
-};
-
 static struct MHD_Response *fixed(const char *body, size_t len)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(
@@ -58,21 +54,6 @@ static struct MHD_Response *fixed(const char *body, size_t len)
         exit(1);
     }
     return r;
-}
-
-static enum MHD_Result
-answer(struct MHD_Connection *conn, unsigned status, const char *body)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        strlen(body), (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
-    enum MHD_Result ret;
-
-    if (r == NULL)
-        return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    ret = MHD_queue_response(conn, status, r);
-    MHD_destroy_response(r);
-    return ret;
 }
 
 /* -p: the request in full (its body in rq) */
@@ -120,39 +101,11 @@ static enum MHD_Result on_parse(struct MHD_Connection *conn,
                                 size_t *upload_size,
                                 void **req_cls)
 {
-    struct req *rq = *req_cls;
+    enum MHD_Result ret;
 
-    if (rq == NULL) { /* headers only: wait for the body */
-        rq = calloc(1, sizeof(*rq));
-        if (rq == NULL)
-            return MHD_NO;
-        *req_cls = rq;
-        return MHD_YES;
-    }
-    if (*upload_size != 0) {
-        if (rq->len + *upload_size < sizeof(rq->body)) {
-            memcpy(rq->body + rq->len, upload_data, *upload_size);
-            rq->len += *upload_size;
-        } else {
-            rq->too_big = 1;
-        }
-        *upload_size = 0;
-        return MHD_YES;
-    }
-    return parse_answer(conn, url, method, rq);
-}
-
-static void on_completed(void *cls,
-                         struct MHD_Connection *conn,
-                         void **req_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
-    (void)cls;
-    (void)conn;
-    (void)toe;
-    if (*req_cls != &req_marker)
-        free(*req_cls);
-    *req_cls = NULL;
+    if (!req_collect(req_cls, upload_data, upload_size, &ret))
+        return ret;
+    return parse_answer(conn, url, method, *req_cls);
 }
 
 static enum MHD_Result on_request(void *cls,
@@ -232,7 +185,7 @@ int main(int argc, char **argv)
                          MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)1024,
                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
                          MHD_OPTION_NOTIFY_COMPLETED,
-                         parse ? on_completed : NULL, NULL, MHD_OPTION_END);
+                         parse ? req_completed : NULL, NULL, MHD_OPTION_END);
     if (d == NULL) {
         fprintf(stderr, "ceiling: cannot listen on 127.0.0.1:%ld\n", port);
         return 1;

@@ -25,6 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/bench/minhttp.h"
+
 static const char acquire_lua[] =
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "return redis.call('incr', KEYS[2]) else return 0 end";
@@ -37,11 +39,6 @@ static char acquire_sha[41], release_sha[41]; /* SCRIPT LOAD'ed in main */
 static pthread_key_t conn_key;       /* this thread's redisContext */
 static _Atomic unsigned long tokens; /* a token counter */
 
-struct req {          /* one request: its body, up to a small cap */
-    char body[256];
-    size_t len;
-    int too_big;
-};
 
 static redisContext *thread_conn(void)
 {
@@ -60,22 +57,6 @@ static redisContext *thread_conn(void)
     }
     pthread_setspecific(conn_key, c);
     return c;
-}
-
-static enum MHD_Result answer(struct MHD_Connection *conn,
-                              unsigned status,
-                              const char *body)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        strlen(body), (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
-    enum MHD_Result ret;
-
-    if (r == NULL)
-        return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    ret = MHD_queue_response(conn, status, r);
-    MHD_destroy_response(r);
-    return ret;
 }
 
 static enum MHD_Result do_acquire(struct MHD_Connection *conn,
@@ -151,27 +132,14 @@ static enum MHD_Result on_request(void *cls,
                                   size_t *upload_size,
                                   void **req_cls)
 {
-    struct req *rq = *req_cls;
+    struct req *rq;
+    enum MHD_Result ret;
 
     (void)cls;
     (void)version;
-    if (rq == NULL) { /* headers only: wait for the body */
-        rq = calloc(1, sizeof(*rq));
-        if (rq == NULL)
-            return MHD_NO;
-        *req_cls = rq;
-        return MHD_YES;
-    }
-    if (*upload_size != 0) {
-        if (rq->len + *upload_size < sizeof(rq->body)) {
-            memcpy(rq->body + rq->len, upload_data, *upload_size);
-            rq->len += *upload_size;
-        } else {
-            rq->too_big = 1;
-        }
-        *upload_size = 0;
-        return MHD_YES;
-    }
+    if (!req_collect(req_cls, upload_data, upload_size, &ret))
+        return ret;
+    rq = *req_cls;
     if (strncmp(url, "/locks/", 7) != 0 || url[7] == '\0' || rq->too_big)
         return answer(conn, 404, "{\"error\":{\"code\":\"not_found\"}}");
     if (strcmp(method, "POST") == 0)
@@ -179,18 +147,6 @@ static enum MHD_Result on_request(void *cls,
     if (strcmp(method, "DELETE") == 0)
         return do_release(conn, url + 7);
     return answer(conn, 405, "{\"error\":{\"code\":\"method\"}}");
-}
-
-static void on_completed(void *cls,
-                         struct MHD_Connection *conn,
-                         void **req_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
-    (void)cls;
-    (void)conn;
-    (void)toe;
-    free(*req_cls);
-    *req_cls = NULL;
 }
 
 static void drop_conn(void *c)
@@ -270,7 +226,7 @@ int main(int argc, char **argv)
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
                          MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)1024,
                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                         MHD_OPTION_NOTIFY_COMPLETED, req_completed, NULL,
                          MHD_OPTION_END);
     if (d == NULL) {
         fprintf(stderr, "sketch: cannot listen on 127.0.0.1:%ld\n", port);
