@@ -86,6 +86,18 @@ size_t text_put_u64(char *out, uint64_t v)
     return n;
 }
 
+size_t text_put_ipv4(char *out, const unsigned char *a)
+{
+    size_t n = 0;
+
+    for (int i = 0; i < 4; i++) {
+        if (i > 0)
+            out[n++] = '.';
+        n += text_put_u64(out + n, a[i]);
+    }
+    return n;
+}
+
 char *text_percent_decode(const char *s, size_t n, size_t *out_len, bool *bad)
 {
     char *out = malloc(n + 1);

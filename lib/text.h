@@ -16,6 +16,10 @@ int text_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
  * bytes written. By hand, for the per-request paths that printf cost. */
 #define TEXT_U64_MAX 20
 size_t text_put_u64(char *out, uint64_t v);
+/* Write the IPv4 address a (4 bytes, network order) in dotted decimal at
+ * out, as inet_ntop() does (room for 15 bytes; no NUL): the bytes
+ * written. */
+size_t text_put_ipv4(char *out, const unsigned char *a);
 
 /* Percent-decode s[0..n) into a new NUL-terminated string of *out_len
  * bytes (it may hold NULs: callers decide). NULL on a malformed escape

@@ -596,11 +596,8 @@ void conntrack_format_peer(const struct sockaddr *sa, char *buf, size_t cap)
         /* by hand: getnameinfo and printf were 3 % of a request's CPU */
         const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
         const unsigned char *a = (const unsigned char *)&in->sin_addr;
-        char *p = buf;
-        for (int i = 0; i < 4; i++) {
-            p += text_put_u64(p, a[i]);
-            *p++ = i < 3 ? '.' : ':';
-        }
+        char *p = buf + text_put_ipv4(buf, a);
+        *p++ = ':';
         p += text_put_u64(p, ntohs(in->sin_port));
         *p = '\0';
         return;
