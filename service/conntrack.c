@@ -50,8 +50,8 @@
 #define TICK_MIN_US  10000    /* and at least */
 #define PROBE_MAX_US 1000000  /* idle connections are looked at this often */
 #define REPORT_US    10000000 /* cuts and refusals are logged this often */
-#define TRIM_DROP    1024     /* connections gone since the peak: trim */
-#define TRIM_US      1000000  /* and no more often than this */
+#define TRIM_DROP    CONNTRACK_TRIM_DROP
+#define TRIM_US      CONNTRACK_TRIM_US
 
 enum phase {
     PH_ARRIVING = 0, /* since: when the request began */
@@ -461,22 +461,49 @@ static void report(struct conntrack *ct, uint64_t *cut, uint64_t *refused)
  * in malloc's lists already, but glibc keeps it (a heap shrinks only from
  * its top), and a later wave, whose allocations fall elsewhere, made the
  * resident size climb wave after wave: 40, 65, 86 MiB after three waves of
- * 5,000 waiters, 8 MiB after malloc_trim(). Called with ct->mu held; drops
- * it around the trim.
+ * 5,000 waiters, 8 MiB after malloc_trim().
+ *
+ * While connections keep closing, a trim at most once per TRIM_US, for
+ * TRIM_DROP gone since the last one; once the count holds still for a
+ * tick, one more for whatever closed after it, if the wave since the count
+ * last settled lost TRIM_DROP. Without that last one, a wave that ended
+ * within TRIM_US of a trim kept what closed after it: 24 MiB after the
+ * second of three waves of 10,000, against 9 after the others.
  */
-static void trim_after_drop(struct conntrack *ct,
-                            uint64_t *peak,
-                            int64_t *last_us,
-                            int64_t now)
+bool conntrack_trim_due(struct conntrack_trim *t, uint64_t open, int64_t now)
+{
+    bool settled = open == t->last_open;
+    uint64_t gone;
+
+    t->last_open = open;
+    if (open > t->wave_peak)
+        t->wave_peak = open;
+    if (open > t->trim_peak)
+        t->trim_peak = open;
+    gone = t->trim_peak - open; /* since the last trim */
+    if (settled) {
+        bool due =
+            gone > 0 && (gone >= TRIM_DROP || t->wave_peak - open >= TRIM_DROP);
+
+        t->wave_peak = open; /* the next wave starts here */
+        if (!due)
+            return false;
+    } else if (gone < TRIM_DROP || now - t->last_us < TRIM_US) {
+        return false;
+    }
+    t->trim_peak = open;
+    t->last_us = now;
+    return true;
+}
+
+/* Called with ct->mu held; drops it around the trim. */
+static void
+trim_after_drop(struct conntrack *ct, struct conntrack_trim *t, int64_t now)
 {
     uint64_t open = atomic_load_explicit(&ct->open, memory_order_relaxed);
 
-    if (open > *peak)
-        *peak = open;
-    if (*peak - open < TRIM_DROP || now - *last_us < TRIM_US)
+    if (!conntrack_trim_due(t, open, now))
         return;
-    *peak = open;
-    *last_us = now;
 #ifdef __GLIBC__
     pthread_mutex_unlock(&ct->mu);
     malloc_trim(0);
@@ -488,8 +515,8 @@ static void *reaper_main(void *arg)
 {
     struct conntrack *ct = arg;
     int64_t next_probe = 0, next_report = clock_coarse_us() + REPORT_US;
-    int64_t last_trim = 0;
-    uint64_t cut = 0, refused = 0, peak = 0;
+    struct conntrack_trim trim = { 0 };
+    uint64_t cut = 0, refused = 0;
 
     pthread_mutex_lock(&ct->mu);
     while (!ct->stop) {
@@ -506,7 +533,7 @@ static void *reaper_main(void *arg)
             report(ct, &cut, &refused);
             next_report = now + REPORT_US;
         }
-        trim_after_drop(ct, &peak, &last_trim, now);
+        trim_after_drop(ct, &trim, now);
         /* the condition variable uses CLOCK_MONOTONIC (conntrack_new) */
         wake = clock_mono_us() + ct->tick_us;
         ts.tv_sec = (time_t)(wake / 1000000);

@@ -76,4 +76,17 @@ void conntrack_peer_name(struct MHD_Connection *conn, char *buf, size_t cap);
 /* The same of a socket address; "" for a family other than IPv4 and 6. */
 void conntrack_format_peer(const struct sockaddr *sa, char *buf, size_t cap);
 
+/* When the reaper gives freed memory back (malloc_trim) after connections
+ * closed: its state, zeroed at the start, and the decision for one tick
+ * (open: connections open now; now in us). */
+#define CONNTRACK_TRIM_DROP 1024    /* connections gone: worth a trim */
+#define CONNTRACK_TRIM_US   1000000 /* while they keep going, this apart */
+struct conntrack_trim {
+    uint64_t last_open; /* at the tick before */
+    uint64_t wave_peak; /* the most open since the count last settled */
+    uint64_t trim_peak; /* the most open since the last trim */
+    int64_t last_us;    /* the last trim */
+};
+bool conntrack_trim_due(struct conntrack_trim *t, uint64_t open, int64_t now);
+
 #endif /* SERVICE_CONNTRACK_H */
