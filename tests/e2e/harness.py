@@ -131,11 +131,14 @@ def free_port():
     return port
 
 
-def wait_port(port, timeout=15.0, host="127.0.0.1"):
+def wait_port(port, timeout=15.0, host="127.0.0.1", source=None):
+    """True once a connection to host:port is accepted (from source, an
+    address to connect from, if given), False after timeout seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            socket.create_connection((host, port), timeout=0.5).close()
+            socket.create_connection((host, port), timeout=0.5,
+                                     source_address=(source, 0) if source else None).close()
             return True
         except OSError:
             time.sleep(0.05)
