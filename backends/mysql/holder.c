@@ -52,6 +52,19 @@ static enum mysql_attempt mysql_settle_unmatched(struct mysql_conn *c,
     return MYSQL_ATTEMPT_DONE;
 }
 
+enum mysql_attempt mysql_key_lock(struct mysql_conn *c, MYSQL_BIND *key)
+{
+    MYSQL_BIND r[1];
+    int64_t one = 0;
+    my_bool is_null = 0;
+    struct mysql_run_info info;
+    unsigned err;
+
+    mysql_bind_i64(&r[0], &one, &is_null);
+    err = mysql_conn_run(c, MYSQL_ST_KEY_LOCK, key, r, &info);
+    return err != 0 ? mysql_conn_failed(c, err) : MYSQL_ATTEMPT_DONE;
+}
+
 /* The key's expiry := its last holder's (shared holders, after one left or
  * was renewed shorter). */
 enum mysql_attempt mysql_key_fix(struct mysql_conn *c, MYSQL_BIND *key)
@@ -143,6 +156,9 @@ mysql_renew_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     if (strlen(req->token) <= LOCK_TOKEN_MAX &&
         mysql_conn_block_ok(c, MYSQL_ST_RENEW_BLOCK))
         return mysql_renew_block(c, a, p, res);
+    done = mysql_key_lock(c, &p[5]);
+    if (done != MYSQL_ATTEMPT_DONE)
+        return done;
     err = mysql_conn_run(c, MYSQL_ST_RENEW, p, NULL, &info);
     if (err != 0)
         return mysql_conn_failed(c, err);
@@ -327,6 +343,9 @@ mysql_release_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
         mysql_conn_block_ok(c, MYSQL_ST_REL_BLOCK))
         return mysql_release_block(c, a, p, res);
     /* the common case: the exclusive holder's last hold, both rows */
+    done = mysql_key_lock(c, &p[0]);
+    if (done != MYSQL_ATTEMPT_DONE)
+        return done;
     err = mysql_conn_run(c, MYSQL_ST_REL_X, p, NULL, &info);
     if (err != 0)
         return mysql_conn_failed(c, err);

@@ -166,6 +166,7 @@ enum mysql_attempt mysql_renew_multi_attempt(struct mysql_conn *c,
     unsigned long klen, tlen;
     struct mysql_run_info info;
     unsigned err;
+    enum mysql_attempt done;
 
     memset(a->out, 0, sizeof(*a->out)); /* a retry starts afresh */
     mysql_bind_u64(&p[0], &inc);
@@ -181,6 +182,9 @@ enum mysql_attempt mysql_renew_multi_attempt(struct mysql_conn *c,
         if (mysql_multi_late(c, a))
             return MYSQL_ATTEMPT_FAILED;
         mysql_multi_bind_key(a, i, &p[5], &klen);
+        done = mysql_key_lock(c, &p[5]);
+        if (done != MYSQL_ATTEMPT_DONE)
+            return done;
         err = mysql_conn_run(c, MYSQL_ST_RENEW, p, NULL, &info);
         if (err != 0)
             return mysql_conn_failed(c, err);
@@ -204,12 +208,16 @@ static enum mysql_attempt mysql_multi_release_key(struct mysql_conn *c,
     my_bool nulls[2] = { 0, 0 };
     struct mysql_run_info info;
     unsigned err;
+    enum mysql_attempt done;
 
     *gone = false;
     mysql_multi_bind_key(a, i, &p[0], &klen);
     mysql_bind_bytes(&p[1], a->req->token, strlen(a->req->token), &tlen);
     mysql_bind_u64(&p[2], &all);
     /* the common case: the exclusive holder, both rows at once */
+    done = mysql_key_lock(c, &p[0]);
+    if (done != MYSQL_ATTEMPT_DONE)
+        return done;
     err = mysql_conn_run(c, MYSQL_ST_REL_X, p, NULL, &info);
     if (err != 0)
         return mysql_conn_failed(c, err);

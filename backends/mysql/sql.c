@@ -131,6 +131,16 @@
     "SELECT h.fence, h.ttl_ms, h.expires_at, h.holds, k.mode, k.lim" \
     " FROM @T AS k STRAIGHT_JOIN @H AS h ON h.lock_key = k.lock_key" \
     " WHERE k.lock_key = " key " AND h.token = " token
+/* The key row locked in a statement of its own, before any statement that
+ * judges a holder live: NOW() is fixed when a statement starts, before it
+ * waits for a row lock, so a renew or release that judged liveness in the
+ * statement that waited (behind another instance's takeover of an expired
+ * key) would act on the new holder's row with the time of before. Behind
+ * this lock no takeover can happen, and the next statement reads the clock
+ * after it. COUNT(*): one row (into a variable) whether the key has a row
+ * or not. */
+#define KEY_LOCK_SQL(key) \
+    "SELECT COUNT(*) INTO v_locked FROM @T WHERE lock_key = " key " FOR UPDATE"
 #define REL_X_SQL(key, token, all) \
     "DELETE k, h FROM @T AS k STRAIGHT_JOIN @H AS h" \
     " ON h.lock_key = k.lock_key WHERE k.lock_key = " key \
@@ -190,7 +200,8 @@
     " DECLARE v_key VARBINARY(512) DEFAULT ?;" \
     " DECLARE v_token VARBINARY(64) DEFAULT ?;" \
     " DECLARE v_all INT DEFAULT ?;" \
-    " DECLARE v_status INT DEFAULT 0;" \
+    " DECLARE v_status, v_locked INT DEFAULT 0;" \
+    " " KEY_LOCK_SQL("v_key") ";" \
     " " REL_X_SQL("v_key", "v_token", "v_all") ";" \
     " IF ROW_COUNT() = 0 THEN" \
     "  SET v_status = " BLOCK_OPEN ";" \
@@ -212,10 +223,11 @@
     " DECLARE v_key VARBINARY(512) DEFAULT ?;" \
     " DECLARE v_token VARBINARY(64) DEFAULT ?;" \
     " DECLARE v_until BIGINT DEFAULT ?;" \
-    " DECLARE v_status INT DEFAULT 0;" \
+    " DECLARE v_status, v_locked INT DEFAULT 0;" \
     " DECLARE v_fence, v_ttl_now, v_holds, v_mode, v_lim" \
     " BIGINT UNSIGNED DEFAULT 0;" \
     " DECLARE v_expires BIGINT DEFAULT NULL;" \
+    " " KEY_LOCK_SQL("v_key") ";" \
     " " RENEW_SQL("v_inc", "v_ttl", "v_key", "v_token") ";" \
     " IF ROW_COUNT() = 0 THEN" \
     "  SET v_status = " BLOCK_OPEN ";" \
@@ -347,6 +359,8 @@ const struct mysql_sql mysql_sql_stmts[MYSQL_ST_COUNT] = {
     STMT(REAP_FIND,
          "SELECT lock_key FROM @H WHERE expires_at <= " NOW_MS
          " ORDER BY expires_at LIMIT ?"),
+    /* the key row locked on its own (KEY_LOCK_SQL says why): the
+       reaper's, force's, and before every renew and release */
     STMT(KEY_LOCK, "SELECT 1 FROM @T WHERE lock_key = ? FOR UPDATE"),
     STMT(COUNT_HELD, "SELECT COUNT(*) FROM @H WHERE expires_at > " NOW_MS),
     STMT(EVENT_BUMP, EVENT_BUMP_SQL),

@@ -40,7 +40,7 @@ enum mysql_stmt_id {
     MYSQL_ST_INSPECT,
     MYSQL_ST_REAP,      /* expired key rows, any key */
     MYSQL_ST_REAP_FIND, /* keys with expired holder rows */
-    MYSQL_ST_KEY_LOCK,  /* the reaper locks one key's row */
+    MYSQL_ST_KEY_LOCK,  /* one key's row locked, before it is judged */
     MYSQL_ST_COUNT_HELD,
     MYSQL_ST_EVENT_BUMP, /* next event id, in commit order (row lock) */
     MYSQL_ST_EVENT_ADD,
