@@ -78,19 +78,17 @@ static enum mysql_attempt mysql_bg_reap_key_attempt(struct mysql_conn *c,
                                                     enum backend_result *res)
 {
     struct mysql_bg_one *o = arg;
-    MYSQL_BIND p[1], r[1];
-    int64_t one = 0;
-    my_bool is_null = 0;
+    MYSQL_BIND p[1];
     unsigned long klen;
     struct mysql_run_info info;
     unsigned err;
     enum mysql_attempt done;
 
     mysql_bind_bytes(&p[0], o->key, o->klen, &klen);
-    mysql_bind_i64(&r[0], &one, &is_null);
-    err = mysql_conn_run(c, MYSQL_ST_KEY_LOCK, p, r, &info);
-    if (err == 0)
-        err = mysql_conn_run(c, MYSQL_ST_REAP_KEY, p, NULL, &info);
+    done = mysql_key_lock(c, p, NULL);
+    if (done != MYSQL_ATTEMPT_DONE)
+        return done;
+    err = mysql_conn_run(c, MYSQL_ST_REAP_KEY, p, NULL, &info);
     if (err != 0)
         return mysql_conn_failed(c, err);
     o->deleted = info.affected;

@@ -52,7 +52,8 @@ static enum mysql_attempt mysql_settle_unmatched(struct mysql_conn *c,
     return MYSQL_ATTEMPT_DONE;
 }
 
-enum mysql_attempt mysql_key_lock(struct mysql_conn *c, MYSQL_BIND *key)
+enum mysql_attempt
+mysql_key_lock(struct mysql_conn *c, MYSQL_BIND *key, bool *found)
 {
     MYSQL_BIND r[1];
     int64_t one = 0;
@@ -62,7 +63,11 @@ enum mysql_attempt mysql_key_lock(struct mysql_conn *c, MYSQL_BIND *key)
 
     mysql_bind_i64(&r[0], &one, &is_null);
     err = mysql_conn_run(c, MYSQL_ST_KEY_LOCK, key, r, &info);
-    return err != 0 ? mysql_conn_failed(c, err) : MYSQL_ATTEMPT_DONE;
+    if (err != 0)
+        return mysql_conn_failed(c, err);
+    if (found != NULL)
+        *found = info.found;
+    return MYSQL_ATTEMPT_DONE;
 }
 
 /* The key's expiry := its last holder's (shared holders, after one left or
@@ -156,7 +161,7 @@ mysql_renew_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     if (strlen(req->token) <= LOCK_TOKEN_MAX &&
         mysql_conn_block_ok(c, MYSQL_ST_RENEW_BLOCK))
         return mysql_renew_block(c, a, p, res);
-    done = mysql_key_lock(c, &p[5]);
+    done = mysql_key_lock(c, &p[5], NULL);
     if (done != MYSQL_ATTEMPT_DONE)
         return done;
     err = mysql_conn_run(c, MYSQL_ST_RENEW, p, NULL, &info);
@@ -343,7 +348,7 @@ mysql_release_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
         mysql_conn_block_ok(c, MYSQL_ST_REL_BLOCK))
         return mysql_release_block(c, a, p, res);
     /* the common case: the exclusive holder's last hold, both rows */
-    done = mysql_key_lock(c, &p[0]);
+    done = mysql_key_lock(c, &p[0], NULL);
     if (done != MYSQL_ATTEMPT_DONE)
         return done;
     err = mysql_conn_run(c, MYSQL_ST_REL_X, p, NULL, &info);

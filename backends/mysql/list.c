@@ -189,24 +189,6 @@ mysql_list_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     return MYSQL_ATTEMPT_DONE;
 }
 
-/* The key row, locked: *found false when the key has none. */
-static enum mysql_attempt
-mysql_force_lock(struct mysql_conn *c, MYSQL_BIND *key, bool *found)
-{
-    MYSQL_BIND r[1];
-    int64_t one = 0;
-    my_bool is_null = 0;
-    struct mysql_run_info info;
-    unsigned err;
-
-    mysql_bind_i64(&r[0], &one, &is_null);
-    err = mysql_conn_run(c, MYSQL_ST_KEY_LOCK, key, r, &info);
-    if (err != 0)
-        return mysql_conn_failed(c, err);
-    *found = info.found;
-    return MYSQL_ATTEMPT_DONE;
-}
-
 /* Every holder row and the key row go, and an event tells the instances;
  * then COMMIT. *gone: the holder rows deleted (live and expired). */
 static enum mysql_attempt
@@ -243,7 +225,7 @@ mysql_force_attempt(struct mysql_conn *c, void *arg, enum backend_result *res)
     a->left = false;
     lock_info_clear(out); /* an earlier attempt's */
     mysql_bind_bytes(&key, a->in.key, a->in.key_len, &klen);
-    done = mysql_force_lock(c, &key, &found);
+    done = mysql_key_lock(c, &key, &found);
     if (done != MYSQL_ATTEMPT_DONE)
         return done;
     if (!found) {

@@ -182,7 +182,7 @@ enum mysql_attempt mysql_renew_multi_attempt(struct mysql_conn *c,
         if (mysql_multi_late(c, a))
             return MYSQL_ATTEMPT_FAILED;
         mysql_multi_bind_key(a, i, &p[5], &klen);
-        done = mysql_key_lock(c, &p[5]);
+        done = mysql_key_lock(c, &p[5], NULL);
         if (done != MYSQL_ATTEMPT_DONE)
             return done;
         err = mysql_conn_run(c, MYSQL_ST_RENEW, p, NULL, &info);
@@ -215,7 +215,7 @@ static enum mysql_attempt mysql_multi_release_key(struct mysql_conn *c,
     mysql_bind_bytes(&p[1], a->req->token, strlen(a->req->token), &tlen);
     mysql_bind_u64(&p[2], &all);
     /* the common case: the exclusive holder, both rows at once */
-    done = mysql_key_lock(c, &p[0]);
+    done = mysql_key_lock(c, &p[0], NULL);
     if (done != MYSQL_ATTEMPT_DONE)
         return done;
     err = mysql_conn_run(c, MYSQL_ST_REL_X, p, NULL, &info);

@@ -299,8 +299,10 @@ enum mysql_attempt mysql_acquire_no_stripe(struct mysql_conn *c);
 enum mysql_attempt mysql_acquire_fence(struct mysql_conn *c, uint64_t *fence);
 enum mysql_attempt mysql_key_fix(struct mysql_conn *c, MYSQL_BIND *key);
 /* The key's row locked in a statement of its own (KEY_LOCK), before a
- * renew or release judges its holder live with the statement's clock. */
-enum mysql_attempt mysql_key_lock(struct mysql_conn *c, MYSQL_BIND *key);
+ * renew or release judges its holder live with the statement's clock;
+ * *found (if not NULL): the key has a row. */
+enum mysql_attempt
+mysql_key_lock(struct mysql_conn *c, MYSQL_BIND *key, bool *found);
 enum mysql_attempt mysql_release_holder(struct mysql_conn *c, MYSQL_BIND *kt);
 
 /* ---- list.c: what operators ask ---- */
