@@ -145,6 +145,23 @@ def wait_port(port, timeout=15.0, host="127.0.0.1", source=None):
     return False
 
 
+def served_client(port, n):
+    """A kept-alive connection to lockd that was answered 200, the n-th of
+    a test's. lockd counts the harness's port probe until it has seen it
+    close, which may take a moment: a refused try is repeated for 5 s."""
+    deadline = time.monotonic() + 5
+    while True:
+        c = Client(port, timeout=5)
+        try:
+            if c.request("GET", "/healthz").status == 200:
+                return c
+        except (OSError, httpclient.HTTPException):
+            pass
+        c.close()
+        check(time.monotonic() < deadline, "connection %d was not served within 5 s" % n)
+        time.sleep(0.1)
+
+
 class Response:
     def __init__(self, status, headers, body):
         self.status = status

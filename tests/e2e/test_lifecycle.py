@@ -310,7 +310,7 @@ def env_log_and_connections(ctx):
     clients = []
     try:
         for i in range(limit):
-            clients.append(served_client(port, i + 1))
+            clients.append(harness.served_client(port, i + 1))
         check(extra_connection_refused(port), "connection %d was served with LOCKD_MAX_CONNECTIONS=%d"
               % (limit + 1, limit))
     finally:
@@ -418,23 +418,6 @@ def auth(ctx):
     eq(rc, 2, "exit code for a missing token file")
 
 
-def served_client(port, n):
-    """A kept-alive connection to lockd that was answered 200, the n-th of
-    a test's. lockd counts the harness's port probe until it has seen it
-    close, which may take a moment: a refused try is repeated for 5 s."""
-    deadline = time.monotonic() + 5
-    while True:
-        c = harness.Client(port, timeout=5)
-        try:
-            if c.request("GET", "/healthz").status == 200:
-                return c
-        except (OSError, http.client.HTTPException):
-            pass
-        c.close()
-        check(time.monotonic() < deadline, "connection %d was not served within 5 s" % n)
-        time.sleep(0.1)
-
-
 def extra_connection_refused(port):
     """Whether one more connection to lockd is refused: closed, reset, not
     answered within 3 s, or answered 503."""
@@ -458,7 +441,7 @@ def max_connections(ctx):
     clients = []
     try:
         for i in range(limit):
-            clients.append(served_client(ld.port, i + 1))
+            clients.append(harness.served_client(ld.port, i + 1))
         check(extra_connection_refused(ld.port), "connection %d was served with --max-connections %d"
               % (limit + 1, limit))
     finally:
