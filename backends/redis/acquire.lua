@@ -8,6 +8,7 @@ local exp_key = KEYS[5]
 gk.index = KEYS[6]
 gk.held = KEYS[7]
 local mwait_key = KEYS[8]
+local slot_key = KEYS[9]
 local token = ARGV[1]
 local ttl_ms = ARGV[2]
 local has_owner = ARGV[3]
@@ -197,26 +198,15 @@ if uid ~= '' then
     redis.call('PUBLISH', channel, key)
   end
 end
-local f
-if floor then
-  f = tonumber(redis.call('GET', fence_key) or '0')
-  if f >= 9007199254740991 then
-    return redis.error_reply('ERR lockd fence counter exhausted')
-  end
-  expired_excl(lock_key, f)
-  raise_floor(fence_key)
-  f = redis.call('INCR', fence_key)
-else
-  -- one call, not a GET first: a grant past 2^53 - 1 is taken back
-  f = redis.call('INCR', fence_key)
-  if f > 9007199254740991 then
-    redis.call('DECR', fence_key)
-    return redis.error_reply('ERR lockd fence counter exhausted')
-  end
-  expired_excl(lock_key, f - 1)
+local f, p = fence_next(fence_key, slot_key, floor)
+if not f then
+  return redis.error_reply('ERR lockd fence counter exhausted')
 end
+expired_excl(lock_key, p)
+held_prune(2, #lock_key - #key - 1)
 local fs = string.format('%.0f', f)
 local ttl = tonumber(ttl_ms)
+fence_keep(fence_key, f, ttl + retain)
 index_add(key)
 if not shared then
   if has_owner == '1' then

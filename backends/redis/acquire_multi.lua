@@ -1,5 +1,5 @@
 -- acquire_multi: n keys EXCLUSIVE under one token, all of them or none.
--- KEYS: six per lockd key, in the request's order (rk() names them),
+-- KEYS: seven per lockd key, in the request's order (rk() names them),
 -- then the index and the held set.
 -- ARGV by name, in the order lockd sends them; the n lockd keys (for
 -- PUBLISH) come before the not-after time.
@@ -10,7 +10,7 @@ local owner = ARGV[4]
 local channel = ARGV[5]
 local mark_ms = tonumber(ARGV[6])
 local floor = ARGV[7] == '1'
-local n = (#KEYS - 2) / 6
+local n = (#KEYS - 2) / 7
 gk.index = KEYS[#KEYS - 1]
 gk.held = KEYS[#KEYS]
 local not_after = ARGV[8 + n]
@@ -18,8 +18,9 @@ local now = clock()
 if now > tonumber(not_after) then return {-2} end
 local h = redis.sha1hex(token)
 
--- key i's Redis keys: 1 lock, 2 fence, 3 queue, 4 qdl, 5 exp, 6 mwait
-local function rk(i, j) return KEYS[(i - 1) * 6 + j] end
+-- key i's Redis keys: 1 lock, 2 fence, 3 queue, 4 qdl, 5 exp, 6 mwait,
+-- 7 its slot's fence counter
+local function rk(i, j) return KEYS[(i - 1) * 7 + j] end
 
 -- (1) each key as the single acquire finds it: expired shared holders
 -- reaped, dead places dropped; held by a holder or by a queued waiter (a
@@ -64,19 +65,23 @@ if held[1] then
   return out
 end
 
--- (3) grant every key as the single acquire grants one. The counters are
--- read first: an exhausted one must stop the grant before any write.
-local before = {}
+-- (3) grant every key as the single acquire grants one. The fences are
+-- drawn first: an exhausted counter must stop the grant before any write
+-- but theirs (a slot counter raised by a grant that then does not happen
+-- costs nothing: fences need only increase). Keys of one slot draw from
+-- one slot counter, one after the other.
+local fences, before = {}, {}
 for i = 1, n do
   if not mine[i] then
-    before[i] = tonumber(redis.call('GET', rk(i, 2)) or '0')
-    if before[i] >= 9007199254740991 then
+    fences[i], before[i] = fence_next(rk(i, 2), rk(i, 7), floor)
+    if not fences[i] then
       return redis.error_reply('ERR lockd fence counter exhausted')
     end
   end
 end
 local ttl = tonumber(ttl_ms)
 local out = {1, ttl, now + ttl}
+held_prune(2, #rk(1, 1) - #ARGV[8] - 1)
 for i = 1, n do
   local lock_key = rk(i, 1)
   if mine[i] then
@@ -85,9 +90,9 @@ for i = 1, n do
     if now + left < out[3] then out[3] = now + left end
   else
     expired_excl(lock_key, before[i])
-    if floor then raise_floor(rk(i, 2)) end
-    local f = redis.call('INCR', rk(i, 2))
+    local f = fences[i]
     local fs = string.format('%.0f', f)
+    fence_keep(rk(i, 2), f, ttl + retain)
     if has_owner then
       redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
                  'g', now)

@@ -101,6 +101,49 @@ int redis_cluster_keyslot(const char *key, size_t len)
     return redis_cluster_crc16(key + at, n) & (REDIS_BE_CLUSTER_SLOTS - 1);
 }
 
+/* slot -> its tag; filled once, by the first caller */
+static char slot_tags[REDIS_BE_CLUSTER_SLOTS][6];
+static pthread_once_t slot_tags_once = PTHREAD_ONCE_INIT;
+
+static void slot_tags_fill(void)
+{
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    size_t left = REDIS_BE_CLUSTER_SLOTS;
+    char t[6] = "#";
+
+    /* "#0".."#z", then "#00".."#zz", ...: some 160,000 tries fill every
+     * slot (a coupon collector's count), far below the 1.7 million of
+     * four digits */
+    for (size_t len = 1; len <= 4 && left > 0; len++) {
+        size_t total = 1;
+
+        for (size_t i = 0; i < len; i++)
+            total *= 36;
+        for (size_t v = 0; v < total && left > 0; v++) {
+            size_t x = v;
+            int slot;
+
+            for (size_t i = len; i > 0; i--) {
+                t[i] = digits[x % 36];
+                x /= 36;
+            }
+            t[len + 1] = '\0';
+            slot =
+                redis_cluster_crc16(t, len + 1) & (REDIS_BE_CLUSTER_SLOTS - 1);
+            if (slot_tags[slot][0] == '\0') {
+                memcpy(slot_tags[slot], t, len + 2);
+                left--;
+            }
+        }
+    }
+}
+
+const char *redis_cluster_slot_tag(int slot)
+{
+    pthread_once(&slot_tags_once, slot_tags_fill);
+    return slot_tags[slot & (REDIS_BE_CLUSTER_SLOTS - 1)];
+}
+
 void redis_cluster_hash(const char *key, size_t len, char out[17])
 {
     static const char hex[] = "0123456789abcdef";

@@ -1,7 +1,8 @@
 /*
  * backends/redis/describe.c - what /readyz says of the Redis deployment the
- * URL names (plain, Sentinel, Cluster) and what it guarantees: fences are
- * the INCR of a per-key counter in the grant's script, so they are exactly
+ * URL names (plain, Sentinel, Cluster) and what it guarantees: fences come
+ * from the slot's and the key's counters in the grant's script (redis.c),
+ * so they are exactly
  * as durable as the Redis node that ran it; replication is asynchronous,
  * so what a failover keeps depends on min_replicas (WAIT).
  */
@@ -35,8 +36,9 @@ void redis_describe(const struct backend *b, struct backend_topology *out)
     switch (be->topology) {
     case REDIS_BE_SINGLE:
         snprintf(out->topology, sizeof(out->topology), "single");
-        snprintf(out->fence, sizeof(out->fence),
-                 "a per-key counter in Redis (INCR in the grant's script)");
+        snprintf(
+            out->fence, sizeof(out->fence),
+            "a counter per key slot in Redis (raised in the grant's script)");
         snprintf(out->failover, sizeof(out->failover),
                  "locks and fences granted since the last fsync if Redis "
                  "restarts without appendfsync always (every lock without "
@@ -46,14 +48,14 @@ void redis_describe(const struct backend *b, struct backend_topology *out)
     case REDIS_BE_SENTINEL:
         snprintf(out->topology, sizeof(out->topology), "sentinel");
         snprintf(out->fence, sizeof(out->fence),
-                 "a per-key counter (INCR) on the primary the Sentinels name");
+                 "a counter per key slot on the primary the Sentinels name");
         redis_describe_failover(be, "the primary", out);
         out->nodes = (unsigned)be->naddrs;
         break;
     case REDIS_BE_CLUSTER:
         snprintf(out->topology, sizeof(out->topology), "cluster");
         snprintf(out->fence, sizeof(out->fence),
-                 "a per-key counter (INCR) on the master of the key's hash "
+                 "a counter per hash slot on the master of the key's hash "
                  "slot");
         redis_describe_failover(be, "the key's master", out);
         out->nodes = (unsigned)be->naddrs;

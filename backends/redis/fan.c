@@ -76,7 +76,8 @@ redisReply *redis_call_run(struct redis_be *be, struct redis_call *c)
     return redis_script_argv(be, c->s, c->nkeys, c->nargs, c->argv, c->argl);
 }
 
-/* KEYS: lock, fence of each key; ARGV: the token, then each fence. */
+/* KEYS: lock, fence, slot fence of each key; ARGV: the token, then each
+ * fence. */
 int redis_call_refence(struct redis_be *be,
                        const char *const *keys,
                        const size_t *key_lens,
@@ -85,7 +86,9 @@ int redis_call_refence(struct redis_be *be,
                        const uint64_t *fences,
                        struct redis_call *c)
 {
-    size_t nargs = 3 * n + 1, bytes = 0, at = 0;
+    static const char *const kinds[] = { "lock:", "fence:",
+                                         REDIS_BE_SLOT_FENCE };
+    size_t nargs = 4 * n + 1, bytes = 0, at = 0;
     const char **v = calloc(nargs, sizeof(*v));
     size_t *len = calloc(nargs, sizeof(*len));
     char *buf = NULL, (*fs)[24] = calloc(n + 1, sizeof(*fs));
@@ -93,27 +96,25 @@ int redis_call_refence(struct redis_be *be,
 
     memset(c, 0, sizeof(*c));
     for (size_t i = 0; i < n; i++)
-        bytes += redis_key_len(be, "lock:", key_lens[i]) +
-                 redis_key_len(be, "fence:", key_lens[i]);
+        for (size_t k = 0; k < 3; k++)
+            bytes += redis_key_len(be, kinds[k], key_lens[i]);
     buf = malloc(bytes + 1);
     if (v == NULL || len == NULL || fs == NULL || buf == NULL || n == 0)
         goto out;
     for (size_t i = 0; i < n; i++) {
-        v[2 * i] = buf + at;
-        len[2 * i] =
-            redis_key_name(be, "lock:", keys[i], key_lens[i], buf + at);
-        at += len[2 * i];
-        v[2 * i + 1] = buf + at;
-        len[2 * i + 1] =
-            redis_key_name(be, "fence:", keys[i], key_lens[i], buf + at);
-        at += len[2 * i + 1];
+        for (size_t k = 0; k < 3; k++) {
+            v[3 * i + k] = buf + at;
+            len[3 * i + k] =
+                redis_key_name(be, kinds[k], keys[i], key_lens[i], buf + at);
+            at += len[3 * i + k];
+        }
         snprintf(fs[i], sizeof(fs[i]), "%llu", (unsigned long long)fences[i]);
-        v[2 * n + 1 + i] = fs[i];
-        len[2 * n + 1 + i] = strlen(fs[i]);
+        v[3 * n + 1 + i] = fs[i];
+        len[3 * n + 1 + i] = strlen(fs[i]);
     }
-    v[2 * n] = token;
-    len[2 * n] = strlen(token);
-    rc = redis_call_pack(c, REDIS_BE_SCRIPT_REFENCE, (int)(2 * n), (int)nargs,
+    v[3 * n] = token;
+    len[3 * n] = strlen(token);
+    rc = redis_call_pack(c, REDIS_BE_SCRIPT_REFENCE, (int)(3 * n), (int)nargs,
                          v, len);
 out:
     free(v);

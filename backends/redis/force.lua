@@ -6,6 +6,7 @@ local queue_key = KEYS[3]
 local mwait_key = KEYS[4]
 gk.index = KEYS[5]
 gk.held = KEYS[6]
+local fence_key = KEYS[7]
 local channel = ARGV[1]
 local key = ARGV[2]
 local now = clock()
@@ -24,8 +25,9 @@ else
     held_drop(lock_key, d)
   end
 end
--- the fence counter stays: the next grant's fence is greater
+-- the next grant's fence is greater: its slot's counter stays
 redis.call('DEL', lock_key, exp_key)
+fence_drop(fence_key)
 index_drop(key)
 if waited(queue_key, mwait_key) then redis.call('PUBLISH', channel, key) end
 return out

@@ -16,22 +16,69 @@
 -- index and held to its KEYS naming them first; gk.expired collects the
 -- greatest fence of the holders reap() found expired.
 if redis.replicate_commands then redis.replicate_commands() end
-local gk = {index = false, held = false, expired = 0}
+local gk = {index = false, held = false, expired = 0, now = 0}
 local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  gk.now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return gk.now
 end
--- floor: raise a fence counter to at least Redis's clock in whole
--- seconds, times a million, minus one, so the INCR that follows grants at
--- least that: a server restarted without its data cannot hand out a
--- smaller fence than it did before, once a second has passed (1.8e15
--- today, exact as a double below 2^53). Whole seconds, so that servers
--- whose counters agree grant the same fence within a second (no write-back)
-local function raise_floor(fence_key)
-  local t = redis.call('TIME')
-  local us = tonumber(t[1]) * 1000000 - 1
-  if tonumber(redis.call('GET', fence_key) or '0') < us then
-    redis.call('SET', fence_key, string.format('%.0f', us))
+-- Fences. A key's fence comes from two counters: its slot's (the
+-- REDIS_BE_SLOT_FENCE key, shared by every key of the slot, so at most
+-- 16,384 of them: a high-water mark at least every fence any key of the
+-- slot was granted) and the key's own, which keeps only the key's last
+-- fence while it is held and `retain` ms after (a takeover in that time
+-- reports the fence it took over), and is gone then. A grant takes the
+-- greater of the two plus one and writes it to both, so every fence of a
+-- key is greater than every earlier one of that key whether its own
+-- counter is there or not; a key's counter written by an older lockd
+-- (which kept it for ever, without an expiry) is taken into the max and
+-- gets an expiry at the key's next grant. Invariant: a key counter with
+-- an expiry is at most its slot counter, so it may go at any time.
+-- With floor (redlock), every fence is at least Redis's clock in whole
+-- seconds, times a million, minus one: a server restarted without its
+-- data cannot hand out a smaller fence than it did before, once a second
+-- has passed (1.8e15 today, exact as a double below 2^53). Whole seconds,
+-- so that servers whose counters agree grant the same fence within a
+-- second (no write-back). Answers the fence (nil: exhausted, nothing
+-- written) and the key counter's value before.
+local retain = 60000
+local function fence_next(fence_key, slot_key, floor)
+  local p = tonumber(redis.call('GET', fence_key) or '0')
+  local f = tonumber(redis.call('GET', slot_key) or '0')
+  if p > f then f = p end
+  if floor then
+    local t = redis.call('TIME')
+    local us = tonumber(t[1]) * 1000000 - 1
+    if us > f then f = us end
+  end
+  if f >= 9007199254740991 then return nil, p end
+  f = f + 1
+  redis.call('SET', slot_key, string.format('%.0f', f))
+  return f, p
+end
+-- the key's last fence f, kept ms (a holder's TTL + retain) or as long as
+-- it was to stay (another shared holder's)
+local function fence_keep(fence_key, f, ms)
+  local left = redis.call('PTTL', fence_key)
+  if left > ms then ms = left end
+  redis.call('SET', fence_key, string.format('%.0f', f), 'PX', ms)
+end
+-- a renew: the key's counter stays ms at least (an older lockd's, without
+-- an expiry, is left so); a lost one is written again with f
+local function fence_extend(fence_key, f, ms)
+  if not fence_key then return end
+  local left = redis.call('PTTL', fence_key)
+  if left == -2 then
+    redis.call('SET', fence_key, string.format('%.0f', f), 'PX', ms)
+  elseif left >= 0 and left < ms then
+    redis.call('PEXPIRE', fence_key, ms)
+  end
+end
+-- the key is free: its counter goes (one with an expiry is at most its
+-- slot's; an older lockd's, without one, stays until the next grant)
+local function fence_drop(fence_key)
+  if fence_key and redis.call('PTTL', fence_key) >= 0 then
+    redis.call('DEL', fence_key)
   end
 end
 -- a shared holder's record: {fence, last ttl, holds, owner or false,
@@ -44,18 +91,47 @@ end
 local function rec_put(lock_key, d, r)
   redis.call('HSET', lock_key, 'h:' .. d, cmsgpack.pack(r))
 end
--- a holder's member of the held set: d = its digest (shared) or false
+-- a holder's member of the held set: d = its digest (shared) or false.
+-- The held set and the index stay retain ms beyond the last holder's
+-- expiry (each grant and renew moves that on) and then go: on a cluster
+-- they are per slot tag, next to the lock, and no other script of that
+-- tag might come to take out what is left (scripts clock() first)
 local function held_put(lock_key, d, expires)
   if not gk.held then return end
   local m = lock_key
   if d then m = lock_key .. '\0' .. d end
   redis.call('ZADD', gk.held, expires, m)
+  local ms = expires - gk.now + retain
+  for _, k in ipairs({gk.held, gk.index}) do
+    if k and redis.call('PTTL', k) < ms then
+      redis.call('PEXPIRE', k, ms + retain)
+    end
+  end
 end
 local function held_drop(lock_key, d)
   if not gk.held then return end
   local m = lock_key
   if d then m = lock_key .. '\0' .. d end
   redis.call('ZREM', gk.held, m)
+end
+-- take out up to batch members of the held set whose holder expired over
+-- retain ms ago (a hash Redis expired, a shared holder nobody reaped), and
+-- their keys' index entries once the key is free; cut = the bytes before
+-- a lockd key in its lock key's name. Every grant takes out two, so
+-- neither set grows with the keys ever locked
+local function held_prune(batch, cut)
+  if not gk.held then return end
+  local old = redis.call('ZRANGEBYSCORE', gk.held, '-inf', gk.now - retain,
+                         'LIMIT', 0, batch)
+  for _, m in ipairs(old) do
+    redis.call('ZREM', gk.held, m)
+    local z = string.find(m, '\0', 1, true)
+    local lock_key = m
+    if z then lock_key = string.sub(m, 1, z - 1) end
+    if gk.index and redis.call('EXISTS', lock_key) == 0 then
+      redis.call('ZREM', gk.index, string.sub(lock_key, cut + 1, -2))
+    end
+  end
 end
 -- the key is held (key = the lockd key) or may be free now
 local function index_add(key)
@@ -65,8 +141,8 @@ local function index_drop(key)
   if gk.index then redis.call('ZREM', gk.index, key) end
 end
 -- the exclusive holder whose hash Redis expired left its held member: a
--- takeover of it gets the fence counter's value before this grant, f (no
--- grant came since)
+-- takeover of it gets the key counter's value before this grant, f (no
+-- grant came since; 0 once the counter went, retain ms after the expiry)
 local function expired_excl(lock_key, f)
   if not gk.held or not redis.call('ZSCORE', gk.held, lock_key) then
     return
@@ -175,7 +251,8 @@ end
 -- free, {-1} another token, {-3} holds at holds_max (LOCK_HOLDS_MAX).
 -- A TTL of '0' keeps the stored one.
 local holds_max = 1000000
-local function renew_one(lock_key, exp_key, h, ttl_ms, reenter, now)
+local function renew_one(lock_key, exp_key, fence_key, h, ttl_ms, reenter,
+                         now)
   local cur = redis.call('HMGET', lock_key, 't', 'f', 'ttl', 'n', 'm', 'l')
   if cur[1] then
     if cur[1] ~= h then return {-1} end
@@ -193,6 +270,7 @@ local function renew_one(lock_key, exp_key, h, ttl_ms, reenter, now)
     end
     redis.call('PEXPIRE', lock_key, ttl)
     held_put(lock_key, false, now + tonumber(ttl))
+    fence_extend(fence_key, tonumber(cur[2]), tonumber(ttl) + retain)
     return {1, tonumber(cur[2]), tonumber(ttl), now + tonumber(ttl), 0, 0, n}
   end
   if not cur[5] then return {0} end
@@ -211,13 +289,14 @@ local function renew_one(lock_key, exp_key, h, ttl_ms, reenter, now)
   redis.call('ZADD', exp_key, now + r[2], h)
   held_put(lock_key, h, now + r[2])
   settle(lock_key, exp_key)
+  fence_extend(fence_key, r[1], r[2] + retain)
   return {1, r[1], r[2], now + r[2], 1, tonumber(cur[6]), r[3]}
 end
 -- give back one of h's holds (every one with all): {1, holds left,
 -- granted at (0 unknown; with none left)}, {0} free, {-1} another token;
 -- published with key when a holder went and someone waits
-local function release_one(lock_key, queue_key, exp_key, mwait_key, h, all,
-                           channel, key)
+local function release_one(lock_key, queue_key, exp_key, mwait_key,
+                           fence_key, h, all, channel, key)
   local cur = redis.call('HMGET', lock_key, 't', 'n', 'm', 'g')
   if cur[1] then
     if cur[1] ~= h then return {-1} end
@@ -229,6 +308,7 @@ local function release_one(lock_key, queue_key, exp_key, mwait_key, h, all,
     redis.call('DEL', lock_key)
     held_drop(lock_key, false)
     index_drop(key)
+    fence_drop(fence_key)
     if waited(queue_key, mwait_key) then
       redis.call('PUBLISH', channel, key)
     end
@@ -251,7 +331,10 @@ local function release_one(lock_key, queue_key, exp_key, mwait_key, h, all,
     res = {1, 0, r[7] or 0}
     reaped = true
   end
-  if redis.call('EXISTS', lock_key) == 0 then index_drop(key) end
+  if redis.call('EXISTS', lock_key) == 0 then
+    index_drop(key)
+    fence_drop(fence_key)
+  end
   if reaped and waited(queue_key, mwait_key) then
     redis.call('PUBLISH', channel, key)
   end

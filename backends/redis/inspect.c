@@ -199,6 +199,7 @@ int redis_call_force(struct redis_be *be,
     redis_arg_key(be, &a, REDIS_BE_FRC_MWAIT, "mwait:", key, key_len);
     redis_arg_global(be, &a, REDIS_BE_FRC_INDEX, REDIS_BE_INDEX);
     redis_arg_global(be, &a, REDIS_BE_FRC_HELD, REDIS_BE_HELD);
+    redis_arg_key(be, &a, REDIS_BE_FRC_FENCE, "fence:", key, key_len);
     redis_arg(&a, REDIS_BE_FRC_CHANNEL, be->channel, strlen(be->channel));
     redis_arg(&a, REDIS_BE_FRC_KEY, key, key_len);
     return redis_call_pack(c, REDIS_BE_SCRIPT_FORCE, REDIS_BE_FRC_NKEYS,

@@ -25,19 +25,21 @@
  * held_count: ZCOUNT of the held set from now on, O(log n), one script
  * on this thread's connection with the call timeout. It also takes out up
  * to REDIS_BE_STALE_BATCH members whose holder expired over
- * REDIS_BE_STALE_MS ago (an exclusive hash Redis expired, or a shared key
+ * REDIS_BE_RETAIN_MS ago (an exclusive hash Redis expired, or a shared key
  * whose every holder expired before a script reaped them), with their
- * keys' index entries once the key is free, so neither set grows with
- * keys nobody touches again.
+ * keys' index entries once the key is free, as every grant takes out two
+ * (holders.lua's held_prune()), so neither set grows with keys nobody
+ * touches again; both sets expire REDIS_BE_RETAIN_MS after the last
+ * holder.
  *
  * expired_fence (acquire): a shared holder reaped by the grant's script is
  * known with its record. An exclusive holder's hash Redis expired, but
  * its held member stays (past its score): the grant finds it by the lock
- * key's name and answers the fence counter's value, the fence of the last
- * grant. Unknown (0) when that member was pruned (the takeover came
- * REDIS_BE_STALE_MS after the expiry), and for a shared key whose every
- * holder expired before any script saw them (their members cannot be
- * found by the key).
+ * key's name and answers the key's fence counter's value, the fence of
+ * the last grant. Unknown (0) when that member was pruned or the counter
+ * went (the takeover came REDIS_BE_RETAIN_MS after the expiry), and for a
+ * shared key whose every holder expired before any script saw them (their
+ * members cannot be found by the key).
  *
  * Redis Cluster: a script touches one slot only, so the scripts keep these
  * two sets per lock tag there, and list() and held_count() read the
@@ -236,16 +238,14 @@ enum backend_result redis_list(struct backend *b,
 int redis_call_held(struct redis_be *be, struct redis_call *c)
 {
     struct redis_args a;
-    char cut[16], stale[24], batch[16];
+    char cut[16], batch[16];
 
     /* a lock key's name is the prefix, "lock:{", the key, "}" */
     snprintf(cut, sizeof(cut), "%zu", be->prefix_len + strlen("lock:{"));
-    snprintf(stale, sizeof(stale), "%d", REDIS_BE_STALE_MS);
     snprintf(batch, sizeof(batch), "%d", REDIS_BE_STALE_BATCH);
     redis_arg_global(be, &a, REDIS_BE_HLD_HELD, REDIS_BE_HELD);
     redis_arg_global(be, &a, REDIS_BE_HLD_INDEX, REDIS_BE_INDEX);
     redis_arg(&a, REDIS_BE_HLD_CUT, cut, strlen(cut));
-    redis_arg(&a, REDIS_BE_HLD_STALE_MS, stale, strlen(stale));
     redis_arg(&a, REDIS_BE_HLD_BATCH, batch, strlen(batch));
     return redis_call_pack(c, REDIS_BE_SCRIPT_HELD, REDIS_BE_HLD_NKEYS,
                            REDIS_BE_HLD_NARGS, a.v, a.len);

@@ -29,11 +29,16 @@ struct redis_margs {
 
 /* The Redis keys of each lockd key, in the order each script reads them
  * (its rk() or KEYS offsets); ARGV follow them, as each op pushes them. */
-static const char *const acquire_kinds[] = { "lock:", "fence:", "fifo:", "qdl:",
-                                             "exp:",  "mwait:", NULL };
-static const char *const renew_kinds[] = { "lock:", "exp:", NULL };
-static const char *const release_kinds[] = { "lock:", "fifo:", "exp:", "mwait:",
-                                             NULL };
+static const char *const acquire_kinds[] = {
+    "lock:", "fence:", "fifo:", "qdl:", "exp:", "mwait:", REDIS_BE_SLOT_FENCE,
+    NULL
+};
+_Static_assert(sizeof(acquire_kinds) / sizeof(acquire_kinds[0]) ==
+                   REDIS_BE_MULTI_ACQ_KEYS + 1,
+               "replicas.c reads the multi-key acquire's layout");
+static const char *const renew_kinds[] = { "lock:", "exp:", "fence:", NULL };
+static const char *const release_kinds[] = { "lock:",  "fifo:",  "exp:",
+                                             "mwait:", "fence:", NULL };
 
 /* ---- arguments ---- */
 

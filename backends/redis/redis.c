@@ -3,8 +3,9 @@
  * table, open/close and the operations, each one script run (scripts.c).
  * An exclusive key is one hash (token digest, fence, TTL, owner) with a
  * PX expiry, as cheap as before lock kinds; a shared key keeps its holders
- * in the same hash beside a sorted set of their expiries; a per-key fence
- * counter, shared by both modes, never expires. Every state change is one Lua
+ * in the same hash beside a sorted set of their expiries; fences come from
+ * a counter per slot (kept for ever, a few of them) and the key's own last
+ * fence, which goes with the key (holders.lua). Every state change is one Lua
  * script run with EVALSHA, so every check-and-change is atomic in Redis and
  * judged by Redis's clock. One hiredis context per worker thread (conn.c); a
  * subscriber thread on its own connection hears releases made through other
@@ -25,7 +26,14 @@
  *   P "exp:{" K "}"     zset, SHARED: token digest -> expiry (Redis's unix
  *                       ms); every script reaps what passed, and it expires
  *                       with the last holder too
- *   P "fence:{" K "}"   integer, INCRed by every grant, never expires
+ *   P "fence:{" K "}"   integer, the key's last fence, shared by both modes:
+ *                       set by every grant, with an expiry of the holders'
+ *                       and REDIS_BE_RETAIN_MS more, deleted when the key is
+ *                       freed (older lockd versions: no expiry; taken over)
+ *   P "fence#" S        integer, S = 4 hex of the key's hash slot modulo
+ *                       REDIS_BE_FENCE_SLOTS: at least every fence granted
+ *                       to a key of that slot, kept for ever (cluster mode:
+ *                       P "{" tag "}fence#", tag one of the lock's slot)
  *   P "fifo:{" K "}"    sorted set of waiter ids scored by arrival,
  *                       first come first served (holders.lua)
  *   P "qdl:{" K "}"     hash waiter id -> its deadline (Redis's unix ms),
@@ -37,7 +45,8 @@
  *                       (or its queue's last cancel) is published too
  *   P "index"           zset of the held keys K, score 0, for list()
  *   P "held"            zset, one member per holder scored by its expiry,
- *                       for held_count() and takeovers (list.c says both)
+ *                       for held_count() and takeovers (list.c says both);
+ *                       both expire REDIS_BE_RETAIN_MS after the last holder
  *   channel P "released:" db   PUBLISHed with K by a release someone waits
  *                       for (a queued waiter, or the mwait mark)
  * P and the fixed words around K make the mapping injective: K is what is
@@ -169,6 +178,7 @@ int redis_acquire_build(struct redis_be *be,
     redis_arg_global(be, &a, REDIS_BE_ACQ_INDEX, REDIS_BE_INDEX);
     redis_arg_global(be, &a, REDIS_BE_ACQ_HELD, REDIS_BE_HELD);
     redis_arg_key(be, &a, REDIS_BE_ACQ_MWAIT, "mwait:", k, kn);
+    redis_arg_key(be, &a, REDIS_BE_ACQ_SLOT_FENCE, REDIS_BE_SLOT_FENCE, k, kn);
     redis_arg(&a, REDIS_BE_ACQ_TOKEN, req->token, strlen(req->token));
     redis_arg(&a, REDIS_BE_ACQ_TTL, ttl, strlen(ttl));
     redis_arg(&a, REDIS_BE_ACQ_HAS_OWNER, req->owner != NULL ? "1" : "0", 1);
@@ -380,6 +390,8 @@ int redis_call_renew(struct redis_be *be,
     redis_arg_key(be, &a, REDIS_BE_REN_LOCK, "lock:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REN_EXP, "exp:", req->key, req->key_len);
     redis_arg_global(be, &a, REDIS_BE_REN_HELD, REDIS_BE_HELD);
+    redis_arg_key(be, &a, REDIS_BE_REN_FENCE, "fence:", req->key, req->key_len);
+    redis_arg_global(be, &a, REDIS_BE_REN_INDEX, REDIS_BE_INDEX);
     redis_arg(&a, REDIS_BE_REN_TOKEN, req->token, strlen(req->token));
     redis_arg(&a, REDIS_BE_REN_TTL, ttl, strlen(ttl));
     redis_arg(&a, REDIS_BE_REN_REENTER, req->reenter ? "1" : "0", 1);
@@ -424,22 +436,35 @@ static enum backend_result redis_renew(struct backend *b,
     return res;
 }
 
+void redis_release_args(const struct redis_be *be,
+                        const char *key,
+                        size_t key_len,
+                        const char *token,
+                        size_t token_len,
+                        bool all,
+                        struct redis_args *a)
+{
+    redis_arg_key(be, a, REDIS_BE_REL_LOCK, "lock:", key, key_len);
+    redis_arg_key(be, a, REDIS_BE_REL_QUEUE, "fifo:", key, key_len);
+    redis_arg_key(be, a, REDIS_BE_REL_EXP, "exp:", key, key_len);
+    redis_arg_key(be, a, REDIS_BE_REL_MWAIT, "mwait:", key, key_len);
+    redis_arg_global(be, a, REDIS_BE_REL_INDEX, REDIS_BE_INDEX);
+    redis_arg_global(be, a, REDIS_BE_REL_HELD, REDIS_BE_HELD);
+    redis_arg_key(be, a, REDIS_BE_REL_FENCE, "fence:", key, key_len);
+    redis_arg(a, REDIS_BE_REL_TOKEN, token, token_len);
+    redis_arg(a, REDIS_BE_REL_ALL, all ? "1" : "0", 1);
+    redis_arg(a, REDIS_BE_REL_CHANNEL, be->channel, strlen(be->channel));
+    redis_arg(a, REDIS_BE_REL_KEY, key, key_len);
+}
+
 int redis_call_release(struct redis_be *be,
                        const struct lock_req *req,
                        struct redis_call *c)
 {
     struct redis_args a;
 
-    redis_arg_key(be, &a, REDIS_BE_REL_LOCK, "lock:", req->key, req->key_len);
-    redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "fifo:", req->key, req->key_len);
-    redis_arg_key(be, &a, REDIS_BE_REL_EXP, "exp:", req->key, req->key_len);
-    redis_arg_key(be, &a, REDIS_BE_REL_MWAIT, "mwait:", req->key, req->key_len);
-    redis_arg_global(be, &a, REDIS_BE_REL_INDEX, REDIS_BE_INDEX);
-    redis_arg_global(be, &a, REDIS_BE_REL_HELD, REDIS_BE_HELD);
-    redis_arg(&a, REDIS_BE_REL_TOKEN, req->token, strlen(req->token));
-    redis_arg(&a, REDIS_BE_REL_ALL, req->all ? "1" : "0", 1);
-    redis_arg(&a, REDIS_BE_REL_CHANNEL, be->channel, strlen(be->channel));
-    redis_arg(&a, REDIS_BE_REL_KEY, req->key, req->key_len);
+    redis_release_args(be, req->key, req->key_len, req->token,
+                       strlen(req->token), req->all, &a);
     return redis_call_pack(c, REDIS_BE_SCRIPT_RELEASE, REDIS_BE_REL_NKEYS,
                            REDIS_BE_REL_NARGS, a.v, a.len);
 }

@@ -67,10 +67,22 @@
 #define REDIS_BE_TRASH_EVERY_MS 100  /* how often they are retried */
 /* held_count() takes out at most REDIS_BE_STALE_BATCH members of the held
  * set whose holder expired over REDIS_BE_STALE_MS ago (see list.c) */
-#define REDIS_BE_STALE_MS    3600000
+#define REDIS_BE_STALE_MS    REDIS_BE_RETAIN_MS
 #define REDIS_BE_STALE_BATCH 64
 /* list(): index entries looked at per call, at most */
 #define REDIS_BE_LIST_BUDGET(limit) (2 * (limit) + 16)
+/* how long a key's last fence, and the held and index members of an
+ * expired holder, outlive it: a takeover in that time still reports the
+ * fence it took over (holders.lua's retain); then nothing of the key is
+ * left but its slot's fence counter (redis.c) */
+#define REDIS_BE_RETAIN_MS 60000
+/* the kind of a slot's fence counter: redis_key_name() names the counter
+ * of the key's slot, not one of the key (redis.c) */
+#define REDIS_BE_SLOT_FENCE "fence#"
+/* how many slot counters there are on one Redis (a cluster has one per
+ * hash slot, each beside its locks): a few kB in all, and few enough
+ * that they soon all exist, so the distinct keys locked add nothing */
+#define REDIS_BE_FENCE_SLOTS 1024
 /* the prefix-wide keys, after the prefix (redis.c) */
 #define REDIS_BE_INDEX "index"
 #define REDIS_BE_HELD  "held"
@@ -109,14 +121,15 @@ enum redis_script {
  * redis_script_run(): the not-after time in Redis's clock.
  */
 enum redis_acquire_arg {
-    REDIS_BE_ACQ_LOCK,      /* KEYS: the lock hash */
-    REDIS_BE_ACQ_FENCE,     /* the fence counter */
-    REDIS_BE_ACQ_QUEUE,     /* the queue of waiter ids */
-    REDIS_BE_ACQ_DEADLINES, /* waiter id -> deadline [" s " limit] */
-    REDIS_BE_ACQ_EXP,       /* shared holders' expiries */
-    REDIS_BE_ACQ_INDEX,     /* the index of held keys (prefix-wide) */
-    REDIS_BE_ACQ_HELD,      /* the held set (prefix-wide) */
-    REDIS_BE_ACQ_MWAIT,     /* the mark of a waiter that keeps no place */
+    REDIS_BE_ACQ_LOCK,       /* KEYS: the lock hash */
+    REDIS_BE_ACQ_FENCE,      /* the key's fence counter (its last fence) */
+    REDIS_BE_ACQ_QUEUE,      /* the queue of waiter ids */
+    REDIS_BE_ACQ_DEADLINES,  /* waiter id -> deadline [" s " limit] */
+    REDIS_BE_ACQ_EXP,        /* shared holders' expiries */
+    REDIS_BE_ACQ_INDEX,      /* the index of held keys (prefix-wide) */
+    REDIS_BE_ACQ_HELD,       /* the held set (prefix-wide) */
+    REDIS_BE_ACQ_MWAIT,      /* the mark of a waiter that keeps no place */
+    REDIS_BE_ACQ_SLOT_FENCE, /* the fence counter of the key's slot */
     REDIS_BE_ACQ_NKEYS,
     REDIS_BE_ACQ_TOKEN = REDIS_BE_ACQ_NKEYS, /* ARGV */
     REDIS_BE_ACQ_TTL,                        /* ms */
@@ -140,6 +153,8 @@ enum redis_renew_arg {
     REDIS_BE_REN_LOCK, /* KEYS */
     REDIS_BE_REN_EXP,
     REDIS_BE_REN_HELD,
+    REDIS_BE_REN_FENCE, /* the key's fence counter: stays with the holder */
+    REDIS_BE_REN_INDEX, /* expires with the holders, as the held set */
     REDIS_BE_REN_NKEYS,
     REDIS_BE_REN_TOKEN = REDIS_BE_REN_NKEYS, /* ARGV */
     REDIS_BE_REN_TTL,                        /* ms; "0" = the stored TTL */
@@ -154,6 +169,7 @@ enum redis_release_arg {
     REDIS_BE_REL_MWAIT, /* marked while a multi-key acquire waits */
     REDIS_BE_REL_INDEX,
     REDIS_BE_REL_HELD,
+    REDIS_BE_REL_FENCE, /* the key's fence counter: goes with the holders */
     REDIS_BE_REL_NKEYS,
     REDIS_BE_REL_TOKEN = REDIS_BE_REL_NKEYS, /* ARGV */
     REDIS_BE_REL_ALL,                        /* "1": every hold */
@@ -199,6 +215,7 @@ enum redis_force_arg {
     REDIS_BE_FRC_MWAIT,
     REDIS_BE_FRC_INDEX,
     REDIS_BE_FRC_HELD,
+    REDIS_BE_FRC_FENCE,
     REDIS_BE_FRC_NKEYS,
     REDIS_BE_FRC_CHANNEL = REDIS_BE_FRC_NKEYS, /* ARGV */
     REDIS_BE_FRC_KEY,
@@ -211,13 +228,14 @@ enum redis_held_arg {
     REDIS_BE_HLD_NKEYS,
     REDIS_BE_HLD_CUT = REDIS_BE_HLD_NKEYS, /* ARGV: bytes before a lockd key
                                               in its lock key's name */
-    REDIS_BE_HLD_STALE_MS,
     REDIS_BE_HLD_BATCH,
     REDIS_BE_HLD_NARGS,
 };
 
 #define REDIS_BE_KEYS_MAX REDIS_BE_ACQ_NKEYS /* the most KEYS of a script */
-#define REDIS_BE_ARGS_MAX REDIS_BE_ACQ_NARGS /* the most KEYS + ARGV */
+/* acquire_multi.lua's KEYS per lockd key (multi.c's acquire_kinds) */
+#define REDIS_BE_MULTI_ACQ_KEYS 7
+#define REDIS_BE_ARGS_MAX       REDIS_BE_ACQ_NARGS /* the most KEYS + ARGV */
 
 /* One script call's KEYS and ARGV, set by name (the enums above), with
  * room for the Redis key names it builds. */
@@ -423,6 +441,9 @@ uint16_t redis_cluster_crc16(const char *buf, size_t len);
 void redis_cluster_tag(const char *key, size_t len, size_t *at, size_t *n);
 /* The hash slot of a Redis key name (with the tag rule), 0..16383. */
 int redis_cluster_keyslot(const char *key, size_t len);
+/* A hash tag of slot (0..16383): the first of "#0".."#zzzz" (base 36,
+ * shortest first) whose CRC16 falls in it, NUL-terminated. */
+const char *redis_cluster_slot_tag(int slot);
 /* h of a lockd key: 16 lowercase hex of FNV-1a 64 of its tag, NUL. */
 void redis_cluster_hash(const char *key, size_t len, char out[17]);
 /* True if every lockd key's Redis keys land in one slot. */
@@ -534,7 +555,8 @@ int redis_scripts_recv(redisContext *c,
 /* Set argument i of a to s[0..n). */
 void redis_arg(struct redis_args *a, int i, const char *s, size_t n);
 /* Write be's name of kind "{" key "}" into buf (room for
- * redis_key_len(be, kind, key_len) bytes; no NUL): its length. */
+ * redis_key_len(be, kind, key_len) bytes; no NUL): its length. Kind
+ * REDIS_BE_SLOT_FENCE names the fence counter of the key's slot. */
 size_t redis_key_name(const struct redis_be *be,
                       const char *kind,
                       const char *key,
@@ -557,6 +579,15 @@ void redis_arg_key(const struct redis_be *be,
                    const char *kind,
                    const char *key,
                    size_t key_len);
+/* release.lua's KEYS and ARGV for token's hold of key (every hold with
+ * all) into a (redis.c; the min_replicas undo uses it too). */
+void redis_release_args(const struct redis_be *be,
+                        const char *key,
+                        size_t key_len,
+                        const char *token,
+                        size_t token_len,
+                        bool all,
+                        struct redis_args *a);
 /* Run script s with a: an array or integer reply (the caller frees), or
  * NULL when Redis is unavailable or the script failed (logged). */
 redisReply *redis_script_run(struct redis_be *be,

@@ -6,9 +6,10 @@ local exp_key = KEYS[3]
 local mwait_key = KEYS[4]
 gk.index = KEYS[5]
 gk.held = KEYS[6]
+local fence_key = KEYS[7]
 local token = ARGV[1]
 local all = ARGV[2] == '1'
 local channel = ARGV[3]
 local key = ARGV[4]
-return release_one(lock_key, queue_key, exp_key, mwait_key,
+return release_one(lock_key, queue_key, exp_key, mwait_key, fence_key,
                    redis.sha1hex(token), all, channel, key)

@@ -1,11 +1,11 @@
 -- renew_multi: move the expiry of every key a token holds, or of none.
--- KEYS: two per lockd key, in the request's order: lock, exp; then the
--- index and the held set.
+-- KEYS: three per lockd key, in the request's order: lock, exp, fence;
+-- then the index and the held set.
 -- ARGV by name, in the order lockd sends them.
 local token = ARGV[1]
 local ttl_ms = ARGV[2]
 local not_after = ARGV[3]
-local n = (#KEYS - 2) / 2
+local n = (#KEYS - 2) / 3
 gk.index = KEYS[#KEYS - 1]
 gk.held = KEYS[#KEYS]
 local now = clock()
@@ -13,12 +13,13 @@ if now > tonumber(not_after) then return {-2} end
 local h = redis.sha1hex(token)
 -- the first key (by index) the token does not hold stops it all
 for i = 1, n do
-  local s = holds(KEYS[2 * i - 1], KEYS[2 * i], h, now)
+  local s = holds(KEYS[3 * i - 2], KEYS[3 * i - 1], h, now)
   if s ~= 1 then return {s, i - 1} end
 end
 local out = {1, 0, 0}
 for i = 1, n do
-  local r = renew_one(KEYS[2 * i - 1], KEYS[2 * i], h, ttl_ms, false, now)
+  local r = renew_one(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], h,
+                      ttl_ms, false, now)
   if r[1] ~= 1 then
     return redis.error_reply('ERR lockd renew_multi: a holder went')
   end

@@ -69,16 +69,7 @@ static void redis_replicas_undo(struct redis_be *be,
     struct redis_args a;
     redisReply *r;
 
-    redis_arg_key(be, &a, REDIS_BE_REL_LOCK, "lock:", key, key_len);
-    redis_arg_key(be, &a, REDIS_BE_REL_QUEUE, "fifo:", key, key_len);
-    redis_arg_key(be, &a, REDIS_BE_REL_EXP, "exp:", key, key_len);
-    redis_arg_key(be, &a, REDIS_BE_REL_MWAIT, "mwait:", key, key_len);
-    redis_arg_global(be, &a, REDIS_BE_REL_INDEX, REDIS_BE_INDEX);
-    redis_arg_global(be, &a, REDIS_BE_REL_HELD, REDIS_BE_HELD);
-    redis_arg(&a, REDIS_BE_REL_TOKEN, token, token_len);
-    redis_arg(&a, REDIS_BE_REL_ALL, "1", 1);
-    redis_arg(&a, REDIS_BE_REL_CHANNEL, be->channel, strlen(be->channel));
-    redis_arg(&a, REDIS_BE_REL_KEY, key, key_len);
+    redis_release_args(be, key, key_len, token, token_len, true, &a);
     r = redis_script_run_unacked(be, REDIS_BE_SCRIPT_RELEASE, &a);
     if (r == NULL)
         redis_warn(be, "min_replicas",
@@ -109,9 +100,9 @@ static void redis_replicas_undo_grant(struct redis_be *be,
         redis_replicas_undo(be, v[REDIS_BE_ACQ_KEY], l[REDIS_BE_ACQ_KEY],
                             v[REDIS_BE_ACQ_TOKEN], l[REDIS_BE_ACQ_TOKEN]);
     } else if (s == REDIS_BE_SCRIPT_ACQUIRE_MULTI) {
-        /* multi.c's layout: 6 KEYS per lockd key and 2 more, then the
-         * token and 6 more ARGV, then the lockd keys themselves */
-        int n = (nkeys - 2) / 6;
+        /* multi.c's layout: REDIS_BE_MULTI_ACQ_KEYS per lockd key and 2
+         * more, then the token and 6 more ARGV, then the lockd keys */
+        int n = (nkeys - 2) / REDIS_BE_MULTI_ACQ_KEYS;
         if (n < 1 || nargs != nkeys + 7 + n)
             return;
         for (int i = nargs - n; i < nargs; i++)

@@ -34,10 +34,11 @@
 #include "lib/clock.h"
 #include "lib/text.h"
 
-/* LOCK_HOLDS_MAX is written into holders.lua as holds_max, and
- * REDIS_BE_GRACE_MS as grace */
+/* LOCK_HOLDS_MAX is written into holders.lua as holds_max,
+ * REDIS_BE_GRACE_MS as grace and REDIS_BE_RETAIN_MS as retain */
 _Static_assert(LOCK_HOLDS_MAX == 1000000, "holders.lua's holds_max");
 _Static_assert(REDIS_BE_GRACE_MS == 1000, "holders.lua's grace");
+_Static_assert(REDIS_BE_RETAIN_MS == 60000, "holders.lua's retain");
 
 /* holders.lua holds the helpers (clock, holder records, reaping, the
  * queue's head) and the per-key steps (renew, release) that every script
@@ -268,7 +269,45 @@ redis_key_len(const struct redis_be *be, const char *kind, size_t key_len)
 {
     size_t tag = be->topology == REDIS_BE_CLUSTER ? REDIS_BE_CLUSTER_TAG : 0;
 
+    if (strcmp(kind, REDIS_BE_SLOT_FENCE) == 0) /* at most */
+        return be->prefix_len + 7 + strlen(kind) + 4;
     return be->prefix_len + tag + strlen(kind) + key_len + 2;
+}
+
+/* The fence counter of the key's slot: prefix "fence#" and, in 4 hex, the
+ * hash slot of the key (Redis's rule) modulo REDIS_BE_FENCE_SLOTS; cluster
+ * mode: prefix "{" tag "}" "fence#", tag a short one of the hash slot of
+ * the key's "{h}", so that it lives beside the lock's keys (up to 16,384
+ * counters over the cluster). */
+static size_t redis_slot_fence_name(const struct redis_be *be,
+                                    const char *key,
+                                    size_t key_len,
+                                    char *buf)
+{
+    size_t n = be->prefix_len;
+    int slot;
+
+    memcpy(buf, be->prefix, n);
+    if (be->topology == REDIS_BE_CLUSTER) {
+        char h[17];
+        const char *tag;
+
+        redis_cluster_hash(key, key_len, h);
+        tag = redis_cluster_slot_tag(redis_cluster_crc16(h, 16) &
+                                     (REDIS_BE_CLUSTER_SLOTS - 1));
+        buf[n++] = '{';
+        memcpy(buf + n, tag, strlen(tag));
+        n += strlen(tag);
+        buf[n++] = '}';
+        memcpy(buf + n, REDIS_BE_SLOT_FENCE, strlen(REDIS_BE_SLOT_FENCE));
+        return n + strlen(REDIS_BE_SLOT_FENCE);
+    }
+    slot = redis_cluster_keyslot(key, key_len) & (REDIS_BE_FENCE_SLOTS - 1);
+    memcpy(buf + n, REDIS_BE_SLOT_FENCE, strlen(REDIS_BE_SLOT_FENCE));
+    n += strlen(REDIS_BE_SLOT_FENCE);
+    for (int i = 3; i >= 0; i--)
+        buf[n++] = "0123456789abcdef"[(slot >> (4 * i)) & 0xf];
+    return n;
 }
 
 /* prefix kind "{" key "}": the prefix and the fixed words around the key
@@ -281,6 +320,8 @@ size_t redis_key_name(const struct redis_be *be,
 {
     size_t kl = strlen(kind), n = 0;
 
+    if (strcmp(kind, REDIS_BE_SLOT_FENCE) == 0)
+        return redis_slot_fence_name(be, key, key_len, buf);
     memcpy(buf + n, be->prefix, be->prefix_len);
     n += be->prefix_len;
     if (be->topology == REDIS_BE_CLUSTER) { /* cluster.c: the slot's tag */

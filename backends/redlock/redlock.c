@@ -403,9 +403,10 @@ static void redlock_describe(const struct backend *b,
     const struct redlock_be *be = (const struct redlock_be *)b;
 
     snprintf(out->topology, sizeof(out->topology), "redlock");
-    snprintf(out->fence, sizeof(out->fence),
-             "per-key counters on a majority, written back before the grant, "
-             "floored by the nodes' clocks (s)");
+    snprintf(
+        out->fence, sizeof(out->fence),
+        "counters per key slot on a majority, written back before the grant, "
+        "floored by the nodes' clocks (s)");
     snprintf(out->failover, sizeof(out->failover),
              "survives the loss of any %zu of %zu nodes; a node that "
              "restarted without its data is not counted for the max TTL",

@@ -792,9 +792,9 @@ def readyz_expected(url):
     if scheme == "memory":
         return "process", 0, "wall clock", "everything"
     if scheme == "redis":
-        return "single", 1, "INCR", "appendfsync"
+        return "single", 1, "slot", "appendfsync"
     if scheme in ("redis+sentinel", "redis+cluster"):
-        return scheme[6:], n, "INCR", "replica" if replicas else "granted again"
+        return scheme[6:], n, "slot", "replica" if replicas else "granted again"
     if scheme == "zookeeper":
         return ("ensemble", n, "czxid", "quorum") if n > 1 else ("single", 1, "czxid", "logged")
     if scheme == "mysql":

@@ -16,6 +16,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "backends/redis/redis_int.h"
 #include "tests/unit/check.h"
 extern const struct backend_ops redis_backend;
 #define TEST_BE_OPS redis_backend
@@ -1500,6 +1501,89 @@ static void test_held_count_counts_live_holders(void)
     redis_backend.close(be);
 }
 
+/* A key's own fence counter lives with its holders and goes with the last
+ * (at its release, or REDIS_BE_RETAIN_MS after its expiry); the counter
+ * of its slot keeps its fences increasing without it, and the counter an
+ * older lockd kept for ever is taken into the max, then goes too. */
+static void test_fence_counter_goes_with_the_key(void)
+{
+    struct lock_grant g, h;
+    uint64_t last;
+    long long pttl;
+
+    CHECK_EQ_INT(acq(be_main, "fc/a", TOK_A, 5000, &g), BACKEND_OK);
+    pttl = raw_int("PTTL lockd:fence:{%s}", "fc/a");
+    CHECK_MSG(pttl > 5000 && pttl <= 5000 + REDIS_BE_RETAIN_MS,
+              "the key's counter lives %lld ms", pttl);
+    CHECK_EQ_INT(ren(be_main, "fc/a", TOK_A, 20000, &h), BACKEND_OK);
+    pttl = raw_int("PTTL lockd:fence:{%s}", "fc/a");
+    CHECK_MSG(pttl > 19000 + REDIS_BE_RETAIN_MS,
+              "a renew left the key's counter %lld ms", pttl);
+    CHECK_EQ_INT(rel(be_main, "fc/a", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/a"), 0);
+    last = g.fence;
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(acq(be_main, "fc/a", TOK_A, 5000, &g), BACKEND_OK);
+        CHECK(g.fence > last);
+        last = g.fence;
+        CHECK_EQ_INT(rel(be_main, "fc/a", TOK_A), BACKEND_OK);
+        CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/a"), 0);
+    }
+    /* shared: it goes with the last holder */
+    CHECK_EQ_INT(shr("fc/s", TOK_A, 0, NULL, &g), BACKEND_OK);
+    CHECK_EQ_INT(shr("fc/s", TOK_B, 0, NULL, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(rel(be_main, "fc/s", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/s"), 1);
+    CHECK_EQ_INT(rel(be_main, "fc/s", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/s"), 0);
+    /* an expired holder's counter, gone after the retention: the next
+     * grant's fence is still greater (the slot's counter), no takeover
+     * to tell */
+    CHECK_EQ_INT(acq(be_main, "fc/e", TOK_A, 40, &g), BACKEND_OK);
+    check_sleep_ms(80);
+    CHECK_EQ_INT(raw_int("DEL lockd:fence:{%s}", "fc/e"), 1);
+    CHECK_EQ_INT(acq(be_main, "fc/e", TOK_B, 5000, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(h.expired_fence, 0);
+    CHECK_EQ_INT(rel(be_main, "fc/e", TOK_B), BACKEND_OK);
+    /* an older lockd's counter: no expiry, ahead of the slot's */
+    CHECK_EQ_INT(raw_int("DEL lockd:fence:{%s}", "fc/old"), 0);
+    freeReplyObject(raw("SET lockd:fence:{%s} 4000000000000", "fc/old"));
+    CHECK_EQ_INT(acq(be_main, "fc/old", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.fence, 4000000000001ULL);
+    CHECK(raw_int("PTTL lockd:fence:{%s}", "fc/old") > 0);
+    CHECK_EQ_INT(rel(be_main, "fc/old", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/old"), 0);
+    CHECK_EQ_INT(acq(be_main, "fc/old", TOK_A, 5000, &h), BACKEND_OK);
+    CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(rel(be_main, "fc/old", TOK_A), BACKEND_OK);
+}
+
+/* The held set and the index expire REDIS_BE_RETAIN_MS after their last
+ * holder, and every grant takes out members that expired longer ago than
+ * that, with their index entries: neither grows with the keys ever held,
+ * metrics scraped or not. */
+static void test_grants_prune_what_expired_long_ago(void)
+{
+    struct lock_grant g;
+    long long pttl;
+
+    freeReplyObject(raw("ZADD lockd:held 1 %s", "lockd:lock:{pr/old}"));
+    freeReplyObject(raw("ZADD lockd:index 0 %s", "pr/old"));
+    CHECK_EQ_INT(acq(be_main, "pr/new", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK(!zhas("ZSCORE lockd:held %s", "lockd:lock:{pr/old}"));
+    CHECK(!zhas("ZSCORE lockd:index %s", "pr/old"));
+    CHECK(zhas("ZSCORE lockd:index %s", "pr/new"));
+    pttl = raw_int("PTTL lockd:held%s", "");
+    CHECK_MSG(pttl > 5000 && pttl <= 5000 + 2 * REDIS_BE_RETAIN_MS,
+              "the held set lives %lld ms", pttl);
+    pttl = raw_int("PTTL lockd:index%s", "");
+    CHECK_MSG(pttl > 5000 && pttl <= 5000 + 2 * REDIS_BE_RETAIN_MS,
+              "the index lives %lld ms", pttl);
+    CHECK_EQ_INT(rel(be_main, "pr/new", TOK_A), BACKEND_OK);
+}
+
 static void test_takeover_tells_the_expired_fence(void)
 {
     struct lock_grant g, a, b, h;
@@ -2052,6 +2136,7 @@ static void test_exhausted_fence_grants_nothing(void)
 {
     struct lock_grant g;
     redisReply *r;
+    char slot[32];
 
     r = raw("SET %s 9007199254740991", "lockd:fence:{xf1}");
     freeReplyObject(r);
@@ -2067,7 +2152,15 @@ static void test_exhausted_fence_grants_nothing(void)
     CHECK_EQ_INT(acq(be_main, "xf1", TOK_A, 5000, &g), BACKEND_OK);
     CHECK_EQ_U64(g.fence, 9007199254740991ULL);
     CHECK_EQ_INT(rel(be_main, "xf1", TOK_A), BACKEND_OK);
-    CHECK_EQ_INT(raw_int("DEL lockd:fence:{%s}", "xf1"), 1);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "xf1"), 0);
+    /* the slot's counter took the last fence: its keys get no more */
+    CHECK_EQ_INT(acq(be_main, "xf1", TOK_A, 5000, &g), BACKEND_UNAVAILABLE);
+    snprintf(slot, sizeof(slot), "lockd:fence#%04x",
+             (unsigned)redis_cluster_keyslot("xf1", 3) &
+                 (REDIS_BE_FENCE_SLOTS - 1));
+    CHECK_EQ_INT(raw_int("DEL %s", slot), 1);
+    CHECK_EQ_INT(acq(be_main, "xf1", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "xf1", TOK_A), BACKEND_OK);
 }
 
 static void test_multi_sixty_four_longest_keys(void)
@@ -2279,6 +2372,8 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_force_release_wakes_a_waiter_on_another_instance),
     CHECK_CASE(test_held_count_counts_live_holders),
     CHECK_CASE(test_takeover_tells_the_expired_fence),
+    CHECK_CASE(test_fence_counter_goes_with_the_key),
+    CHECK_CASE(test_grants_prune_what_expired_long_ago),
     CHECK_CASE(test_release_tells_when_the_hold_was_granted),
     CHECK_CASE(test_multi_ops_are_one_script_each),
     CHECK_CASE(test_multi_grant_is_the_single_key_layout),

@@ -113,6 +113,47 @@ static void test_every_key_of_a_lock_shares_its_slot(void)
     }
 }
 
+/* Every slot has a short tag of its own, and a lock's slot fence counter
+ * lives in the lock's slot: at most 16,384 counters, beside their locks. */
+static void test_slot_fence_counter_shares_the_lock_slot(void)
+{
+    static const char *const keys[] = { "k", "a}b{c", "{}", "x{42}y", "é/ü" };
+    struct redis_be be;
+    char name[REDIS_BE_KEYBUF], lock[REDIS_BE_KEYBUF];
+    size_t longest = 0;
+
+    for (int s = 0; s < REDIS_BE_CLUSTER_SLOTS; s++) {
+        const char *t = redis_cluster_slot_tag(s);
+        size_t n = strlen(t);
+
+        CHECK(n >= 2 && n <= 5 && t[0] == '#');
+        CHECK(strchr(t, '{') == NULL && strchr(t, '}') == NULL);
+        CHECK_EQ_INT(redis_cluster_crc16(t, n) & (REDIS_BE_CLUSTER_SLOTS - 1),
+                     s);
+        if (n > longest)
+            longest = n;
+    }
+    printf("  longest slot tag: %zu bytes\n", longest);
+    cluster_be(&be);
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+        size_t kl = strlen(keys[k]);
+        size_t n = redis_key_name(&be, REDIS_BE_SLOT_FENCE, keys[k], kl, name);
+        size_t ln = redis_key_name(&be, "lock:", keys[k], kl, lock);
+
+        CHECK(n <= redis_key_len(&be, REDIS_BE_SLOT_FENCE, kl));
+        CHECK(n > 6 + 6 && memcmp(name, "lockd:{#", 8) == 0 &&
+              memcmp(name + n - 6, REDIS_BE_SLOT_FENCE, 6) == 0);
+        CHECK_EQ_INT(redis_cluster_keyslot(name, n),
+                     redis_cluster_keyslot(lock, ln));
+    }
+    /* one Redis: "fence#" and the key's slot modulo 1024 in 4 hex */
+    be.topology = REDIS_BE_SINGLE;
+    CHECK_EQ_INT(
+        (int)redis_key_name(&be, REDIS_BE_SLOT_FENCE, "123456789", 9, name),
+        16);
+    CHECK(memcmp(name, "lockd:fence#01c3", 16) == 0);
+}
+
 static void test_multi_keys_same_slot_only_with_a_shared_tag(void)
 {
     const char *same[] = { "order:{42}:a", "order:{42}:b", "{42}" };
@@ -171,6 +212,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_keyslot_follows_the_tag_rule),
     CHECK_CASE(test_lock_hash_is_fnv1a_of_the_tag),
     CHECK_CASE(test_every_key_of_a_lock_shares_its_slot),
+    CHECK_CASE(test_slot_fence_counter_shares_the_lock_slot),
     CHECK_CASE(test_multi_keys_same_slot_only_with_a_shared_tag),
     CHECK_CASE(test_cluster_url_rules),
 };
