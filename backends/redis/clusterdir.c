@@ -11,15 +11,19 @@
  *   P{dir}index  sorted set, score 0, member = a lockd key that was held
  *   P{dir}held   sorted set, member = key NUL hash(token), score = the
  *                holder's expiry (Redis's unix ms)
- *   P{dir}seen   hash, key -> the latest expiry noted for that key
- * A grant or renew notes its holder (one script: ZADD, ZADD, HSET max);
- * a release that leaves no hold takes its held member out.
+ *   P{dir}expiry sorted set, key scored by the latest expiry noted for
+ *                it (lockd before 2026-11-28 kept a hash P{dir}seen)
+ * A grant or renew notes its holder (one script: ZADD, ZADD, ZADD max),
+ * and takes out up to two keys and two holders whose expiry passed
+ * REDIS_BE_RETAIN_MS ago, so that the directory does not grow with the
+ * keys ever locked, listed or not; a release that leaves no hold takes
+ * its held member out.
  *
  * list(): ZRANGEBYLEX of the index from the page's start, at most
  * REDIS_BE_LIST_BUDGET(limit) entries, each looked up with inspect on its
  * own slot: the page is exactly what the locks' own slots say (byte order,
  * cost bounded by the limit). Entries whose key is free are taken out,
- * but only when their seen expiry has passed, in one script on the
+ * but only when their noted expiry has passed, in one script on the
  * directory's slot: a grant noted meanwhile moved it forward, so a key
  * granted between the inspect and the prune is never dropped.
  * held_count(): ZCOUNT of the held set from Redis's now; members a day
@@ -39,25 +43,36 @@
 
 #define DIR_TAG "{dir}" /* never a lock key's tag: those are 16 hex */
 
-/* note: KEYS index, held, seen; ARGV key, member, expires_at */
+/* note: KEYS index, held, expiry; ARGV key, member, expires_at, retain */
 static const char dir_note_lua[] =
     "redis.call('ZADD', KEYS[1], 0, ARGV[1])\n"
     "redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])\n"
-    "local s = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')\n"
+    "local s = tonumber(redis.call('ZSCORE', KEYS[3], ARGV[1]) or '0')\n"
     "if tonumber(ARGV[3]) > s then\n"
-    "  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])\n"
+    "  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])\n"
+    "end\n"
+    "local t = redis.call('TIME')\n"
+    "local cut = t[1] * 1000 + math.floor(t[2] / 1000) - ARGV[4]\n"
+    "for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', cut,\n"
+    "                              'LIMIT', 0, 2)) do\n"
+    "  redis.call('ZREM', KEYS[1], k)\n"
+    "  redis.call('ZREM', KEYS[3], k)\n"
+    "end\n"
+    "for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cut,\n"
+    "                              'LIMIT', 0, 2)) do\n"
+    "  redis.call('ZREM', KEYS[2], m)\n"
     "end\n"
     "return 1\n";
 
-/* prune: KEYS index, seen; ARGV the keys found free */
+/* prune: KEYS index, expiry; ARGV the keys found free */
 static const char dir_prune_lua[] =
     "local t = redis.call('TIME')\n"
     "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
     "for _, k in ipairs(ARGV) do\n"
-    "  local s = tonumber(redis.call('HGET', KEYS[2], k) or '0')\n"
+    "  local s = tonumber(redis.call('ZSCORE', KEYS[2], k) or '0')\n"
     "  if s < now then\n"
     "    redis.call('ZREM', KEYS[1], k)\n"
-    "    redis.call('HDEL', KEYS[2], k)\n"
+    "    redis.call('ZREM', KEYS[2], k)\n"
     "  end\n"
     "end\n"
     "return 1\n";
@@ -131,19 +146,24 @@ void redis_cluster_note(struct redis_be *be,
                         int64_t expires_at_ms)
 {
     char idx[REDIS_BE_PREFIX_MAX + 16], held[REDIS_BE_PREFIX_MAX + 16];
-    char seen[REDIS_BE_PREFIX_MAX + 16], m[LOCK_KEY_MAX + 18], exp[24];
+    char expiry[REDIS_BE_PREFIX_MAX + 16], m[LOCK_KEY_MAX + 18], exp[24];
+    char retain[24];
     const char *argv[] = { "EVAL", dir_note_lua, "3", idx, held,
-                           seen,   key,          m,   exp };
-    size_t lens[] = { 4, sizeof(dir_note_lua) - 1, 1, 0, 0, 0, key_len, 0, 0 };
+                           expiry, key,          m,   exp, retain };
+    size_t lens[] = {
+        4, sizeof(dir_note_lua) - 1, 1, 0, 0, 0, key_len, 0, 0, 0
+    };
     redisReply *r;
 
     lens[3] = dir_key(be, "index", idx);
     lens[4] = dir_key(be, "held", held);
-    lens[5] = dir_key(be, "seen", seen);
+    lens[5] = dir_key(be, "expiry", expiry);
     lens[7] = dir_member(key, key_len, token, m);
     snprintf(exp, sizeof(exp), "%lld", (long long)expires_at_ms);
     lens[8] = strlen(exp);
-    r = dir_command(be, 9, argv, lens);
+    snprintf(retain, sizeof(retain), "%d", REDIS_BE_RETAIN_MS);
+    lens[9] = strlen(retain);
+    r = dir_command(be, 10, argv, lens);
     if (r == NULL)
         redis_warn(be, "cluster directory",
                    "a grant was not noted: GET /locks and the held metric "
@@ -166,13 +186,13 @@ void redis_cluster_unnote(struct redis_be *be,
 }
 
 /* Take the free keys of r's entries [0, n) marked in free_at out of the
- * index, those whose seen expiry passed (best effort). */
+ * index, those whose noted expiry passed (best effort). */
 static void dir_prune(struct redis_be *be,
                       const redisReply *keys,
                       const bool *free_at,
                       size_t nfree)
 {
-    char idx[REDIS_BE_PREFIX_MAX + 16], seen[REDIS_BE_PREFIX_MAX + 16];
+    char idx[REDIS_BE_PREFIX_MAX + 16], expiry[REDIS_BE_PREFIX_MAX + 16];
     const char **argv = calloc(5 + nfree, sizeof(*argv));
     size_t *lens = calloc(5 + nfree, sizeof(*lens));
     int argc = 5;
@@ -186,8 +206,8 @@ static void dir_prune(struct redis_be *be,
         lens[2] = 1;
         argv[3] = idx;
         lens[3] = dir_key(be, "index", idx);
-        argv[4] = seen;
-        lens[4] = dir_key(be, "seen", seen);
+        argv[4] = expiry;
+        lens[4] = dir_key(be, "expiry", expiry);
         for (size_t i = 0; i < keys->elements; i++)
             if (free_at[i]) {
                 argv[argc] = keys->element[i]->str;

@@ -19,7 +19,7 @@ import time
 import harness
 from harness import check, eq
 from multi import acquire, path, release, renew, wait_until
-from server_cluster import RedisCluster, lock_slot, lock_tag
+from server_cluster import RedisCluster, keyslot, lock_slot, lock_tag
 
 R = ["redis"]
 ADMIN = "adm1n-Token_cluster-e2e"
@@ -328,3 +328,43 @@ def _failover_with_acks(ctx, cl, dead):
     eq(release(c, k, g["token"]).status, 200, "release")
     g2 = grant(c, k, ttl_ms=5000)
     check(g2["fence"] > g["fence"], "fence after the failover: %d after %d" % (g2["fence"], g["fence"]))
+
+
+@harness.scenario("cluster: issue 19: nothing of a released or expired key stays for ever on its master; fences still increase",
+                  backends=R)
+def nothing_stays_for_ever(ctx):
+    cl = shared_cluster()
+    ld = cluster_lockd(ctx, cl)
+    c = ld.client()
+    hint = ctx.key("gone")
+    released = ["%s-r%d" % (hint, i) for i in range(60)]
+    expired = ["%s-e%d" % (hint, i) for i in range(30)]
+    fences = {}
+    for k in released:
+        g = grant(c, k)
+        fences[k] = g["fence"]
+        eq(release(c, k, g["token"]).status, 200, "release")
+    for k in expired:
+        fences[k] = grant(c, k, ttl_ms=200)["fence"]
+    time.sleep(0.5)
+    for k in released + expired:
+        node = cl.master_of_slot(lock_slot(k))
+        tag = lock_tag(k)
+        names = cl.cmd(node, "KEYS", "lockd:{%s}*" % tag)  # one tag: a handful
+        for n in names:
+            t = cl.cmd(node, "PTTL", n)
+            check(t != -1, "%r of %s is kept for ever" % (n, k))
+            check(t <= 200 + 2 * 60000, "%r of %s stays %d ms" % (n, k, t))
+        own = ("lockd:{%s}fence:{%s}" % (tag, k)).encode()
+        check((own in names) == (k in expired),
+              "%s: its own fence counter %s" % (k, "kept" if own in names else "gone"))
+    # a key's fence after its own counter went: still greater (its slot's)
+    for k in released[:10] + expired[:10]:
+        node = cl.master_of_slot(lock_slot(k))
+        cl.cmd(node, "DEL", "lockd:{%s}fence:{%s}" % (lock_tag(k), k))
+        g = grant(c, k, what="acquire again")
+        check(g["fence"] > fences[k], "%s: fence %d after %d" % (k, g["fence"], fences[k]))
+        eq(release(c, k, g["token"]).status, 200, "release")
+    # the directory keeps each key's expiry in a sorted set, which notes prune
+    t = cl.cmd(cl.master_of_slot(keyslot("lockd:{dir}expiry")), "TYPE", "lockd:{dir}expiry")
+    eq(t if isinstance(t, str) else t.decode(), "zset", "the directory's expiries")
