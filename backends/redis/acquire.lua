@@ -203,10 +203,10 @@ if not f then
   return redis.error_reply('ERR lockd fence counter exhausted')
 end
 expired_excl(lock_key, p)
-held_prune(2, #lock_key - #key - 1)
+held_prune_some(f, #lock_key - #key - 1)
 local fs = string.format('%.0f', f)
 local ttl = tonumber(ttl_ms)
-fence_keep(fence_key, f, ttl + retain)
+fence_keep(fence_key, f, ttl + retain, shared)
 index_add(key)
 if not shared then
   if has_owner == '1' then

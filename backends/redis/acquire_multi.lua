@@ -81,7 +81,6 @@ for i = 1, n do
 end
 local ttl = tonumber(ttl_ms)
 local out = {1, ttl, now + ttl}
-held_prune(2, #rk(1, 1) - #ARGV[8] - 1)
 for i = 1, n do
   local lock_key = rk(i, 1)
   if mine[i] then
@@ -92,7 +91,8 @@ for i = 1, n do
     expired_excl(lock_key, before[i])
     local f = fences[i]
     local fs = string.format('%.0f', f)
-    fence_keep(rk(i, 2), f, ttl + retain)
+    fence_keep(rk(i, 2), f, ttl + retain, false)
+    held_prune_some(f, #lock_key - #ARGV[7 + i] - 1)
     if has_owner then
       redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
                  'g', now)

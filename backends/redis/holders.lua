@@ -42,25 +42,40 @@ end
 -- second (no write-back). Answers the fence (nil: exhausted, nothing
 -- written) and the key counter's value before.
 local retain = 60000
+local fence_max = 9007199254740991
 local function fence_next(fence_key, slot_key, floor)
   local p = tonumber(redis.call('GET', fence_key) or '0')
-  local f = tonumber(redis.call('GET', slot_key) or '0')
-  if p > f then f = p end
+  local f
   if floor then
+    f = tonumber(redis.call('GET', slot_key) or '0')
+    if p > f then f = p end
     local t = redis.call('TIME')
     local us = tonumber(t[1]) * 1000000 - 1
     if us > f then f = us end
+    if f >= fence_max then return nil, p end
+    f = f + 1
+    redis.call('SET', slot_key, string.format('%.0f', f))
+    return f, p
   end
-  if f >= 9007199254740991 then return nil, p end
-  f = f + 1
-  redis.call('SET', slot_key, string.format('%.0f', f))
+  -- one call in the common case, the slot's counter ahead of the key's
+  f = redis.call('INCR', slot_key)
+  if f <= p then f = p + 1 end
+  if f > fence_max then
+    redis.call('DECR', slot_key)
+    return nil, p
+  end
+  if f == p + 1 then
+    redis.call('SET', slot_key, string.format('%.0f', f))
+  end
   return f, p
 end
--- the key's last fence f, kept ms (a holder's TTL + retain) or as long as
--- it was to stay (another shared holder's)
-local function fence_keep(fence_key, f, ms)
-  local left = redis.call('PTTL', fence_key)
-  if left > ms then ms = left end
+-- the key's last fence f, kept ms (a holder's TTL + retain); shared: or as
+-- long as it was to stay (another holder's)
+local function fence_keep(fence_key, f, ms, shared)
+  if shared then
+    local left = redis.call('PTTL', fence_key)
+    if left > ms then ms = left end
+  end
   redis.call('SET', fence_key, string.format('%.0f', f), 'PX', ms)
 end
 -- a renew: the key's counter stays ms at least (an older lockd's, without
@@ -93,19 +108,19 @@ local function rec_put(lock_key, d, r)
 end
 -- a holder's member of the held set: d = its digest (shared) or false.
 -- The held set and the index stay retain ms beyond the last holder's
--- expiry (each grant and renew moves that on) and then go: on a cluster
--- they are per slot tag, next to the lock, and no other script of that
--- tag might come to take out what is left (scripts clock() first)
+-- expiry (each grant and renew moves that on, by retain more, so once a
+-- minute at most) and then go: on a cluster they are per slot tag, next
+-- to the lock, and no other script of that tag might come to take out
+-- what is left (scripts clock() first)
 local function held_put(lock_key, d, expires)
   if not gk.held then return end
   local m = lock_key
   if d then m = lock_key .. '\0' .. d end
   redis.call('ZADD', gk.held, expires, m)
   local ms = expires - gk.now + retain
-  for _, k in ipairs({gk.held, gk.index}) do
-    if k and redis.call('PTTL', k) < ms then
-      redis.call('PEXPIRE', k, ms + retain)
-    end
+  if redis.call('PTTL', gk.held) < ms then
+    redis.call('PEXPIRE', gk.held, ms + retain)
+    if gk.index then redis.call('PEXPIRE', gk.index, ms + retain) end
   end
 end
 local function held_drop(lock_key, d)
@@ -117,8 +132,9 @@ end
 -- take out up to batch members of the held set whose holder expired over
 -- retain ms ago (a hash Redis expired, a shared holder nobody reaped), and
 -- their keys' index entries once the key is free; cut = the bytes before
--- a lockd key in its lock key's name. Every grant takes out two, so
--- neither set grows with the keys ever locked
+-- a lockd key in its lock key's name. Grants take out two each (eight
+-- every fourth, held_prune_some()), so neither set grows with the keys
+-- ever locked
 local function held_prune(batch, cut)
   if not gk.held then return end
   local old = redis.call('ZRANGEBYSCORE', gk.held, '-inf', gk.now - retain,
@@ -143,6 +159,9 @@ end
 -- the exclusive holder whose hash Redis expired left its held member: a
 -- takeover of it gets the key counter's value before this grant, f (no
 -- grant came since; 0 once the counter went, retain ms after the expiry)
+local function held_prune_some(f, cut)
+  if f % 4 == 0 then held_prune(8, cut) end
+end
 local function expired_excl(lock_key, f)
   if not gk.held or not redis.call('ZSCORE', gk.held, lock_key) then
     return

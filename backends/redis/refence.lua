@@ -19,7 +19,7 @@ for i = 1, n do
   if tonumber(redis.call('GET', fence_key) or '0') < f then
     local left = redis.call('PTTL', lock_key)
     if left < 0 then left = 0 end
-    fence_keep(fence_key, f, left + retain)
+    fence_keep(fence_key, f, left + retain, true)
   end
   local cur = redis.call('HMGET', lock_key, 't', 'm')
   if cur[1] == h then
