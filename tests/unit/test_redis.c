@@ -1562,8 +1562,8 @@ static void test_fence_counter_goes_with_the_key(void)
 
 /* The held set and the index expire REDIS_BE_RETAIN_MS after their last
  * holder, and grants take out members that expired longer ago than that
- * (eight at every fourth fence), with their index entries: neither grows with the keys ever held,
- * metrics scraped or not. */
+ * (eight at every fourth fence), with their index entries: neither grows with
+ * the keys ever held, metrics scraped or not. */
 static void test_grants_prune_what_expired_long_ago(void)
 {
     struct lock_grant g;
