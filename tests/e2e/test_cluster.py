@@ -365,6 +365,19 @@ def nothing_stays_for_ever(ctx):
         g = grant(c, k, what="acquire again")
         check(g["fence"] > fences[k], "%s: fence %d after %d" % (k, g["fence"], fences[k]))
         eq(release(c, k, g["token"]).status, 200, "release")
-    # the directory keeps each key's expiry in a sorted set, which notes prune
-    t = cl.cmd(cl.master_of_slot(keyslot("lockd:{dir}expiry")), "TYPE", "lockd:{dir}expiry")
+    # the directory keeps each key's expiry in a sorted set, and a note takes
+    # out what expired over a minute ago (planted here: a key of 1970)
+    d = cl.master_of_slot(keyslot("lockd:{dir}expiry"))
+    t = cl.cmd(d, "TYPE", "lockd:{dir}expiry")
     eq(t if isinstance(t, str) else t.decode(), "zset", "the directory's expiries")
+    old = "%s-1970" % hint
+    cl.cmd(d, "ZADD", "lockd:{dir}expiry", "1", old)
+    cl.cmd(d, "ZADD", "lockd:{dir}index", "0", old)
+    cl.cmd(d, "ZADD", "lockd:{dir}held", "1", old + "\0" + "0" * 16)
+    k = "%s-note" % hint
+    g = grant(c, k)
+    eq(release(c, k, g["token"]).status, 200, "release")
+    eq(cl.cmd(d, "ZSCORE", "lockd:{dir}expiry", old), None, "a stale expiry after a note")
+    eq(cl.cmd(d, "ZSCORE", "lockd:{dir}index", old), None, "a stale index entry after a note")
+    eq(cl.cmd(d, "ZSCORE", "lockd:{dir}held", old + "\0" + "0" * 16), None,
+       "a stale holder after a note")
