@@ -24,10 +24,11 @@ local function clock()
 end
 -- Fences. A key's fence comes from two counters: its slot's (the
 -- REDIS_BE_SLOT_FENCE key, shared by every key of the slot, so at most
--- 16,384 of them: a high-water mark at least every fence any key of the
--- slot was granted) and the key's own, which keeps only the key's last
--- fence while it is held and `retain` ms after (a takeover in that time
--- reports the fence it took over), and is gone then. A grant takes the
+-- 1,024 of them on one Redis and one per hash slot on a cluster: a
+-- high-water mark at least every fence any key of the slot was granted)
+-- and the key's own, which keeps only the key's last fence while it is
+-- held and `retain` ms after (a takeover in that time reports the fence
+-- it took over), and is gone then. A grant takes the
 -- greater of the two plus one and writes it to both, so every fence of a
 -- key is greater than every earlier one of that key whether its own
 -- counter is there or not; a key's counter written by an older lockd
@@ -156,12 +157,12 @@ end
 local function index_drop(key)
   if gk.index then redis.call('ZREM', gk.index, key) end
 end
--- the exclusive holder whose hash Redis expired left its held member: a
--- takeover of it gets the key counter's value before this grant, f (no
--- grant came since; 0 once the counter went, retain ms after the expiry)
 local function held_prune_some(f, cut)
   if f % 4 == 0 then held_prune(8, cut) end
 end
+-- the exclusive holder whose hash Redis expired left its held member: a
+-- takeover of it gets the key counter's value before this grant, f (no
+-- grant came since; 0 once the counter went, retain ms after the expiry)
 local function expired_excl(lock_key, f)
   if not gk.held or not redis.call('ZSCORE', gk.held, lock_key) then
     return
