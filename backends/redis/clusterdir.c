@@ -26,8 +26,8 @@
  * but only when their noted expiry has passed, in one script on the
  * directory's slot: a grant noted meanwhile moved it forward, so a key
  * granted between the inspect and the prune is never dropped.
- * held_count(): ZCOUNT of the held set from Redis's now; members a day
- * past their expiry are taken out (REDIS_BE_STALE_MS).
+ * held_count(): ZCOUNT of the held set from Redis's now; members
+ * REDIS_BE_RETAIN_MS past their expiry are taken out.
  *
  * Lag, documented: the note follows the grant by one round trip; a grant
  * whose note was lost (the directory's master down at that moment, lockd
@@ -337,7 +337,7 @@ int64_t redis_cluster_held_count(struct redis_be *be)
     int64_t n = -1;
 
     lens[3] = dir_key(be, "held", held);
-    snprintf(stale, sizeof(stale), "%d", REDIS_BE_STALE_MS);
+    snprintf(stale, sizeof(stale), "%d", REDIS_BE_RETAIN_MS);
     lens[4] = strlen(stale);
     r = dir_command(be, 5, argv, lens);
     if (r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= 0)

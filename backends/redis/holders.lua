@@ -82,7 +82,6 @@ end
 -- a renew: the key's counter stays ms at least (an older lockd's, without
 -- an expiry, is left so); a lost one is written again with f
 local function fence_extend(fence_key, f, ms)
-  if not fence_key then return end
   local left = redis.call('PTTL', fence_key)
   if left == -2 then
     redis.call('SET', fence_key, string.format('%.0f', f), 'PX', ms)
@@ -93,7 +92,7 @@ end
 -- the key is free: its counter goes (one with an expiry is at most its
 -- slot's; an older lockd's, without one, stays until the next grant)
 local function fence_drop(fence_key)
-  if fence_key and redis.call('PTTL', fence_key) >= 0 then
+  if redis.call('PTTL', fence_key) >= 0 then
     redis.call('DEL', fence_key)
   end
 end

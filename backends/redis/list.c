@@ -27,10 +27,10 @@
  * to REDIS_BE_STALE_BATCH members whose holder expired over
  * REDIS_BE_RETAIN_MS ago (an exclusive hash Redis expired, or a shared key
  * whose every holder expired before a script reaped them), with their
- * keys' index entries once the key is free, as every grant takes out two
- * (holders.lua's held_prune()), so neither set grows with keys nobody
- * touches again; both sets expire REDIS_BE_RETAIN_MS after the last
- * holder.
+ * keys' index entries once the key is free, as grants do (eight at every
+ * fourth fence, holders.lua's held_prune_some()), so neither set grows
+ * with keys nobody touches again; both sets expire REDIS_BE_RETAIN_MS
+ * after the last holder.
  *
  * expired_fence (acquire): a shared holder reaped by the grant's script is
  * known with its record. An exclusive holder's hash Redis expired, but

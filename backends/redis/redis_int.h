@@ -66,8 +66,7 @@
 #define REDIS_BE_TRASH_MAX      4096 /* failed cancels kept to retry */
 #define REDIS_BE_TRASH_EVERY_MS 100  /* how often they are retried */
 /* held_count() takes out at most REDIS_BE_STALE_BATCH members of the held
- * set whose holder expired over REDIS_BE_STALE_MS ago (see list.c) */
-#define REDIS_BE_STALE_MS    REDIS_BE_RETAIN_MS
+ * set whose holder expired over REDIS_BE_RETAIN_MS ago (see list.c) */
 #define REDIS_BE_STALE_BATCH 64
 /* list(): index entries looked at per call, at most */
 #define REDIS_BE_LIST_BUDGET(limit) (2 * (limit) + 16)
