@@ -211,9 +211,9 @@ index_add(key)
 if not shared then
   if has_owner == '1' then
     redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
-               'g', now)
+               'a', now)
   else
-    redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'g', now)
+    redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'a', now)
   end
   if ih then
     redis.call('HSET', lock_key, 'x', seal(token), 'i:' .. ih, h)

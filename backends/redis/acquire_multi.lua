@@ -95,9 +95,9 @@ for i = 1, n do
     held_prune_some(f, #lock_key - #ARGV[7 + i] - 1)
     if has_owner then
       redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
-                 'g', now)
+                 'a', now)
     else
-      redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'g', now)
+      redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'a', now)
     end
     redis.call('PEXPIRE', lock_key, ttl_ms)
     held_put(lock_key, false, now + ttl)

@@ -8,7 +8,8 @@
 -- ('0': none), 'h:' .. digest = a holder's record and 'i:' .. sha1hex(idem)
 -- = that holder's digest, beside a sorted set digest -> expiry (Redis's
 -- unix ms); both keys expire with the holder that expires last. The grant
--- time (Redis's unix ms) is g in the hash, or the record's 7th field.
+-- time (Redis's unix ms) is a in the hash (g when an older lockd granted
+-- it: its key counter may have no expiry), or the record's 7th field.
 -- Two keys for the whole prefix (redis.c): the index, a sorted set of the
 -- held lockd keys (score 0, read in lex order by list), and held, one
 -- member per holder scored by its expiry: lock_key (exclusive) or
@@ -162,8 +163,11 @@ end
 -- the exclusive holder whose hash Redis expired left its held member: a
 -- takeover of it gets the key counter's value before this grant, f (no
 -- grant came since; 0 once the counter went, retain ms after the expiry)
+-- (none when f is 0: the counter went, retain ms after the holder's
+-- expiry at the soonest, so a member left is one held_prune() takes out)
 local function expired_excl(lock_key, f)
-  if not gk.held or not redis.call('ZSCORE', gk.held, lock_key) then
+  if f == 0 or not gk.held or
+     not redis.call('ZSCORE', gk.held, lock_key) then
     return
   end
   redis.call('ZREM', gk.held, lock_key)
@@ -316,7 +320,7 @@ end
 -- published with key when a holder went and someone waits
 local function release_one(lock_key, queue_key, exp_key, mwait_key,
                            fence_key, h, all, channel, key)
-  local cur = redis.call('HMGET', lock_key, 't', 'n', 'm', 'g')
+  local cur = redis.call('HMGET', lock_key, 't', 'n', 'm', 'a', 'g')
   if cur[1] then
     if cur[1] ~= h then return {-1} end
     local n = tonumber(cur[2] or '1')
@@ -324,14 +328,20 @@ local function release_one(lock_key, queue_key, exp_key, mwait_key,
       redis.call('HSET', lock_key, 'n', n - 1)
       return {1, n - 1, 0}
     end
-    redis.call('DEL', lock_key)
+    if cur[4] then
+      -- granted by this lockd: fence_keep() gave the counter an expiry,
+      -- so it goes in the same call
+      redis.call('DEL', lock_key, fence_key)
+    else
+      redis.call('DEL', lock_key)
+      fence_drop(fence_key)
+    end
     held_drop(lock_key, false)
     index_drop(key)
-    fence_drop(fence_key)
     if waited(queue_key, mwait_key) then
       redis.call('PUBLISH', channel, key)
     end
-    return {1, 0, tonumber(cur[4] or '0')}
+    return {1, 0, tonumber(cur[4] or cur[5] or '0')}
   end
   if not cur[3] then return {0} end
   local reaped = reap(lock_key, exp_key, clock())

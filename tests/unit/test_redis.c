@@ -1560,6 +1560,38 @@ static void test_fence_counter_goes_with_the_key(void)
     CHECK_EQ_INT(rel(be_main, "fc/old", TOK_A), BACKEND_OK);
 }
 
+/* A holder that an older lockd granted (its grant time in g, its key's
+ * counter without an expiry and ahead of the slot's): this lockd's release
+ * keeps that counter, so the next fence is greater than it. A grant of
+ * this lockd writes a instead, and its release takes the counter in the
+ * same DEL as the lock. */
+static void test_release_keeps_an_older_lockds_counter(void)
+{
+    redisReply *d = raw("EVAL %s 0 " TOK_A, "return redis.sha1hex(ARGV[1])");
+    struct lock_grant g;
+
+    CHECK(d != NULL && d->type == REDIS_REPLY_STRING);
+    if (d == NULL || d->type != REDIS_REPLY_STRING) {
+        freeReplyObject(d);
+        return;
+    }
+    freeReplyObject(raw("HSET lockd:lock:{fc/legacy} t %s f 5000000000000 "
+                        "ttl 5000 g 1",
+                        d->str));
+    freeReplyObject(d);
+    CHECK_EQ_INT(raw_int("PEXPIRE lockd:lock:{fc/legacy} %s", "5000"), 1);
+    freeReplyObject(raw("SET lockd:fence:{fc/legacy} %s", "5000000000000"));
+    CHECK_EQ_INT(rel(be_main, "fc/legacy", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "fc/legacy"), 0);
+    CHECK_EQ_INT(raw_int("PTTL lockd:fence:{%s}", "fc/legacy"), -1);
+    CHECK_EQ_INT(acq(be_main, "fc/legacy", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(g.fence, 5000000000001ULL);
+    CHECK_EQ_INT(raw_int("HEXISTS lockd:lock:{%s} a", "fc/legacy"), 1);
+    CHECK_EQ_INT(raw_int("HEXISTS lockd:lock:{%s} g", "fc/legacy"), 0);
+    CHECK_EQ_INT(rel(be_main, "fc/legacy", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/legacy"), 0);
+}
+
 /* The held set and the index expire REDIS_BE_RETAIN_MS after their last
  * holder, and grants take out members that expired longer ago than that
  * (eight at every fourth fence), with their index entries: neither grows with
@@ -1939,7 +1971,7 @@ static void test_multi_grant_is_the_single_key_layout(void)
     hash_fields("lockd:lock:{mlref}", ref_fields, sizeof(ref_fields));
     hash_fields("lockd:lock:{ml2 {x}}", fields, sizeof(fields));
     CHECK(strcmp(fields, ref_fields) == 0);
-    CHECK(strcmp(fields, "f,g,o,t,ttl") == 0);
+    CHECK(strcmp(fields, "a,f,o,t,ttl") == 0);
     t1 = raw("HGET %s t", "lockd:lock:{mlref}");
     t2 = raw("HGET %s t", "lockd:lock:{ml2 {x}}");
     CHECK(t1 != NULL && t2 != NULL && t1->type == REDIS_REPLY_STRING &&
@@ -2378,6 +2410,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_held_count_counts_live_holders),
     CHECK_CASE(test_takeover_tells_the_expired_fence),
     CHECK_CASE(test_fence_counter_goes_with_the_key),
+    CHECK_CASE(test_release_keeps_an_older_lockds_counter),
     CHECK_CASE(test_grants_prune_what_expired_long_ago),
     CHECK_CASE(test_release_tells_when_the_hold_was_granted),
     CHECK_CASE(test_multi_ops_are_one_script_each),
