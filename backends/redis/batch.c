@@ -131,7 +131,7 @@ static int exchange(struct redis_be *be,
         r = redis_pipe_reply(be, cn, deadline, &closed);
         if (r == NULL)
             return closed && answered == 0 ? -1 : answered;
-        r = redis_script_reply(be, p[i].c.s, r, &p[i].again);
+        r = redis_script_reply(be, cn, &p[i].c, r, &p[i].again);
         answered++;
         if (p[i].again)
             continue;

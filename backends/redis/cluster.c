@@ -445,8 +445,8 @@ static int cluster_use(struct redis_be *be, struct redis_conn *cn, int idx)
         snprintf(host, sizeof(host), "%s", st->nodes[idx].host);
         port = st->nodes[idx].port;
         pthread_mutex_unlock(&st->lock);
-        nd->ctx = redis_node_open(be, host, port, cn->sha, &nd->offset_ms, err,
-                                  sizeof(err));
+        nd->ctx = redis_node_open(be, host, port, &cn->scripts, &nd->offset_ms,
+                                  err, sizeof(err));
         if (nd->ctx == NULL) {
             cn->ctx = NULL;
             redis_cluster_fail(be, cn, err);

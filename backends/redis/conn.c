@@ -202,7 +202,7 @@ int redis_clock(redisContext *c, int64_t *offset)
 redisContext *redis_node_open(struct redis_be *be,
                               const char *host,
                               int port,
-                              char sha[][41],
+                              struct redis_loaded *scripts,
                               int64_t *offset,
                               char *err,
                               size_t errlen)
@@ -235,7 +235,7 @@ redisContext *redis_node_open(struct redis_be *be,
         }
         freeReplyObject(r);
     }
-    switch (redis_scripts_recv(c, sha, err, errlen)) {
+    switch (redis_scripts_recv(c, scripts, err, errlen)) {
     case 0:
         break;
     case -1:
@@ -266,7 +266,7 @@ static int redis_conn_open(struct redis_be *be,
     cn->gen = be->topology == REDIS_BE_SENTINEL ? redis_sentinel_gen(be) : 0;
     cn->has_identity = false;
     cn->ctx =
-        redis_node_open(be, NULL, 0, cn->sha, &cn->offset_ms, err, errlen);
+        redis_node_open(be, NULL, 0, &cn->scripts, &cn->offset_ms, err, errlen);
     if (cn->ctx == NULL)
         return -1;
     /* redlock (fan.c): who the server is, read on this very connection,

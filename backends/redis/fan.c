@@ -13,6 +13,7 @@
  * (redis_want_identity), so a restart of the server is seen on the very
  * connection that carried an answer.
  */
+#include "backends/redis/library.h"
 #include "backends/redis/redis_int.h"
 
 #include <errno.h>
@@ -241,9 +242,9 @@ static int redis_fan_write(struct redis_be *be,
     return 0;
 }
 
-/* Script c's argv for cn: EVALSHA, its digest on cn, the KEYS count and,
- * when stamped, the not-after time in that server's clock (the deadline
- * or the command timeout, whichever comes first). Writes c's scratch
+/* Script c's argv for cn: FCALL and its name or EVALSHA and its digest, the
+ * KEYS count and, when stamped, the not-after time in that server's clock (the
+ * deadline or the command timeout, whichever comes first). Writes c's scratch
  * slots (argv[0..3) and the stamp's); the count and stamp live in buf. */
 static int redis_fan_script_argv(struct redis_be *be,
                                  const struct redis_conn *cn,
@@ -254,10 +255,7 @@ static int redis_fan_script_argv(struct redis_be *be,
     int argc = 3 + c->nargs;
 
     snprintf(buf[0], sizeof(buf[0]), "%d", c->nkeys);
-    c->argv[0] = "EVALSHA";
-    c->argl[0] = 7;
-    c->argv[1] = cn->sha[c->s];
-    c->argl[1] = 40;
+    redis_script_head(cn, c->s, c->argv, c->argl);
     c->argv[2] = buf[0];
     c->argl[2] = strlen(buf[0]);
     if (redis_script_stamped(c->s)) {
@@ -355,8 +353,11 @@ static void redis_fan_answer(struct redis_be *be,
     cn->tc.backoff_ms = 0;
     redis_mark(be, 1, NULL);
     if (r->type == REDIS_REPLY_ERROR) {
-        /* NOSCRIPT (the next dial loads the scripts), LOADING, BUSY...:
-         * no answer, never a grant */
+        /* NOSCRIPT or no library (the next dial loads them; an FCALL
+         * refused leaves EVALSHA), LOADING, BUSY...: no answer, never a
+         * grant */
+        if (c != NULL)
+            redis_fn_lost(cn, c->argv, r);
         redis_warn(be, "fan-out", r->str);
         freeReplyObject(r);
         redis_fan_drop(cn);

@@ -1,6 +1,7 @@
 -- holders: the helpers every script but cancel starts with (scripts.c
--- puts this text before each of them), and the per-key steps the
--- single-key and the multi-key scripts share, so both keep one layout.
+-- puts this text before each of them, and once at the top of the library
+-- of Redis 7 functions), and the per-key steps the single-key and the
+-- multi-key scripts share, so both keep one layout.
 -- A key held EXCLUSIVE is one hash: t = sha1hex(token), f = fence,
 -- ttl = last TTL, [o = owner], [n = holds when > 1], [x = sealed token and
 -- 'i:' .. sha1hex(idem) = t when granted with an Idempotency-Key], with a
@@ -15,8 +16,8 @@
 -- member per holder scored by its expiry: lock_key (exclusive) or
 -- lock_key NUL digest (shared). A script that changes holders sets gk's
 -- index and held to its KEYS naming them first; gk.expired collects the
--- greatest fence of the holders reap() found expired.
-if redis.replicate_commands then redis.replicate_commands() end
+-- greatest fence of the holders reap() found expired. A function of the
+-- library finds gk as the last call left it: it sets every field first.
 local gk = {index = false, held = false, expired = 0, now = 0}
 local function clock()
   local t = redis.call('TIME')

@@ -9,6 +9,7 @@
  *   conn.c        one hiredis context per worker thread, reconnects,
  *                 back-off, availability logging
  *   scripts.c     the Lua scripts: loading, EVALSHA, NOSCRIPT, not-after
+ *   library.c     the scripts as Redis 7 functions, FCALL (library.h)
  *   multi.c       several keys at once: one script over all of them
  *   inspect.c     inspect.lua's reply into a struct lock_info, and
  *                 force_release, whose reply is the same
@@ -256,6 +257,16 @@ struct redis_identity {
                            refused) */
 };
 
+/* What a connection loaded (scripts.c): each script's digest for
+ * EVALSHA, and whether the library of functions is there to FCALL (Redis
+ * 7 or later); fn_refused: an FCALL was refused by the ACL, so that no
+ * later dial of this connection turns FCALL on again. */
+struct redis_loaded {
+    char sha[REDIS_BE_SCRIPT_COUNT][41];
+    bool fn;
+    bool fn_refused;
+};
+
 /* One worker thread's connection, kept in be->conns (conn.c). */
 struct redis_conn {
     struct threadconn tc; /* first: back-off, the set's list */
@@ -269,7 +280,7 @@ struct redis_conn {
     struct redis_cnode *cnodes;
     int64_t offset_ms; /* Redis's unix ms minus our monotonic ms */
     unsigned gen;      /* sentinel: the primary's generation when dialled */
-    char sha[REDIS_BE_SCRIPT_COUNT][41];
+    struct redis_loaded scripts;
     /* be->want_identity: read by the dial of ctx (has_identity false
        while ctx was dialled without it) */
     bool has_identity;
@@ -510,7 +521,7 @@ void redis_where(struct redis_be *be, char *buf, size_t len);
 redisContext *redis_node_open(struct redis_be *be,
                               const char *host,
                               int port,
-                              char sha[][41],
+                              struct redis_loaded *scripts,
                               int64_t *offset,
                               char *err,
                               size_t errlen);
@@ -543,12 +554,14 @@ redisReply *redis_command_acked(struct redis_be *be,
 
 /* ---- scripts.c ---- */
 
-/* Pipeline SCRIPT LOAD of every script on c: 0, or -1. */
+/* Pipeline SCRIPT LOAD of every script on c, and FUNCTION LOAD of their
+ * library: 0, or -1. */
 int redis_scripts_send(redisContext *c);
-/* Read those replies into sha: 0; -1 on a bad reply (why in err); -2 when
+/* Read those replies into out (out->fn: the library is there; a refused
+ * FUNCTION LOAD is no error): 0; -1 on a bad reply (why in err); -2 when
  * the context broke (why in c->errstr). */
 int redis_scripts_recv(redisContext *c,
-                       char sha[][41],
+                       struct redis_loaded *out,
                        char *err,
                        size_t errlen);
 /* Set argument i of a to s[0..n). */
@@ -751,7 +764,7 @@ void redis_release_done(struct redis_be *be,
                         enum backend_result res,
                         const struct lock_grant *out);
 
-/* scripts.c: c's script (EVALSHA, its stamp) appended to cn's output
+/* scripts.c: c's script (FCALL or EVALSHA, its stamp) appended to cn's output
  * buffer: 0, or -1 (no memory). The reply r read for it: NULL (r freed)
  * with *again set when c must run once more by itself, through
  * redis_call_run() (Redis lost the script, or the stamp passed: the clock
@@ -768,7 +781,8 @@ int redis_append_argv(redisContext *ctx,
                       const char **argv,
                       const size_t *argl);
 redisReply *redis_script_reply(struct redis_be *be,
-                               enum redis_script s,
+                               struct redis_conn *cn,
+                               const struct redis_call *c,
                                redisReply *r,
                                bool *again);
 /* conn.c: write what was appended to cn's context: 0, or -1 (the context

@@ -25,6 +25,7 @@
  * the key to a token nobody has, and the key would stay held until its
  * TTL.
  */
+#include "backends/redis/library.h"
 #include "backends/redis/redis_int.h"
 
 #include <stdio.h>
@@ -44,6 +45,15 @@ _Static_assert(REDIS_BE_RETAIN_MS == 60000, "holders.lua's retain");
  * queue's head) and the per-key steps (renew, release) that every script
  * but cancel starts with: its text goes before theirs, so a multi-key
  * script does to each key exactly what the single-key one does. */
+static const char holders_lua[] =
+#include "backends/redis/holders.lua.h"
+    ;
+
+/* Redis < 5 lets a script write after TIME only once it asked for effects
+ * replication (a no-op from Redis 5 on; a function may not call it): an
+ * EVAL text that starts with holders.lua starts with this line first. */
+#define EVAL_PRELUDE \
+    "if redis.replicate_commands then redis.replicate_commands() end\n"
 
 /*
  * acquire: {-2}: run after lockd gave up on it, nothing done.
@@ -70,7 +80,7 @@ _Static_assert(REDIS_BE_RETAIN_MS == 60000, "holders.lua's retain");
  * for the retry hint + mark_ms, as acquire_multi does. redis:// sends "0"
  * for both.
  */
-static const char acquire_lua[] =
+static const char acquire_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script (apart, so that include sorting keeps the order) */
 #include "backends/redis/acquire.lua.h"
@@ -79,7 +89,7 @@ static const char acquire_lua[] =
 /* renew: {1, fence, ttl, expires_at, mode, limit, holds}, {0} free, {-1}
  * another token, {-2} too late, {-3} holds at LOCK_HOLDS_MAX. A TTL of "0"
  * keeps the stored one. */
-static const char renew_lua[] =
+static const char renew_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script */
 #include "backends/redis/renew.lua.h"
@@ -89,7 +99,7 @@ static const char renew_lua[] =
  * a holder went and someone waits: every single-key waiter, on any
  * instance, has a place in the queue, and a multi-key waiter marks the
  * keys it waits for (acquire_multi). */
-static const char release_lua[] =
+static const char release_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script */
 #include "backends/redis/release.lua.h"
@@ -98,7 +108,7 @@ static const char release_lua[] =
 /* inspect: {1, mode, limit, holder count, greatest fence, last expiry,
  * now, then fence, expires_at, holds, owner or nil of the first
  * LOCK_HOLDERS_SHOWN holders by fence}, {0} free. */
-static const char inspect_lua[] =
+static const char inspect_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script */
 #include "backends/redis/inspect.lua.h"
@@ -117,7 +127,7 @@ static const char cancel_lua[] =
  * only queued waiters), index of each held key} nothing granted, and the
  * held keys marked for the waiter that keeps no place (REDIS_BE_MARK_MS).
  */
-static const char acquire_multi_lua[] =
+static const char acquire_multi_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script */
 #include "backends/redis/acquire_multi.lua.h"
@@ -127,14 +137,14 @@ static const char acquire_multi_lua[] =
  * earliest), fence of each key}; {0, index} that key is free, {-1, index}
  * held by others, for the first key the token does not hold, and nothing
  * renewed. */
-static const char renew_multi_lua[] =
+static const char renew_multi_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script */
 #include "backends/redis/renew_multi.lua.h"
     ;
 
 /* release_multi: {1, index of each key released}, {0} none was held. */
-static const char release_multi_lua[] =
+static const char release_multi_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script */
 #include "backends/redis/release_multi.lua.h"
@@ -143,21 +153,21 @@ static const char release_multi_lua[] =
 /* list: {1, more, last key looked at or nil, now, then key, mode, fence,
  * expires_at, holder count, owner or nil of each held key}; index entries
  * of free keys met are taken out. */
-static const char list_lua[] =
+static const char list_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script */
 #include "backends/redis/list.lua.h"
     ;
 
 /* force: inspect's reply for the holders removed, or {0} (free). */
-static const char force_lua[] =
+static const char force_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script */
 #include "backends/redis/force.lua.h"
     ;
 
 /* count: the live holders, an integer. */
-static const char count_lua[] =
+static const char count_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script */
 #include "backends/redis/count.lua.h"
@@ -166,7 +176,7 @@ static const char count_lua[] =
 /* refence: {the number of keys the token holds}; every key's counter
  * raised to at least its fence, and the token's hold of it (if any) given
  * that fence (redlock's write-back, fan.c). */
-static const char refence_lua[] =
+static const char refence_lua[] = EVAL_PRELUDE
 #include "backends/redis/holders.lua.h"
 /* then the script */
 #include "backends/redis/refence.lua.h"
@@ -218,13 +228,45 @@ static const struct redis_script_def {
                                   false, false },
 };
 
+/* ---- for the library of functions (library.c) ---- */
+
+const char *redis_scripts_helpers(size_t *len)
+{
+    *len = sizeof(holders_lua) - 1;
+    return holders_lua;
+}
+
+const char *redis_script_body(enum redis_script s, size_t *len)
+{
+    const struct redis_script_def *d = &redis_scripts[s];
+    size_t at = 0, hl = sizeof(holders_lua) - 1, pl = strlen(EVAL_PRELUDE);
+
+    if (s != REDIS_BE_SCRIPT_CANCEL) {
+        if (d->len < pl + hl || memcmp(d->text, EVAL_PRELUDE, pl) != 0 ||
+            memcmp(d->text + pl, holders_lua, hl) != 0)
+            return NULL;
+        at = pl + hl;
+    }
+    *len = d->len - at;
+    return d->text + at;
+}
+
 /* ---- loading ---- */
 
 int redis_scripts_send(redisContext *c)
 {
+    size_t len;
+    const char *text = redis_scripts_library(&len);
+
     for (int i = 0; i < REDIS_BE_SCRIPT_COUNT; i++) {
         const char *argv[] = { "SCRIPT", "LOAD", redis_scripts[i].text };
         size_t lens[] = { 6, 4, redis_scripts[i].len };
+        if (redisAppendCommandArgv(c, 3, argv, lens) != REDIS_OK)
+            return -1;
+    }
+    if (text != NULL) {
+        const char *argv[] = { "FUNCTION", "LOAD", text };
+        size_t lens[] = { 8, 4, len };
         if (redisAppendCommandArgv(c, 3, argv, lens) != REDIS_OK)
             return -1;
     }
@@ -232,14 +274,15 @@ int redis_scripts_send(redisContext *c)
 }
 
 int redis_scripts_recv(redisContext *c,
-                       char sha[][41],
+                       struct redis_loaded *out,
                        char *err,
                        size_t errlen)
 {
     int rc = 0;
+    redisReply *r = NULL;
+    size_t len;
 
     for (int i = 0; i < REDIS_BE_SCRIPT_COUNT; i++) {
-        redisReply *r = NULL;
         if (redisGetReply(c, (void **)&r) != REDIS_OK || r == NULL)
             return -2;
         if (r->type != REDIS_REPLY_STRING || r->len != 40) {
@@ -248,11 +291,22 @@ int redis_scripts_recv(redisContext *c,
                                                   : "unexpected reply");
             rc = -1;
         } else {
-            memcpy(sha[i], r->str, 40);
-            sha[i][40] = '\0';
+            memcpy(out->sha[i], r->str, 40);
+            out->sha[i][40] = '\0';
         }
         freeReplyObject(r);
     }
+    out->fn = false;
+    if (redis_scripts_library(&len) == NULL) /* not sent */
+        return rc;
+    if (redisGetReply(c, (void **)&r) != REDIS_OK || r == NULL)
+        return -2;
+    /* its name, or another connection loaded it first; any other error
+     * (no FUNCTION, no right to it, a replica) leaves EVALSHA */
+    out->fn = !out->fn_refused && (r->type == REDIS_REPLY_STRING ||
+                                   (r->type == REDIS_REPLY_ERROR &&
+                                    strstr(r->str, "already exists") != NULL));
+    freeReplyObject(r);
     return rc;
 }
 
@@ -383,9 +437,9 @@ bool redis_script_stamped(enum redis_script s)
 
 /* ---- running ---- */
 
-/* EVALSHA the script in argv (argv[2..] filled); EVAL when Redis lost it
- * (SCRIPT FLUSH), which also caches it again. With acks, WAIT follows
- * each (min_replicas, replicas.c). */
+/* FCALL or EVALSHA the script in argv (argv[2..] filled); EVAL when Redis
+ * lost both (SCRIPT FLUSH), which also caches it again. With acks, WAIT
+ * follows each (min_replicas, replicas.c). */
 static redisReply *redis_script_eval(struct redis_be *be,
                                      struct redis_conn *cn,
                                      enum redis_script s,
@@ -396,13 +450,16 @@ static redisReply *redis_script_eval(struct redis_be *be,
 {
     redisReply *r;
 
-    /* cn->sha is filled once the context is up; a reconnect inside
-     * redis_command() reloads the same scripts, same digests. */
-    argv[0] = "EVALSHA";
-    argl[0] = 7;
-    argv[1] = cn->sha[s];
-    argl[1] = 40;
+    /* cn->scripts is filled once the context is up; a reconnect inside
+     * redis_command() loads the same scripts, same digests and names */
+    redis_script_head(cn, s, argv, argl);
     r = redis_command_acked(be, argc, argv, argl, acks);
+    if (r != NULL && redis_fn_lost(cn, argv, r)) {
+        /* refused before it ran: the same call with EVALSHA */
+        freeReplyObject(r);
+        redis_script_head(cn, s, argv, argl);
+        r = redis_command_acked(be, argc, argv, argl, acks);
+    }
     if (r != NULL && r->type == REDIS_REPLY_ERROR &&
         strncmp(r->str, "NOSCRIPT", 8) == 0) {
         freeReplyObject(r);
@@ -549,10 +606,7 @@ int redis_script_append(struct redis_be *be,
     int total = 3 + c->nargs + (def->stamped ? 1 : 0);
 
     /* the numbers by hand, not with snprintf: every call has them */
-    c->argv[0] = "EVALSHA";
-    c->argl[0] = 7;
-    c->argv[1] = cn->sha[c->s];
-    c->argl[1] = 40;
+    redis_script_head(cn, c->s, c->argv, c->argl);
     c->argv[2] = nk;
     c->argl[2] = text_put_u64(nk, (uint64_t)c->nkeys);
     if (def->stamped) {
@@ -571,13 +625,15 @@ int redis_script_append(struct redis_be *be,
 }
 
 redisReply *redis_script_reply(struct redis_be *be,
-                               enum redis_script s,
+                               struct redis_conn *cn,
+                               const struct redis_call *c,
                                redisReply *r,
                                bool *again)
 {
     *again =
+        redis_fn_lost(cn, c->argv, r) ||
         (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) ||
-        (redis_scripts[s].stamped && redis_reply_is_int(r, 0) &&
+        (redis_scripts[c->s].stamped && redis_reply_is_int(r, 0) &&
          r->element[0]->integer == -2);
     if (*again) {
         freeReplyObject(r);

@@ -48,7 +48,8 @@ def script_calls(ctx):
     n = 0
     for line in info.splitlines():
         name = line.split(":", 1)[0]
-        if name in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro"):
+        if name in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro",
+                    "cmdstat_fcall", "cmdstat_fcall_ro"):
             n += int(line.split("calls=", 1)[1].split(",", 1)[0])
     return n
 

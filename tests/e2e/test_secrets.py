@@ -33,7 +33,7 @@ PW = "hunter2-" + secrets.token_hex(6)
 # lockd user on redis:// (prefix lockd:); redis+sentinel adds +role,
 # redis+cluster +cluster|slots +asking, redlock +info +config|get,
 # min_replicas +wait, a /db in the URL +select
-ACL_COMMANDS = ("-@all +ping +time +subscribe +evalsha +eval +script|load "
+ACL_COMMANDS = ("-@all +ping +time +subscribe +fcall +function|load +evalsha +eval +script|load "
                 "+get +set +del +exists +incr +publish +pexpire +pexpireat +pttl "
                 "+hget +hmget +hset +hdel +hexists "
                 "+lindex +llen +lpop +lpos +lrange +lrem +rpush "

@@ -148,7 +148,7 @@ def sentinel_failover(ctx):
         check(r.json["fence"] > fence, "fences keep increasing (%d after %d)" % (r.json["fence"], fence))
         # Sentinel demotes the old primary only seconds later: until then it
         # would still take writes, and lose them. None may reach it.
-        before = evalsha_calls(s, old)
+        before = script_calls(s, old)
         after = [ctx.key("after%d" % n) for n in range(5)]
         for k in after:
             eq(acquire(ld, k).status, 201, "acquire after the switch")
@@ -156,7 +156,7 @@ def sentinel_failover(ctx):
             check(held_on(s, new, k), "%s is on the new primary" % k)
             check(not held_on(s, old, k), "%s is not on the old primary" % k)
         check(held_on(s, new, key), "the held lock is on the new primary")
-        eq(evalsha_calls(s, old), before, "scripts run on the old primary since the switch")
+        eq(script_calls(s, old), before, "scripts run on the old primary since the switch")
         harness.log("     old primary (role %s): no script since the switch; %d grants on the new one"
                     % (s.role(old), len(after)))
     finally:
@@ -171,9 +171,13 @@ def stat(s, node, name):
     return ""
 
 
-def evalsha_calls(s, node):
-    v = stat(s, node, "cmdstat_evalsha")
-    return int(v.split("calls=")[1].split(",")[0]) if v else 0
+def script_calls(s, node):
+    """Scripts node has run: functions (FCALL) and scripts (EVALSHA, EVAL)."""
+    n = 0
+    for name in ("cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval"):
+        v = stat(s, node, name)
+        n += int(v.split("calls=")[1].split(",")[0]) if v else 0
+    return n
 
 
 def loss_sequence(ctx, s, ld):

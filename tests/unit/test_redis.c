@@ -16,6 +16,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "backends/redis/library.h"
 #include "backends/redis/redis_int.h"
 #include "tests/unit/check.h"
 extern const struct backend_ops redis_backend;
@@ -1773,30 +1774,147 @@ static long long cmd_calls(const char *name)
     return n;
 }
 
+/* Whether command name's line of INFO commandstats holds what. */
+static bool strstr_stat(const char *name, const char *what)
+{
+    redisReply *r = raw("INFO %s", "commandstats");
+    char want[64];
+    const char *at, *eol;
+    bool in = false;
+
+    snprintf(want, sizeof(want), "cmdstat_%s:", name);
+    if (r != NULL && r->type == REDIS_REPLY_STRING &&
+        (at = strstr(r->str, want)) != NULL) {
+        eol = strchr(at, '\r');
+        const char *w = strstr(at, what);
+        in = w != NULL && (eol == NULL || w < eol);
+    }
+    freeReplyObject(r);
+    return in;
+}
+
 static void reset_stats(void)
 {
     freeReplyObject(raw("CONFIG %s", "RESETSTAT"));
+}
+
+/* A backend whose Redis user may neither load nor call functions (ACL):
+ * it runs the scripts with EVALSHA, as on a Redis before 7. */
+static struct backend *open_eval_only(void)
+{
+    char u[128];
+
+    freeReplyObject(raw("ACL SETUSER %s on >evalonly-unit ~* &* +@all "
+                        "-function -fcall -fcall_ro",
+                        "evalonly"));
+    snprintf(u, sizeof(u), "redis://evalonly:evalonly-unit@127.0.0.1:%d",
+             srv.port);
+    return open_be(u);
 }
 
 static void test_multi_ops_are_one_script_each(void)
 {
     const char *keys[] = { "ms1", "ms2", "ms3", "ms4", NULL };
     struct lock_multi_grant g;
+    struct backend *ev = open_eval_only();
 
     reset_stats();
     CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_OK);
     CHECK_EQ_INT(m_renew(be_main, keys, TOK_A, 6000, &g), BACKEND_OK);
     CHECK_EQ_INT(m_acquire(be_main, keys, TOK_B, 5000, &g), BACKEND_HELD);
     CHECK_EQ_INT(m_release(be_main, keys, TOK_A, &g), BACKEND_OK);
-    /* one EVALSHA each, whatever the number of keys */
+    /* one FCALL each, whatever the number of keys */
+    CHECK_EQ_INT(cmd_calls("fcall"), 4);
+    CHECK_EQ_INT(cmd_calls("evalsha") + cmd_calls("eval"), 0);
+    /* and one EVALSHA each without functions */
+    CHECK(ev != NULL);
+    if (ev == NULL)
+        return;
+    reset_stats();
+    CHECK_EQ_INT(m_acquire(ev, keys, TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_renew(ev, keys, TOK_A, 6000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_acquire(ev, keys, TOK_B, 5000, &g), BACKEND_HELD);
+    CHECK_EQ_INT(m_release(ev, keys, TOK_A, &g), BACKEND_OK);
     CHECK_EQ_INT(cmd_calls("evalsha"), 4);
-    CHECK_EQ_INT(cmd_calls("eval"), 0);
+    CHECK_EQ_INT(cmd_calls("fcall") + cmd_calls("eval"), 0);
     /* Redis lost its scripts: EVAL once, then EVALSHA again */
     freeReplyObject(raw("SCRIPT %s", "FLUSH"));
     reset_stats();
-    CHECK_EQ_INT(m_acquire(be_main, keys, TOK_A, 5000, &g), BACKEND_OK);
-    CHECK_EQ_INT(m_release(be_main, keys, TOK_A, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_acquire(ev, keys, TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(m_release(ev, keys, TOK_A, &g), BACKEND_OK);
     CHECK_EQ_INT(cmd_calls("eval"), 2);
+    redis_backend.close(ev);
+}
+
+/* Redis 7's functions: every script is a function of one library, whose
+ * name carries a digest of its text; a Redis that lost the library (and
+ * its scripts) still answers every call, by EVALSHA and EVAL, and the next
+ * dial loads the library again. */
+static void test_scripts_run_as_functions_and_survive_a_flush(void)
+{
+    struct lock_grant g;
+    size_t len;
+    const char *text = redis_scripts_library(&len);
+    redisReply *r;
+
+    CHECK(text != NULL && strncmp(text, "#!lua name=lockd_", 17) == 0);
+    CHECK_EQ_INT(acq(be_main, "fn/a", TOK_A, 5000, &g), BACKEND_OK);
+    r = raw("FUNCTION LIST LIBRARYNAME %s", "lockd_*");
+    CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+        redisReply *l = r->element[0];
+        /* library_name, engine, functions: one per script */
+        CHECK(l->type == REDIS_REPLY_ARRAY && l->elements == 6);
+        if (l->type == REDIS_REPLY_ARRAY && l->elements == 6)
+            CHECK_EQ_INT(l->element[5]->elements, REDIS_BE_SCRIPT_COUNT);
+    }
+    freeReplyObject(r);
+    CHECK_EQ_INT(rel(be_main, "fn/a", TOK_A), BACKEND_OK);
+    /* the library and the scripts gone: the call runs by EVAL */
+    freeReplyObject(raw("FUNCTION %s", "FLUSH"));
+    freeReplyObject(raw("SCRIPT %s", "FLUSH"));
+    reset_stats();
+    CHECK_EQ_INT(acq(be_main, "fn/a", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "fn/a", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(cmd_calls("fcall"), 1);
+    CHECK_EQ_INT(cmd_calls("eval"), 2);
+    /* the next dial loads it again */
+    freeReplyObject(raw("CLIENT KILL TYPE %s", "normal"));
+    CHECK_EQ_INT(redis_backend.ping(be_main), BACKEND_OK);
+    reset_stats();
+    CHECK_EQ_INT(acq(be_main, "fn/a", TOK_A, 5000, &g), BACKEND_OK);
+    CHECK_EQ_INT(rel(be_main, "fn/a", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(cmd_calls("fcall"), 2);
+    CHECK_EQ_INT(cmd_calls("evalsha") + cmd_calls("eval"), 0);
+}
+
+/* A user that may load the library but not call it: one FCALL refused,
+ * then EVALSHA for good, across dials. */
+static void test_fcall_refused_stays_evalsha(void)
+{
+    struct lock_grant g;
+    struct backend *be;
+    char u[128];
+
+    freeReplyObject(
+        raw("ACL SETUSER %s on >nofcall-unit ~* &* +@all -fcall", "nofcall"));
+    snprintf(u, sizeof(u), "redis://nofcall:nofcall-unit@127.0.0.1:%d",
+             srv.port);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    reset_stats();
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(acq(be, "fn/r", TOK_A, 5000, &g), BACKEND_OK);
+        CHECK_EQ_INT(rel(be, "fn/r", TOK_A), BACKEND_OK);
+        freeReplyObject(raw("CLIENT KILL USER %s", "nofcall"));
+    }
+    CHECK_EQ_INT(cmd_calls("evalsha"), 4);
+    /* the ACL's refusal counts apart from the calls */
+    CHECK_EQ_INT(cmd_calls("fcall"), 0);
+    CHECK(strstr_stat("fcall", "rejected_calls=1,"));
+    redis_backend.close(be);
 }
 
 /* ---- batches (batch.c) ---- */
@@ -1841,7 +1959,7 @@ static void release_all(const char *prefix, const char *tok)
     }
 }
 
-static void test_batch_is_one_evalsha_each_and_survives_script_flush(void)
+static void test_batch_is_one_call_each_and_survives_script_flush(void)
 {
     enum backend_result res[NB];
 
@@ -1849,19 +1967,25 @@ static void test_batch_is_one_evalsha_each_and_survives_script_flush(void)
     batch_acquire(be_main, "bq", TOK_A, res);
     for (int i = 0; i < NB; i++)
         CHECK_EQ_INT(res[i], BACKEND_OK);
-    CHECK_EQ_INT(cmd_calls("evalsha"), NB);
-    CHECK_EQ_INT(cmd_calls("eval"), 0);
+    CHECK_EQ_INT(cmd_calls("fcall"), NB);
+    CHECK_EQ_INT(cmd_calls("evalsha") + cmd_calls("eval"), 0);
     release_all("bq", TOK_A);
-    /* Redis lost its scripts: every call of the batch answered NOSCRIPT
-     * runs again alone, the first by EVAL, which caches it again */
+    /* Redis lost its library and its scripts: every call of the batch
+     * answered "no such function" runs again alone, by EVALSHA, the first
+     * by EVAL, which caches it again */
+    freeReplyObject(raw("FUNCTION %s", "FLUSH"));
     freeReplyObject(raw("SCRIPT %s", "FLUSH"));
     reset_stats();
     batch_acquire(be_main, "bq", TOK_A, res);
     for (int i = 0; i < NB; i++)
         CHECK_EQ_INT(res[i], BACKEND_OK);
+    CHECK_EQ_INT(cmd_calls("fcall"), NB);
     CHECK_EQ_INT(cmd_calls("eval"), 1);
-    CHECK_EQ_INT(cmd_calls("evalsha"), 2 * NB);
+    CHECK_EQ_INT(cmd_calls("evalsha"), NB);
     release_all("bq", TOK_A);
+    /* back to FCALL from the next dial on */
+    freeReplyObject(raw("CLIENT KILL TYPE %s", "normal"));
+    CHECK_EQ_INT(redis_backend.ping(be_main), BACKEND_OK);
 }
 
 static void test_batch_redials_a_connection_the_server_closed(void)
@@ -2414,6 +2538,8 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_grants_prune_what_expired_long_ago),
     CHECK_CASE(test_release_tells_when_the_hold_was_granted),
     CHECK_CASE(test_multi_ops_are_one_script_each),
+    CHECK_CASE(test_scripts_run_as_functions_and_survive_a_flush),
+    CHECK_CASE(test_fcall_refused_stays_evalsha),
     CHECK_CASE(test_multi_grant_is_the_single_key_layout),
     CHECK_CASE(test_multi_held_key_or_queue_changes_nothing),
     CHECK_CASE(test_multi_expired_holders_are_gone_by_redis_clock),
@@ -2425,7 +2551,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_multi_stalled_redis_answers_unavailable_grants_none),
     CHECK_CASE(test_stopped_redis_answers_unavailable_in_time),
     CHECK_CASE(test_restart_keeps_holders_and_fences),
-    CHECK_CASE(test_batch_is_one_evalsha_each_and_survives_script_flush),
+    CHECK_CASE(test_batch_is_one_call_each_and_survives_script_flush),
     CHECK_CASE(test_batch_redials_a_connection_the_server_closed),
     CHECK_CASE(test_batch_on_a_stopped_redis_answers_unavailable_in_time),
 };
