@@ -163,9 +163,9 @@ local function held_prune_some(f, cut)
 end
 -- the exclusive holder whose hash Redis expired left its held member: a
 -- takeover of it gets the key counter's value before this grant, f (no
--- grant came since; 0 once the counter went, retain ms after the expiry)
--- (none when f is 0: the counter went, retain ms after the holder's
--- expiry at the soonest, so a member left is one held_prune() takes out)
+-- grant came since). f is 0 once the counter went, retain ms after the
+-- holder's expiry at the soonest: nothing to tell, no call, and a member
+-- left is one held_prune() takes out
 local function expired_excl(lock_key, f)
   if f == 0 or not gk.held or
      not redis.call('ZSCORE', gk.held, lock_key) then

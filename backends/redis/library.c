@@ -5,14 +5,14 @@
  * From Redis 7 on, the same scripts (scripts.c) also go in as one library
  * of functions (FUNCTION LOAD on each new connection; Redis keeps the
  * library, saves it with the data and passes it to its replicas), run
- * with FCALL. A script
- * run with EVALSHA defines holders.lua's helpers again on every call; a
- * function finds them defined, and Redis spends some 20 % less time on it
- * (README, What a pair costs Redis). The library's name carries a digest
- * of its text, so instances of lockd versions with other scripts never
- * call each other's functions; the functions are named after it. Where
- * FUNCTION LOAD is refused (Redis < 7, an ACL without function|load, a
- * replica), the connection runs the scripts with EVALSHA as before.
+ * with FCALL. A script run with EVALSHA defines holders.lua's helpers
+ * again on every call; a function finds them defined, and Redis spends
+ * some 20 % less time on it (README, What a pair costs Redis). The
+ * library's name carries a digest of its text, so instances of lockd
+ * versions with other scripts never call each other's functions; the
+ * functions are named after it. Where FUNCTION LOAD is refused (Redis < 7,
+ * an ACL without function|load, a replica), the connection runs the
+ * scripts with EVALSHA as before.
  *
  * An acquire (of one key or several) runs only below maxmemory, where an
  * EVAL script's first write was refused too; the others take allow-oom,
@@ -61,73 +61,76 @@ static uint64_t fnv1a(uint64_t h, const char *p, size_t n)
     return h;
 }
 
+/* Each function: FN_HEAD, its name, its flags, FN_OPEN (which resets the
+ * helpers' shared state first), the script's body and FN_CLOSE. */
 #define FN_HEAD "redis.register_function{function_name='"
-#define FN_OOM  "', flags={'allow-oom'}"
 #define FN_OPEN                         \
     ", callback=function(KEYS, ARGV)\n" \
     "gk.index, gk.held, gk.expired, gk.now = false, false, 0, 0\n"
 #define FN_CLOSE "\nend}\n"
 
-static bool fn_allow_oom(enum redis_script s)
+static const char *fn_flags(enum redis_script s)
 {
-    return s != REDIS_BE_SCRIPT_ACQUIRE && s != REDIS_BE_SCRIPT_ACQUIRE_MULTI;
+    return s == REDIS_BE_SCRIPT_ACQUIRE || s == REDIS_BE_SCRIPT_ACQUIRE_MULTI
+               ? "'"
+               : "', flags={'allow-oom'}";
+}
+
+/* p's n bytes at out + *at (out NULL: only counted) */
+static void put(char *out, size_t *at, const char *p, size_t n)
+{
+    if (out != NULL)
+        memcpy(out + *at, p, n);
+    *at += n;
+}
+
+/* The library's text into out (NULL: only measured): its length. */
+static size_t lib_write(char *out, const char *head)
+{
+    size_t n = 0, len;
+    const char *helpers = redis_scripts_helpers(&len);
+
+    put(out, &n, head, strlen(head));
+    put(out, &n, helpers, len);
+    for (int s = 0; s < REDIS_BE_SCRIPT_COUNT; s++) {
+        const char *b = redis_script_body(s, &len);
+        put(out, &n, FN_HEAD, strlen(FN_HEAD));
+        put(out, &n, lib.name[s], lib.name_len[s]);
+        put(out, &n, fn_flags(s), strlen(fn_flags(s)));
+        put(out, &n, FN_OPEN, strlen(FN_OPEN));
+        put(out, &n, b, len);
+        put(out, &n, FN_CLOSE, strlen(FN_CLOSE));
+    }
+    return n;
 }
 
 static void lib_build(void)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
     char tag[17], head[64];
-    size_t need, n = 0, hl, hlen;
-    const char *helpers;
+    size_t len;
+    const char *helpers = redis_scripts_helpers(&len);
 
-    helpers = redis_scripts_helpers(&hlen);
-    h = fnv1a(h, helpers, hlen);
+    h = fnv1a(h, helpers, len);
     for (int s = 0; s < REDIS_BE_SCRIPT_COUNT; s++) {
-        size_t bl;
-        const char *b = redis_script_body(s, &bl);
+        const char *b = redis_script_body(s, &len);
         if (b == NULL || fn_suffix[s] == NULL)
             return; /* not laid out as holders + body: EVALSHA only */
         h = fnv1a(h, fn_suffix[s], strlen(fn_suffix[s]) + 1);
-        h = fnv1a(h, b, bl);
+        h = fnv1a(h, b, len);
     }
     for (int i = 0; i < 16; i++)
         tag[i] = "0123456789abcdef"[(h >> (60 - 4 * i)) & 0xf];
     tag[16] = '\0';
-    hl = (size_t)snprintf(head, sizeof(head), "#!lua name=lockd_%s\n", tag);
-    need = hl + hlen;
-    for (int s = 0; s < REDIS_BE_SCRIPT_COUNT; s++) {
-        size_t bl;
-        redis_script_body(s, &bl);
+    snprintf(head, sizeof(head), "#!lua name=lockd_%s\n", tag);
+    for (int s = 0; s < REDIS_BE_SCRIPT_COUNT; s++)
         lib.name_len[s] = (size_t)snprintf(lib.name[s], FN_NAME_MAX,
                                            "lockd_%s_%s", tag, fn_suffix[s]);
-        need += strlen(FN_HEAD) + lib.name_len[s] + strlen(FN_OOM) +
-                strlen(FN_OPEN) + bl + strlen(FN_CLOSE);
-    }
-    if ((lib.text = malloc(need + 1)) == NULL)
+    len = lib_write(NULL, head);
+    if ((lib.text = malloc(len + 1)) == NULL)
         return;
-#define PUT(p, l)                       \
-    do {                                \
-        memcpy(lib.text + n, (p), (l)); \
-        n += (l);                       \
-    } while (0)
-    PUT(head, hl);
-    PUT(helpers, hlen);
-    for (int s = 0; s < REDIS_BE_SCRIPT_COUNT; s++) {
-        size_t bl;
-        const char *b = redis_script_body(s, &bl);
-        PUT(FN_HEAD, strlen(FN_HEAD));
-        PUT(lib.name[s], lib.name_len[s]);
-        if (fn_allow_oom(s))
-            PUT(FN_OOM, strlen(FN_OOM));
-        else
-            PUT("'", 1);
-        PUT(FN_OPEN, strlen(FN_OPEN));
-        PUT(b, bl);
-        PUT(FN_CLOSE, strlen(FN_CLOSE));
-    }
-#undef PUT
-    lib.text[n] = '\0';
-    lib.len = n;
+    lib.len = lib_write(lib.text, head);
+    lib.text[lib.len] = '\0';
 }
 
 const char *redis_scripts_library(size_t *len)

@@ -1870,6 +1870,13 @@ static void test_scripts_run_as_functions_and_survive_a_flush(void)
     }
     freeReplyObject(r);
     CHECK_EQ_INT(rel(be_main, "fn/a", TOK_A), BACKEND_OK);
+    /* at maxmemory an acquire is refused, a release still goes through */
+    CHECK_EQ_INT(acq(be_main, "fn/m", TOK_A, 5000, &g), BACKEND_OK);
+    freeReplyObject(raw("CONFIG SET maxmemory %s", "1"));
+    CHECK_EQ_INT(acq(be_main, "fn/n", TOK_A, 5000, &g), BACKEND_UNAVAILABLE);
+    CHECK_EQ_INT(rel(be_main, "fn/m", TOK_A), BACKEND_OK);
+    freeReplyObject(raw("CONFIG SET maxmemory %s", "0"));
+    CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", "fn/m"), 0);
     /* the library and the scripts gone: the call runs by EVAL */
     freeReplyObject(raw("FUNCTION %s", "FLUSH"));
     freeReplyObject(raw("SCRIPT %s", "FLUSH"));
