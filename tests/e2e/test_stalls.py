@@ -250,14 +250,18 @@ def start_proxied(ctx, proxy):
 def late_store_answer(ctx):
     with Proxies(ctx) as proxy:
         _, c = start_proxied(ctx, proxy)
-        # the store's answer held 0.6 s: granted, with 0.6 s less of its TTL
+        # the store's answer held 0.6 s: granted, with 0.6 s less of its TTL.
+        # lockd counts from its call to the store, not from our send: the
+        # request's and the answer's way (and a busy machine's queueing)
+        # fall outside, up to the 20 ms slack it keeps for them (below)
+        way = 20
         key = ctx.key("late")
         proxy.hold_replies(0.6)
         t0 = time.monotonic()
         r = acquire(c, key, ttl_ms=3000)
         dt = time.monotonic() - t0
         eq(r.status, 201, "acquire answered 0.6 s late")
-        check(r.json["ttl_ms"] + dt * 1000 <= 3000 + 5,
+        check(r.json["ttl_ms"] + dt * 1000 <= 3000 + way,
               "ttl_ms %d in an answer %.0f ms after the send: more than is left of 3000"
               % (r.json["ttl_ms"], dt * 1000))
         # a renew answered 0.6 s late likewise
@@ -266,7 +270,7 @@ def late_store_answer(ctx):
         n = renew(c, key, r.json["token"], ttl_ms=3000)
         dt = time.monotonic() - t0
         eq(n.status, 200, "renew answered 0.6 s late")
-        check(n.json["ttl_ms"] + dt * 1000 <= 3000 + 5,
+        check(n.json["ttl_ms"] + dt * 1000 <= 3000 + way,
               "renew ttl_ms %d in an answer %.0f ms after the send: more than is left of 3000"
               % (n.json["ttl_ms"], dt * 1000))
         release(c, key, r.json["token"])
