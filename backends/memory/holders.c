@@ -18,6 +18,67 @@ struct mem_holder *mem_holder_at(struct mem_entry *e, uint32_t i)
     return i == 0 ? &e->first : &e->more[i - 1];
 }
 
+static const char hex_digits[] = "0123456789abcdef";
+
+/* The value of a lowercase hex digit, or -1 (an upper case one too: "AB"
+ * is not the token "ab"). */
+static int lower_hex(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Is t a token of lockd's form (MEM_TOKEN_BYTES * 2 lowercase hex digits,
+ * then the end)? Then its bytes are in out. */
+static bool token_bytes(const char *t, uint8_t out[MEM_TOKEN_BYTES])
+{
+    for (size_t i = 0; i < MEM_TOKEN_BYTES; i++) {
+        int hi = lower_hex(t[2 * i]);
+        int lo = hi >= 0 ? lower_hex(t[2 * i + 1]) : -1;
+        if (lo < 0)
+            return false;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return t[2 * MEM_TOKEN_BYTES] == '\0';
+}
+
+/* Does h hold token? Constant time in what h holds. */
+static bool token_is(const struct mem_holder *h,
+                     const char *token,
+                     bool bin,
+                     const uint8_t bytes[MEM_TOKEN_BYTES])
+{
+    volatile uint8_t diff = 0;
+
+    if (h->tok_text != NULL || !bin)
+        return h->tok_text != NULL && !bin &&
+               text_secret_eq(h->tok_text, token);
+    for (size_t i = 0; i < MEM_TOKEN_BYTES; i++)
+        diff |= (uint8_t)(h->tok[i] ^ bytes[i]);
+    return diff == 0;
+}
+
+void mem_holder_token(const struct mem_holder *h, char out[LOCK_TOKEN_MAX + 1])
+{
+    if (h->tok_text != NULL) {
+        memcpy(out, h->tok_text, strlen(h->tok_text) + 1);
+        return;
+    }
+    for (size_t i = 0; i < MEM_TOKEN_BYTES; i++) {
+        out[2 * i] = hex_digits[h->tok[i] >> 4];
+        out[2 * i + 1] = hex_digits[h->tok[i] & 15];
+    }
+    out[2 * MEM_TOKEN_BYTES] = '\0';
+}
+
+void mem_holder_drop(struct mem_holder *h)
+{
+    free(h->owner);
+    free(h->idem);
+    free(h->tok_text);
+}
+
 /* Slots of `more` for n extra holders: 0, or a power of two >= 4. The
  * array holds at least this many while n are in it. */
 static uint32_t more_cap(uint32_t n)
@@ -76,8 +137,7 @@ uint32_t do_mem_expire(struct mem_be *m,
         if (now >= h->expires_mono) {
             if (gone != NULL && h->fence > *gone)
                 *gone = h->fence;
-            free(h->owner);
-            free(h->idem);
+            mem_holder_drop(h);
             continue;
         }
         if (kept != i) /* keeps the order by fence */
@@ -100,21 +160,22 @@ enum backend_result do_mem_grant(struct mem_be *m,
                                  int64_t now,
                                  struct lock_grant *out)
 {
-    char *owner = NULL, *idem = NULL;
-    size_t tlen = strlen(req->token); /* <= LOCK_TOKEN_MAX: the wrapper
-                                          checked it */
-    struct mem_holder *h;
+    /* the token: <= LOCK_TOKEN_MAX bytes, the wrapper checked it */
+    struct mem_holder *h, got = { .owner = NULL };
+    bool bin = token_bytes(req->token, got.tok);
     int64_t wall = clock_wall_ms();
 
     if (req->owner != NULL)
-        owner = strdup(req->owner);
+        got.owner = strdup(req->owner);
     if (req->idem_key != NULL)
-        idem = strdup(req->idem_key);
-    if ((req->owner != NULL && owner == NULL) ||
-        (req->idem_key != NULL && idem == NULL) || do_room(e) != 0 ||
+        got.idem = strdup(req->idem_key);
+    if (!bin)
+        got.tok_text = strdup(req->token);
+    if ((req->owner != NULL && got.owner == NULL) ||
+        (req->idem_key != NULL && got.idem == NULL) ||
+        (!bin && got.tok_text == NULL) || do_room(e) != 0 ||
         (e->nheld == 0 && do_mem_due_room(mem_shard_of(m, e)) != 0)) {
-        free(owner);
-        free(idem);
+        mem_holder_drop(&got);
         return BACKEND_NO_MEMORY;
     }
     if (e->nheld == 0) { /* the first holder gives the key its kind */
@@ -122,10 +183,8 @@ enum backend_result do_mem_grant(struct mem_be *m,
         e->limit = req->mode == LOCK_SHARED ? req->limit : 0;
     }
     h = mem_holder_at(e, e->nheld++);
-    h->owner = owner;
-    h->idem = idem;
+    *h = got;
     h->holds = 1;
-    memcpy(h->token, req->token, tlen + 1);
     h->ttl_ms = req->ttl_ms;
     h->expires_mono = now + (int64_t)req->ttl_ms;
     h->expires_wall = wall + (int64_t)req->ttl_ms;
@@ -148,8 +207,7 @@ void do_mem_unhold(struct mem_be *m, struct mem_entry *e, uint32_t i)
     uint32_t n = e->nheld;
     struct mem_holder *h = mem_holder_at(e, i);
 
-    free(h->owner);
-    free(h->idem);
+    mem_holder_drop(h);
     if (i == 0 && n > 1) {
         e->first = e->more[0];
         i = 1;
@@ -165,8 +223,11 @@ void do_mem_unhold(struct mem_be *m, struct mem_entry *e, uint32_t i)
 
 int64_t do_mem_find_token(struct mem_entry *e, const char *token)
 {
+    uint8_t bytes[MEM_TOKEN_BYTES];
+    bool bin = token_bytes(token, bytes);
+
     for (uint32_t i = 0; i < e->nheld; i++)
-        if (text_secret_eq(mem_holder_at(e, i)->token, token))
+        if (token_is(mem_holder_at(e, i), token, bin, bytes))
             return i;
     return -1;
 }

@@ -38,6 +38,9 @@ struct mem_waiter { /* a place in an entry's FIFO; lock_waiter.be_data */
     uint8_t mode;   /* enum lock_mode, from the first acquire naming it */
 };
 
+/* Bytes of a token of lockd's own form: 32 lowercase hex digits. */
+#define MEM_TOKEN_BYTES 16
+
 struct mem_holder {
     int64_t expires_mono; /* ms, CLOCK_MONOTONIC */
     int64_t expires_wall; /* unix ms, informational */
@@ -46,8 +49,12 @@ struct mem_holder {
     uint64_t ttl_ms; /* the TTL last granted or renewed */
     char *owner;     /* owned; NULL when none */
     char *idem;      /* owned Idempotency-Key of the grant; NULL when none */
-    uint32_t holds;  /* 1..LOCK_HOLDS_MAX */
-    char token[LOCK_TOKEN_MAX + 1];
+    /* The token: one of lockd's form as the bytes its digits spell, in
+     * tok (a held lock is a third smaller than with the text); any other
+     * (1..LOCK_TOKEN_MAX bytes) as text, owned, in tok_text. */
+    char *tok_text; /* NULL for one of lockd's form */
+    uint32_t holds; /* 1..LOCK_HOLDS_MAX */
+    uint8_t tok[MEM_TOKEN_BYTES];
 };
 
 struct mem_entry {
@@ -162,6 +169,10 @@ enum backend_result do_mem_grant(struct mem_be *m,
                                  struct lock_grant *out);
 /* Remove holder i (its token dies); the last one frees the key's mode. */
 void do_mem_unhold(struct mem_be *m, struct mem_entry *e, uint32_t i);
+/* Free what h owns (owner, Idempotency-Key, a token's text). */
+void mem_holder_drop(struct mem_holder *h);
+/* h's token as text, into out. */
+void mem_holder_token(const struct mem_holder *h, char out[LOCK_TOKEN_MAX + 1]);
 /* The index of the holder with token / Idempotency-Key idem, or -1. */
 int64_t do_mem_find_token(struct mem_entry *e, const char *token);
 int64_t do_mem_find_idem(struct mem_entry *e, const char *idem);

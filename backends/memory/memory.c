@@ -186,7 +186,7 @@ static enum backend_result do_replay(struct mem_entry *e,
     if (e->mode != (uint8_t)req->mode || e->limit != limit)
         return BACKEND_IDEM_CONFLICT;
     out->replay = true;
-    memcpy(out->token, h->token, strlen(h->token) + 1);
+    mem_holder_token(h, out->token);
     out->fence = h->fence;
     out->ttl_ms = mem_holder_left(h, now);
     out->expires_at_ms = h->expires_wall;

@@ -155,10 +155,8 @@ void mem_entry_free(struct mem_entry *e)
         next = w->next;
         free(w);
     }
-    for (uint32_t i = 0; i < e->nheld; i++) {
-        free(mem_holder_at(e, i)->owner);
-        free(mem_holder_at(e, i)->idem);
-    }
+    for (uint32_t i = 0; i < e->nheld; i++)
+        mem_holder_drop(mem_holder_at(e, i));
     free(e->more);
     free(e);
 }

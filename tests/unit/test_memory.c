@@ -1260,6 +1260,57 @@ static void test_mem_idempotent_replay_and_conflict(void)
     memory_backend.close(be);
 }
 
+/* lockd's own tokens are kept as the bytes they spell and any other as
+ * text: either way a token matches itself only, byte for byte (not in
+ * upper case, not cut or extended), and a replay gives its text back. */
+static void test_mem_tokens_of_any_form_match_only_themselves(void)
+{
+    static const char *const other[] = {
+        "0123456789ABCDEF0123456789abcdef", /* upper case digits */
+        "0123456789abcdef0123456789abcde",  /* one short */
+        "0123456789abcdef0123456789abcdef0", "0123456789abcdeg0123456789abcdef",
+        "0123456789abcdef 123456789abcdef",  "",
+    };
+    const char *hex = "0123456789abcdef0123456789abcdef";
+    const char *text = "tok-1 not of lockd's form";
+    struct backend *be = open_mem();
+    struct lock_grant g, r;
+    uint32_t left;
+
+    CHECK_EQ_INT(acq_k(be, "h", hex, LOCK_EXCLUSIVE, 0, "i1", 5000, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "t", text, LOCK_SHARED, 0, "i2", 5000, NULL, &g),
+                 BACKEND_OK);
+    CHECK_EQ_INT(acq_k(be, "t", "0123456789ABCDEF0123456789ABCDEF", LOCK_SHARED,
+                       0, NULL, 5000, NULL, &g),
+                 BACKEND_OK);
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+        CHECK_MSG(renew(be, "h", other[i], 0, &r) == BACKEND_MISMATCH, "%s",
+                  other[i]);
+        CHECK_MSG(renew(be, "t", other[i], 0, &r) == BACKEND_MISMATCH, "%s",
+                  other[i]);
+    }
+    CHECK_EQ_INT(renew(be, "t", hex, 0, &r), BACKEND_MISMATCH);
+    CHECK_EQ_INT(renew(be, "h", text, 0, &r), BACKEND_MISMATCH);
+    /* a replay spells each token as it was given */
+    CHECK_EQ_INT(acq_k(be, "h", TOK_B, LOCK_EXCLUSIVE, 0, "i1", 5000, NULL, &r),
+                 BACKEND_OK);
+    CHECK(r.replay);
+    CHECK_STR_EQ(r.token, hex);
+    CHECK_EQ_INT(acq_k(be, "t", TOK_B, LOCK_SHARED, 0, "i2", 5000, NULL, &r),
+                 BACKEND_OK);
+    CHECK(r.replay);
+    CHECK_STR_EQ(r.token, text);
+    CHECK_EQ_INT(renew(be, "h", hex, 0, &r), BACKEND_OK);
+    CHECK_EQ_INT(rel_k(be, "t", text, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(
+        rel_k(be, "t", "0123456789ABCDEF0123456789ABCDEF", false, &left),
+        BACKEND_OK);
+    CHECK_EQ_INT(rel_k(be, "h", hex, false, &left), BACKEND_OK);
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
+    memory_backend.close(be);
+}
+
 static void test_mem_inspect_shows_holders_by_fence(void)
 {
     struct backend *be = open_mem();
@@ -1938,6 +1989,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_mem_open_rejects_options),
     CHECK_CASE(test_mem_acquire_grants_then_held),
     CHECK_CASE(test_mem_release_frees_and_token_dies),
+    CHECK_CASE(test_mem_tokens_of_any_form_match_only_themselves),
     CHECK_CASE(test_mem_renew_zero_keeps_last_ttl),
     CHECK_CASE(test_mem_expiry_is_judged_on_access),
     CHECK_CASE(test_mem_fences_grow_across_keys_and_reopen),
