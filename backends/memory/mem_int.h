@@ -50,7 +50,7 @@ struct mem_holder {
     char *owner;     /* owned; NULL when none */
     char *idem;      /* owned Idempotency-Key of the grant; NULL when none */
     /* The token: one of lockd's form as the bytes its digits spell, in
-     * tok (a held lock is a third smaller than with the text); any other
+     * tok (the holder is 88 bytes, 128 with the text inline); any other
      * (1..LOCK_TOKEN_MAX bytes) as text, owned, in tok_text. */
     char *tok_text; /* NULL for one of lockd's form */
     uint32_t holds; /* 1..LOCK_HOLDS_MAX */
