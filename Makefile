@@ -60,9 +60,9 @@ LIBOBJS  := $(filter-out $(BUILD)/service/main.o,$(OBJS))
 EMBED    := $(foreach a,$(ADAPTERS),$(wildcard backends/$(a)/*.lua))
 EMBEDDED := $(patsubst %,$(GEN)/%.h,$(EMBED))
 # lockctl: cli/*.c on the leaf library lib/ (tests/check_arrows.py), of
-# which it uses the clock and the random tokens only.
+# which it uses the clock and the random tokens (in hex, lib/text) only.
 CLI_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard cli/*.c))
-CLI_LIBOBJS := $(BUILD)/lib/clock.o $(BUILD)/lib/random.o
+CLI_LIBOBJS := $(BUILD)/lib/clock.o $(BUILD)/lib/random.o $(BUILD)/lib/text.o
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNITS    := $(patsubst %.c,$(BUILD)/%,$(UNIT_SRCS))
 # The libFuzzer targets: every tests/fuzz/fuzz_*.c is one program.

@@ -19,6 +19,7 @@
 
 #include "lib/log.h"
 #include "lib/secret.h"
+#include "lib/text.h"
 
 struct authz {
     pthread_rwlock_t lock;    /* guards cur (the pointer, not *cur) */
@@ -50,8 +51,7 @@ int authz_sha256_hex(const char *s, size_t n, char *hex)
 
     if (sha256(s, n, d) != 0)
         return -1;
-    for (size_t i = 0; i < sizeof(d); i++)
-        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    text_hex(hex, d, sizeof(d));
     return 0;
 }
 
@@ -91,23 +91,7 @@ static bool name_ok(const char *s)
 
 static int hex_digest(const char *s, unsigned char *out)
 {
-    if (strlen(s) != 2 * AUTHZ_SHA256_LEN)
-        return -1;
-    for (size_t i = 0; i < 2 * AUTHZ_SHA256_LEN; i++) {
-        char ch = s[i];
-        unsigned v;
-        if (ch >= '0' && ch <= '9')
-            v = (unsigned)(ch - '0');
-        else if (ch >= 'a' && ch <= 'f')
-            v = (unsigned)(ch - 'a' + 10);
-        else
-            return -1;
-        if (i % 2 == 0)
-            out[i / 2] = (unsigned char)(v << 4);
-        else
-            out[i / 2] |= (unsigned char)v;
-    }
-    return 0;
+    return text_unhex_lower(s, out, AUTHZ_SHA256_LEN) ? 0 : -1;
 }
 
 /* The bits of the names in arr (a non-empty array of strings, each one of

@@ -10,6 +10,8 @@
 #include <sys/random.h>
 #include <sys/types.h>
 
+#include "lib/text.h"
+
 static _Thread_local unsigned char rnd_buf[4096];
 static _Thread_local size_t rnd_left;
 
@@ -50,16 +52,11 @@ int random_bytes(void *out, size_t n)
 
 int random_hex(char *out, size_t n)
 {
-    static const char hex[] = "0123456789abcdef";
     unsigned char raw[64];
 
     if (n > sizeof(raw) || random_bytes(raw, n) != 0)
         return -1;
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 15];
-    }
-    out[2 * n] = '\0';
+    text_hex(out, raw, n);
     memset(raw, 0, sizeof(raw));
     return 0;
 }

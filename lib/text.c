@@ -41,6 +41,47 @@ bool text_secret_eq(const char *a, const char *b)
     return diff == 0;
 }
 
+static const char hex_digits[] = "0123456789abcdef";
+
+void text_hex(char *out, const void *in, size_t n)
+{
+    const unsigned char *b = in;
+
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex_digits[b[i] >> 4];
+        out[2 * i + 1] = hex_digits[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* 16 + the value of each lowercase hex digit, 0 for any other byte: one
+ * lookup a digit (every token of every release goes through it) */
+#define HEX_DIGIT(c, v) [(unsigned char)(c)] = 16 + (v)
+static const unsigned char lower_hex_value[256] = {
+    HEX_DIGIT('0', 0),  HEX_DIGIT('1', 1),  HEX_DIGIT('2', 2),
+    HEX_DIGIT('3', 3),  HEX_DIGIT('4', 4),  HEX_DIGIT('5', 5),
+    HEX_DIGIT('6', 6),  HEX_DIGIT('7', 7),  HEX_DIGIT('8', 8),
+    HEX_DIGIT('9', 9),  HEX_DIGIT('a', 10), HEX_DIGIT('b', 11),
+    HEX_DIGIT('c', 12), HEX_DIGIT('d', 13), HEX_DIGIT('e', 14),
+    HEX_DIGIT('f', 15),
+};
+#undef HEX_DIGIT
+
+bool text_unhex_lower(const char *s, void *out, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    unsigned char *b = out;
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned char hi = lower_hex_value[u[2 * i]];
+        unsigned char lo = hi != 0 ? lower_hex_value[u[2 * i + 1]] : 0;
+        if (lo == 0)
+            return false;
+        b[i] = (unsigned char)((hi & 15) << 4 | (lo & 15));
+    }
+    return s[2 * n] == '\0';
+}
+
 static int hexval(char c)
 {
     if (c >= '0' && c <= '9')

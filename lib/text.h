@@ -26,6 +26,16 @@ size_t text_put_ipv4(char *out, const unsigned char *a);
  * (*bad set) or no memory. The caller frees. */
 char *text_percent_decode(const char *s, size_t n, size_t *out_len, bool *bad);
 
+/* Write n bytes at in as 2n lowercase hex digits and a NUL at out (which
+ * holds 2n + 1 bytes). */
+void text_hex(char *out, const void *in, size_t n);
+/* Read s as exactly 2n lowercase hex digits, then its end, into out's n
+ * bytes: true; false (out partly written) for anything else, an upper
+ * case digit too. It reads no further than the first byte that is not a
+ * digit, so never past s's NUL. For tokens and digests, which lockd
+ * writes in lower case only: "AB" is not "ab". */
+bool text_unhex_lower(const char *s, void *out, size_t n);
+
 /* Constant-time comparison of two NUL-terminated strings (tokens,
  * secrets): true if equal. The time depends on the lengths only. */
 bool text_secret_eq(const char *a, const char *b);

@@ -18,35 +18,10 @@ struct mem_holder *mem_holder_at(struct mem_entry *e, uint32_t i)
     return i == 0 ? &e->first : &e->more[i - 1];
 }
 
-static const char hex_digits[] = "0123456789abcdef";
-
-/* 16 + the value of each lowercase hex digit, 0 for any other byte (an
- * upper case digit too: "AB" is not the token "ab") */
-#define HEX_DIGIT(c, v) [(unsigned char)(c)] = 16 + (v)
-static const uint8_t hex_value[256] = {
-    HEX_DIGIT('0', 0),  HEX_DIGIT('1', 1),  HEX_DIGIT('2', 2),
-    HEX_DIGIT('3', 3),  HEX_DIGIT('4', 4),  HEX_DIGIT('5', 5),
-    HEX_DIGIT('6', 6),  HEX_DIGIT('7', 7),  HEX_DIGIT('8', 8),
-    HEX_DIGIT('9', 9),  HEX_DIGIT('a', 10), HEX_DIGIT('b', 11),
-    HEX_DIGIT('c', 12), HEX_DIGIT('d', 13), HEX_DIGIT('e', 14),
-    HEX_DIGIT('f', 15),
-};
-
-/* Is t a token of lockd's form (MEM_TOKEN_BYTES * 2 lowercase hex digits,
- * then the end)? Then its bytes are in out. */
+/* Is t a token of lockd's form? Then its bytes are in out. */
 static bool token_bytes(const char *t, uint8_t out[MEM_TOKEN_BYTES])
 {
-    const unsigned char *u = (const unsigned char *)t;
-
-    for (size_t i = 0; i < MEM_TOKEN_BYTES; i++) {
-        uint8_t hi = hex_value[u[2 * i]];
-        uint8_t lo = hi != 0 ? hex_value[u[2 * i + 1]] : 0; /* not past
-                                                                the NUL */
-        if (lo == 0)
-            return false;
-        out[i] = (uint8_t)((hi & 15) << 4 | (lo & 15));
-    }
-    return t[2 * MEM_TOKEN_BYTES] == '\0';
+    return text_unhex_lower(t, out, MEM_TOKEN_BYTES);
 }
 
 /* Does h hold token? Constant time in what h holds. */
@@ -71,11 +46,7 @@ void mem_holder_token(const struct mem_holder *h, char out[LOCK_TOKEN_MAX + 1])
         memcpy(out, h->tok_text, strlen(h->tok_text) + 1);
         return;
     }
-    for (size_t i = 0; i < MEM_TOKEN_BYTES; i++) {
-        out[2 * i] = hex_digits[h->tok[i] >> 4];
-        out[2 * i + 1] = hex_digits[h->tok[i] & 15];
-    }
-    out[2 * MEM_TOKEN_BYTES] = '\0';
+    text_hex(out, h->tok, MEM_TOKEN_BYTES);
 }
 
 void mem_holder_drop(struct mem_holder *h)

@@ -21,6 +21,7 @@
  */
 #include "backends/redis/library.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,9 +120,7 @@ static void lib_build(void)
         h = fnv1a(h, fn_suffix[s], strlen(fn_suffix[s]) + 1);
         h = fnv1a(h, b, len);
     }
-    for (int i = 0; i < 16; i++)
-        tag[i] = "0123456789abcdef"[(h >> (60 - 4 * i)) & 0xf];
-    tag[16] = '\0';
+    snprintf(tag, sizeof(tag), "%016" PRIx64, h);
     snprintf(head, sizeof(head), "#!lua name=lockd_%s\n", tag);
     for (int s = 0; s < REDIS_BE_SCRIPT_COUNT; s++)
         lib.name_len[s] = (size_t)snprintf(lib.name[s], FN_NAME_MAX,

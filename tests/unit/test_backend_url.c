@@ -1,7 +1,8 @@
 /*
  * tests/unit/test_backend_url.c - the helpers backends/backend.c shares
  * with the adapters: url_parse() and friends, text_parse_u64(),
- * text_secret_eq(), and backend_open()'s scheme lookup.
+ * text_secret_eq(), text_hex() and text_unhex_lower(), and backend_open()'s
+ * scheme lookup.
  */
 #include "backends/backend.h"
 
@@ -296,6 +297,41 @@ static void test_token_eq_is_exact(void)
     CHECK(!text_secret_eq("a\xff", "a\x7f"));
 }
 
+/* text_hex() writes what "%02x" writes; text_unhex_lower() reads that back
+ * and nothing else: not upper case, not a digit short or over, nothing
+ * past a NUL. */
+static void test_hex_round_trips_lower_case_only(void)
+{
+    static const char *const bad[] = {
+        "0123456789ABCDEF",
+        "0123456789abcde",
+        "0123456789abcdef0",
+        "0123456789abcdeg",
+        "0123456789abcde ",
+        "",
+        "x",
+    };
+    unsigned char all[256], back[256];
+    char hex[513], want[3];
+    uint8_t out[8];
+
+    for (int i = 0; i < 256; i++)
+        all[i] = (unsigned char)i;
+    text_hex(hex, all, sizeof(all));
+    for (int i = 0; i < 256; i++) {
+        snprintf(want, sizeof(want), "%02x", i);
+        CHECK_MSG(memcmp(hex + 2 * i, want, 2) == 0, "byte %d", i);
+    }
+    CHECK_EQ_INT(hex[512], '\0');
+    CHECK(text_unhex_lower(hex, back, sizeof(back)));
+    CHECK(memcmp(all, back, sizeof(all)) == 0);
+    CHECK(text_unhex_lower("0123456789abcdef", out, 8));
+    CHECK_EQ_INT(out[7], 0xef);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK_MSG(!text_unhex_lower(bad[i], out, 8), "%s", bad[i]);
+    CHECK(text_unhex_lower("", out, 0));
+}
+
 static void test_open_finds_schemes(void)
 {
     struct backend *be = (struct backend *)1;
@@ -465,6 +501,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_put_u64_is_decimal),
     CHECK_CASE(test_parse_u64_rejects_junk_signs_overflow_range),
     CHECK_CASE(test_token_eq_is_exact),
+    CHECK_CASE(test_hex_round_trips_lower_case_only),
     CHECK_CASE(test_open_finds_schemes),
     CHECK_CASE(test_result_strings_are_distinct),
     CHECK_CASE(test_clocks_move_forward),
