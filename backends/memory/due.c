@@ -4,7 +4,10 @@
  * sweeper takes from its top only what has expired, so a pass costs what
  * expires, not what is held: with a million locks held and nothing
  * expiring, a pass is 64 mutexes and 64 compares. Each entry knows its
- * place (due_at), so a grant, renew or release moves it in O(log n).
+ * place (due_at), so a grant, renew or release moves it in O(log n). An
+ * idle entry keeps its place, at the time it may be freed: a key released
+ * and acquired again moves within the heap, it is not taken out and put
+ * back.
  */
 #include <stdlib.h>
 
@@ -82,6 +85,7 @@ void do_mem_due_shrink(struct mem_shard *s)
     s->due_cap = cap;
 }
 
+/* Held: the earliest expiry of its holders; idle: when it may go. */
 static int64_t due_earliest(struct mem_entry *e)
 {
     int64_t at = e->first.expires_mono;
@@ -105,20 +109,26 @@ static void due_remove(struct mem_shard *s, struct mem_entry *e)
     due_down(s, last.e->due_at - 1);
 }
 
+void do_mem_due_drop(struct mem_shard *s, struct mem_entry *e)
+{
+    if (e->due_at != 0)
+        due_remove(s, e);
+}
+
 void do_mem_due_set(struct mem_shard *s, struct mem_entry *e)
 {
     int64_t at, was;
     uint32_t i;
 
-    if (e->nheld == 0) {
-        if (e->due_at != 0)
-            due_remove(s, e);
+    if (e->nheld == 0 && e->qhead != NULL) {
+        do_mem_due_drop(s, e); /* its places keep it */
         return;
     }
     at = due_earliest(e);
     if (e->due_at == 0) {
         if (s->ndue == s->due_cap && do_mem_due_room(s) != 0)
-            abort(); /* the caller made room before its first holder */
+            abort(); /* the caller made room: do_mem_grant() before its
+                        first holder, do_mem_entry_idle() before idling */
         i = s->ndue++;
         due_put(s, i, (struct mem_due){ at, e });
         due_up(s, i);
@@ -151,11 +161,11 @@ static void due_check_entry(struct keytab_entry *ke, void *arg)
     struct due_count *c = arg;
     struct mem_entry *e = (struct mem_entry *)ke;
 
-    if (e->nheld == 0) {
+    if (e->nheld == 0 && e->qhead != NULL) {
         c->ok = c->ok && e->due_at == 0;
         return;
     }
-    c->held++;
+    c->held++; /* held or idle: in the heap */
     if (e->due_at == 0 || e->due_at > c->s->ndue ||
         c->s->due[e->due_at - 1].e != e ||
         c->s->due[e->due_at - 1].at != due_earliest(e))

@@ -151,7 +151,7 @@ enum backend_result do_mem_grant(struct mem_be *m,
     if ((req->owner != NULL && got.owner == NULL) ||
         (req->idem_key != NULL && got.idem == NULL) ||
         (!bin && got.tok_text == NULL) || do_room(e) != 0 ||
-        (e->nheld == 0 && do_mem_due_room(mem_shard_of(m, e)) != 0)) {
+        (e->due_at == 0 && do_mem_due_room(mem_shard_of(m, e)) != 0)) {
         mem_holder_drop(&got);
         return BACKEND_NO_MEMORY;
     }

@@ -28,6 +28,10 @@
 #define MEM_SHARDS      64
 #define MEM_SWEEP_MS    250 /* how often the sweeper looks for expiries */
 #define MEM_SWEEP_BATCH 64  /* keys notified per shard visit */
+/* How long an entry nobody holds or waits for stays, for its key's next
+ * acquire (no allocation, hash or index work on a key used again); the
+ * sweeper frees it after that, within MEM_SWEEP_MS more. */
+#define MEM_LINGER_MS 1000
 
 struct mem_entry;
 
@@ -59,12 +63,15 @@ struct mem_holder {
 
 struct mem_entry {
     struct keytab_entry ke;  /* ke.key points at key[] */
-    struct mem_holder first; /* holder 0, valid while nheld > 0 */
+    struct mem_holder first; /* holder 0, valid while nheld > 0; while
+                                idle, only first.expires_mono: when the
+                                entry may go (do_mem_entry_idle()) */
     struct mem_holder *more; /* owned: holders 1..nheld-1; NULL if none */
     struct mem_waiter *qhead, *qtail;
     struct mem_entry *lo, *hi; /* the shard's ordered index (index.c) */
-    uint32_t due_at; /* 1 + its place in the shard's due heap (due.c) while
-                        held; 0 while nobody holds it */
+    /* 1 + its place in the shard's due heap (due.c) while held or idle; 0
+     * while only waiters keep it */
+    uint32_t due_at;
     uint32_t nheld;  /* holders now */
     uint32_t limit;  /* the key's limit while held SHARED; 0 = none */
     uint8_t mode;    /* enum lock_mode while held */
@@ -114,30 +121,35 @@ static inline struct mem_shard *mem_shard_of(struct mem_be *m,
 }
 
 /* due.c: every do_ function runs under the shard's mutex. An entry is in
- * its shard's due heap exactly while it has holders, at the earliest of
- * their expiries: whatever adds, removes or renews a holder calls
- * do_mem_due_set() before it lets go of the mutex. */
+ * its shard's due heap while it has holders, at the earliest of their
+ * expiries, and while it is idle (no holder, no place queued), at the time
+ * it may be freed; not while places alone keep it. Whatever adds, removes
+ * or renews a holder calls do_mem_due_set() before it lets go of the
+ * mutex, and do_mem_entry_idle() once the entry may be idle. */
 
 /* Room in s's heap for one more entry: 0, or -1 (out of memory). */
 int do_mem_due_room(struct mem_shard *s);
-/* Put e in s's heap at its holders' earliest expiry, or take it out when
- * it has none. Adding needs the room do_mem_due_room() made. */
+/* Put e in s's heap at its holders' earliest expiry or, idle, at
+ * first.expires_mono; take it out when places alone keep it. Adding needs
+ * the room do_mem_due_room() made. */
 void do_mem_due_set(struct mem_shard *s, struct mem_entry *e);
-/* The entry whose earliest holder expiry is the first, if it is at or
- * before now; else NULL. */
+/* Take e out of s's heap, if it is in it. */
+void do_mem_due_drop(struct mem_shard *s, struct mem_entry *e);
+/* The entry whose place (its earliest holder expiry, or when an idle one
+ * may go) is the first, if it is at or before now; else NULL. */
 struct mem_entry *do_mem_due_first(const struct mem_shard *s, int64_t now);
 /* Give back heap room after a fall (a quarter full or less). */
 void do_mem_due_shrink(struct mem_shard *s);
-/* For tests: do the heaps of m agree with its entries (every held entry
- * in its shard's heap once, at its earliest expiry, in heap order)? Locks
- * each shard in turn. */
+/* For tests: do the heaps of m agree with its entries (every held or
+ * idle entry in its shard's heap once, at its earliest expiry or when it
+ * may go, in heap order)? Locks each shard in turn. */
 bool mem_due_check(struct backend *be);
 
 /* holders.c: every do_ function runs under the entry's shard mutex. */
 
 /* index.c: every do_ function runs under the shard's mutex. Every entry
  * of a shard's tab is in its index, from do_mem_entry_new() to
- * do_mem_entry_free_if_idle(). */
+ * do_mem_entry_free(). */
 
 /* Byte order of keys: memcmp, then the shorter first. <0, 0 or >0. */
 int mem_key_cmp(const char *a, size_t alen, const char *b, size_t blen);
@@ -193,8 +205,12 @@ bool do_mem_fill_entry(struct mem_entry *e,
 
 /* Tell the wait queue that key may have become free for a waiter. */
 void mem_notify(struct mem_be *m, const char *key, size_t len);
-/* Free e if it has no holder and no waiter. */
-void do_mem_entry_free_if_idle(struct mem_shard *s, struct mem_entry *e);
+/* If e has no holder and no waiter: it stays MEM_LINGER_MS from now for
+ * its key's next acquire (or is freed at once if the due heap has no room
+ * for it). */
+void do_mem_entry_idle(struct mem_shard *s, struct mem_entry *e, int64_t now);
+/* Free e now: out of the heap, the hash table and the index. */
+void do_mem_entry_free(struct mem_shard *s, struct mem_entry *e);
 /* A new entry for key in s (no holder, no waiter), or NULL. */
 struct mem_entry *
 do_mem_entry_new(struct mem_shard *s, const char *key, size_t len, uint64_t h);

@@ -9,7 +9,10 @@
  * against the monotonic clock, so a holder is gone the instant its TTL
  * passes; a sweeper thread (sweep.c) expires holders with no traffic and
  * tells the wait queue about them. Each shard also keeps its entries in
- * key order (index.c) for list() (list.c).
+ * key order (index.c) for list() (list.c). An entry nobody holds or waits
+ * for lingers MEM_LINGER_MS for its key's next acquire, then the sweeper
+ * frees it: a key locked again and again costs no allocation, hash-table
+ * or index work, and keys used once cost their entry for about a second.
  *
  * Fences come from one counter for the whole store, so a forced release
  * (every holder removed, the entry freed) keeps the next fence greater.
@@ -46,14 +49,25 @@ void mem_notify(struct mem_be *m, const char *key, size_t len)
         m->hooks.notify(m->hooks.arg, key, len);
 }
 
-void do_mem_entry_free_if_idle(struct mem_shard *s, struct mem_entry *e)
+void do_mem_entry_free(struct mem_shard *s, struct mem_entry *e)
 {
-    if (e->nheld > 0 || e->qhead != NULL)
-        return;
+    do_mem_due_drop(s, e);
     keytab_remove(&s->tab, &e->ke);
     do_mem_index_remove(s, e);
     free(e->more);
     free(e);
+}
+
+void do_mem_entry_idle(struct mem_shard *s, struct mem_entry *e, int64_t now)
+{
+    if (e->nheld > 0 || e->qhead != NULL)
+        return;
+    if (e->due_at == 0 && do_mem_due_room(s) != 0) {
+        do_mem_entry_free(s, e); /* no room to wait in: goes now */
+        return;
+    }
+    e->first.expires_mono = now + MEM_LINGER_MS;
+    do_mem_due_set(s, e);
 }
 
 bool do_mem_wake_due(struct mem_entry *e)
@@ -273,7 +287,7 @@ static enum backend_result mem_be_acquire(struct backend *be,
     if (r == BACKEND_OK && !out->replay)
         out->expired_fence = gone; /* a takeover */
     if (r != BACKEND_OK && r != BACKEND_HELD && e != NULL)
-        do_mem_entry_free_if_idle(s, e);
+        do_mem_entry_idle(s, e, now);
     pthread_mutex_unlock(&s->mu);
     if (wake)
         mem_notify(m, req->key, req->key_len);
@@ -354,7 +368,7 @@ static enum backend_result mem_be_renew(struct backend *be,
         r = do_renew(e, mem_holder_at(e, i), req, now, out);
         do_mem_due_set(s, e);
     } else if (e != NULL)
-        do_mem_entry_free_if_idle(s, e);
+        do_mem_entry_idle(s, e, now);
     pthread_mutex_unlock(&s->mu);
     if (wake)
         mem_notify(m, req->key, req->key_len);
@@ -372,10 +386,11 @@ static enum backend_result mem_be_release(struct backend *be,
     struct mem_holder *h;
     uint32_t i = 0;
     bool wake = false;
+    int64_t now = clock_mono_ms();
     enum backend_result r;
 
     pthread_mutex_lock(&s->mu);
-    r = do_find_held(m, s, req, hash, clock_mono_ms(), &e, &i, &wake);
+    r = do_find_held(m, s, req, hash, now, &e, &i, &wake);
     if (r == BACKEND_OK) {
         h = mem_holder_at(e, i);
         if (req->all || h->holds <= 1) {
@@ -388,7 +403,7 @@ static enum backend_result mem_be_release(struct backend *be,
         }
     }
     if (e != NULL)
-        do_mem_entry_free_if_idle(s, e);
+        do_mem_entry_idle(s, e, now);
     pthread_mutex_unlock(&s->mu);
     if (wake)
         mem_notify(m, req->key, req->key_len);
@@ -424,7 +439,7 @@ static enum backend_result mem_read_holders(struct mem_be *m,
         wake = do_mem_wake_due(e) || wake;
     }
     if (e != NULL)
-        do_mem_entry_free_if_idle(s, e); /* only when no one holds or waits */
+        do_mem_entry_idle(s, e, now); /* only when no one holds or waits */
     pthread_mutex_unlock(&s->mu);
     if (wake)
         mem_notify(m, key, key_len);
@@ -467,7 +482,7 @@ static enum backend_result mem_be_cancel_wait(struct backend *be,
     do_unqueue(e, waiter);
     /* the place may have kept a multi-key acquire out */
     wake = (e->multi_wait && do_mem_wake_due(e)) || wake;
-    do_mem_entry_free_if_idle(s, e);
+    do_mem_entry_idle(s, e, clock_mono_ms());
     pthread_mutex_unlock(&s->mu);
     if (wake)
         mem_notify(m, key, key_len);

@@ -62,14 +62,15 @@ multi_begin(struct multi *x, struct mem_be *m, const struct lock_multi_req *req)
     }
 }
 
-/* Free the entries left idle, unlock in reverse order, then notify. */
+/* Let the entries left idle linger, unlock in reverse order, then
+ * notify. */
 static void multi_end(struct multi *x)
 {
     const struct lock_multi_req *req = x->req;
 
     for (size_t i = 0; i < req->n; i++)
         if (x->e[i] != NULL)
-            do_mem_entry_free_if_idle(multi_shard(x, i), x->e[i]);
+            do_mem_entry_idle(multi_shard(x, i), x->e[i], x->now);
     for (unsigned s = MEM_SHARDS; s-- > 0;)
         if (x->locked & (UINT64_C(1) << s))
             pthread_mutex_unlock(&x->m->shards[s].mu);

@@ -2,8 +2,8 @@
  * backends/memory/sweep.c - the memory store's sweeper thread: with no
  * traffic on a key, it expires the key's holders one by one as their TTLs
  * pass (visiting only the entries due.c says have expired), frees entries
- * left idle and tells the wait queue about every key with waiters that
- * lost a holder. Also frees entries at close.
+ * left idle for MEM_LINGER_MS and tells the wait queue about every key
+ * with waiters that lost a holder. Also frees entries at close.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -70,9 +70,15 @@ enum sweep_step {
     SWEEP_STOP  /* e was due but nothing expired: stop this pass */
 };
 
-/* Expire e's holders that are due and notify its waiters. */
+/* Expire e's holders that are due and notify its waiters; free e if it
+ * was idle for MEM_LINGER_MS. */
 static enum sweep_step sweep_entry(struct sweep *sw, struct mem_entry *e)
 {
+    if (e->nheld == 0) { /* idle (the heap holds no entry with places
+                            and no holder) */
+        do_mem_entry_free(sw->s, e);
+        return SWEEP_NEXT;
+    }
     if ((e->qhead != NULL || e->multi_wait) && sw->nwake == MEM_SWEEP_BATCH)
         return SWEEP_FULL; /* no room to notify its waiters */
     if (!sweep_note_gone(sw, e))
@@ -87,7 +93,7 @@ static enum sweep_step sweep_entry(struct sweep *sw, struct mem_entry *e)
         if (sw->wake[sw->nwake] != NULL)
             sw->wake_len[sw->nwake++] = e->ke.key_len;
     }
-    do_mem_entry_free_if_idle(sw->s, e);
+    do_mem_entry_idle(sw->s, e, sw->now);
     return SWEEP_NEXT;
 }
 

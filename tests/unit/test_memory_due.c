@@ -2,8 +2,9 @@
  * tests/unit/test_memory_due.c - the memory store's expiry index
  * (backends/memory/due.c) and the sweeper that reads it: a pass visits
  * only what has expired, however many locks are held; the heaps agree
- * with the entries after every kind of change, under threads; and the
- * heaps give their memory back when the locks go.
+ * with the entries after every kind of change, under threads; the heaps
+ * give their memory back when the locks go; and an entry nobody holds
+ * lingers for its key's next acquire, then goes.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,6 +41,37 @@ acq(struct backend *be, const char *key, const char *tok, uint64_t ttl)
 
     memset(&g, 0, sizeof(g));
     return memory_backend.acquire(be, &req, &g);
+}
+
+static enum backend_result
+rel(struct backend *be, const char *key, const char *tok)
+{
+    struct lock_req req = { .key = key, .key_len = strlen(key), .token = tok };
+    struct lock_grant g;
+
+    return memory_backend.release(be, &req, &g);
+}
+
+/* Entries in m's tables (held, idle or kept by waiters) and the address
+ * of key's, or NULL. */
+static size_t entries(struct backend *be, const char *key, void **at)
+{
+    struct mem_be *m = (struct mem_be *)be;
+    size_t n = 0;
+
+    *at = NULL;
+    for (int i = 0; i < MEM_SHARDS; i++) {
+        struct mem_shard *s = &m->shards[i];
+        struct keytab_entry *ke;
+        pthread_mutex_lock(&s->mu);
+        n += s->tab.count;
+        ke = keytab_find(&s->tab, key, strlen(key),
+                         keytab_hash(key, strlen(key)));
+        if (ke != NULL)
+            *at = ke;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return n;
 }
 
 static uint64_t swept(struct backend *be)
@@ -269,7 +301,8 @@ static void test_due_heaps_give_back_their_room(void)
         req.key_len = strlen(key);
         CHECK_EQ_INT(memory_backend.release(be, &req, &g), BACKEND_OK);
     }
-    until = clock_mono_ms() + 3000; /* 1024 to 64: four passes, ~1 s */
+    /* the entries linger MEM_LINGER_MS; then 1024 to 64: four passes */
+    until = clock_mono_ms() + MEM_LINGER_MS + 3000;
     while (due_capacity(be) > 64 * MEM_SHARDS && clock_mono_ms() < until)
         check_sleep_ms(50);
     left = due_capacity(be);
@@ -281,10 +314,55 @@ static void test_due_heaps_give_back_their_room(void)
     memory_backend.close(be);
 }
 
+/* A key released and taken again within MEM_LINGER_MS finds its entry
+ * (the same one, not a new allocation); 1,000 keys released stay until
+ * then and are gone within MEM_LINGER_MS + a few sweeps after, with the
+ * heaps in order all along. Freeing at release (the old way) fails the
+ * first checks; never freeing fails the last. */
+static void test_idle_entries_linger_then_go(void)
+{
+    struct backend *be = open_mem();
+    char key[32];
+    void *first, *again;
+    int64_t released, until, gone_ms;
+    size_t n;
+
+    CHECK_EQ_INT(acq(be, "linger/k", TOK, 60000), BACKEND_OK);
+    entries(be, "linger/k", &first);
+    CHECK_EQ_INT(rel(be, "linger/k", TOK), BACKEND_OK);
+    CHECK(mem_due_check(be));
+    CHECK_EQ_INT(acq(be, "linger/k", TOK, 60000), BACKEND_OK);
+    entries(be, "linger/k", &again);
+    CHECK(first != NULL && again == first);
+    CHECK_EQ_INT(rel(be, "linger/k", TOK), BACKEND_OK);
+
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof(key), "linger/%04d", i);
+        CHECK_EQ_INT(acq(be, key, TOK, 60000), BACKEND_OK);
+        CHECK_EQ_INT(rel(be, key, TOK), BACKEND_OK);
+    }
+    released = clock_mono_ms();
+    CHECK_EQ_INT(memory_backend.held_count(be), 0);
+    n = entries(be, "linger/0999", &again);
+    CHECK(again != NULL);
+    CHECK(mem_due_check(be));
+    until = released + MEM_LINGER_MS + 5000;
+    while ((n = entries(be, "", &again)) > 0 && clock_mono_ms() < until)
+        check_sleep_ms(20);
+    gone_ms = clock_mono_ms() - released;
+    printf("  1001 idle entries gone %lld ms after their release\n",
+           (long long)gone_ms);
+    CHECK_EQ_INT((int)n, 0);
+    CHECK(gone_ms >= MEM_LINGER_MS - 50); /* not before their time */
+    CHECK(mem_due_check(be));
+    memory_backend.close(be);
+}
+
 static const struct check_case cases[] = {
     CHECK_CASE(test_sweep_visits_only_what_expires),
     CHECK_CASE(test_due_heaps_agree_under_threads),
     CHECK_CASE(test_due_heaps_give_back_their_room),
+    CHECK_CASE(test_idle_entries_linger_then_go),
 };
 
 int main(int argc, char **argv)
