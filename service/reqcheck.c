@@ -2,9 +2,11 @@
  * service/reqcheck.c - checks of the request line and headers that
  * libmicrohttpd leaves to lockd: a NUL byte it would silently cut a header
  * value or the target at, control characters in the headers lockd acts
- * on, folded lines, ambiguous body framing, and --max-header-bytes. Apart
- * from server.c because it reads libmicrohttpd's in-place parse of the
- * header section, a concern of its own.
+ * on, folded lines, ambiguous body framing, and --max-header-bytes; then
+ * the query parameters and the headers api/ reads, gathered for it
+ * (reqcheck_collect()). Apart from server.c because it reads
+ * libmicrohttpd's in-place parse of the header section, a concern of its
+ * own.
  */
 #include "service/reqcheck.h"
 
@@ -253,4 +255,55 @@ bool reqcheck_target_has_nul(struct MHD_Connection *conn,
         return false; /* an empty query: "?" alone */
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, find_first_arg, &a);
     return a.key != end + 1;
+}
+
+static enum MHD_Result collect_arg(void *cls,
+                                   enum MHD_ValueKind kind,
+                                   const char *key,
+                                   const char *value)
+{
+    struct reqcheck_collect *c = cls;
+
+    (void)kind;
+    if (c->nquery == REQCHECK_QUERY_MAX) {
+        c->overflow = true;
+        return MHD_NO;
+    }
+    c->query[c->nquery].name = key;
+    c->query[c->nquery].value = value;
+    c->nquery++;
+    return MHD_YES;
+}
+
+static enum MHD_Result collect_header(void *cls,
+                                      enum MHD_ValueKind kind,
+                                      const char *key,
+                                      const char *value)
+{
+    struct reqcheck_collect *c = cls;
+
+    (void)kind;
+    if (strcasecmp(key, "Idempotency-Key") == 0) {
+        if (c->nidem_keys == REQCHECK_IDEM_KEYS_MAX) {
+            c->overflow = true;
+            return MHD_NO;
+        }
+        c->idem_keys[c->nidem_keys++] = value != NULL ? value : "";
+        return MHD_YES;
+    }
+    if (strcasecmp(key, "Lock-Token") != 0)
+        return MHD_YES;
+    if (c->ntokens == REQCHECK_TOKENS_MAX) {
+        c->overflow = true;
+        return MHD_NO;
+    }
+    c->tokens[c->ntokens++] = value != NULL ? value : "";
+    return MHD_YES;
+}
+
+bool reqcheck_collect(struct MHD_Connection *conn, struct reqcheck_collect *c)
+{
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, c);
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, c);
+    return !c->overflow;
 }

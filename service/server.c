@@ -33,13 +33,10 @@
 #include "service/reqcheck.h"
 #include "service/tls.h"
 
-#define MAX_QUERY_PARAMS 32
-#define MAX_LOCK_TOKENS  4
-#define MAX_IDEM_KEYS    4 /* more than one is refused by api/ anyway */
-#define REQUEST_ID_MAX   128
-#define PATH_LOG_MAX     256
-#define CLIENT_MAX       (NI_MAXHOST + NI_MAXSERV + 4) /* "[ip]:port" */
-#define ACCESS_FIELDS    5 /* client, credential, key, owner, fence */
+#define REQUEST_ID_MAX 128
+#define PATH_LOG_MAX   256
+#define CLIENT_MAX     (NI_MAXHOST + NI_MAXSERV + 4) /* "[ip]:port" */
+#define ACCESS_FIELDS  5 /* client, credential, key, owner, fence */
 /* libmicrohttpd's memory per connection, at least: what it had before
  * --max-header-bytes */
 #define CONNECTION_MEMORY_MIN 8192
@@ -214,60 +211,6 @@ static enum MHD_Result queue_limited(struct request *r)
     return queue(r, &resp);
 }
 
-struct collect {
-    struct api_param query[MAX_QUERY_PARAMS];
-    size_t nquery;
-    const char *tokens[MAX_LOCK_TOKENS];
-    size_t ntokens;
-    const char *idem_keys[MAX_IDEM_KEYS];
-    size_t nidem_keys;
-    bool overflow;
-};
-
-static enum MHD_Result collect_arg(void *cls,
-                                   enum MHD_ValueKind kind,
-                                   const char *key,
-                                   const char *value)
-{
-    struct collect *c = cls;
-
-    (void)kind;
-    if (c->nquery == MAX_QUERY_PARAMS) {
-        c->overflow = true;
-        return MHD_NO;
-    }
-    c->query[c->nquery].name = key;
-    c->query[c->nquery].value = value;
-    c->nquery++;
-    return MHD_YES;
-}
-
-static enum MHD_Result collect_header(void *cls,
-                                      enum MHD_ValueKind kind,
-                                      const char *key,
-                                      const char *value)
-{
-    struct collect *c = cls;
-
-    (void)kind;
-    if (strcasecmp(key, "Idempotency-Key") == 0) {
-        if (c->nidem_keys == MAX_IDEM_KEYS) {
-            c->overflow = true;
-            return MHD_NO;
-        }
-        c->idem_keys[c->nidem_keys++] = value != NULL ? value : "";
-        return MHD_YES;
-    }
-    if (strcasecmp(key, "Lock-Token") != 0)
-        return MHD_YES;
-    if (c->ntokens == MAX_LOCK_TOKENS) {
-        c->overflow = true;
-        return MHD_NO;
-    }
-    c->tokens[c->ntokens++] = value != NULL ? value : "";
-    return MHD_YES;
-}
-
 static void waiter_suspend(struct wq_waiter *w)
 {
     struct request *r = w->arg;
@@ -404,16 +347,14 @@ static enum MHD_Result
 dispatch(struct request *r, const char *url, const char *method)
 {
     struct server *srv = r->srv;
-    struct collect c = { .nquery = 0 };
+    struct reqcheck_collect c = { .nquery = 0 };
     struct api_request rq = { 0 };
     struct api_response resp = { .route = API_ROUTE_OTHER };
     enum api_action action;
     const union MHD_ConnectionInfo *ci;
     char addr[INET6_ADDRSTRLEN];
 
-    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &c);
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &c);
-    if (c.overflow)
+    if (!reqcheck_collect(r->conn, &c))
         return queue_error(r, API_INVALID_PARAMETER, API_ROUTE_OTHER);
     rq.method = method;
     rq.path = url;
