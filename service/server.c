@@ -266,8 +266,8 @@ static enum MHD_Result answer_call(struct request *r)
         handle_list_reply(&r->call, r->w.result, r->w.list, &resp);
     else
         handle_call_reply(r->srv->api, &r->call, r->w.result, &r->w.grant,
-                          &r->w.info, r->w.count, &resp);
-    /* w.info is kept for events_after_call() at completion */
+                          r->w.info, r->w.count, &resp);
+    /* *w.info is kept for events_after_call() at completion */
     resp.route = r->route;
     return queue(r, &resp);
 }
@@ -329,8 +329,14 @@ static enum MHD_Result run_call(struct request *r, const char *addr)
         api_call_multi_req(&r->call, &w->mreq);
         w->mgrant = r->mgrant;
     }
+    if (w->op == WQ_INSPECT || w->op == WQ_FORCE_RELEASE) {
+        w->info = calloc(1, sizeof(*w->info)); /* only these pay for it */
+        if (w->info == NULL)
+            return queue_error(r, API_INTERNAL, r->route);
+    }
     api_call_req(&r->call, &w->req);
-    api_call_list_req(&r->call, &w->lreq);
+    if (w->op == WQ_LIST) /* shares its room with mreq */
+        api_call_list_req(&r->call, &w->lreq);
     w->wait_ms = r->call.reenter ? 0 : (int64_t)r->call.wait_ms;
     w->start_us = r->start_us;
     w->fd = w->wait_ms > 0 ? connection_fd(r->conn) : -1;
@@ -522,13 +528,13 @@ static void after_call(struct request *r, const char *client)
     if (c->verb == API_VERB_FORCE_RELEASE) {
         /* the audit line for a key the store freed, answered or not */
         if (r->w.result == BACKEND_OK)
-            events_force_released(r->srv->api, c->key, c->key_len, &r->w.info,
+            events_force_released(r->srv->api, c->key, c->key_len, r->w.info,
                                   &ctx);
         return;
     }
     events_after_call(r->srv->api, c, r->w.result,
                       api_call_is_multi(c) || has_info ? NULL : &r->w.grant,
-                      has_info ? &r->w.info : NULL,
+                      has_info ? r->w.info : NULL,
                       api_call_is_multi(c) ? r->mgrant : NULL, &ctx);
 }
 
@@ -607,7 +613,9 @@ static void on_completed(void *cls,
     log_access(r->method, r->path != NULL ? r->path : "-", r->status, dur,
                r->request_id, fields, access_fields(r, client, fields));
     api_call_cleanup(&r->call);
-    lock_info_clear(&r->w.info);
+    if (r->w.info != NULL)
+        lock_info_clear(r->w.info);
+    free(r->w.info);
     free(r->w.list);
     free(r->mgrant);
     free(r->body);

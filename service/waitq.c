@@ -229,9 +229,11 @@ void wq_answer(struct waitq *q,
     w->result = r;
     if (g != NULL)
         w->grant = *g;
-    if (info != NULL) { /* moved: w's holder frees it */
-        w->info = *info;
+    if (info != NULL && w->info != NULL) { /* moved: w's holder frees it */
+        *w->info = *info;
         memset(info, 0, sizeof(*info));
+    } else if (info != NULL) {
+        lock_info_clear(info); /* nobody asked for it */
     }
     j->w = NULL;
     /* the done list is threaded through w->job, which waitq owns */
@@ -405,7 +407,7 @@ static enum wq_start run_inline(struct waitq *q, struct wq_waiter *w)
     w->req.waiter = NULL;
     if (w->op == WQ_LIST)
         w->list = wq_list_new(w->lreq.limit);
-    w->result = wq_call_store(q->be, w->op, &w->req, &w->grant, &w->info,
+    w->result = wq_call_store(q->be, w->op, &w->req, &w->grant, w->info,
                               &w->count, &w->lreq, w->list);
     return WQ_DONE;
 }
@@ -566,7 +568,12 @@ enum wq_start waitq_start(struct waitq *q, struct wq_waiter *w)
     w->list = NULL;
     w->parked_us = 0;
     memset(&w->grant, 0, sizeof(w->grant));
-    memset(&w->info, 0, sizeof(w->info));
+    if (w->info != NULL)
+        memset(w->info, 0, sizeof(*w->info));
+    if ((w->op == WQ_INSPECT || w->op == WQ_FORCE_RELEASE) && w->info == NULL) {
+        w->result = BACKEND_NO_MEMORY; /* the caller gave no room for it */
+        return WQ_DONE;
+    }
     if (atomic_load(&q->stopping)) {
         w->shutting_down = true;
         w->result = BACKEND_UNAVAILABLE;

@@ -57,15 +57,20 @@ enum wq_op {
 struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
     /* set by the caller before waitq_start() */
     enum wq_op op;
-    struct lock_req req;                  /* strings borrowed until the
-                                             answer; waiter is waitq's */
-    struct lock_multi_req mreq;           /* the multi ops' request, its
-                                             strings and arrays borrowed
-                                             until the answer */
+    struct lock_req req; /* strings borrowed until the answer; waiter is
+                            waitq's */
+    /* By op (a request has only one of them), strings and arrays borrowed
+     * until the answer: mreq the multi ops' request, lreq WQ_LIST's. */
+    union {
+        struct lock_multi_req mreq;
+        struct lock_list_req lreq;
+    };
     struct lock_multi_grant *mgrant;      /* the multi ops: the caller's
                                              storage for the answer */
-    struct lock_list_req lreq;            /* WQ_LIST: strings borrowed
-                                             until the answer */
+    struct lock_info *info;               /* WQ_INSPECT, WQ_FORCE_RELEASE:
+                                             the caller's storage for the
+                                             answer (the holders removed,
+                                             for force); NULL otherwise */
     int64_t wait_ms;                      /* acquire: 0 = try once */
     int64_t start_us;                     /* monotonic us the request
                                              arrived; 0 = now */
@@ -81,7 +86,6 @@ struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
                                 HELD: retry_ms. The multi ops answer in
                                 *mgrant instead (HELD: held and retry_ms
                                 from the last try) */
-    struct lock_info info;   /* inspect, force release OK */
     struct lock_list *list;  /* WQ_LIST: the page (entries in the same
                                 block), malloc'ed by waitq and the
                                 caller's to free(); NULL if none could
