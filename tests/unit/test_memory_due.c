@@ -295,11 +295,8 @@ static void test_due_heaps_give_back_their_room(void)
     }
     grown = due_capacity(be);
     for (int i = 0; i < 50000; i++) {
-        struct lock_req req = { .key = key, .token = TOK };
-        struct lock_grant g;
         snprintf(key, sizeof(key), "room/%05d", i);
-        req.key_len = strlen(key);
-        CHECK_EQ_INT(memory_backend.release(be, &req, &g), BACKEND_OK);
+        CHECK_EQ_INT(rel(be, key, TOK), BACKEND_OK);
     }
     /* the entries linger MEM_LINGER_MS; then 1024 to 64: four passes */
     until = clock_mono_ms() + MEM_LINGER_MS + 3000;
@@ -345,6 +342,7 @@ static void test_idle_entries_linger_then_go(void)
     CHECK_EQ_INT(memory_backend.held_count(be), 0);
     n = entries(be, "linger/0999", &again);
     CHECK(again != NULL);
+    CHECK_EQ_INT((int)n, 1001); /* every one still there */
     CHECK(mem_due_check(be));
     until = released + MEM_LINGER_MS + 5000;
     while ((n = entries(be, "", &again)) > 0 && clock_mono_ms() < until)
