@@ -530,6 +530,24 @@ static int __attribute__((unused)) notes_watched(int ms)
     }
 }
 
+/* Ping be until it answers OK, for at most ms: 1 once it does, else 0.
+ * An adapter that connects in the background (ZooKeeper) may open before
+ * its first session is up, and a cold JVM on a busy machine can take longer
+ * than the adapter's own wait at open; the cases want a ready store. */
+static int __attribute__((unused))
+testsrv_wait_ping(enum backend_result (*ping)(struct backend *be),
+                  struct backend *be,
+                  int ms)
+{
+    for (int64_t until = check_mono_ms() + ms;;) {
+        if (ping(be) == BACKEND_OK)
+            return 1;
+        if (check_mono_ms() >= until)
+            return 0;
+        check_sleep_ms(50);
+    }
+}
+
 /* ---- the adapter's ops, called as api/ calls them ----
  * The including program defines TEST_BE_OPS as its adapter's ops table
  * (e.g. `#define TEST_BE_OPS redis_backend`) before including this header. */

@@ -1125,8 +1125,12 @@ int main(int argc, char **argv)
         }
         t_started = check_mono_ms();
         if (backend_open(t->url, &hooks, &t->be, err, sizeof(err)) !=
-            BACKEND_OK) {
-            printf("FAIL %s: %s\n", t->name, err);
+                BACKEND_OK ||
+            !testsrv_wait_ping(backend_ping, t->be, 30000)) {
+            printf("FAIL %s: %s\n", t->name,
+                   t->be == NULL ? err : "no answer to ping in 30 s");
+            backend_close(t->be);
+            t->be = NULL;
             failed += (int)want;
             stop_target(t);
             continue;

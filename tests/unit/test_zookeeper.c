@@ -2266,8 +2266,12 @@ int main(int argc, char **argv)
         snprintf(url, sizeof(url),
                  "zookeeper://127.0.0.1:%d?session_timeout_ms=4000", srv.port);
         be_main = open_be(url);
-        if (be_main == NULL) {
-            printf("FAIL cannot open %s\n0 passed, 1 failed\n", url);
+        if (be_main == NULL ||
+            !testsrv_wait_ping(zookeeper_backend.ping, be_main, 30000)) {
+            printf("FAIL %s %s\n0 passed, 1 failed\n",
+                   be_main == NULL ? "cannot open" : "no session in 30 s with",
+                   url);
+            zookeeper_backend.close(be_main);
             testsrv_cleanup(&srv, SIGKILL);
             return 1;
         }
