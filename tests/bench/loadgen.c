@@ -32,6 +32,7 @@
 #include <getopt.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -135,6 +136,7 @@ static struct {
     const char *extra; /* lockd: more acquire body fields (-m) */
     int multi;         /* pairs: keys per multi-key request, 0 = one key */
     long spread;       /* contended: other keys held, one waiter on each */
+    bool kept_alive;   /* waiters: each connection has had an answer */
 } o = {
     .host = "127.0.0.1",
     .port = 8080,
@@ -1125,9 +1127,52 @@ static long metrics_waiters(void)
     return v;
 }
 
+/* One GET /healthz on fd and its whole answer, blocking (fd is
+ * non-blocking: poll for each read): 0, or -1. A connection that has had
+ * an answer is a kept-alive client's, as most clients' pools make them. */
+static int healthz_once(int fd)
+{
+    char buf[4096];
+    size_t len = 0;
+    char req[256];
+    int n = snprintf(req, sizeof req,
+                     "GET /healthz HTTP/1.1\r\nHost: %s:%d\r\n\r\n",
+                     o.host, o.port);
+    char *end;
+    char *cl;
+    long body;
+
+    if (n < 0 || (size_t)n >= sizeof req ||
+        send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
+        return -1;
+    for (;;) {
+        struct pollfd pfd = { .fd = fd, .events = POLLIN };
+        ssize_t r;
+
+        if (poll(&pfd, 1, 5000) != 1)
+            return -1;
+        r = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+        if (r <= 0)
+            return -1;
+        len += (size_t)r;
+        buf[len] = '\0';
+        end = strstr(buf, "\r\n\r\n");
+        if (end == NULL)
+            continue;
+        /* libmicrohttpd writes the header so */
+        cl = strstr(buf, "\r\nContent-Length:");
+        body = cl != NULL ? strtol(cl + 17, NULL, 10) : 0;
+        if ((long)len >= (end + 4 - buf) + body)
+            return 0;
+        if (len == sizeof buf - 1)
+            return -1;
+    }
+}
+
 /* Open w's n connections, each a waiter (POST ?wait_ms, never answered
  * while the key stays held) on key `first`, or on key first + i when
- * spread: how many were opened within 120 s. */
+ * spread: how many were opened within 120 s. With -K each connection
+ * first has one answer (healthz_once()). */
 static long park_waiters(struct worker *w, long n, long first, bool spread)
 {
     uint64_t deadline = bench_now_ns() + 120000000000u;
@@ -1140,9 +1185,11 @@ static long park_waiters(struct worker *w, long n, long first, bool spread)
 
             make_key(c, spread ? first + opened : first);
             opened++;
-            c->fd = sock_open(false);
+            c->fd = sock_open(o.kept_alive);
             if (c->fd < 0)
                 die("connect");
+            if (o.kept_alive && healthz_once(c->fd) != 0)
+                die("GET /healthz");
             c->state = ST_CONNECTING;
             w->inflight++;
             ep_set(w, c, EPOLL_CTL_ADD, true);
@@ -1257,11 +1304,11 @@ static void run_waiters(void)
     reg = waiters_parked(&w, o.waiters);
     settle();
     after = o.pid ? bench_rss_bytes(o.pid) : -1;
-    printf("{\"scenario\":\"waiters\",\"proto\":\"%s\",\"waiters\":%ld,"
+    printf("{\"scenario\":\"waiters\",\"kept_alive\":%s,\"proto\":\"%s\",\"waiters\":%ld,"
            "\"opened\":%ld,\"registered\":%ld,\"seconds\":%.3f,"
            "\"rss_before\":%lld,\"rss_after\":%lld,\"rss_bytes\":%lld,"
            "\"bytes_per_waiter\":%.1f,",
-           proto_name(), o.waiters, opened, reg,
+           o.kept_alive ? "true" : "false", proto_name(), o.waiters, opened, reg,
            (double)(bench_now_ns() - t0) / 1e9, before, after, after,
            opened ? (double)(after - before) / (double)opened : 0);
     print_errors(&w);
@@ -1280,7 +1327,8 @@ static void usage(void)
             "  [-n waiters] [-r server-pid] [-h hold-us] [-B (no body)]\n"
             "  [-m EXTRA (lockd: more acquire body fields, e.g. \"mode\":\"shared\")]\n"
             "  [-M keys (pairs: that many keys at once on /locks, 1..16)]\n"
-            "  [-S n (contended: n other keys held, a waiter on each)]\n");
+            "  [-S n (contended: n other keys held, a waiter on each)]\n"
+            "  [-K (waiters: each connection has had one answer first)]\n");
     exit(2);
 }
 
@@ -1288,7 +1336,7 @@ int main(int argc, char **argv)
 {
     int ch;
 
-    while ((ch = getopt(argc, argv, "H:p:P:s:c:t:d:W:x:u:T:w:k:n:r:h:Bm:M:S:")) != -1) {
+    while ((ch = getopt(argc, argv, "H:p:P:s:c:t:d:W:x:u:T:w:k:n:r:h:Bm:M:S:K")) != -1) {
         switch (ch) {
         case 'H':
             o.host = optarg;
@@ -1359,6 +1407,9 @@ int main(int argc, char **argv)
             if (strlen(optarg) > 100)
                 usage();
             o.extra = optarg;
+            break;
+        case 'K':
+            o.kept_alive = true;
             break;
         case 'S':
             o.spread = strtol(optarg, NULL, 10);
