@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -365,7 +366,12 @@ enum api_error authz_allow(const struct authz_who *who,
     e = check_cred(who->policy, cred, name, c, resp);
     if (e != API_OK)
         return e;
-    snprintf(c->client, sizeof(c->client), "%s", name);
+    free(c->client);
+    c->client = strndup(name, API_CLIENT_LEN);
+    if (c->client == NULL) {
+        codec_error(resp, API_INTERNAL, NULL);
+        return API_INTERNAL;
+    }
     c->client_max_waiters = cred->max_waiters;
     return API_OK;
 }
@@ -397,6 +403,7 @@ enum api_error authz_operator(struct authz *a,
         c.verb =
             route == API_ROUTE_METRICS ? API_VERB_METRICS : API_VERB_READYZ;
         e = authz_allow(&who, &c, resp);
+        free(c.client); /* the name authz_allow() copied: not kept here */
     }
     authz_done(&who);
     return e;

@@ -22,6 +22,7 @@
 
 void api_call_cleanup(struct api_call *c)
 {
+    free(c->client);
     free(c->key);
     free(c->owner);
     free(c->client_token);

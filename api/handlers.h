@@ -39,28 +39,30 @@ enum api_verb {
 #define API_CLIENT_LEN 64 /* bytes of a credential's name */
 
 struct api_call { /* a parsed request that needs the store, for the
-                    server to run */
+                    server to run; its fields ordered without holes, since
+                    every parked waiter keeps one */
     enum api_verb verb;
-    char client[API_CLIENT_LEN + 1]; /* the name of the credential that
-                                        authorized the call; "" when auth
-                                        is off */
-    unsigned client_max_waiters;     /* the credential's max_waiters; 0:
-                                        --max-waiters-per-client */
-    char *key;                       /* owned, decoded */
+    unsigned client_max_waiters; /* the credential's max_waiters; 0:
+                                    --max-waiters-per-client */
+    char *client;                /* owned: the name of the credential that
+                                    authorized the call (up to
+                                    API_CLIENT_LEN bytes); NULL when auth is
+                                    off */
+    char *key;                   /* owned, decoded */
     size_t key_len;
-    char token[API_TOKEN_LEN + 1]; /* acquire: fresh, from getrandom */
-    char *client_token;            /* renew, release, re-entry: owned */
-    char *owner;                   /* owned; NULL when none */
-    uint64_t ttl_ms;               /* renew, re-entry: 0 = keep the last */
+    char *client_token; /* renew, release, re-entry: owned */
+    char *owner;        /* owned; NULL when none */
+    char *idem_key;     /* acquire: owned; NULL when none */
+    uint64_t ttl_ms;    /* renew, re-entry: 0 = keep the last */
     uint64_t wait_ms;
-    enum lock_mode mode; /* acquire */
-    uint32_t limit;      /* acquire, shared: 0 = none */
-    char *idem_key;      /* acquire: owned; NULL when none */
+    enum lock_mode mode;           /* acquire */
+    uint32_t limit;                /* acquire, shared: 0 = none */
+    struct api_keys keys;          /* the multi verbs: owned, instead of key */
+    struct api_list_params *list;  /* API_VERB_LIST: owned, else NULL */
+    char token[API_TOKEN_LEN + 1]; /* acquire: fresh, from getrandom */
     bool reenter; /* an acquire that named a token: the store's renew with
                      one more hold, answered 200 */
     bool all;     /* release: every hold */
-    struct api_keys keys;         /* the multi verbs: owned, instead of key */
-    struct api_list_params *list; /* API_VERB_LIST: owned, else NULL */
 };
 
 void api_call_cleanup(struct api_call *c); /* accepts zeroed */

@@ -63,16 +63,17 @@ struct request { /* *req_cls: from the first call to completion */
     struct server *srv;
     struct MHD_Connection *conn;
     int64_t start_us;
-    enum phase phase;
-    char *body; /* owned */
+    char *body; /* owned, until the call is parsed */
     size_t len, cap;
-    bool too_large;
-    bool close;      /* answer with Connection: close */
-    bool granted;    /* the store granted call (an acquire) */
-    bool ran;        /* call went to the wait queue: its outcome is
-                        handed to events_after_call() at completion */
+    enum phase phase;
     unsigned status; /* what was queued, for the log */
     enum api_route route;
+    bool too_large;
+    bool close;                      /* answer with Connection: close */
+    bool granted;                    /* the store granted call (an acquire) */
+    bool ran;                        /* call went to the wait queue: its
+                                        outcome is handed to
+                                        events_after_call() at completion */
     struct api_call call;            /* owned strings */
     struct wq_waiter w;              /* req strings borrowed from call */
     struct lock_multi_grant *mgrant; /* owned; the multi verbs' answer */
@@ -380,6 +381,10 @@ dispatch(struct request *r, const char *url, const char *method)
     tls_request_peer(srv->cfg->tls, r->conn, &rq);
 
     action = router_dispatch(srv->api, &rq, &resp, &r->call);
+    /* the call owns copies of what it needs: a parked waiter keeps no body */
+    free(r->body);
+    r->body = NULL;
+    r->len = r->cap = 0;
     if (action == API_ACTION_CALL) {
         r->route = resp.route;
         api_response_cleanup(&resp);
@@ -514,7 +519,7 @@ static void after_call(struct request *r, const char *client)
     struct api_event_ctx ctx = {
         .client = client[0] != '\0' ? client : NULL,
         .request_id = r->request_id,
-        .credential = c->client[0] != '\0' ? c->client : NULL,
+        .credential = c->client,
         .parked_us = r->w.parked_us,
         .waited = (c->verb == API_VERB_ACQUIRE ||
                    c->verb == API_VERB_ACQUIRE_MULTI) &&
@@ -551,7 +556,7 @@ access_fields(const struct request *r, const char *client, struct log_field *f)
         f[n++] = (struct log_field){ .name = "client",
                                      .str = client,
                                      .len = strlen(client) };
-    if (c->client[0] != '\0') /* the credential that was identified */
+    if (c->client != NULL) /* the credential that was identified */
         f[n++] = (struct log_field){ .name = "credential",
                                      .str = c->client,
                                      .len = strlen(c->client) };

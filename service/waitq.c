@@ -101,17 +101,26 @@ void wq_key_free_if_idle(struct waitq *q, struct wq_key *k)
 /* A list job's copies of w's prefix and cursor at p, and its page. */
 static int job_list(struct wq_job *j, const struct wq_waiter *w, char *p)
 {
-    j->lreq = w->lreq;
+    struct wq_listing *l = malloc(sizeof(*l));
+
+    if (l == NULL)
+        return -1;
+    l->lreq = w->lreq;
     if (w->lreq.prefix_len > 0)
         memcpy(p, w->lreq.prefix, w->lreq.prefix_len);
-    j->lreq.prefix = p;
+    l->lreq.prefix = p;
     p += w->lreq.prefix_len + 1;
     if (w->lreq.after != NULL) {
         memcpy(p, w->lreq.after, w->lreq.after_len);
-        j->lreq.after = p;
+        l->lreq.after = p;
     }
-    j->list = wq_list_new(w->lreq.limit);
-    return j->list != NULL ? 0 : -1;
+    l->list = wq_list_new(w->lreq.limit);
+    if (l->list == NULL) {
+        free(l);
+        return -1;
+    }
+    j->listing = l;
+    return 0;
 }
 
 static struct wq_job *job_new(const struct wq_waiter *w)
@@ -168,7 +177,9 @@ static struct wq_job *job_new(const struct wq_waiter *w)
 
 void wq_job_mem_free(struct wq_job *j)
 {
-    free(j->list);
+    if (j->listing != NULL)
+        free(j->listing->list);
+    free(j->listing);
     free(j->multi);
     free(j);
 }

@@ -57,6 +57,7 @@ enum wq_op {
 struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
     /* set by the caller before waitq_start() */
     enum wq_op op;
+    int fd;              /* the client's socket, or -1 */
     struct lock_req req; /* strings borrowed until the answer; waiter is
                             waitq's */
     /* By op (a request has only one of them), strings and arrays borrowed
@@ -74,13 +75,11 @@ struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
     int64_t wait_ms;                      /* acquire: 0 = try once */
     int64_t start_us;                     /* monotonic us the request
                                              arrived; 0 = now */
-    int fd;                               /* the client's socket, or -1 */
     void (*suspend)(struct wq_waiter *w); /* park: stop serving it */
     void (*wake)(struct wq_waiter *w);    /* result ready: serve it */
     void *arg;                            /* for the callbacks */
 
     /* the result, valid once waitq_start() says WQ_DONE or in wake() */
-    enum backend_result result;
     struct lock_grant grant; /* acquire/renew OK: the grant (its ttl_ms is
                                 the store's; see backend_grant_left_ms());
                                 HELD: retry_ms. The multi ops answer in
@@ -93,8 +92,9 @@ struct wq_waiter { /* the caller's storage, e.g. in its per-request state */
     int64_t parked_us;       /* time the request waited parked (in a key's
                                 FIFO or watching its keys), 0 if never */
     int64_t count;           /* WQ_COUNT: backend_held_count() */
-    bool shutting_down;      /* answered because the instance is draining */
-    bool client_gone;        /* the client hung up while waiting */
+    enum backend_result result;
+    bool shutting_down; /* answered because the instance is draining */
+    bool client_gone;   /* the client hung up while waiting */
 
     /* private to waitq */
     struct wq_job *job;

@@ -222,8 +222,8 @@ static void do_after_call(struct waitq *q,
 {
     j->running = false;
     if (j->op == WQ_LIST && j->w != NULL) { /* handed over */
-        j->w->list = j->list;
-        j->list = NULL;
+        j->w->list = j->listing->list;
+        j->listing->list = NULL;
     }
     if (j->op == WQ_ACQUIRE) {
         do_after_first(q, j, r, g, epoch, done);
@@ -268,8 +268,9 @@ do_run_job(struct waitq *q, struct wq_job *j, struct done_list *done)
     j->running = true;
     epoch = atomic_load(&q->epoch);
     pthread_mutex_unlock(&q->mu);
-    r = wq_call_store(q->be, j->op, &j->req, &g, &info, &count, &j->lreq,
-                      j->list);
+    r = wq_call_store(q->be, j->op, &j->req, &g, &info, &count,
+                      j->listing != NULL ? &j->listing->lreq : NULL,
+                      j->listing != NULL ? j->listing->list : NULL);
     pthread_mutex_lock(&q->mu);
     do_after_call(q, j, r, &g, &info, count, epoch, done);
 }

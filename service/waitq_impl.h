@@ -133,11 +133,16 @@ struct wq_job {
     bool tried;     /* the store answered HELD at least once */
     bool last_unavailable;
     enum cleanup cleanup;
-    struct wq_multi *multi;    /* owned; the multi ops only, else NULL */
-    struct lock_list_req lreq; /* WQ_LIST: strings in text[] */
-    struct lock_list *list;    /* WQ_LIST: owned until handed to w */
-    int64_t parked_at_us;      /* monotonic us when it began to wait */
+    struct wq_multi *multi;     /* owned; the multi ops only, else NULL */
+    struct wq_listing *listing; /* owned; WQ_LIST only, else NULL (a
+                                   parked acquire pays nothing for it) */
+    int64_t parked_at_us;       /* monotonic us when it began to wait */
     char text[];
+};
+
+struct wq_listing {            /* a WQ_LIST job's request and page */
+    struct lock_list_req lreq; /* strings in the job's text[] */
+    struct lock_list *list;    /* owned until handed to the waiter */
 };
 
 struct waitq {

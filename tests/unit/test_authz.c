@@ -458,7 +458,8 @@ send_as(enum who who, const char *method, const char *target, const char *body)
                      : "");
         json_decref(j);
     }
-    snprintf(out.client, sizeof(out.client), "%s", call.client);
+    snprintf(out.client, sizeof(out.client), "%s",
+             call.client != NULL ? call.client : "");
     out.max_waiters = call.client_max_waiters;
     out.www_authenticate = resp.www_authenticate;
     api_response_cleanup(&resp);

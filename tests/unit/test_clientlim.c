@@ -80,6 +80,7 @@ static void test_key_keeps_credentials_and_addresses_apart(void)
 static void test_admit_counts_only_calls_that_may_wait(void)
 {
     struct clientlim *cl = clientlim_new(0, 8); /* auto: 2 */
+    char orders[] = "orders";
     struct api_call c = { .verb = API_VERB_ACQUIRE, .wait_ms = 1000 };
     struct clientlim_entry *s[4];
     char msg[200] = "";
@@ -106,7 +107,7 @@ static void test_admit_counts_only_calls_that_may_wait(void)
     CHECK(s[2] == NULL);
     c.reenter = false;
     /* a credential: its own count and its own cap, named in the message */
-    snprintf(c.client, sizeof(c.client), "%s", "orders");
+    c.client = orders;
     c.client_max_waiters = 1;
     CHECK_EQ_INT(clientlim_admit(cl, &c, "10.0.0.1", &s[2], msg, sizeof(msg)),
                  CLIENTLIM_OK);
