@@ -186,7 +186,7 @@ if blocked then
   elseif hint > 200 then
     hint = 200
   end
-  if not cur[1] and not cur[2] then index_drop(key) end
+  if not cur[1] and not cur[2] then index_drop_plain(key) end
   return refused(hint, 1, ours)
 end
 
@@ -202,12 +202,15 @@ local f, p = fence_next(fence_key, slot_key, floor)
 if not f then
   return redis.error_reply('ERR lockd fence counter exhausted')
 end
-expired_excl(lock_key, p)
+fence_clear(fence_key, p)
+local ms = expired_excl(lock_key, p, key)
 held_prune_some(f, #lock_key - #key - 1)
 local fs = string.format('%.0f', f)
 local ttl = tonumber(ttl_ms)
-fence_keep(fence_key, f, ttl + retain, shared)
-index_add(key)
+-- the grant that makes the key held writes its member (one a member
+-- held_prune_some() took out meanwhile is ZREMed again: a no-op); a
+-- shared holder joining others leaves it
+if not cur[2] then index_put(key, fs, ms) end
 if not shared then
   if has_owner == '1' then
     redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,

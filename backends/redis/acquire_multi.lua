@@ -88,10 +88,10 @@ for i = 1, n do
     local left = first_left(lock_key, nil, true, now)
     if now + left < out[3] then out[3] = now + left end
   else
-    expired_excl(lock_key, before[i])
+    fence_clear(rk(i, 2), before[i])
+    local ms = expired_excl(lock_key, before[i], ARGV[7 + i])
     local f = fences[i]
     local fs = string.format('%.0f', f)
-    fence_keep(rk(i, 2), f, ttl + retain, false)
     held_prune_some(f, #lock_key - #ARGV[7 + i] - 1)
     if has_owner then
       redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
@@ -101,7 +101,7 @@ for i = 1, n do
     end
     redis.call('PEXPIRE', lock_key, ttl_ms)
     held_put(lock_key, false, now + ttl)
-    index_add(ARGV[7 + i])
+    index_put(ARGV[7 + i], fs, ms)
     out[3 + i] = f
   end
 end

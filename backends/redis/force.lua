@@ -15,7 +15,7 @@ local out = look(lock_key, exp_key, now, 100)
 local cur = redis.call('HMGET', lock_key, 't', 'm')
 if cur[2] then reap(lock_key, exp_key, now) end
 if not out then
-  if redis.call('EXISTS', lock_key) == 0 then index_drop(key) end
+  if redis.call('EXISTS', lock_key) == 0 then index_drop_plain(key) end
   return {0}
 end
 if cur[1] then

@@ -12,9 +12,11 @@
 -- time (Redis's unix ms) is a in the hash (g when an older lockd granted
 -- it: its key counter may have no expiry), or the record's 7th field.
 -- Two keys for the whole prefix (redis.c): the index, a sorted set of the
--- held lockd keys (score 0, read in lex order by list), and held, one
--- member per holder scored by its expiry: lock_key (exclusive) or
--- lock_key NUL digest (shared). A script that changes holders sets gk's
+-- held lockd keys (score 0, read in lex order by list; a member is the
+-- key, NUL and the fence of the grant that made it held, or the key alone
+-- when an older lockd granted it), and held, one member per holder scored
+-- by its expiry: lock_key (exclusive) or lock_key NUL digest (shared). A
+-- script that changes holders sets gk's
 -- index and held to its KEYS naming them first; gk.expired collects the
 -- greatest fence of the holders reap() found expired. A function of the
 -- library finds gk as the last call left it: it sets every field first.
@@ -24,19 +26,17 @@ local function clock()
   gk.now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   return gk.now
 end
--- Fences. A key's fence comes from two counters: its slot's (the
+-- Fences. A key's fence comes from its slot's counter (the
 -- REDIS_BE_SLOT_FENCE key, shared by every key of the slot, so at most
 -- 1,024 of them on one Redis and one per hash slot on a cluster: a
--- high-water mark at least every fence any key of the slot was granted)
--- and the key's own, which keeps only the key's last fence while it is
--- held and `retain` ms after (a takeover in that time reports the fence
--- it took over), and is gone then. A grant takes the
--- greater of the two plus one and writes it to both, so every fence of a
--- key is greater than every earlier one of that key whether its own
--- counter is there or not; a key's counter written by an older lockd
--- (which kept it for ever, without an expiry) is taken into the max and
--- gets an expiry at the key's next grant. Invariant: a key counter with
--- an expiry is at most its slot counter, so it may go at any time.
+-- high-water mark at least every fence any key of the slot was granted),
+-- so every fence of a key is greater than every earlier one of that key.
+-- The key's last fence, which a takeover within `retain` ms of its
+-- holder's expiry reports, is in its index member (index_put()); a key
+-- has no counter of its own but one an older lockd wrote (which kept it
+-- for ever, without an expiry, or its holder's TTL + retain) or redlock's
+-- refence (a fence the servers agreed on): a grant takes such a counter
+-- into the max and deletes it, since the slot's counter is past it then.
 -- With floor (redlock), every fence is at least Redis's clock in whole
 -- seconds, times a million, minus one: a server restarted without its
 -- data cannot hand out a smaller fence than it did before, once a second
@@ -73,7 +73,7 @@ local function fence_next(fence_key, slot_key, floor)
   return f, p
 end
 -- the key's last fence f, kept ms (a holder's TTL + retain); shared: or as
--- long as it was to stay (another holder's)
+-- long as it was to stay (another holder's). Only refence writes one.
 local function fence_keep(fence_key, f, ms, shared)
   if shared then
     local left = redis.call('PTTL', fence_key)
@@ -81,15 +81,9 @@ local function fence_keep(fence_key, f, ms, shared)
   end
   redis.call('SET', fence_key, string.format('%.0f', f), 'PX', ms)
 end
--- a renew: the key's counter stays ms at least (an older lockd's, without
--- an expiry, is left so); a lost one is written again with f
-local function fence_extend(fence_key, f, ms)
-  local left = redis.call('PTTL', fence_key)
-  if left == -2 then
-    redis.call('SET', fence_key, string.format('%.0f', f), 'PX', ms)
-  elseif left >= 0 and left < ms then
-    redis.call('PEXPIRE', fence_key, ms)
-  end
+-- a grant drew fence f past the key's counter p (> 0): the counter goes
+local function fence_clear(fence_key, p)
+  if p > 0 then redis.call('DEL', fence_key) end
 end
 -- the key is free: its counter goes (one with an expiry is at most its
 -- slot's; an older lockd's, without one, stays until the next grant)
@@ -131,6 +125,52 @@ local function held_drop(lock_key, d)
   if d then m = lock_key .. '\0' .. d end
   redis.call('ZREM', gk.held, m)
 end
+-- The index members of key (key = the lockd key): key NUL fence, and an
+-- older lockd's key alone. No other key sorts between them: a key holds
+-- no control character.
+local function index_members(key)
+  if not gk.index then return {} end
+  return redis.call('ZRANGEBYLEX', gk.index, '[' .. key,
+                    '[' .. key .. '\0\255')
+end
+-- the greatest fence in members ms (0: none)
+local function index_fence(ms)
+  local f = 0
+  for _, m in ipairs(ms) do
+    local z = string.find(m, '\0', 1, true)
+    if z then
+      local v = tonumber(string.sub(m, z + 1)) or 0
+      if v > f then f = v end
+    end
+  end
+  return f
+end
+-- the key is held, its last grant's fence fs: one member, key NUL fs (ms:
+-- its members before)
+local function index_put(key, fs, ms)
+  if not gk.index then return end
+  local want = key .. '\0' .. fs
+  for _, m in ipairs(ms) do
+    if m ~= want then redis.call('ZREM', gk.index, m) end
+  end
+  redis.call('ZADD', gk.index, 0, want)
+end
+-- the key is free: its members go; fs, its fence when known, finds them
+-- in one call (a fence redlock wrote back is not the member's: then they
+-- are looked up)
+local function index_drop(key, fs)
+  if not gk.index then return end
+  if fs and redis.call('ZREM', gk.index, key .. '\0' .. fs, key) > 0 then
+    return
+  end
+  local ms = index_members(key)
+  if ms[1] then redis.call('ZREM', gk.index, unpack(ms)) end
+end
+-- nobody holds the key: an older lockd's member goes, a fenced one stays,
+-- the witness of an expired holder, until the next grant or held_prune()
+local function index_drop_plain(key)
+  if gk.index then redis.call('ZREM', gk.index, key) end
+end
 -- take out up to batch members of the held set whose holder expired over
 -- retain ms ago (a hash Redis expired, a shared holder nobody reaped), and
 -- their keys' index entries once the key is free; cut = the bytes before
@@ -147,32 +187,28 @@ local function held_prune(batch, cut)
     local lock_key = m
     if z then lock_key = string.sub(m, 1, z - 1) end
     if gk.index and redis.call('EXISTS', lock_key) == 0 then
-      redis.call('ZREM', gk.index, string.sub(lock_key, cut + 1, -2))
+      index_drop(string.sub(lock_key, cut + 1, -2))
     end
   end
-end
--- the key is held (key = the lockd key) or may be free now
-local function index_add(key)
-  if gk.index then redis.call('ZADD', gk.index, 0, key) end
-end
-local function index_drop(key)
-  if gk.index then redis.call('ZREM', gk.index, key) end
 end
 local function held_prune_some(f, cut)
   if f % 4 == 0 then held_prune(8, cut) end
 end
 -- the exclusive holder whose hash Redis expired left its held member: a
--- takeover of it gets the key counter's value before this grant, f (no
--- grant came since). f is 0 once the counter went, retain ms after the
--- holder's expiry at the soonest: nothing to tell, no call, and a member
--- left is one held_prune() takes out
-local function expired_excl(lock_key, f)
-  if f == 0 or not gk.held or
-     not redis.call('ZSCORE', gk.held, lock_key) then
-    return
+-- takeover of it gets the key's last fence before this grant (its index
+-- member's, or f, its counter's; no grant came since). Answers the key's
+-- index members then (for index_put(); else none: a key left no member
+-- but with its held member, which held_prune() takes out with them).
+local function expired_excl(lock_key, f, key)
+  if not gk.held or not redis.call('ZSCORE', gk.held, lock_key) then
+    return {}
   end
+  local ms = index_members(key)
+  local fi = index_fence(ms)
+  if fi > f then f = fi end
   redis.call('ZREM', gk.held, lock_key)
   if f > gk.expired then gk.expired = f end
+  return ms
 end
 local function rec_drop(lock_key, exp_key, d)
   local r = rec_get(lock_key, d)
@@ -275,8 +311,7 @@ end
 -- free, {-1} another token, {-3} holds at holds_max (LOCK_HOLDS_MAX).
 -- A TTL of '0' keeps the stored one.
 local holds_max = 1000000
-local function renew_one(lock_key, exp_key, fence_key, h, ttl_ms, reenter,
-                         now)
+local function renew_one(lock_key, exp_key, h, ttl_ms, reenter, now)
   local cur = redis.call('HMGET', lock_key, 't', 'f', 'ttl', 'n', 'm', 'l')
   if cur[1] then
     if cur[1] ~= h then return {-1} end
@@ -294,7 +329,6 @@ local function renew_one(lock_key, exp_key, fence_key, h, ttl_ms, reenter,
     end
     redis.call('PEXPIRE', lock_key, ttl)
     held_put(lock_key, false, now + tonumber(ttl))
-    fence_extend(fence_key, tonumber(cur[2]), tonumber(ttl) + retain)
     return {1, tonumber(cur[2]), tonumber(ttl), now + tonumber(ttl), 0, 0, n}
   end
   if not cur[5] then return {0} end
@@ -313,7 +347,6 @@ local function renew_one(lock_key, exp_key, fence_key, h, ttl_ms, reenter,
   redis.call('ZADD', exp_key, now + r[2], h)
   held_put(lock_key, h, now + r[2])
   settle(lock_key, exp_key)
-  fence_extend(fence_key, r[1], r[2] + retain)
   return {1, r[1], r[2], now + r[2], 1, tonumber(cur[6]), r[3]}
 end
 -- give back one of h's holds (every one with all): {1, holds left,
@@ -321,7 +354,7 @@ end
 -- published with key when a holder went and someone waits
 local function release_one(lock_key, queue_key, exp_key, mwait_key,
                            fence_key, h, all, channel, key)
-  local cur = redis.call('HMGET', lock_key, 't', 'n', 'm', 'a', 'g')
+  local cur = redis.call('HMGET', lock_key, 't', 'n', 'm', 'a', 'g', 'f')
   if cur[1] then
     if cur[1] ~= h then return {-1} end
     local n = tonumber(cur[2] or '1')
@@ -330,15 +363,15 @@ local function release_one(lock_key, queue_key, exp_key, mwait_key,
       return {1, n - 1, 0}
     end
     if cur[4] then
-      -- granted by this lockd: fence_keep() gave the counter an expiry,
-      -- so it goes in the same call
+      -- granted by this lockd (or an older one that gave the counter an
+      -- expiry): a counter, if any, goes in the same call
       redis.call('DEL', lock_key, fence_key)
     else
       redis.call('DEL', lock_key)
       fence_drop(fence_key)
     end
     held_drop(lock_key, false)
-    index_drop(key)
+    index_drop(key, cur[6])
     if waited(queue_key, mwait_key) then
       redis.call('PUBLISH', channel, key)
     end

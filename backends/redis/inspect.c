@@ -208,8 +208,8 @@ int redis_call_force(struct redis_be *be,
 
 /*
  * One script: every holder goes (exclusive hash, or the shared records
- * and their expiry set, with their Idempotency-Keys), the fence counter
- * stays, the key leaves the index and the held set, and the release is
+ * and their expiry set, with their Idempotency-Keys), the slot's fence
+ * counter stays, the key leaves the index and the held set, and the release is
  * published when someone waits (as release.lua does; the queue is left
  * as it is, its head takes the key next). Waiters here are woken at once.
  */

@@ -2,13 +2,16 @@
  * backends/redis/list.c - the Redis adapter's list() and held_count():
  * both read two prefix-wide keys the other scripts keep (redis.c):
  *   P "index"   sorted set, score 0, member = a held lockd key (raw
- *               bytes). A grant adds its key; a release or a forced
- *               release that leaves the key free takes it out. A key
- *               whose holders Redis expired (PX) stays until list.lua
- *               meets it (or held_count() prunes its held member, below)
- *               and takes it out: pruned lazily, a bounded number per
- *               call. It never holds more members than there are fence
- *               counters, which live forever anyway.
+ *               bytes), NUL and the fence of the grant that made it held
+ *               (lockd before 2026-12-07: the key alone; both forms are
+ *               read, and a key with both is listed once). A grant puts
+ *               the key's member; a release or a forced release that
+ *               leaves the key free takes it out. A key whose holders
+ *               Redis expired (PX) stays until held_count() or a grant
+ *               prunes its held member (below) and takes the member
+ *               with it, or, when no held member backs it (a shared key,
+ *               or an older lockd released it), until list.lua meets it:
+ *               pruned lazily, a bounded number per call.
  *   P "held"    sorted set, one member per holder scored by its expiry
  *               (Redis's unix ms): the lock key's name for an exclusive
  *               holder, that name NUL the token digest for a shared one;
@@ -35,9 +38,10 @@
  * expired_fence (acquire): a shared holder reaped by the grant's script is
  * known with its record. An exclusive holder's hash Redis expired, but
  * its held member stays (past its score): the grant finds it by the lock
- * key's name and answers the key's fence counter's value, the fence of
- * the last grant. Unknown (0) when that member was pruned or the counter
- * went (the takeover came REDIS_BE_RETAIN_MS after the expiry), and for a
+ * key's name and answers the fence in the key's index member, the fence of
+ * the last grant (or of the key's own counter, if an older lockd or
+ * redlock wrote one). Unknown (0) when those members were pruned (the
+ * takeover came REDIS_BE_RETAIN_MS after the expiry), and for a
  * shared key whose every holder expired before any script saw them (their
  * members cannot be found by the key).
  *

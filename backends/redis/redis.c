@@ -26,10 +26,14 @@
  *   P "exp:{" K "}"     zset, SHARED: token digest -> expiry (Redis's unix
  *                       ms); every script reaps what passed, and it expires
  *                       with the last holder too
- *   P "fence:{" K "}"   integer, the key's last fence, shared by both modes:
- *                       set by every grant, with an expiry of the holders'
- *                       and REDIS_BE_RETAIN_MS more, deleted when the key is
- *                       freed (older lockd versions: no expiry; taken over)
+ *   P "fence:{" K "}"   integer, a fence of the key that an older lockd
+ *                       (without an expiry, or the holders' and
+ *                       REDIS_BE_RETAIN_MS more) or redlock's refence (a
+ *                       fence the servers agreed on) wrote: the next grant
+ *                       takes it into the max and deletes it, and a release
+ *                       that frees the key deletes one with an expiry. A
+ *                       grant writes none: its index member keeps the key's
+ *                       last fence (list.c)
  *   P "fence#" S        integer, S = 4 hex of the key's hash slot modulo
  *                       REDIS_BE_FENCE_SLOTS: at least every fence granted
  *                       to a key of that slot, kept for ever (cluster mode:
@@ -43,7 +47,9 @@
  *                       that found K held: such a waiter keeps no place
  *                       in the queue, so while it lives a release of K
  *                       (or its queue's last cancel) is published too
- *   P "index"           zset of the held keys K, score 0, for list()
+ *   P "index"           zset of the held keys, score 0, for list(): a
+ *                       member is K NUL its last fence (K alone: an older
+ *                       lockd's)
  *   P "held"            zset, one member per holder scored by its expiry,
  *                       for held_count() and takeovers (list.c says both);
  *                       both expire REDIS_BE_RETAIN_MS after the last holder

@@ -71,10 +71,10 @@
 #define REDIS_BE_STALE_BATCH 64
 /* list(): index entries looked at per call, at most */
 #define REDIS_BE_LIST_BUDGET(limit) (2 * (limit) + 16)
-/* how long a key's last fence, and the held and index members of an
- * expired holder, outlive it: a takeover in that time still reports the
- * fence it took over (holders.lua's retain); then nothing of the key is
- * left but its slot's fence counter (redis.c) */
+/* how long the held member of an expired holder, and its key's index
+ * member with the key's last fence, outlive it: a takeover in that time
+ * still reports the fence it took over (holders.lua's retain); then
+ * nothing of the key is left but its slot's fence counter (redis.c) */
 #define REDIS_BE_RETAIN_MS 60000
 /* the kind of a slot's fence counter: redis_key_name() names the counter
  * of the key's slot, not one of the key (redis.c) */
@@ -122,7 +122,7 @@ enum redis_script {
  */
 enum redis_acquire_arg {
     REDIS_BE_ACQ_LOCK,       /* KEYS: the lock hash */
-    REDIS_BE_ACQ_FENCE,      /* the key's fence counter (its last fence) */
+    REDIS_BE_ACQ_FENCE,      /* the key's own counter, if any: taken over */
     REDIS_BE_ACQ_QUEUE,      /* the queue of waiter ids */
     REDIS_BE_ACQ_DEADLINES,  /* waiter id -> deadline [" s " limit] */
     REDIS_BE_ACQ_EXP,        /* shared holders' expiries */
@@ -153,7 +153,7 @@ enum redis_renew_arg {
     REDIS_BE_REN_LOCK, /* KEYS */
     REDIS_BE_REN_EXP,
     REDIS_BE_REN_HELD,
-    REDIS_BE_REN_FENCE, /* the key's fence counter: stays with the holder */
+    REDIS_BE_REN_FENCE, /* the key's own counter: unused, left as it is */
     REDIS_BE_REN_INDEX, /* expires with the holders, as the held set */
     REDIS_BE_REN_NKEYS,
     REDIS_BE_REN_TOKEN = REDIS_BE_REN_NKEYS, /* ARGV */
@@ -169,7 +169,7 @@ enum redis_release_arg {
     REDIS_BE_REL_MWAIT, /* marked while a multi-key acquire waits */
     REDIS_BE_REL_INDEX,
     REDIS_BE_REL_HELD,
-    REDIS_BE_REL_FENCE, /* the key's fence counter: goes with the holders */
+    REDIS_BE_REL_FENCE, /* the key's own counter, if any: goes too */
     REDIS_BE_REL_NKEYS,
     REDIS_BE_REL_TOKEN = REDIS_BE_REL_NKEYS, /* ARGV */
     REDIS_BE_REL_ALL,                        /* "1": every hold */

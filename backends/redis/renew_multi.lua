@@ -1,6 +1,7 @@
 -- renew_multi: move the expiry of every key a token holds, or of none.
--- KEYS: three per lockd key, in the request's order: lock, exp, fence;
--- then the index and the held set.
+-- KEYS: three per lockd key, in the request's order: lock, exp, fence
+-- (unused: a renew leaves a key's counter, if any, to its expiry); then
+-- the index and the held set.
 -- ARGV by name, in the order lockd sends them.
 local token = ARGV[1]
 local ttl_ms = ARGV[2]
@@ -18,8 +19,8 @@ for i = 1, n do
 end
 local out = {1, 0, 0}
 for i = 1, n do
-  local r = renew_one(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], h,
-                      ttl_ms, false, now)
+  local r = renew_one(KEYS[3 * i - 2], KEYS[3 * i - 1], h, ttl_ms, false,
+                      now)
   if r[1] ~= 1 then
     return redis.error_reply('ERR lockd renew_multi: a holder went')
   end

@@ -68,6 +68,15 @@ def cluster_key_exists(cluster, key, kind="lock:"):
     return cluster.cmd(node, "EXISTS", name) == 1
 
 
+def cluster_index_members(cluster, key):
+    """The key's members of its tag's index on the master of its slot: the
+    key, NUL and its last fence (the key alone: an older lockd's)."""
+    k = key.encode()
+    node = cluster.master_of_slot(lock_slot(key))
+    return cluster.cmd(node, "ZRANGEBYLEX", "lockd:{%s}index" % lock_tag(key),
+                       b"[" + k, b"[" + k + b"\x00\xff")
+
+
 @harness.scenario("cluster: the contract through redis+cluster:// on two instances",
                   backends=R)
 def contract_basics(ctx):
@@ -135,9 +144,11 @@ def keys_spread(ctx):
         g = grant(c, k)
         node = cl.master_of_slot(lock_slot(k))
         masters.add(node)
-        check(cluster_key_exists(cl, k, "lock:") and cluster_key_exists(cl, k, "fence:"),
-              "lock %s: its lock and fence keys are not on the master of slot %d"
-              % (k, lock_slot(k)))
+        check(cluster_key_exists(cl, k, "lock:") and
+              cluster_index_members(cl, k) == [k.encode() + b"\x00%d" % g["fence"]],
+              "lock %s: its lock and its tag's index member (with its fence) are not on the "
+              "master of slot %d" % (k, lock_slot(k)))
+        check(not cluster_key_exists(cl, k, "fence:"), "lock %s: a counter of its own" % k)
         eq(release(c, k, g["token"]).status, 200, "release")
     eq(len(masters), 3, "masters that got keys (%r)" % sorted(masters))
 
@@ -356,12 +367,17 @@ def nothing_stays_for_ever(ctx):
             check(t != -1, "%r of %s is kept for ever" % (n, k))
             check(t <= 200 + 2 * 60000, "%r of %s stays %d ms" % (n, k, t))
         own = ("lockd:{%s}fence:{%s}" % (tag, k)).encode()
-        check((own in names) == (k in expired),
-              "%s: its own fence counter %s" % (k, "kept" if own in names else "gone"))
-    # a key's fence after its own counter went: still greater (its slot's)
+        check(own not in names, "%s: a fence counter of its own" % k)
+        # the expired holder's index member stays (with its held member,
+        # both with the tag's sets' expiry) for a takeover to tell its fence
+        eq(cluster_index_members(cl, k),
+           [k.encode() + b"\x00%d" % fences[k]] if k in expired else [],
+           "%s: its index members" % k)
+    # a key's fence after its index member went: still greater (its slot's)
     for k in released[:10] + expired[:10]:
         node = cl.master_of_slot(lock_slot(k))
-        cl.cmd(node, "DEL", "lockd:{%s}fence:{%s}" % (lock_tag(k), k))
+        cl.cmd(node, "ZREMRANGEBYLEX", "lockd:{%s}index" % lock_tag(k), "[" + k,
+               ("[" + k).encode() + b"\xff")
         g = grant(c, k, what="acquire again")
         check(g["fence"] > fences[k], "%s: fence %d after %d" % (k, g["fence"], fences[k]))
         eq(release(c, k, g["token"]).status, 200, "release")

@@ -476,7 +476,8 @@ def nothing_stays_for_ever(ctx):
     # key, the keyspace's own growth included (a counter kept per key, as
     # before, is some 80)
     check(waves[1][0] < 20 * 3000, "Redis grew %d B for 3000 released keys" % waves[1][0])
-    # expired: the key's counter stays the retention for a takeover to tell
+    # expired: no counter of its own; its index member, with its last
+    # fence, stays the retention (with its held member) for a takeover to tell
     keys = ["%s-e-%d" % (hint, i) for i in range(300)]
     fences = {}
     for k in keys:
@@ -485,11 +486,15 @@ def nothing_stays_for_ever(ctx):
         fences[k] = r.json["fence"]
     time.sleep(0.5)
     kept, _ = check_nothing_kept_for_ever(ctx, hint, keys, 200)
-    eq(kept, len(keys), "expired keys' own fence counters kept for the retention")
-    # without its own counter (the retention passed) a key's next fence is
-    # still greater: its slot's counter
+    eq(kept, 0, "expired keys' own fence counters")
+    for k in keys:
+        m = ctx.server.command("ZRANGEBYLEX", "lockd:index", "[" + k, ("[" + k).encode() + b"\x00\xff")
+        eq(m, [k.encode() + b"\x00%d" % fences[k]], "%r's index members" % k)
+    # without them (the retention passed) a key's next fence is still
+    # greater: its slot's counter
     for k in keys[:50]:
-        ctx.server.command("DEL", "lockd:fence:{%s}" % k)
+        ctx.server.command("ZREMRANGEBYLEX", "lockd:index", "[" + k, ("[" + k).encode() + b"\xff")
+        ctx.server.command("ZREM", "lockd:held", "lockd:lock:{%s}" % k)
         r = acquire(c, k, ttl_ms=5000)
         eq(r.status, 201, "acquire again %r" % k)
         check(r.json["fence"] > fences[k], "fence %d after %d" % (r.json["fence"], fences[k]))

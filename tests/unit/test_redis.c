@@ -1154,9 +1154,61 @@ static bool zhas(const char *fmt, const char *m)
     return in;
 }
 
+/* ZRANGEBYLEX of the index over key's members: its own, key NUL fence,
+ * and an older lockd's, the key alone. */
+static redisReply *index_members(const char *key)
+{
+    struct timeval tv = { 1, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", srv.port, tv);
+    redisReply *r = NULL;
+    char lo[LOCK_KEY_MAX + 2], hi[LOCK_KEY_MAX + 4];
+    size_t n = strlen(key);
+    const char *argv[4] = { "ZRANGEBYLEX", "lockd:index", lo, hi };
+    size_t lens[4] = { 11, 11, n + 1, n + 3 };
+
+    lo[0] = hi[0] = '[';
+    memcpy(lo + 1, key, n);
+    memcpy(hi + 1, key, n);
+    hi[n + 1] = '\0';
+    hi[n + 2] = (char)0xff;
+    if (c != NULL && c->err == 0)
+        r = redisCommandArgv(c, 4, argv, lens);
+    redisFree(c);
+    return r;
+}
+
+/* How many index members key has (-1: no answer). */
+static long long index_count(const char *key)
+{
+    redisReply *r = index_members(key);
+    long long n =
+        r != NULL && r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+
+    freeReplyObject(r);
+    return n;
+}
+
+/* The fence in key's own index member: 0 when it has none. */
+static uint64_t index_fence(const char *key)
+{
+    redisReply *r = index_members(key);
+    size_t n = strlen(key);
+    uint64_t f = 0;
+
+    for (size_t i = 0;
+         r != NULL && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        redisReply *m = r->element[i];
+        if (m->type == REDIS_REPLY_STRING && m->len > n + 1 &&
+            m->str[n] == '\0')
+            f = strtoull(m->str + n + 1, NULL, 10);
+    }
+    freeReplyObject(r);
+    return f;
+}
+
 static bool in_index(const char *key)
 {
-    return zhas("ZSCORE lockd:index %s", key);
+    return index_count(key) > 0;
 }
 
 static void test_list_leaves_out_expired_keys_and_prunes_them(void)
@@ -1183,14 +1235,52 @@ static void test_list_leaves_out_expired_keys_and_prunes_them(void)
     /* the shared key shows its live holder only */
     CHECK(out.n == 2 && out.entries[1].holder_count == 1 &&
           out.entries[1].mode == LOCK_SHARED && !out.entries[1].has_owner);
-    /* Redis expired le/a and le/d by themselves: list took them out */
-    CHECK(!in_index("le/a"));
+    /* Redis expired le/a and le/d by themselves: list took out le/d's;
+     * le/a's fenced member stays while its exclusive holder's held member
+     * does, for a takeover to tell the fence (the held set's prune takes
+     * both); an older lockd's member of a free key goes, and a fenced one
+     * that no held member backs (an older lockd released the key) */
+    CHECK(in_index("le/a"));
     CHECK(!in_index("le/d"));
+    freeReplyObject(raw("ZADD lockd:index 0 %s", "le/o"));
+    freeReplyObject(raw("EVAL %s 0", "return redis.call('ZADD', "
+                                     "'lockd:index', 0, 'le/f\\0' .. 7)"));
+    CHECK_EQ_INT(index_fence("le/f"), 7);
+    CHECK_EQ_INT(list_page(be_main, "le/", 3, NULL, 0, 10, &out), BACKEND_OK);
+    CHECK_EQ_INT(out.n, 2);
+    CHECK(!in_index("le/o"));
+    CHECK(!in_index("le/f"));
     CHECK(in_index("le/b"));
     CHECK_EQ_INT(rel(be_main, "le/b", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(rel(be_main, "le/c", TOK_A), BACKEND_OK);
     CHECK(!in_index("le/b"));
     CHECK(!in_index("le/c"));
+}
+
+/* A key an older lockd granted has a plain index member (the key alone)
+ * beside ours (key NUL fence) while both versions run: list shows it once,
+ * and a page that ends on it resumes past both. */
+static void test_list_shows_a_key_of_two_members_once(void)
+{
+    struct lock_grant g;
+    struct lock_list out;
+
+    CHECK_EQ_INT(acq(be_main, "l2/a", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be_main, "l2/b", TOK_A, 10000, &g), BACKEND_OK);
+    freeReplyObject(raw("ZADD lockd:index 0 %s", "l2/a"));
+    CHECK_EQ_INT(index_count("l2/a"), 2);
+    CHECK_EQ_INT(list_page(be_main, "l2/", 3, NULL, 0, 10, &out), BACKEND_OK);
+    CHECK_EQ_INT(out.n, 2);
+    CHECK(out.n == 2 && strcmp(out.entries[0].key, "l2/a") == 0 &&
+          strcmp(out.entries[1].key, "l2/b") == 0);
+    CHECK_EQ_INT(list_page(be_main, "l2/", 3, NULL, 0, 1, &out), BACKEND_OK);
+    CHECK(out.n == 1 && out.more && strcmp(out.entries[0].key, "l2/a") == 0);
+    CHECK_EQ_INT(list_page(be_main, "l2/", 3, "l2/a", 4, 1, &out), BACKEND_OK);
+    CHECK(out.n == 1 && strcmp(out.entries[0].key, "l2/b") == 0);
+    /* the release takes both members out in one call */
+    CHECK_EQ_INT(rel(be_main, "l2/a", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(index_count("l2/a"), 0);
+    CHECK_EQ_INT(rel(be_main, "l2/b", TOK_A), BACKEND_OK);
 }
 
 static void test_list_bytes_over_0x7f_and_prefix_of_0xff(void)
@@ -1298,14 +1388,16 @@ static void test_list_stops_at_its_budget_of_expired_keys(void)
     CHECK(out.more);
     CHECK(strcmp(out.resume, "lb/029") == 0);
     CHECK_EQ_INT(out.resume_len, 6);
-    CHECK(!in_index("lb/000") && !in_index("lb/029") && in_index("lb/030"));
+    CHECK(in_index("lb/000") && in_index("lb/029") && in_index("lb/030"));
     /* paging on reaches the live keys, each once */
     n = list_all(be_main, "lb/", 7, listed, 400, &pages, &shorts);
     CHECK_EQ_INT(n, 3);
-    CHECK_EQ_INT(shorts, 2); /* 70 expired keys left: 30, 30, then 10 + 3 */
+    /* the expired keys' fenced members stay (a takeover's witnesses,
+     * until the held set's prune): 30, 30, 30, then 10 + 3 */
+    CHECK_EQ_INT(shorts, 3);
     CHECK(n == 3 && strcmp(listed[0], "lb/z1") == 0 &&
           strcmp(listed[2], "lb/z3") == 0);
-    CHECK_EQ_INT(raw_int("ZLEXCOUNT lockd:index [lb/0 %s", "(lb/1"), 0);
+    CHECK_EQ_INT(raw_int("ZLEXCOUNT lockd:index [lb/0 %s", "(lb/1"), 100);
     for (int i = 1; i <= 3; i++) {
         snprintf(k, sizeof(k), "lb/z%d", i);
         CHECK_EQ_INT(rel(be_main, k, TOK_A), BACKEND_OK);
@@ -1397,7 +1489,8 @@ static void test_force_release_of_a_free_key_is_not_found(void)
                  BACKEND_NOT_FOUND);
     CHECK_EQ_INT(redis_backend.force_release(be_main, "fr/gone2", 8, &info),
                  BACKEND_NOT_FOUND);
-    CHECK(!in_index("fr/gone") && !in_index("fr/gone2"));
+    /* their fenced members stay: the witnesses of expired holders */
+    CHECK(in_index("fr/gone") && in_index("fr/gone2"));
 }
 
 static void test_force_release_wakes_a_waiter_on_another_instance(void)
@@ -1488,7 +1581,7 @@ static void test_held_count_counts_live_holders(void)
     CHECK_EQ_INT(raw_int("ZCARD %s", "hc:held"), 1);
     CHECK_EQ_INT(raw_int("ZCARD %s", "hc:index"), 1);
     CHECK(zhas("ZSCORE hc:held %s", "hc:lock:{x4}"));
-    CHECK(zhas("ZSCORE hc:index %s", "x4"));
+    CHECK_EQ_INT(raw_int("ZLEXCOUNT hc:index [x4 %s", "[x4\xff"), 1);
     CHECK(!zhas("ZSCORE hc:index %s", "old"));
     CHECK_EQ_INT(rel(be, "x4", TOK_A), BACKEND_OK);
     redis_backend.close(be);
@@ -1502,63 +1595,76 @@ static void test_held_count_counts_live_holders(void)
     redis_backend.close(be);
 }
 
-/* A key's own fence counter lives with its holders and goes with the last
- * (at its release, or REDIS_BE_RETAIN_MS after its expiry); the counter
- * of its slot keeps its fences increasing without it, and the counter an
- * older lockd kept for ever is taken into the max, then goes too. */
-static void test_fence_counter_goes_with_the_key(void)
+/* A grant writes no fence counter of its own: the counter of its slot
+ * keeps a key's fences increasing, and the key's last fence (what a
+ * takeover tells) is in its index member, which goes with the last holder;
+ * a counter an older lockd kept (for ever) is taken into the max and goes
+ * at the next grant. */
+static void test_fence_is_in_the_index_member(void)
 {
     struct lock_grant g, h;
     uint64_t last;
-    long long pttl;
 
     CHECK_EQ_INT(acq(be_main, "fc/a", TOK_A, 5000, &g), BACKEND_OK);
-    pttl = raw_int("PTTL lockd:fence:{%s}", "fc/a");
-    CHECK_MSG(pttl > 5000 && pttl <= 5000 + REDIS_BE_RETAIN_MS,
-              "the key's counter lives %lld ms", pttl);
-    CHECK_EQ_INT(ren(be_main, "fc/a", TOK_A, 20000, &h), BACKEND_OK);
-    pttl = raw_int("PTTL lockd:fence:{%s}", "fc/a");
-    CHECK_MSG(pttl > 19000 + REDIS_BE_RETAIN_MS,
-              "a renew left the key's counter %lld ms", pttl);
-    CHECK_EQ_INT(rel(be_main, "fc/a", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/a"), 0);
+    CHECK_EQ_INT(index_count("fc/a"), 1);
+    CHECK_EQ_INT(index_fence("fc/a"), g.fence);
+    CHECK_EQ_INT(ren(be_main, "fc/a", TOK_A, 20000, &h), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/a"), 0);
+    CHECK_EQ_INT(index_fence("fc/a"), g.fence);
+    CHECK_EQ_INT(rel(be_main, "fc/a", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(index_count("fc/a"), 0);
     last = g.fence;
     for (int i = 0; i < 3; i++) {
         CHECK_EQ_INT(acq(be_main, "fc/a", TOK_A, 5000, &g), BACKEND_OK);
         CHECK(g.fence > last);
+        CHECK_EQ_INT(index_fence("fc/a"), g.fence);
         last = g.fence;
         CHECK_EQ_INT(rel(be_main, "fc/a", TOK_A), BACKEND_OK);
-        CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/a"), 0);
+        CHECK_EQ_INT(index_count("fc/a"), 0);
     }
-    /* shared: it goes with the last holder */
+    /* shared: the fence of the grant that made it held, gone with the
+     * last holder */
     CHECK_EQ_INT(shr("fc/s", TOK_A, 0, NULL, &g), BACKEND_OK);
     CHECK_EQ_INT(shr("fc/s", TOK_B, 0, NULL, &h), BACKEND_OK);
     CHECK(h.fence > g.fence);
+    CHECK_EQ_INT(index_count("fc/s"), 1);
+    CHECK_EQ_INT(index_fence("fc/s"), g.fence);
     CHECK_EQ_INT(rel(be_main, "fc/s", TOK_A), BACKEND_OK);
-    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/s"), 1);
+    CHECK_EQ_INT(index_count("fc/s"), 1);
     CHECK_EQ_INT(rel(be_main, "fc/s", TOK_B), BACKEND_OK);
+    CHECK_EQ_INT(index_count("fc/s"), 0);
     CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/s"), 0);
-    /* an expired holder's counter, gone after the retention: the next
-     * grant's fence is still greater (the slot's counter), no takeover
-     * to tell */
+    /* an expired holder whose member went (the held set's prune, retain
+     * after its expiry): the next grant's fence is still greater (the
+     * slot's counter), no takeover to tell */
     CHECK_EQ_INT(acq(be_main, "fc/e", TOK_A, 40, &g), BACKEND_OK);
     check_sleep_ms(80);
-    CHECK_EQ_INT(raw_int("DEL lockd:fence:{%s}", "fc/e"), 1);
+    CHECK_EQ_INT(index_fence("fc/e"), g.fence);
+    freeReplyObject(raw("ZREMRANGEBYLEX lockd:index [fc/e %s", "[fc/e\xff"));
+    freeReplyObject(raw("ZREM lockd:held %s", "lockd:lock:{fc/e}"));
+    CHECK_EQ_INT(index_count("fc/e"), 0);
     CHECK_EQ_INT(acq(be_main, "fc/e", TOK_B, 5000, &h), BACKEND_OK);
     CHECK(h.fence > g.fence);
     CHECK_EQ_INT(h.expired_fence, 0);
     CHECK_EQ_INT(rel(be_main, "fc/e", TOK_B), BACKEND_OK);
-    /* an older lockd's counter: no expiry, ahead of the slot's */
+    /* an older lockd's counter: no expiry, ahead of the slot's; and its
+     * plain index member, replaced by the grant's */
     CHECK_EQ_INT(raw_int("DEL lockd:fence:{%s}", "fc/old"), 0);
     freeReplyObject(raw("SET lockd:fence:{%s} 4000000000000", "fc/old"));
+    freeReplyObject(raw("ZADD lockd:index 0 %s", "fc/old"));
+    freeReplyObject(raw("ZADD lockd:held 1 %s", "lockd:lock:{fc/old}"));
     CHECK_EQ_INT(acq(be_main, "fc/old", TOK_A, 5000, &g), BACKEND_OK);
     CHECK_EQ_INT(g.fence, 4000000000001ULL);
-    CHECK(raw_int("PTTL lockd:fence:{%s}", "fc/old") > 0);
-    CHECK_EQ_INT(rel(be_main, "fc/old", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(g.expired_fence, 4000000000000ULL); /* its holder expired */
     CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/old"), 0);
+    CHECK_EQ_INT(index_count("fc/old"), 1);
+    CHECK_EQ_INT(index_fence("fc/old"), g.fence);
+    CHECK_EQ_INT(rel(be_main, "fc/old", TOK_A), BACKEND_OK);
     CHECK_EQ_INT(acq(be_main, "fc/old", TOK_A, 5000, &h), BACKEND_OK);
     CHECK(h.fence > g.fence);
     CHECK_EQ_INT(rel(be_main, "fc/old", TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(index_count("fc/old"), 0);
 }
 
 /* A holder that an older lockd granted (its grant time in g, its key's
@@ -1612,7 +1718,7 @@ static void test_grants_prune_what_expired_long_ago(void)
     }
     CHECK(!zhas("ZSCORE lockd:held %s", "lockd:lock:{pr/old}"));
     CHECK(!zhas("ZSCORE lockd:index %s", "pr/old"));
-    CHECK(zhas("ZSCORE lockd:index %s", "pr/new"));
+    CHECK(in_index("pr/new"));
     pttl = raw_int("PTTL lockd:held%s", "");
     CHECK_MSG(pttl > 5000 && pttl <= 5000 + 2 * REDIS_BE_RETAIN_MS,
               "the held set lives %lld ms", pttl);
@@ -2092,10 +2198,8 @@ static void test_multi_grant_is_the_single_key_layout(void)
     CHECK(g.fences[0] > s.fence);
     CHECK_EQ_INT(g.ttl_ms, 5000);
     CHECK(g.expires_at_ms > clock_wall_ms() + 4000);
-    t1 = raw("GET %s", "lockd:fence:{ml1}");
-    CHECK(t1 != NULL && t1->type == REDIS_REPLY_STRING &&
-          strtoull(t1->str, NULL, 10) == g.fences[0]);
-    freeReplyObject(t1);
+    CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "ml1"), 0);
+    CHECK_EQ_INT(index_fence("ml1"), g.fences[0]);
     /* a single grant of the same token and owner writes the same fields */
     CHECK_EQ_INT(acq_full(be_main, "mlref", TOK_A, "pod-m", 5000, NULL, &ref),
                  BACKEND_OK);
@@ -2531,6 +2635,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_shared_holders_expire_one_by_one),
     CHECK_CASE(test_list_pages_every_held_key_once_in_order),
     CHECK_CASE(test_list_leaves_out_expired_keys_and_prunes_them),
+    CHECK_CASE(test_list_shows_a_key_of_two_members_once),
     CHECK_CASE(test_list_bytes_over_0x7f_and_prefix_of_0xff),
     CHECK_CASE(test_list_shared_key_sums_up_its_holders),
     CHECK_CASE(test_list_stops_at_its_budget_of_expired_keys),
@@ -2540,7 +2645,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_force_release_wakes_a_waiter_on_another_instance),
     CHECK_CASE(test_held_count_counts_live_holders),
     CHECK_CASE(test_takeover_tells_the_expired_fence),
-    CHECK_CASE(test_fence_counter_goes_with_the_key),
+    CHECK_CASE(test_fence_is_in_the_index_member),
     CHECK_CASE(test_release_keeps_an_older_lockds_counter),
     CHECK_CASE(test_grants_prune_what_expired_long_ago),
     CHECK_CASE(test_release_tells_when_the_hold_was_granted),
