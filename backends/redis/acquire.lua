@@ -186,7 +186,6 @@ if blocked then
   elseif hint > 200 then
     hint = 200
   end
-  if not cur[1] and not cur[2] then index_drop_plain(key) end
   return refused(hint, 1, ours)
 end
 

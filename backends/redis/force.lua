@@ -14,10 +14,7 @@ local now = clock()
 local out = look(lock_key, exp_key, now, 100)
 local cur = redis.call('HMGET', lock_key, 't', 'm')
 if cur[2] then reap(lock_key, exp_key, now) end
-if not out then
-  if redis.call('EXISTS', lock_key) == 0 then index_drop_plain(key) end
-  return {0}
-end
+if not out then return {0} end
 if cur[1] then
   held_drop(lock_key, false)
 else

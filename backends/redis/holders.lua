@@ -11,12 +11,12 @@
 -- unix ms); both keys expire with the holder that expires last. The grant
 -- time (Redis's unix ms) is a in the hash (g when an older lockd granted
 -- it: its key counter may have no expiry), or the record's 7th field.
--- Two keys for the whole prefix (redis.c): the index, a sorted set of the
--- held lockd keys (score 0, read in lex order by list; a member is the
--- key, NUL and the fence of the grant that made it held, or the key alone
--- when an older lockd granted it), and held, one member per holder scored
--- by its expiry: lock_key (exclusive) or lock_key NUL digest (shared). A
--- script that changes holders sets gk's
+-- Two structures for the whole prefix (redis.c): the index of the held
+-- lockd keys (read in key order by list; a member is the key, NUL and the
+-- fence of the grant that made it held; its buckets below), and held, a
+-- sorted set with one member per holder scored by its expiry: lock_key
+-- (exclusive) or lock_key NUL digest (shared). A script that changes
+-- holders sets gk's
 -- index and held to its KEYS naming them first; gk.expired collects the
 -- greatest fence of the holders reap() found expired. A function of the
 -- library finds gk as the last call left it: it sets every field first.
@@ -102,6 +102,117 @@ end
 local function rec_put(lock_key, d, r)
   redis.call('HSET', lock_key, 'h:' .. d, cmsgpack.pack(r))
 end
+-- The index is cut into buckets of at most ix_max members, each a sorted
+-- set (score 0) small enough for Redis's compact encoding, a listpack
+-- (zset-max-listpack-entries, 128 by default): a member costs its bytes
+-- and a few more, where one of a single large set costs a skip-list node
+-- and a dict entry besides (about 90 bytes more). A bucket is named by
+-- its hi, the least key past it: gk.index '#' hi holds the keys from the
+-- hi before it (or the first) to its own, listed in order in the
+-- directory gk.index '@' (score 0); gk.index itself holds the keys from
+-- the last hi on (all of them while the directory is empty). A key's
+-- members are in the bucket of the least hi > key: one read of the
+-- directory, O(log buckets), with the commands list already reads with.
+-- A key's members sort together, right after the key itself, for no key
+-- holds a control character. A bucket past ix_max gives its lower half
+-- to a new bucket named by the first key it keeps; one left with fewer
+-- than ix_min members goes into the next one when both fit with ix_min to
+-- spare, and an empty one goes. A member of a key longer than
+-- zset-max-listpack-value (64 bytes by default) makes its bucket a skip
+-- list (Redis never turns one back): correct, only bigger. Every bucket
+-- and the directory expire together with held.
+local ix_max = 120
+local ix_min = 16
+local ix_half = 60
+local function ix_dir()
+  return gk.index .. '@'
+end
+-- the bucket named by hi (false: gk.index, the last)
+local function ix_name(hi)
+  if hi then return gk.index .. '#' .. hi end
+  return gk.index
+end
+-- the hi of the bucket of key (false: the last), or of the bucket after
+-- hi's with '(' .. hi
+local function ix_hi_after(spec)
+  return redis.call('ZRANGEBYLEX', ix_dir(), spec, '+', 'LIMIT', 0, 1)[1]
+         or false
+end
+local function ix_hi(key)
+  return ix_hi_after('(' .. key)
+end
+-- byte order (Lua's < follows the locale Redis set for SORT)
+local function lex_lt(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+-- every bucket and the directory expire in ms: once a minute at most
+-- (held_put()), a call per bucket
+local function ix_expire(ms)
+  redis.call('PEXPIRE', gk.index, ms)
+  local his = redis.call('ZRANGE', ix_dir(), 0, -1)
+  for _, hi in ipairs(his) do redis.call('PEXPIRE', ix_name(hi), ms) end
+  if his[1] then redis.call('PEXPIRE', ix_dir(), ms) end
+end
+-- a bucket or the directory that was just made expires with from
+local function ix_expire_as(k, from)
+  local ms = redis.call('PTTL', from)
+  if ms > 0 then redis.call('PEXPIRE', k, ms) end
+end
+-- the key part of an index member
+local function ix_key(m)
+  local z = string.find(m, '\0', 1, true)
+  if z then return string.sub(m, 1, z - 1) end
+  return m
+end
+-- members ms into bucket b, in one call
+local function ix_add(b, ms)
+  local args = {}
+  for _, m in ipairs(ms) do
+    args[#args + 1] = 0
+    args[#args + 1] = m
+  end
+  redis.call('ZADD', b, unpack(args))
+end
+-- bucket b grew past ix_max: the keys before its middle one move to a new
+-- bucket named by that key
+local function ix_split(b)
+  local k = ix_key(redis.call('ZRANGE', b, ix_half, ix_half)[1])
+  local ms = redis.call('ZRANGEBYLEX', b, '-', '(' .. k)
+  if not ms[1] then return end
+  local nb = ix_name(k)
+  ix_add(nb, ms)
+  redis.call('ZREM', b, unpack(ms))
+  local d = ix_dir()
+  if redis.call('ZADD', d, 0, k) == 1 and redis.call('ZCARD', d) == 1 then
+    ix_expire_as(d, b)
+  end
+  ix_expire_as(nb, b)
+end
+-- members went from bucket b (named hi): an empty bucket goes, a small
+-- one joins the next when both fit with ix_min to spare (so that keys
+-- leaving in order gather in the buckets ahead). Looked at about
+-- every fourth time (check: the fence plus the key's last byte is a
+-- multiple of four, or the fence is not known): Redis drops an emptied
+-- set by itself, and a hi left in the directory meanwhile routes no key
+-- but to a bucket a grant makes again (or list drops it)
+local function ix_removed(b, hi, check)
+  if not hi or not check then return end
+  local n = redis.call('ZCARD', b)
+  if n >= ix_min then return end
+  if n > 0 then
+    local nb = ix_name(ix_hi_after('(' .. hi))
+    local nn = redis.call('ZCARD', nb)
+    if nn + n > ix_max - ix_min then return end
+    ix_add(nb, redis.call('ZRANGE', b, 0, -1))
+    if nn == 0 then ix_expire_as(nb, b) end
+    redis.call('DEL', b)
+  end
+  redis.call('ZREM', ix_dir(), hi)
+end
 -- a holder's member of the held set: d = its digest (shared) or false.
 -- The held set and the index stay retain ms beyond the last holder's
 -- expiry (each grant and renew moves that on, by retain more, so once a
@@ -116,7 +227,7 @@ local function held_put(lock_key, d, expires)
   local ms = expires - gk.now + retain
   if redis.call('PTTL', gk.held) < ms then
     redis.call('PEXPIRE', gk.held, ms + retain)
-    if gk.index then redis.call('PEXPIRE', gk.index, ms + retain) end
+    if gk.index then ix_expire(ms + retain) end
   end
 end
 local function held_drop(lock_key, d)
@@ -125,12 +236,11 @@ local function held_drop(lock_key, d)
   if d then m = lock_key .. '\0' .. d end
   redis.call('ZREM', gk.held, m)
 end
--- The index members of key (key = the lockd key): key NUL fence, and an
--- older lockd's key alone. No other key sorts between them: a key holds
--- no control character.
+-- The index members of key (key = the lockd key), key NUL fence (more
+-- than one when an earlier holder's stayed)
 local function index_members(key)
   if not gk.index then return {} end
-  return redis.call('ZRANGEBYLEX', gk.index, '[' .. key,
+  return redis.call('ZRANGEBYLEX', ix_name(ix_hi(key)), '[' .. key,
                     '[' .. key .. '\0\255')
 end
 -- the greatest fence in members ms (0: none)
@@ -146,30 +256,36 @@ local function index_fence(ms)
   return f
 end
 -- the key is held, its last grant's fence fs: one member, key NUL fs (ms:
--- its members before)
+-- its members before, when known)
 local function index_put(key, fs, ms)
   if not gk.index then return end
   local want = key .. '\0' .. fs
+  local b = ix_name(ix_hi(key))
   for _, m in ipairs(ms) do
-    if m ~= want then redis.call('ZREM', gk.index, m) end
+    if m ~= want then redis.call('ZREM', b, m) end
   end
-  redis.call('ZADD', gk.index, 0, want)
+  if redis.call('ZADD', b, 0, want) == 0 then return end
+  local n = redis.call('ZCARD', b)
+  if n == 1 then
+    ix_expire_as(b, gk.held)
+  elseif n > ix_max then
+    ix_split(b)
+  end
 end
 -- the key is free: its members go; fs, its fence when known, finds them
 -- in one call (a fence redlock wrote back is not the member's: then they
 -- are looked up)
 local function index_drop(key, fs)
   if not gk.index then return end
-  if fs and redis.call('ZREM', gk.index, key .. '\0' .. fs, key) > 0 then
-    return
+  local hi = ix_hi(key)
+  local b = ix_name(hi)
+  if not (fs and redis.call('ZREM', b, key .. '\0' .. fs) > 0) then
+    local ms = redis.call('ZRANGEBYLEX', b, '[' .. key,
+                          '[' .. key .. '\0\255')
+    if not ms[1] then return end
+    redis.call('ZREM', b, unpack(ms))
   end
-  local ms = index_members(key)
-  if ms[1] then redis.call('ZREM', gk.index, unpack(ms)) end
-end
--- nobody holds the key: an older lockd's member goes, a fenced one stays,
--- the witness of an expired holder, until the next grant or held_prune()
-local function index_drop_plain(key)
-  if gk.index then redis.call('ZREM', gk.index, key) end
+  ix_removed(b, hi, not fs or (tonumber(fs) + string.byte(key, -1)) % 4 == 0)
 end
 -- take out up to batch members of the held set whose holder expired over
 -- retain ms ago (a hash Redis expired, a shared holder nobody reaped), and

@@ -1,10 +1,13 @@
 /*
  * backends/redis/list.c - the Redis adapter's list() and held_count():
  * both read two prefix-wide keys the other scripts keep (redis.c):
- *   P "index"   sorted set, score 0, member = a held lockd key (raw
- *               bytes), NUL and the fence of the grant that made it held
- *               (lockd before 2026-12-07: the key alone; both forms are
- *               read, and a key with both is listed once). A grant puts
+ *   P "keys"    the index: members = a held lockd key (raw bytes), NUL
+ *               and the fence of the grant that made it held, score 0,
+ *               in buckets of at most 120 (P "keys#" hi for each hi in
+ *               the directory P "keys@", and P "keys", holders.lua), each a
+ *               compact listpack (an older lockd kept them all in one
+ *               sorted set, P "index", not read now: README, *How it is
+ *               stored*). A grant puts
  *               the key's member; a release or a forced release that
  *               leaves the key free takes it out. A key whose holders
  *               Redis expired (PX) stays until held_count() or a grant
@@ -18,8 +21,9 @@
  *               renew moves the score, release and reaping take it out.
  *
  * list: one script (list.lua) reads the index with ZRANGEBYLEX from the
- * page's start to the end of the prefix's range, at most
- * REDIS_BE_LIST_BUDGET(limit) entries, and sums up each key as inspect
+ * page's start to the end of the prefix's range, bucket after bucket, at
+ * most REDIS_BE_LIST_BUDGET(limit) entries (a bucket that gives none
+ * costs one), and sums up each key as inspect
  * does (read only; a shared key costs one read of its live holders). It
  * stops at limit live keys, or at the budget with more set and resume at
  * the last entry looked at: expired keys cost the budget, never the page

@@ -1,8 +1,8 @@
 -- list: the held keys of a lex range of the index, in key order.
 -- KEYS and ARGV by name, in the order lockd sends them.
-local index_key = KEYS[1]
--- the held set, named as the index is (the prefix's 'held' for 'index')
-local held_key = string.sub(index_key, 1, -6) .. 'held'
+gk.index = KEYS[1]
+-- the held set, named as the index is (the prefix's 'held' for 'keys')
+local held_key = string.sub(gk.index, 1, -5) .. 'held'
 local prefix = ARGV[1]
 local min = ARGV[2]
 local max = ARGV[3]
@@ -10,45 +10,86 @@ local limit = tonumber(ARGV[4])
 local budget = tonumber(ARGV[5])
 local now = clock()
 -- the lock keys are not in KEYS: the index names them (redis.c). A
--- member is the key, NUL and its last fence, or the key alone (an older
--- lockd's); a key may have both, one after the other. After a cursor
--- (min '(' key) the key's own fenced member comes first: skipped.
-local members = redis.call('ZRANGEBYLEX', index_key, min, max, 'LIMIT', 0,
-                           budget)
+-- member is the key, NUL and its last fence; a key may have more than
+-- one (an earlier holder's stayed), one after the other, in one bucket.
+-- The page reads the bucket its start falls in, then the next ones (the
+-- directory in order) while the range and the budget last: at most
+-- budget members and buckets in all (a bucket that gives none costs one),
+-- and one read of the directory per bucket.
+local hi
+if min == '-' then
+  hi = ix_hi_after('-')
+else
+  hi = ix_hi(string.sub(min, 2))
+end
+-- whether the buckets after hi's may hold keys of the range
+local function more_after(h)
+  return h and (max == '+' or lex_lt(h, string.sub(max, 2)))
+end
 local out = {1, 0, false, now}
-local n = 0
+local n, left = 0, budget
 local seen = false
 if string.sub(min, 1, 1) == '(' then seen = string.sub(min, 2) end
-for i, m in ipairs(members) do
-  local z = string.find(m, '\0', 1, true)
-  local k = m
-  if z then k = string.sub(m, 1, z - 1) end
-  out[3] = k
-  local s = false
-  local lock_key = prefix .. 'lock:{' .. k .. '}'
-  if k ~= seen then
-    seen = k
-    s = look(lock_key, prefix .. 'exp:{' .. k .. '}', now, 0)
-  end
-  if s then
-    n = n + 1
-    out[#out + 1] = k
-    out[#out + 1] = s[2]
-    out[#out + 1] = s[5]
-    out[#out + 1] = s[6]
-    out[#out + 1] = s[4]
-    out[#out + 1] = s[2] == 0 and s[11] or false
-    if n == limit then
-      if i < #members or #members == budget then out[2] = 1 end
-      return out
+-- the least key of the bucket read (false: the page's first, which may
+-- start before the page)
+local from = false
+while true do
+  local b = ix_name(hi)
+  local members = redis.call('ZRANGEBYLEX', b, min, max, 'LIMIT', 0, left)
+  left = left - #members
+  if not members[1] then
+    -- a bucket with nothing in the range costs the budget one: a page may
+    -- end on it and resume from its start, where no key is (its first
+    -- key, if any, is past the range or after the page). A hi left in the
+    -- directory once its bucket went (ix_removed()) is dropped here
+    left = left - 1
+    if from then out[3] = from end
+    if hi and redis.call('EXISTS', b) == 0 then
+      redis.call('ZREM', ix_dir(), hi)
     end
-  elseif redis.call('EXISTS', lock_key) == 0 and
-         (not z or not redis.call('ZSCORE', held_key, lock_key)) then
-    -- expired by Redis's PX, so no script took it out. A fenced member
-    -- whose exclusive holder left its held member stays, for a takeover
-    -- to tell the fence, until the held set's prune or the next grant
-    redis.call('ZREM', index_key, m)
   end
+  local gone = {}
+  for i, m in ipairs(members) do
+    local k = ix_key(m)
+    out[3] = k
+    local s = false
+    local lock_key = prefix .. 'lock:{' .. k .. '}'
+    if k ~= seen then
+      seen = k
+      s = look(lock_key, prefix .. 'exp:{' .. k .. '}', now, 0)
+    end
+    if s then
+      n = n + 1
+      out[#out + 1] = k
+      out[#out + 1] = s[2]
+      out[#out + 1] = s[5]
+      out[#out + 1] = s[6]
+      out[#out + 1] = s[4]
+      out[#out + 1] = s[2] == 0 and s[11] or false
+      if n == limit then
+        if i < #members or left == 0 or more_after(hi) then out[2] = 1 end
+        break
+      end
+    elseif redis.call('EXISTS', lock_key) == 0 and
+           not redis.call('ZSCORE', held_key, lock_key) then
+      -- expired by Redis's PX, so no script took it out. A member whose
+      -- exclusive holder left its held member stays, for a takeover to
+      -- tell the fence, until the held set's prune or the next grant
+      gone[#gone + 1] = m
+    end
+  end
+  if gone[1] then
+    redis.call('ZREM', b, unpack(gone))
+    if hi and redis.call('EXISTS', b) == 0 then
+      redis.call('ZREM', ix_dir(), hi)
+    end
+  end
+  if n == limit then return out end
+  if left == 0 then
+    out[2] = 1
+    return out
+  end
+  if not more_after(hi) then return out end
+  from = hi
+  hi = ix_hi_after('(' .. hi)
 end
-if #members == budget then out[2] = 1 end
-return out

@@ -47,9 +47,13 @@
  *                       that found K held: such a waiter keeps no place
  *                       in the queue, so while it lives a release of K
  *                       (or its queue's last cancel) is published too
- *   P "index"           zset of the held keys, score 0, for list(): a
- *                       member is K NUL its last fence (K alone: an older
- *                       lockd's)
+ *   P "keys"            the index of the held keys, for list(): zsets of
+ *                       at most 120 members (a listpack each), score 0, a
+ *                       member K NUL its last fence: P "keys#" hi for each
+ *                       hi (the first key past the bucket) in the
+ *                       directory P "keys@", and P "keys", the last
+ *                       (holders.lua; an older lockd kept one zset,
+ *                       P "index")
  *   P "held"            zset, one member per holder scored by its expiry,
  *                       for held_count() and takeovers (list.c says both);
  *                       both expire REDIS_BE_RETAIN_MS after the last holder

@@ -84,7 +84,7 @@
  * that they soon all exist, so the distinct keys locked add nothing */
 #define REDIS_BE_FENCE_SLOTS 1024
 /* the prefix-wide keys, after the prefix (redis.c) */
-#define REDIS_BE_INDEX "index"
+#define REDIS_BE_INDEX "keys"
 #define REDIS_BE_HELD  "held"
 /* prefix + "fence:{" + key + "}", the longest kind (with "mwait:"), and
  * in cluster mode "{" + 16 hex + "}" after the prefix */

@@ -68,13 +68,23 @@ def cluster_key_exists(cluster, key, kind="lock:"):
     return cluster.cmd(node, "EXISTS", name) == 1
 
 
-def cluster_index_members(cluster, key):
-    """The key's members of its tag's index on the master of its slot: the
-    key, NUL and its last fence (the key alone: an older lockd's)."""
+def cluster_index_bucket(cluster, key):
+    """(node, the bucket of its tag's index that holds key's members): the
+    one named by the least key > key in its directory (the key past the
+    bucket), or the index itself, the last (backends/redis/holders.lua)."""
     k = key.encode()
     node = cluster.master_of_slot(lock_slot(key))
-    return cluster.cmd(node, "ZRANGEBYLEX", "lockd:{%s}index" % lock_tag(key),
-                       b"[" + k, b"[" + k + b"\x00\xff")
+    ix = ("lockd:{%s}keys" % lock_tag(key)).encode()
+    hi = cluster.cmd(node, "ZRANGEBYLEX", ix + b"@", b"(" + k, b"+", "LIMIT", "0", "1")
+    return node, (ix + b"#" + hi[0] if hi else ix)
+
+
+def cluster_index_members(cluster, key):
+    """The key's members of its tag's index on the master of its slot: the
+    key, NUL and its last fence."""
+    k = key.encode()
+    node, bucket = cluster_index_bucket(cluster, key)
+    return cluster.cmd(node, "ZRANGEBYLEX", bucket, b"[" + k, b"[" + k + b"\x00\xff")
 
 
 @harness.scenario("cluster: the contract through redis+cluster:// on two instances",
@@ -375,9 +385,8 @@ def nothing_stays_for_ever(ctx):
            "%s: its index members" % k)
     # a key's fence after its index member went: still greater (its slot's)
     for k in released[:10] + expired[:10]:
-        node = cl.master_of_slot(lock_slot(k))
-        cl.cmd(node, "ZREMRANGEBYLEX", "lockd:{%s}index" % lock_tag(k), "[" + k,
-               ("[" + k).encode() + b"\xff")
+        node, bucket = cluster_index_bucket(cl, k)
+        cl.cmd(node, "ZREMRANGEBYLEX", bucket, "[" + k, ("[" + k).encode() + b"\xff")
         g = grant(c, k, what="acquire again")
         check(g["fence"] > fences[k], "%s: fence %d after %d" % (k, g["fence"], fences[k]))
         eq(release(c, k, g["token"]).status, 200, "release")

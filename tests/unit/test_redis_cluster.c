@@ -107,9 +107,15 @@ static void test_every_key_of_a_lock_shares_its_slot(void)
         /* the per-tag index and held set: the first key's slot */
         redis_arg_key(&be, &a, 0, "lock:", keys[k], kl);
         redis_arg_global(&be, &a, 1, REDIS_BE_INDEX);
-        snprintf(want, sizeof(want), "lockd:{%s}index", h);
+        snprintf(want, sizeof(want), "lockd:{%s}keys", h);
         CHECK(a.len[1] == strlen(want) && memcmp(a.v[1], want, a.len[1]) == 0);
         CHECK_EQ_INT(redis_cluster_keyslot(a.v[1], a.len[1]), slot);
+        /* its directory and buckets (holders.lua): the name, then "@", or
+         * "#" and a key, whatever braces the key holds */
+        snprintf(want, sizeof(want), "lockd:{%s}keys@", h);
+        CHECK_EQ_INT(redis_cluster_keyslot(want, strlen(want)), slot);
+        snprintf(want, sizeof(want), "lockd:{%s}keys#%s", h, keys[k]);
+        CHECK_EQ_INT(redis_cluster_keyslot(want, strlen(want)), slot);
     }
 }
 
