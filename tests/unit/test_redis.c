@@ -1415,6 +1415,26 @@ static void test_list_walks_past_names_of_gone_buckets(void)
         snprintf(k, sizeof(k), "k/%03d", (i * 37) % 300);
         CHECK_EQ_INT(acq(be, k, TOK_A, 10000, &g), BACKEND_OK);
     }
+    /* the buckets outlive their keys: with a minute left or less (here
+     * 300 ms), the next grant gives every bucket and the directory ten
+     * minutes more than its holder needs */
+    CHECK_EQ_INT(
+        raw_int("EVAL %s 0",
+                "for _, hi in ipairs(redis.call('ZRANGE', 'dl:keys@', 0, "
+                "-1)) do redis.call('PEXPIRE', 'dl:keys#' .. hi, 300) end "
+                "redis.call('PEXPIRE', 'dl:keys@', 300) "
+                "redis.call('PEXPIRE', 'dl:held', 300) return 1"),
+        1);
+    CHECK_EQ_INT(acq(be, "k/~", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(
+        raw_int("EVAL %s 0",
+                "local low = 0 for _, hi in ipairs(redis.call('ZRANGE',"
+                " 'dl:keys@', 0, -1)) do if redis.call('PTTL', "
+                "'dl:keys#' .. hi) < 600000 then low = low + 1 end "
+                "end return low"),
+        0);
+    CHECK(raw_int("PTTL dl:keys@%s", "") > 600000);
+    CHECK_EQ_INT(rel(be, "k/~", TOK_A), BACKEND_OK);
     /* the keys of the second bucket, [a, b) (the directory names the
      * buckets by their ends), all go; then 40 names between a and b,
      * which route no key */
