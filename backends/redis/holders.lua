@@ -153,7 +153,8 @@ end
 -- bucket at once; the others, a call each, expire with the directory, so
 -- only when it has less than ms left, and then for ix_ahead more: a walk
 -- every ten minutes at most (Redis's time: 46 ms at 1 M keys held, 16.7 k
--- buckets, so about 5 ms at 100 k). A bucket made since copies the directory's expiry.
+-- buckets, so about 5 ms at 100 k). A bucket made since copies the
+-- directory's expiry.
 local ix_ahead = 10 * retain
 local function ix_expire(ms)
   redis.call('PEXPIRE', gk.index, ms)
