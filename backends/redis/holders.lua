@@ -123,7 +123,7 @@ end
 -- bucket expires with held, the others with the directory (ix_expire()).
 local ix_max = 120
 local ix_min = 16
-local ix_half = 60
+local ix_half = ix_max / 2
 local function ix_dir()
   return gk.index .. '@'
 end
@@ -171,7 +171,8 @@ local function ix_expire_as(k, from)
   local ms = redis.call('PTTL', from)
   if ms > 0 then redis.call('PEXPIRE', k, ms) end
 end
--- the key part of an index member
+-- the part of a member before its NUL: an index member's key, a held
+-- member's lock key
 local function ix_key(m)
   local z = string.find(m, '\0', 1, true)
   if z then return string.sub(m, 1, z - 1) end
@@ -185,6 +186,11 @@ local function ix_add(b, ms)
     args[#args + 1] = m
   end
   redis.call('ZADD', b, unpack(args))
+end
+-- key's members in bucket b, key NUL fence (more than one when an earlier
+-- holder's stayed)
+local function ix_members(b, key)
+  return redis.call('ZRANGEBYLEX', b, '[' .. key, '[' .. key .. '\0\255')
 end
 -- bucket b grew past ix_max: the keys before its middle one move to a new
 -- bucket named by that key
@@ -200,6 +206,13 @@ local function ix_split(b)
     ix_expire_as(d, b)
   end
   ix_expire_as(nb, d)
+end
+-- bucket b (named hi) may have gone (Redis drops an emptied set): its
+-- name goes from the directory then
+local function ix_gone(b, hi)
+  if hi and redis.call('EXISTS', b) == 0 then
+    redis.call('ZREM', ix_dir(), hi)
+  end
 end
 -- members went from bucket b (named hi): an empty bucket goes, a small
 -- one joins the next when both fit with ix_min to spare (so that keys
@@ -245,12 +258,10 @@ local function held_drop(lock_key, d)
   if d then m = lock_key .. '\0' .. d end
   redis.call('ZREM', gk.held, m)
 end
--- The index members of key (key = the lockd key), key NUL fence (more
--- than one when an earlier holder's stayed)
+-- The index members of key (key = the lockd key), in its bucket
 local function index_members(key)
   if not gk.index then return {} end
-  return redis.call('ZRANGEBYLEX', ix_name(ix_hi(key)), '[' .. key,
-                    '[' .. key .. '\0\255')
+  return ix_members(ix_name(ix_hi(key)), key)
 end
 -- the greatest fence in members ms (0: none)
 local function index_fence(ms)
@@ -290,8 +301,7 @@ local function index_drop(key, fs)
   local hi = ix_hi(key)
   local b = ix_name(hi)
   if not (fs and redis.call('ZREM', b, key .. '\0' .. fs) > 0) then
-    local ms = redis.call('ZRANGEBYLEX', b, '[' .. key,
-                          '[' .. key .. '\0\255')
+    local ms = ix_members(b, key)
     if not ms[1] then return end
     redis.call('ZREM', b, unpack(ms))
   end
@@ -309,9 +319,7 @@ local function held_prune(batch, cut)
                          'LIMIT', 0, batch)
   for _, m in ipairs(old) do
     redis.call('ZREM', gk.held, m)
-    local z = string.find(m, '\0', 1, true)
-    local lock_key = m
-    if z then lock_key = string.sub(m, 1, z - 1) end
+    local lock_key = ix_key(m)
     if gk.index and redis.call('EXISTS', lock_key) == 0 then
       index_drop(string.sub(lock_key, cut + 1, -2))
     end

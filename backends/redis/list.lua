@@ -44,9 +44,7 @@ while true do
     -- directory once its bucket went (ix_removed()) is dropped here
     left = left - 1
     if from then out[3] = from end
-    if hi and redis.call('EXISTS', b) == 0 then
-      redis.call('ZREM', ix_dir(), hi)
-    end
+    ix_gone(b, hi)
   end
   local gone = {}
   for i, m in ipairs(members) do
@@ -80,9 +78,7 @@ while true do
   end
   if gone[1] then
     redis.call('ZREM', b, unpack(gone))
-    if hi and redis.call('EXISTS', b) == 0 then
-      redis.call('ZREM', ix_dir(), hi)
-    end
+    ix_gone(b, hi)
   end
   if n == limit then return out end
   if left == 0 then
