@@ -394,7 +394,8 @@ static void put_locks(struct buf *b, int64_t held)
     if (held >= 0)
         bprintf(b,
                 "# HELP lockd_locks_held Lock holders in the store (a key "
-                "held shared counts each holder; on ZooKeeper as of the "
+                "held shared counts each holder; on Redis until the second "
+                "in which the TTL ends has passed; on ZooKeeper as of the "
                 "last sweep pass).\n"
                 "# TYPE lockd_locks_held gauge\nlockd_locks_held %lld\n",
                 (long long)held);

@@ -6,7 +6,7 @@ local queue_key = KEYS[3]
 local deadlines_key = KEYS[4]
 local exp_key = KEYS[5]
 gk.index = KEYS[6]
-gk.held = KEYS[7]
+gk.counts = KEYS[7]
 local mwait_key = KEYS[8]
 local slot_key = KEYS[9]
 local token = ARGV[1]
@@ -202,14 +202,12 @@ if not f then
   return redis.error_reply('ERR lockd fence counter exhausted')
 end
 fence_clear(fence_key, p)
-local ms = expired_excl(lock_key, p, key)
-held_prune_some(f, #lock_key - #key - 1)
 local fs = string.format('%.0f', f)
 local ttl = tonumber(ttl_ms)
--- the grant that makes the key held writes its member (one a member
--- held_prune_some() took out meanwhile is ZREMed again: a no-op); a
--- shared holder joining others leaves it
-if not cur[2] then index_put(key, fs, ms) end
+-- the grant that makes the key held writes its member (after a takeover
+-- in place of the expired holder's); a shared holder joining others
+-- leaves it
+if not cur[2] then index_put(key, fs, expired_free(p, key)) end
 if not shared then
   if has_owner == '1' then
     redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
@@ -220,8 +218,9 @@ if not shared then
   if ih then
     redis.call('HSET', lock_key, 'x', seal(token), 'i:' .. ih, h)
   end
-  redis.call('PEXPIRE', lock_key, ttl_ms)
-  held_put(lock_key, false, now + ttl)
+  excl_expire(lock_key, ttl)
+  held_put(now + ttl)
+  held_prune_some(f, key)
   return {1, f, ttl, now + ttl, 0, 0, 1, 0, gk.expired}
 end
 if not cur[2] then redis.call('HSET', lock_key, 'm', 's', 'l', limit) end
@@ -229,6 +228,7 @@ rec_put(lock_key, h, {f, ttl, 1, has_owner == '1' and owner,
                       ih, ih and seal(token), now})
 if ih then redis.call('HSET', lock_key, 'i:' .. ih, h) end
 redis.call('ZADD', exp_key, now + ttl, h)
-held_put(lock_key, h, now + ttl)
+held_put(now + ttl)
 settle(lock_key, exp_key)
+held_prune_some(f, key)
 return {1, f, ttl, now + ttl, 1, nlimit, 1, 0, gk.expired}

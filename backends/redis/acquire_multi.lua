@@ -1,6 +1,6 @@
 -- acquire_multi: n keys EXCLUSIVE under one token, all of them or none.
 -- KEYS: seven per lockd key, in the request's order (rk() names them),
--- then the index and the held set.
+-- then the index and the holders' counts.
 -- ARGV by name, in the order lockd sends them; the n lockd keys (for
 -- PUBLISH) come before the not-after time.
 local token = ARGV[1]
@@ -12,7 +12,7 @@ local mark_ms = tonumber(ARGV[6])
 local floor = ARGV[7] == '1'
 local n = (#KEYS - 2) / 7
 gk.index = KEYS[#KEYS - 1]
-gk.held = KEYS[#KEYS]
+gk.counts = KEYS[#KEYS]
 local not_after = ARGV[8 + n]
 local now = clock()
 if now > tonumber(not_after) then return {-2} end
@@ -89,19 +89,19 @@ for i = 1, n do
     if now + left < out[3] then out[3] = now + left end
   else
     fence_clear(rk(i, 2), before[i])
-    local ms = expired_excl(lock_key, before[i], ARGV[7 + i])
+    local ms = expired_free(before[i], ARGV[7 + i])
     local f = fences[i]
     local fs = string.format('%.0f', f)
-    held_prune_some(f, #lock_key - #ARGV[7 + i] - 1)
     if has_owner then
       redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
                  'a', now)
     else
       redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'a', now)
     end
-    redis.call('PEXPIRE', lock_key, ttl_ms)
-    held_put(lock_key, false, now + ttl)
+    excl_expire(lock_key, ttl)
+    held_put(now + ttl)
     index_put(ARGV[7 + i], fs, ms)
+    held_prune_some(f, ARGV[7 + i])
     out[3 + i] = f
   end
 end

@@ -2,11 +2,11 @@
  * backends/redis/clusterdir.c - the prefix-wide keys on a Redis Cluster:
  * the directory GET /locks and the held metric read.
  *
- * On one Redis the index of held keys and the held set are two keys every
- * script updates in the same atomic step (list.c). On a cluster a script
- * touches one slot only, so the scripts keep those two sets per tag, next
- * to the lock (harmless, and what a takeover's expired fence reads), and
- * lockd keeps a directory in one slot (tag "dir") with plain commands
+ * On one Redis the index of held keys and the holders' counts are two keys
+ * every script updates in the same atomic step (list.c). On a cluster a
+ * script touches one slot only, so the scripts keep those two per tag,
+ * next to the lock (harmless, and what a takeover's expired fence reads),
+ * and lockd keeps a directory in one slot (tag "dir") with plain commands
  * after each script that reached Redis:
  *   P{dir}index  sorted set, score 0, member = a lockd key that was held
  *   P{dir}held   sorted set, member = key NUL hash(token), score = the

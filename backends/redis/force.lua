@@ -5,7 +5,7 @@ local exp_key = KEYS[2]
 local queue_key = KEYS[3]
 local mwait_key = KEYS[4]
 gk.index = KEYS[5]
-gk.held = KEYS[6]
+gk.counts = KEYS[6]
 local fence_key = KEYS[7]
 local channel = ARGV[1]
 local key = ARGV[2]
@@ -16,11 +16,10 @@ local cur = redis.call('HMGET', lock_key, 't', 'm')
 if cur[2] then reap(lock_key, exp_key, now) end
 if not out then return {0} end
 if cur[1] then
-  held_drop(lock_key, false)
+  held_drop(excl_expiry(lock_key))
 else
-  for _, d in ipairs(redis.call('ZRANGE', exp_key, 0, -1)) do
-    held_drop(lock_key, d)
-  end
+  local es = redis.call('ZRANGE', exp_key, 0, -1, 'WITHSCORES')
+  for i = 2, #es, 2 do held_drop(tonumber(es[i])) end
 end
 -- the next grant's fence is greater: its slot's counter stays
 redis.call('DEL', lock_key, exp_key)

@@ -5,7 +5,7 @@
 -- A key held EXCLUSIVE is one hash: t = sha1hex(token), f = fence,
 -- ttl = last TTL, [o = owner], [n = holds when > 1], [x = sealed token and
 -- 'i:' .. sha1hex(idem) = t when granted with an Idempotency-Key], with a
--- PX expiry. A key held SHARED is the same hash with m = 's', l = limit
+-- PEXPIREAT expiry (excl_expire()). A key held SHARED is the same hash with m = 's', l = limit
 -- ('0': none), 'h:' .. digest = a holder's record and 'i:' .. sha1hex(idem)
 -- = that holder's digest, beside a sorted set digest -> expiry (Redis's
 -- unix ms); both keys expire with the holder that expires last. The grant
@@ -13,14 +13,13 @@
 -- it: its key counter may have no expiry), or the record's 7th field.
 -- Two structures for the whole prefix (redis.c): the index of the held
 -- lockd keys (read in key order by list; a member is the key, NUL and the
--- fence of the grant that made it held; its buckets below), and held, a
--- sorted set with one member per holder scored by its expiry: lock_key
--- (exclusive) or lock_key NUL digest (shared). A script that changes
--- holders sets gk's
--- index and held to its KEYS naming them first; gk.expired collects the
--- greatest fence of the holders reap() found expired. A function of the
--- library finds gk as the last call left it: it sets every field first.
-local gk = {index = false, held = false, expired = 0, now = 0}
+-- fence of the grant that made it held; its buckets below), and counts,
+-- the holders counted by the second they expire in (held_put()). A script
+-- that changes holders sets gk's index and counts to its KEYS naming them
+-- first; gk.expired collects the greatest fence of the holders reap()
+-- found expired. A function of the library finds gk as the last call left
+-- it: it sets every field first.
+local gk = {index = false, counts = false, expired = 0, now = 0}
 local function clock()
   local t = redis.call('TIME')
   gk.now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -120,7 +119,7 @@ end
 -- spare, and an empty one goes. A member of a key longer than
 -- zset-max-listpack-value (64 bytes by default) makes its bucket a skip
 -- list (Redis never turns one back): correct, only bigger. The last
--- bucket expires with held, the others with the directory (ix_expire()).
+-- bucket expires with counts, the others with the directory (ix_expire()).
 local ix_max = 120
 local ix_min = 16
 local ix_half = ix_max / 2
@@ -171,8 +170,7 @@ local function ix_expire_as(k, from)
   local ms = redis.call('PTTL', from)
   if ms > 0 then redis.call('PEXPIRE', k, ms) end
 end
--- the part of a member before its NUL: an index member's key, a held
--- member's lock key
+-- the part of an index member before its NUL: the key
 local function ix_key(m)
   local z = string.find(m, '\0', 1, true)
   if z then return string.sub(m, 1, z - 1) end
@@ -235,28 +233,61 @@ local function ix_removed(b, hi, check)
   end
   redis.call('ZREM', ix_dir(), hi)
 end
--- a holder's member of the held set: d = its digest (shared) or false.
--- The held set and the index stay retain ms beyond the last holder's
--- expiry (each grant and renew moves that on, by retain more, so once a
--- minute at most) and then go: on a cluster they are per slot tag, next
--- to the lock, and no other script of that tag might come to take out
--- what is left (scripts clock() first)
-local function held_put(lock_key, d, expires)
-  if not gk.held then return end
-  local m = lock_key
-  if d then m = lock_key .. '\0' .. d end
-  redis.call('ZADD', gk.held, expires, m)
+-- The holders are counted by the second their TTL passes in: gk.counts is
+-- a hash, field = that second (the expiry in Redis's unix ms, divided by
+-- 1000 and rounded up), value = how many holders expire in it. The count
+-- is the sum of the seconds still ahead (count.lua): a holder counts
+-- until the second it expires in has passed, at most a second past its
+-- expiry, and an expiry by Redis's clock needs no call. A grant adds one
+-- to its second, a renew moves one from the holder's second before
+-- (exclusive: excl_expiry(); shared: its score) to the new one, a release
+-- or reap takes one from a second still ahead. Seconds passed are
+-- dropped a few at a time (held_prune()). The hash and the index stay
+-- retain ms beyond the last holder's expiry (each grant and renew moves
+-- that on, by retain more, so once a minute at most) and then go: on a
+-- cluster they are per slot tag, next to the lock, and no other script of
+-- that tag might come to take out what is left (scripts clock() first)
+local function held_sec(expires)
+  return math.ceil(expires / 1000)
+end
+-- one holder less in the second of expires (a time, or nil or 0:
+-- unknown) while that second is ahead of gk.now (a second passed may be
+-- gone: it is not counted); a second left with none goes, and the hash
+-- with its last one (a cluster's tag, the one key it had released)
+local function held_drop(expires)
+  if not gk.counts or not expires or expires <= 0 then return end
+  local s = held_sec(expires)
+  if s * 1000 > gk.now and
+     redis.call('HINCRBY', gk.counts, s, -1) == 0 then
+    redis.call('HDEL', gk.counts, s)
+  end
+end
+-- a holder expires at expires, before at before (nil: a new holder)
+local function held_put(expires, before)
+  if not gk.counts then return end
+  local s = held_sec(expires)
+  if before and before > 0 and held_sec(before) == s then return end
+  held_drop(before)
+  redis.call('HINCRBY', gk.counts, s, 1)
   local ms = expires - gk.now + retain
-  if redis.call('PTTL', gk.held) < ms then
-    redis.call('PEXPIRE', gk.held, ms + retain)
+  if redis.call('PTTL', gk.counts) < ms then
+    redis.call('PEXPIRE', gk.counts, ms + retain)
     if gk.index then ix_expire(ms + retain) end
   end
 end
-local function held_drop(lock_key, d)
-  if not gk.held then return end
-  local m = lock_key
-  if d then m = lock_key .. '\0' .. d end
-  redis.call('ZREM', gk.held, m)
+-- An exclusive holder's expiry (0: none), by gk.now and PTTL: exact, for
+-- every grant and renew sets it with PEXPIREAT at gk.now + TTL, but for
+-- the time between TIME and PTTL (Redis 5 and 6 have no PEXPIRETIME),
+-- which may end a millisecond later: then, once in a thousand renews,
+-- the count is one high for a second
+local function excl_expiry(lock_key)
+  local left = redis.call('PTTL', lock_key)
+  if left < 0 then return 0 end
+  return gk.now + left
+end
+-- lock_key is exclusively held until gk.now + ttl (ms, string or number)
+local function excl_expire(lock_key, ttl)
+  redis.call('PEXPIREAT', lock_key, gk.now + tonumber(ttl))
 end
 -- The index members of key (key = the lockd key), in its bucket
 local function index_members(key)
@@ -288,7 +319,7 @@ local function index_put(key, fs, ms)
   if redis.call('ZADD', b, 0, want) == 0 then return end
   local n = redis.call('ZCARD', b)
   if n == 1 then
-    ix_expire_as(b, hi and ix_dir() or gk.held)
+    ix_expire_as(b, hi and ix_dir() or gk.counts)
   elseif n > ix_max then
     ix_split(b)
   end
@@ -307,40 +338,67 @@ local function index_drop(key, fs)
   end
   ix_removed(b, hi, not fs or (tonumber(fs) + string.byte(key, -1)) % 4 == 0)
 end
--- take out up to batch members of the held set whose holder expired over
--- retain ms ago (a hash Redis expired, a shared holder nobody reaped), and
--- their keys' index entries once the key is free; cut = the bytes before
--- a lockd key in its lock key's name. Grants take out two each (eight
--- every fourth, held_prune_some()), so neither set grows with the keys
--- ever locked
-local function held_prune(batch, cut)
-  if not gk.held then return end
-  local old = redis.call('ZRANGEBYSCORE', gk.held, '-inf', gk.now - retain,
-                         'LIMIT', 0, batch)
-  for _, m in ipairs(old) do
-    redis.call('ZREM', gk.held, m)
-    local lock_key = ix_key(m)
-    if gk.index and redis.call('EXISTS', lock_key) == 0 then
-      index_drop(string.sub(lock_key, cut + 1, -2))
+-- Pruning. A member whose key is free stays when Redis expired its
+-- holder (no script ran): the next grant of the key reads its fence as
+-- the one it took over (expired_free()) and replaces it. Those of keys
+-- not granted again go when a list passes them, or when sampled here:
+-- batch members in a row of a bucket, both picked by gk.now (the
+-- millisecond: as good as random here; Redis 5 has no ZRANDMEMBER), each
+-- looked up, and those of free keys taken out. A grant in four (by its
+-- fence plus its key's last byte, as ix_removed() is checked) samples
+-- 8, two a grant, while a grant leaves at most one such member: so they
+-- stay fewer than the held keys' (at most one in two members). A few
+-- seconds passed of the counts go too (HSCAN from a cursor picked the
+-- same way: a small hash answers all of its fields).
+local function held_prune(batch)
+  if not gk.index then return end
+  local pick = gk.now
+  local d = ix_dir()
+  local n = redis.call('ZCARD', d)
+  local hi = false
+  if n > 0 and pick % (n + 1) < n then
+    local i = pick % (n + 1)
+    hi = redis.call('ZRANGE', d, i, i)[1] or false
+  end
+  local b = ix_name(hi)
+  local m = redis.call('ZCARD', b)
+  local j = 0
+  if m > batch then j = math.floor(pick / 128) % (m - batch + 1) end
+  local ms = redis.call('ZRANGE', b, j, j + batch - 1)
+  local pre = string.sub(gk.index, 1, -5) .. 'lock:{'
+  local gone = {}
+  for _, x in ipairs(ms) do
+    if redis.call('EXISTS', pre .. ix_key(x) .. '}') == 0 then
+      gone[#gone + 1] = x
     end
   end
-end
-local function held_prune_some(f, cut)
-  if f % 4 == 0 then held_prune(8, cut) end
-end
--- the exclusive holder whose hash Redis expired left its held member: a
--- takeover of it gets the key's last fence before this grant (its index
--- member's, or f, its counter's; no grant came since). Answers the key's
--- index members then (for index_put(); else none: a key left no member
--- but with its held member, which held_prune() takes out with them).
-local function expired_excl(lock_key, f, key)
-  if not gk.held or not redis.call('ZSCORE', gk.held, lock_key) then
-    return {}
+  if gone[1] then
+    redis.call('ZREM', b, unpack(gone))
+    ix_removed(b, hi, true)
+  elseif not ms[1] then
+    ix_gone(b, hi)
   end
+  if not gk.counts then return end
+  local fs = redis.call('HSCAN', gk.counts, pick % 1048576, 'COUNT', 4)[2]
+  local old = {}
+  for i = 1, #fs, 2 do
+    if tonumber(fs[i]) * 1000 <= gk.now then old[#old + 1] = fs[i] end
+  end
+  if old[1] then redis.call('HDEL', gk.counts, unpack(old)) end
+end
+local function held_prune_some(f, key)
+  if (f + string.byte(key, -1)) % 4 == 0 then held_prune(8) end
+end
+-- a grant of key, free (no holder: never held, released, or its holders
+-- expired): a member left in the index means the holders expired (a
+-- release takes it out), and the grant took over the key's last fence
+-- (the member's, or f, its counter's; no grant came since). Answers the
+-- key's index members (for index_put())
+local function expired_free(f, key)
   local ms = index_members(key)
+  if not ms[1] then return ms end
   local fi = index_fence(ms)
   if fi > f then f = fi end
-  redis.call('ZREM', gk.held, lock_key)
   if f > gk.expired then gk.expired = f end
   return ms
 end
@@ -348,8 +406,8 @@ local function rec_drop(lock_key, exp_key, d)
   local r = rec_get(lock_key, d)
   if r and r[5] then redis.call('HDEL', lock_key, 'i:' .. r[5]) end
   redis.call('HDEL', lock_key, 'h:' .. d)
+  held_drop(tonumber(redis.call('ZSCORE', exp_key, d)))
   redis.call('ZREM', exp_key, d)
-  held_drop(lock_key, d)
   return r
 end
 -- after the shared holders changed: the key is free when none is left,
@@ -461,8 +519,9 @@ local function renew_one(lock_key, exp_key, h, ttl_ms, reenter, now)
     else
       redis.call('HSET', lock_key, 'ttl', ttl)
     end
-    redis.call('PEXPIRE', lock_key, ttl)
-    held_put(lock_key, false, now + tonumber(ttl))
+    local before = excl_expiry(lock_key)
+    excl_expire(lock_key, ttl)
+    held_put(now + tonumber(ttl), before)
     return {1, tonumber(cur[2]), tonumber(ttl), now + tonumber(ttl), 0, 0, n}
   end
   if not cur[5] then return {0} end
@@ -478,8 +537,8 @@ local function renew_one(lock_key, exp_key, h, ttl_ms, reenter, now)
   end
   if ttl_ms ~= '0' then r[2] = tonumber(ttl_ms) end
   rec_put(lock_key, h, r)
+  held_put(now + r[2], tonumber(redis.call('ZSCORE', exp_key, h)))
   redis.call('ZADD', exp_key, now + r[2], h)
-  held_put(lock_key, h, now + r[2])
   settle(lock_key, exp_key)
   return {1, r[1], r[2], now + r[2], 1, tonumber(cur[6]), r[3]}
 end
@@ -496,6 +555,8 @@ local function release_one(lock_key, queue_key, exp_key, mwait_key,
       redis.call('HSET', lock_key, 'n', n - 1)
       return {1, n - 1, 0}
     end
+    clock()
+    held_drop(excl_expiry(lock_key))
     if cur[4] then
       -- granted by this lockd (or an older one that gave the counter an
       -- expiry): a counter, if any, goes in the same call
@@ -504,7 +565,6 @@ local function release_one(lock_key, queue_key, exp_key, mwait_key,
       redis.call('DEL', lock_key)
       fence_drop(fence_key)
     end
-    held_drop(lock_key, false)
     index_drop(key, cur[6])
     if waited(queue_key, mwait_key) then
       redis.call('PUBLISH', channel, key)

@@ -198,7 +198,7 @@ int redis_call_force(struct redis_be *be,
     redis_arg_key(be, &a, REDIS_BE_FRC_QUEUE, "fifo:", key, key_len);
     redis_arg_key(be, &a, REDIS_BE_FRC_MWAIT, "mwait:", key, key_len);
     redis_arg_global(be, &a, REDIS_BE_FRC_INDEX, REDIS_BE_INDEX);
-    redis_arg_global(be, &a, REDIS_BE_FRC_HELD, REDIS_BE_HELD);
+    redis_arg_global(be, &a, REDIS_BE_FRC_HELD, REDIS_BE_COUNTS);
     redis_arg_key(be, &a, REDIS_BE_FRC_FENCE, "fence:", key, key_len);
     redis_arg(&a, REDIS_BE_FRC_CHANNEL, be->channel, strlen(be->channel));
     redis_arg(&a, REDIS_BE_FRC_KEY, key, key_len);
@@ -209,7 +209,7 @@ int redis_call_force(struct redis_be *be,
 /*
  * One script: every holder goes (exclusive hash, or the shared records
  * and their expiry set, with their Idempotency-Keys), the slot's fence
- * counter stays, the key leaves the index and the held set, and the release is
+ * counter stays, the key leaves the index and the counts, and the release is
  * published when someone waits (as release.lua does; the queue is left
  * as it is, its head takes the key next). Waiters here are woken at once.
  */

@@ -67,7 +67,7 @@ static uint64_t fnv1a(uint64_t h, const char *p, size_t n)
 #define FN_HEAD "redis.register_function{function_name='"
 #define FN_OPEN                         \
     ", callback=function(KEYS, ARGV)\n" \
-    "gk.index, gk.held, gk.expired, gk.now = false, false, 0, 0\n"
+    "gk.index, gk.counts, gk.expired, gk.now = false, false, 0, 0\n"
 #define FN_CLOSE "\nend}\n"
 
 static const char *fn_flags(enum redis_script s)

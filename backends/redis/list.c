@@ -7,18 +7,18 @@
  *               the directory P "keys@", and P "keys", holders.lua), each a
  *               compact listpack (an older lockd kept them all in one
  *               sorted set, P "index", not read now: README, *How it is
- *               stored*). A grant puts
- *               the key's member; a release or a forced release that
- *               leaves the key free takes it out. A key whose holders
- *               Redis expired (PX) stays until held_count() or a grant
- *               prunes its held member (below) and takes the member
- *               with it, or, when no held member backs it (a shared key,
- *               or an older lockd released it), until list.lua meets it:
- *               pruned lazily, a bounded number per call.
- *   P "held"    sorted set, one member per holder scored by its expiry
- *               (Redis's unix ms): the lock key's name for an exclusive
- *               holder, that name NUL the token digest for a shared one;
- *               renew moves the score, release and reaping take it out.
+ *               stored*). A grant puts the key's member; a release or a
+ *               forced release that leaves the key free takes it out. A
+ *               key whose holders Redis expired stays until the key's
+ *               next grant replaces it, list.lua meets it, or a grant or
+ *               held_count() samples it (below): pruned lazily, a bounded
+ *               number per call.
+ *   P "counts"  hash, expiry second -> how many holders expire in it
+ *               (holders.lua's held_put()): a grant adds one, a renew
+ *               moves one, a release or a reap takes one; an expiry by
+ *               Redis's clock needs nothing, for only the seconds ahead
+ *               are summed. An older lockd kept a sorted set with a
+ *               member per holder, P "held", not read now.
  *
  * list: one script (list.lua) reads the index with ZRANGEBYLEX from the
  * page's start to the end of the prefix's range, bucket after bucket, at
@@ -29,25 +29,21 @@
  * the last entry looked at: expired keys cost the budget, never the page
  * beyond it. Never SCAN or KEYS.
  *
- * held_count: ZCOUNT of the held set from now on, O(log n), one script
- * on this thread's connection with the call timeout. It also takes out up
- * to REDIS_BE_STALE_BATCH members whose holder expired over
- * REDIS_BE_RETAIN_MS ago (an exclusive hash Redis expired, or a shared key
- * whose every holder expired before a script reaped them), with their
- * keys' index entries once the key is free, as grants do (eight at every
- * fourth fence, holders.lua's held_prune_some()), so neither set grows
- * with keys nobody touches again; both sets expire REDIS_BE_RETAIN_MS
- * after the last holder.
+ * held_count: the sum of the counts' seconds still ahead, one script on
+ * this thread's connection with the call timeout: a holder counts until
+ * the second it expires in has passed. It also drops up to
+ * REDIS_BE_STALE_BATCH seconds passed, and looks up as many index members
+ * of a bucket, taking out those of free keys, as grants do with eight at
+ * one grant in four (holders.lua's held_prune_some()), so neither grows
+ * with keys nobody touches again; both expire REDIS_BE_RETAIN_MS after
+ * the last holder.
  *
  * expired_fence (acquire): a shared holder reaped by the grant's script is
- * known with its record. An exclusive holder's hash Redis expired, but
- * its held member stays (past its score): the grant finds it by the lock
- * key's name and answers the fence in the key's index member, the fence of
- * the last grant (or of the key's own counter, if an older lockd or
- * redlock wrote one). Unknown (0) when those members were pruned (the
- * takeover came REDIS_BE_RETAIN_MS after the expiry), and for a
- * shared key whose every holder expired before any script saw them (their
- * members cannot be found by the key).
+ * known with its record. A grant of a free key that finds its index
+ * member (no release took it out: its holders expired) answers the fence
+ * in it, the fence of the last grant that made the key held (or of the
+ * key's own counter, if an older lockd or redlock wrote one). Unknown (0)
+ * once the member was pruned.
  *
  * Redis Cluster: a script touches one slot only, so the scripts keep these
  * two sets per lock tag there, and list() and held_count() read the
@@ -246,14 +242,11 @@ enum backend_result redis_list(struct backend *b,
 int redis_call_held(struct redis_be *be, struct redis_call *c)
 {
     struct redis_args a;
-    char cut[16], batch[16];
+    char batch[16];
 
-    /* a lock key's name is the prefix, "lock:{", the key, "}" */
-    snprintf(cut, sizeof(cut), "%zu", be->prefix_len + strlen("lock:{"));
     snprintf(batch, sizeof(batch), "%d", REDIS_BE_STALE_BATCH);
-    redis_arg_global(be, &a, REDIS_BE_HLD_HELD, REDIS_BE_HELD);
+    redis_arg_global(be, &a, REDIS_BE_HLD_HELD, REDIS_BE_COUNTS);
     redis_arg_global(be, &a, REDIS_BE_HLD_INDEX, REDIS_BE_INDEX);
-    redis_arg(&a, REDIS_BE_HLD_CUT, cut, strlen(cut));
     redis_arg(&a, REDIS_BE_HLD_BATCH, batch, strlen(batch));
     return redis_call_pack(c, REDIS_BE_SCRIPT_HELD, REDIS_BE_HLD_NKEYS,
                            REDIS_BE_HLD_NARGS, a.v, a.len);

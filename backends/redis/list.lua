@@ -1,8 +1,6 @@
 -- list: the held keys of a lex range of the index, in key order.
 -- KEYS and ARGV by name, in the order lockd sends them.
 gk.index = KEYS[1]
--- the held set, named as the index is (the prefix's 'held' for 'keys')
-local held_key = string.sub(gk.index, 1, -5) .. 'held'
 local prefix = ARGV[1]
 local min = ARGV[2]
 local max = ARGV[3]
@@ -68,11 +66,9 @@ while true do
         if i < #members or left == 0 or more_after(hi) then out[2] = 1 end
         break
       end
-    elseif redis.call('EXISTS', lock_key) == 0 and
-           not redis.call('ZSCORE', held_key, lock_key) then
-      -- expired by Redis's PX, so no script took it out. A member whose
-      -- exclusive holder left its held member stays, for a takeover to
-      -- tell the fence, until the held set's prune or the next grant
+    elseif redis.call('EXISTS', lock_key) == 0 then
+      -- expired by Redis's clock, so no script took it out (a takeover
+      -- after this reports no fence taken over)
       gone[#gone + 1] = m
     end
   end

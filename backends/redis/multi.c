@@ -66,7 +66,7 @@ static void redis_margs_push_keys(struct redis_margs *m,
 }
 
 /* Room for the KEYS (each kind for each key of req, key by key, then the
- * index and the held set, which every multi-key script takes last) and
+ * index and the holders' counts, which every multi-key script takes last) and
  * nargv ARGV, and the KEYS set: 0, or -1 out of memory. */
 static int redis_margs_init(const struct redis_be *be,
                             const struct lock_multi_req *req,
@@ -74,7 +74,7 @@ static int redis_margs_init(const struct redis_be *be,
                             size_t nargv,
                             struct redis_margs *m)
 {
-    static const char *const globals[] = { REDIS_BE_INDEX, REDIS_BE_HELD };
+    static const char *const globals[] = { REDIS_BE_INDEX, REDIS_BE_COUNTS };
     size_t nkinds = 0, bytes = 0, slots, at = 0;
 
     memset(m, 0, sizeof(*m));

@@ -1,8 +1,8 @@
 /*
  * backends/redis/redis.c - lock store on Redis (hiredis 0.14): the ops
  * table, open/close and the operations, each one script run (scripts.c).
- * An exclusive key is one hash (token digest, fence, TTL, owner) with a
- * PX expiry, as cheap as before lock kinds; a shared key keeps its holders
+ * An exclusive key is one hash (token digest, fence, TTL, owner) with an
+ * expiry, as cheap as before lock kinds; a shared key keeps its holders
  * in the same hash beside a sorted set of their expiries; fences come from
  * a counter per slot (kept for ever, a few of them) and the key's own last
  * fence, which goes with the key (holders.lua). Every state change is one Lua
@@ -14,10 +14,11 @@
  *
  * Layout, for a prefix P (default "lockd:") and a lockd key K (raw bytes):
  *   P "lock:{" K "}"    hash. Held EXCLUSIVE: t = sha1hex(token), f =
- *                       fence, ttl, g = when granted (Redis's unix ms),
- *                       [o = owner], [n = holds if > 1],
- *                       [x = sealed token, "i:" sha1hex(idem) = t], with a
- *                       PX expiry, so Redis frees it by itself. Held SHARED:
+ *                       fence, ttl, a = when granted (Redis's unix ms;
+ *                       g from an older lockd), [o = owner], [n = holds if
+ *                       > 1], [x = sealed token, "i:" sha1hex(idem) = t],
+ *                       with an expiry (PEXPIREAT), so Redis frees it by
+ *                       itself. Held SHARED:
  *                       m = "s", l = limit ("0" none), "h:" digest = that
  *                       holder's record (msgpack: fence, ttl, holds, owner,
  *                       idem digest, sealed token, when granted), "i:"
@@ -54,9 +55,9 @@
  *                       directory P "keys@", and P "keys", the last
  *                       (holders.lua; an older lockd kept one zset,
  *                       P "index")
- *   P "held"            zset, one member per holder scored by its expiry,
- *                       for held_count() and takeovers (list.c says both);
- *                       both expire REDIS_BE_RETAIN_MS after the last holder
+ *   P "counts"          hash, expiry second -> holders that expire in it,
+ *                       for held_count() (list.c); both expire
+ *                       REDIS_BE_RETAIN_MS after the last holder
  *   channel P "released:" db   PUBLISHed with K by a release someone waits
  *                       for (a queued waiter, or the mwait mark)
  * P and the fixed words around K make the mapping injective: K is what is
@@ -186,7 +187,7 @@ int redis_acquire_build(struct redis_be *be,
     redis_arg_key(be, &a, REDIS_BE_ACQ_DEADLINES, "qdl:", k, kn);
     redis_arg_key(be, &a, REDIS_BE_ACQ_EXP, "exp:", k, kn);
     redis_arg_global(be, &a, REDIS_BE_ACQ_INDEX, REDIS_BE_INDEX);
-    redis_arg_global(be, &a, REDIS_BE_ACQ_HELD, REDIS_BE_HELD);
+    redis_arg_global(be, &a, REDIS_BE_ACQ_HELD, REDIS_BE_COUNTS);
     redis_arg_key(be, &a, REDIS_BE_ACQ_MWAIT, "mwait:", k, kn);
     redis_arg_key(be, &a, REDIS_BE_ACQ_SLOT_FENCE, REDIS_BE_SLOT_FENCE, k, kn);
     redis_arg(&a, REDIS_BE_ACQ_TOKEN, req->token, strlen(req->token));
@@ -399,7 +400,7 @@ int redis_call_renew(struct redis_be *be,
     snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)req->ttl_ms);
     redis_arg_key(be, &a, REDIS_BE_REN_LOCK, "lock:", req->key, req->key_len);
     redis_arg_key(be, &a, REDIS_BE_REN_EXP, "exp:", req->key, req->key_len);
-    redis_arg_global(be, &a, REDIS_BE_REN_HELD, REDIS_BE_HELD);
+    redis_arg_global(be, &a, REDIS_BE_REN_HELD, REDIS_BE_COUNTS);
     redis_arg_key(be, &a, REDIS_BE_REN_FENCE, "fence:", req->key, req->key_len);
     redis_arg_global(be, &a, REDIS_BE_REN_INDEX, REDIS_BE_INDEX);
     redis_arg(&a, REDIS_BE_REN_TOKEN, req->token, strlen(req->token));
@@ -459,7 +460,7 @@ void redis_release_args(const struct redis_be *be,
     redis_arg_key(be, a, REDIS_BE_REL_EXP, "exp:", key, key_len);
     redis_arg_key(be, a, REDIS_BE_REL_MWAIT, "mwait:", key, key_len);
     redis_arg_global(be, a, REDIS_BE_REL_INDEX, REDIS_BE_INDEX);
-    redis_arg_global(be, a, REDIS_BE_REL_HELD, REDIS_BE_HELD);
+    redis_arg_global(be, a, REDIS_BE_REL_HELD, REDIS_BE_COUNTS);
     redis_arg_key(be, a, REDIS_BE_REL_FENCE, "fence:", key, key_len);
     redis_arg(a, REDIS_BE_REL_TOKEN, token, token_len);
     redis_arg(a, REDIS_BE_REL_ALL, all ? "1" : "0", 1);

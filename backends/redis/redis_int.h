@@ -66,15 +66,15 @@
 #define REDIS_BE_MARK_MS        5000
 #define REDIS_BE_TRASH_MAX      4096 /* failed cancels kept to retry */
 #define REDIS_BE_TRASH_EVERY_MS 100  /* how often they are retried */
-/* held_count() takes out at most REDIS_BE_STALE_BATCH members of the held
- * set whose holder expired over REDIS_BE_RETAIN_MS ago (see list.c) */
+/* held_count() drops at most REDIS_BE_STALE_BATCH seconds passed of the
+ * holders' counts, and looks up as many index members (see list.c) */
 #define REDIS_BE_STALE_BATCH 64
 /* list(): index entries looked at per call, at most */
 #define REDIS_BE_LIST_BUDGET(limit) (2 * (limit) + 16)
-/* how long the held member of an expired holder, and its key's index
- * member with the key's last fence, outlive it: a takeover in that time
- * still reports the fence it took over (holders.lua's retain); then
- * nothing of the key is left but its slot's fence counter (redis.c) */
+/* how long the holders' counts and the index outlive the last holder,
+ * and a fence counter redlock wrote back its key's holders (holders.lua's
+ * retain; clusterdir.c's directory keeps a key's entries as long past its
+ * expiry) */
 #define REDIS_BE_RETAIN_MS 60000
 /* the kind of a slot's fence counter: redis_key_name() names the counter
  * of the key's slot, not one of the key (redis.c) */
@@ -84,8 +84,8 @@
  * that they soon all exist, so the distinct keys locked add nothing */
 #define REDIS_BE_FENCE_SLOTS 1024
 /* the prefix-wide keys, after the prefix (redis.c) */
-#define REDIS_BE_INDEX "keys"
-#define REDIS_BE_HELD  "held"
+#define REDIS_BE_INDEX  "keys"
+#define REDIS_BE_COUNTS "counts"
 /* prefix + "fence:{" + key + "}", the longest kind (with "mwait:"), and
  * in cluster mode "{" + 16 hex + "}" after the prefix */
 #define REDIS_BE_KEYBUF \
@@ -127,7 +127,7 @@ enum redis_acquire_arg {
     REDIS_BE_ACQ_DEADLINES,  /* waiter id -> deadline [" s " limit] */
     REDIS_BE_ACQ_EXP,        /* shared holders' expiries */
     REDIS_BE_ACQ_INDEX,      /* the index of held keys (prefix-wide) */
-    REDIS_BE_ACQ_HELD,       /* the held set (prefix-wide) */
+    REDIS_BE_ACQ_HELD,       /* the holders' counts (prefix-wide) */
     REDIS_BE_ACQ_MWAIT,      /* the mark of a waiter that keeps no place */
     REDIS_BE_ACQ_SLOT_FENCE, /* the fence counter of the key's slot */
     REDIS_BE_ACQ_NKEYS,
@@ -226,9 +226,7 @@ enum redis_held_arg {
     REDIS_BE_HLD_HELD, /* KEYS */
     REDIS_BE_HLD_INDEX,
     REDIS_BE_HLD_NKEYS,
-    REDIS_BE_HLD_CUT = REDIS_BE_HLD_NKEYS, /* ARGV: bytes before a lockd key
-                                              in its lock key's name */
-    REDIS_BE_HLD_BATCH,
+    REDIS_BE_HLD_BATCH = REDIS_BE_HLD_NKEYS, /* ARGV */
     REDIS_BE_HLD_NARGS,
 };
 
@@ -577,7 +575,7 @@ size_t redis_key_name(const struct redis_be *be,
 size_t
 redis_key_len(const struct redis_be *be, const char *kind, size_t key_len);
 /* Set key argument i of a to be's name of the prefix-wide key name
- * (REDIS_BE_INDEX or REDIS_BE_HELD): the prefix, then name. Cluster mode:
+ * (REDIS_BE_INDEX or REDIS_BE_COUNTS): the prefix, then name. Cluster mode:
  * the prefix, key argument 0's "{h}" (set before), then name, so the
  * script stays on its lock's slot (clusterdir.c keeps the real view). */
 void redis_arg_global(const struct redis_be *be,

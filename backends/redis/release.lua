@@ -5,7 +5,7 @@ local queue_key = KEYS[2]
 local exp_key = KEYS[3]
 local mwait_key = KEYS[4]
 gk.index = KEYS[5]
-gk.held = KEYS[6]
+gk.counts = KEYS[6]
 local fence_key = KEYS[7]
 local token = ARGV[1]
 local all = ARGV[2] == '1'

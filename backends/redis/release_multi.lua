@@ -1,12 +1,12 @@
 -- release_multi: give back every hold a token has on each of n keys.
 -- KEYS: five per lockd key, in the request's order: lock, queue, exp,
--- mwait, fence; then the index and the held set. ARGV by name, in the order
+-- mwait, fence; then the index and the holders' counts. ARGV by name, in the order
 -- lockd sends them; then the n lockd keys, for PUBLISH.
 local token = ARGV[1]
 local channel = ARGV[2]
 local n = (#KEYS - 2) / 5
 gk.index = KEYS[#KEYS - 1]
-gk.held = KEYS[#KEYS]
+gk.counts = KEYS[#KEYS]
 local h = redis.sha1hex(token)
 local out = {1}
 for i = 1, n do

@@ -2,7 +2,7 @@
 -- KEYS and ARGV by name, in the order lockd sends them.
 local lock_key = KEYS[1]
 local exp_key = KEYS[2]
-gk.held = KEYS[3]
+gk.counts = KEYS[3]
 -- KEYS[4], the key's fence counter: a renew leaves it, if any, to its
 -- expiry
 gk.index = KEYS[5]

@@ -1,14 +1,14 @@
 -- renew_multi: move the expiry of every key a token holds, or of none.
 -- KEYS: three per lockd key, in the request's order: lock, exp, fence
 -- (unused: a renew leaves a key's counter, if any, to its expiry); then
--- the index and the held set.
+-- the index and the holders' counts.
 -- ARGV by name, in the order lockd sends them.
 local token = ARGV[1]
 local ttl_ms = ARGV[2]
 local not_after = ARGV[3]
 local n = (#KEYS - 2) / 3
 gk.index = KEYS[#KEYS - 1]
-gk.held = KEYS[#KEYS]
+gk.counts = KEYS[#KEYS]
 local now = clock()
 if now > tonumber(not_after) then return {-2} end
 local h = redis.sha1hex(token)

@@ -378,8 +378,9 @@ def nothing_stays_for_ever(ctx):
             check(t <= 200 + 2 * 60000, "%r of %s stays %d ms" % (n, k, t))
         own = ("lockd:{%s}fence:{%s}" % (tag, k)).encode()
         check(own not in names, "%s: a fence counter of its own" % k)
-        # the expired holder's index member stays (with its held member,
-        # both with the tag's sets' expiry) for a takeover to tell its fence
+        # the expired holder's index member stays (with the tag's index's
+        # expiry: no grant of another key samples it) for a takeover to
+        # tell its fence
         eq(cluster_index_members(cl, k),
            [k.encode() + b"\x00%d" % fences[k]] if k in expired else [],
            "%s: its index members" % k)

@@ -433,8 +433,8 @@ def scan(ctx, pattern):
 def check_nothing_kept_for_ever(ctx, hint, keys, ttl_ms):
     """What is left in Redis once keys (all named hint-...) were released or
     expired: nothing of theirs without an expiry, all of it gone by the TTL
-    + twice the retention at the latest; the held set and the index have
-    an expiry too; the fence counters of slots, kept for ever, are at most 1024 on
+    + twice the retention at the latest; the holders' counts and the index
+    have an expiry too; the fence counters of slots, kept for ever, are at most 1024 on
     one Redis. Answers how many of the keys' own fence counters are left,
     and the slot counters."""
     # the index's buckets are named by the key past them, which may be one
@@ -442,7 +442,7 @@ def check_nothing_kept_for_ever(ctx, hint, keys, ttl_ms):
     left = {k: t for k, t in scan(ctx, "lockd:*%s*" % hint).items()
             if not k.startswith(b"lockd:keys#")}
     buckets = scan(ctx, "lockd:keys*")
-    buckets[b"lockd:held"] = ctx.server.command("PTTL", "lockd:held")
+    buckets[b"lockd:counts"] = ctx.server.command("PTTL", "lockd:counts")
     for k, t in buckets.items():  # other scenarios' holders too
         check(t != -1, "%r has no expiry" % k)
     forever = [k for k, t in left.items() if t == -1]
@@ -508,7 +508,8 @@ def nothing_stays_for_ever(ctx):
     # some 55 beside them)
     check(waves[1][0] < 20 * 3000, "Redis grew %d B for 3000 released keys" % waves[1][0])
     # expired: no counter of its own; its index member, with its last
-    # fence, stays the retention (with its held member) for a takeover to tell
+    # fence, stays for a takeover to tell, until a list or the grants'
+    # sampling finds the key free (the latter may have come here already)
     keys = ["%s-e-%d" % (hint, i) for i in range(300)]
     fences = {}
     for k in keys:
@@ -521,13 +522,11 @@ def nothing_stays_for_ever(ctx):
     for k in keys:
         m = ctx.server.command("ZRANGEBYLEX", index_bucket(ctx.server, k), "[" + k,
                                ("[" + k).encode() + b"\x00\xff")
-        eq(m, [k.encode() + b"\x00%d" % fences[k]], "%r's index members" % k)
-    # without them (the retention passed) a key's next fence is still
-    # greater: its slot's counter
+        check(m in ([], [k.encode() + b"\x00%d" % fences[k]]), "%r's index members: %r" % (k, m))
+    # without them a key's next fence is still greater: its slot's counter
     for k in keys[:50]:
         ctx.server.command("ZREMRANGEBYLEX", index_bucket(ctx.server, k), "[" + k,
                            ("[" + k).encode() + b"\xff")
-        ctx.server.command("ZREM", "lockd:held", "lockd:lock:{%s}" % k)
         r = acquire(c, k, ttl_ms=5000)
         eq(r.status, 201, "acquire again %r" % k)
         check(r.json["fence"] > fences[k], "fence %d after %d" % (r.json["fence"], fences[k]))

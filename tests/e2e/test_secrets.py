@@ -35,7 +35,7 @@ PW = "hunter2-" + secrets.token_hex(6)
 # min_replicas +wait, a /db in the URL +select
 ACL_COMMANDS = ("-@all +ping +time +subscribe +fcall +function|load +evalsha +eval +script|load "
                 "+get +set +del +exists +incr +publish +pexpire +pexpireat +pttl "
-                "+hget +hmget +hset +hdel +hexists "
+                "+hget +hmget +hset +hdel +hexists +hincrby +hgetall +hscan "
                 "+lindex +llen +lpop +lpos +lrange +lrem +rpush "
                 "+zadd +zcard +zcount +zrange +zrangebylex +zrangebyscore +zrem +zscore")
 
