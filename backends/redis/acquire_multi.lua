@@ -89,7 +89,7 @@ for i = 1, n do
     if now + left < out[3] then out[3] = now + left end
   else
     fence_clear(rk(i, 2), before[i])
-    local ms = expired_free(before[i], ARGV[7 + i])
+    local ms, hi = expired_free(before[i], ARGV[7 + i])
     local f = fences[i]
     local fs = string.format('%.0f', f)
     if has_owner then
@@ -100,7 +100,7 @@ for i = 1, n do
     end
     excl_expire(lock_key, ttl)
     held_put(now + ttl)
-    index_put(ARGV[7 + i], fs, ms)
+    index_put(ARGV[7 + i], fs, ms, hi)
     held_prune_some(f, ARGV[7 + i])
     out[3 + i] = f
   end

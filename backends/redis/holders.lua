@@ -289,11 +289,6 @@ end
 local function excl_expire(lock_key, ttl)
   redis.call('PEXPIREAT', lock_key, gk.now + tonumber(ttl))
 end
--- The index members of key (key = the lockd key), in its bucket
-local function index_members(key)
-  if not gk.index then return {} end
-  return ix_members(ix_name(ix_hi(key)), key)
-end
 -- the greatest fence in members ms (0: none)
 local function index_fence(ms)
   local f = 0
@@ -307,11 +302,12 @@ local function index_fence(ms)
   return f
 end
 -- the key is held, its last grant's fence fs: one member, key NUL fs (ms:
--- its members before, when known)
-local function index_put(key, fs, ms)
+-- its members before, when known, in the bucket named by hi; hi nil:
+-- not looked up)
+local function index_put(key, fs, ms, hi)
   if not gk.index then return end
   local want = key .. '\0' .. fs
-  local hi = ix_hi(key)
+  if hi == nil then hi = ix_hi(key) end
   local b = ix_name(hi)
   for _, m in ipairs(ms) do
     if m ~= want then redis.call('ZREM', b, m) end
@@ -341,17 +337,11 @@ end
 -- Pruning. A member whose key is free stays when Redis expired its
 -- holder (no script ran): the next grant of the key reads its fence as
 -- the one it took over (expired_free()) and replaces it. Those of keys
--- not granted again go when a list passes them, or when sampled here:
--- batch members in a row of a bucket, both picked by gk.now (the
--- millisecond: as good as random here; Redis 5 has no ZRANDMEMBER), each
--- looked up, and those of free keys taken out. A grant in four (by its
--- fence plus its key's last byte, as ix_removed() is checked) samples
--- 8, two a grant, while a grant leaves at most one such member: so they
--- stay fewer than the held keys' (at most one in two members). A few
--- seconds passed of the counts go too (HSCAN from a cursor picked the
--- same way: a small hash answers all of its fields).
-local function held_prune(batch)
-  if not gk.index then return end
+-- not granted again go when a list passes them, or are sampled: batch
+-- members in a row of a bucket, both picked by gk.now (the millisecond:
+-- as good as random here; Redis 5 has no ZRANDMEMBER), each looked up,
+-- and those of free keys taken out. Answers how many went.
+local function ix_sample(batch)
   local pick = gk.now
   local d = ix_dir()
   local n = redis.call('ZCARD', d)
@@ -378,29 +368,64 @@ local function held_prune(batch)
   elseif not ms[1] then
     ix_gone(b, hi)
   end
-  if not gk.counts then return end
-  local fs = redis.call('HSCAN', gk.counts, pick % 1048576, 'COUNT', 4)[2]
-  local old = {}
+  return #gone
+end
+-- Seconds passed of the counts go, batch / 2 at a time or so (HSCAN from
+-- a cursor picked by gk.now: a small hash answers all of its fields). What they
+-- still counted are holders that expired unreleased, each of which may
+-- have left its index member: the counts' field 'x' (not a second) adds
+-- them up, and while it is above 0 a sample of batch members is looked
+-- at, which takes it down by the members it took out (one at least). So
+-- with no lock left to expire no member is looked up; with every one,
+-- a grant in 16 (by its fence, its key's last byte and the millisecond:
+-- fences of a slot's first keys are small) samples 32, two a grant, while a grant leaves at most one
+-- such member: they stay fewer than the held keys'.
+local function held_prune(batch)
+  if not gk.counts or not gk.index then return end
+  local fs = redis.call('HSCAN', gk.counts, gk.now % 1048576, 'COUNT',
+                        batch / 2)[2]
+  local old, debt, x = {}, 0, nil
   for i = 1, #fs, 2 do
-    if tonumber(fs[i]) * 1000 <= gk.now then old[#old + 1] = fs[i] end
+    local s = tonumber(fs[i])
+    if not s then
+      x = tonumber(fs[i + 1])
+    elseif s * 1000 <= gk.now then
+      old[#old + 1] = fs[i]
+      debt = debt + tonumber(fs[i + 1])
+    end
   end
   if old[1] then redis.call('HDEL', gk.counts, unpack(old)) end
+  if x == nil then x = tonumber(redis.call('HGET', gk.counts, 'x') or '0') end
+  debt = debt + x
+  if debt > 0 then
+    local taken = ix_sample(batch)
+    if taken < 1 then taken = 1 end
+    debt = debt - taken
+  end
+  if debt > 0 then
+    redis.call('HSET', gk.counts, 'x', debt)
+  elseif x ~= 0 then
+    redis.call('HDEL', gk.counts, 'x')
+  end
 end
 local function held_prune_some(f, key)
-  if (f + string.byte(key, -1)) % 4 == 0 then held_prune(8) end
+  if (f + string.byte(key, -1) + gk.now) % 16 == 0 then held_prune(32) end
 end
 -- a grant of key, free (no holder: never held, released, or its holders
 -- expired): a member left in the index means the holders expired (a
 -- release takes it out), and the grant took over the key's last fence
 -- (the member's, or f, its counter's; no grant came since). Answers the
--- key's index members (for index_put())
+-- key's index members and the hi of their bucket (for index_put())
 local function expired_free(f, key)
-  local ms = index_members(key)
-  if not ms[1] then return ms end
-  local fi = index_fence(ms)
-  if fi > f then f = fi end
-  if f > gk.expired then gk.expired = f end
-  return ms
+  if not gk.index then return {} end
+  local hi = ix_hi(key)
+  local ms = ix_members(ix_name(hi), key)
+  if ms[1] then
+    local fi = index_fence(ms)
+    if fi > f then f = fi end
+    if f > gk.expired then gk.expired = f end
+  end
+  return ms, hi
 end
 local function rec_drop(lock_key, exp_key, d)
   local r = rec_get(lock_key, d)
