@@ -96,7 +96,7 @@ if idem ~= '' then
 end
 
 -- the same token again: a retry whose reply was lost gets its grant
-if cur[1] == h then
+if tok_is(cur[1], h) then
   local e = redis.call('HMGET', lock_key, 'f', 'ttl', 'n')
   local left = first_left(lock_key, exp_key, true, now)
   leave_queue()
@@ -210,13 +210,14 @@ local ttl = tonumber(ttl_ms)
 if not cur[2] then index_put(key, fs, expired_free(p, key)) end
 if not shared then
   if has_owner == '1' then
-    redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
-               'a', now)
+    redis.call('HSET', lock_key, 't', tok_t(h), 'f', fs, 'ttl', ttl_ms,
+               'o', owner, 'a', now)
   else
-    redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'a', now)
+    redis.call('HSET', lock_key, 't', tok_t(h), 'f', fs, 'ttl', ttl_ms,
+               'a', now)
   end
   if ih then
-    redis.call('HSET', lock_key, 'x', seal(token), 'i:' .. ih, h)
+    redis.call('HSET', lock_key, 'x', seal(token), 'i:' .. ih, tok_t(h))
   end
   excl_expire(lock_key, ttl)
   held_put(now + ttl)

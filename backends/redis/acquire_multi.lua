@@ -37,7 +37,7 @@ for i = 1, n do
   end
   local head = live_head(rk(i, 3), rk(i, 4), now)
   if reaped and head then redis.call('PUBLISH', channel, ARGV[7 + i]) end
-  if cur[1] == h then
+  if tok_is(cur[1], h) then
     mine[i] = true
   elseif cur[1] or cur[2] or head then
     held[#held + 1] = i
@@ -93,10 +93,11 @@ for i = 1, n do
     local f = fences[i]
     local fs = string.format('%.0f', f)
     if has_owner then
-      redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'o', owner,
-                 'a', now)
+      redis.call('HSET', lock_key, 't', tok_t(h), 'f', fs, 'ttl', ttl_ms,
+                 'o', owner, 'a', now)
     else
-      redis.call('HSET', lock_key, 't', h, 'f', fs, 'ttl', ttl_ms, 'a', now)
+      redis.call('HSET', lock_key, 't', tok_t(h), 'f', fs, 'ttl', ttl_ms,
+                 'a', now)
     end
     excl_expire(lock_key, ttl)
     held_put(now + ttl)

@@ -26,7 +26,7 @@
  * but only when their noted expiry has passed, in one script on the
  * directory's slot: a grant noted meanwhile moved it forward, so a key
  * granted between the inspect and the prune is never dropped.
- * held_count(): ZCOUNT of the held set from Redis's now; members
+ * held_count(): ZCOUNT of P{dir}held from Redis's now; members
  * REDIS_BE_RETAIN_MS past their expiry are taken out.
  *
  * Lag, documented: the note follows the grant by one round trip; a grant

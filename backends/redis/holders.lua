@@ -2,10 +2,11 @@
 -- puts this text before each of them, and once at the top of the library
 -- of Redis 7 functions), and the per-key steps the single-key and the
 -- multi-key scripts share, so both keep one layout.
--- A key held EXCLUSIVE is one hash: t = sha1hex(token), f = fence,
+-- A key held EXCLUSIVE is one hash: t = tok_t(sha1hex(token)), f = fence,
 -- ttl = last TTL, [o = owner], [n = holds when > 1], [x = sealed token and
 -- 'i:' .. sha1hex(idem) = t when granted with an Idempotency-Key], with a
--- PEXPIREAT expiry (excl_expire()). A key held SHARED is the same hash with m = 's', l = limit
+-- PEXPIREAT expiry (excl_expire()). A key held SHARED is the same hash
+-- with m = 's', l = limit
 -- ('0': none), 'h:' .. digest = a holder's record and 'i:' .. sha1hex(idem)
 -- = that holder's digest, beside a sorted set digest -> expiry (Redis's
 -- unix ms); both keys expire with the holder that expires last. The grant
@@ -24,6 +25,19 @@ local function clock()
   local t = redis.call('TIME')
   gk.now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   return gk.now
+end
+-- An exclusive holder's token as its hash keeps it (t): the first 20 hex
+-- digits (80 bits) of the token's SHA-1, where an older lockd kept all
+-- 40. Half the bytes let the hash fit Redis's next smaller allocation (64
+-- bytes, not 80, for a listpack with fence, TTL and grant time), and 80
+-- bits leave nothing to guess: lockd's tokens are 128 random bits, and
+-- finding another token with the same 80 bits takes some 2^80 SHA-1s.
+-- tok_is() takes either form.
+local function tok_t(h)
+  return string.sub(h, 1, 20)
+end
+local function tok_is(t, h)
+  return t == tok_t(h) or t == h
 end
 -- Fences. A key's fence comes from its slot's counter (the
 -- REDIS_BE_SLOT_FENCE key, shared by every key of the slot, so at most
@@ -371,15 +385,16 @@ local function ix_sample(batch)
   return #gone
 end
 -- Seconds passed of the counts go, batch / 2 at a time or so (HSCAN from
--- a cursor picked by gk.now: a small hash answers all of its fields). What they
--- still counted are holders that expired unreleased, each of which may
--- have left its index member: the counts' field 'x' (not a second) adds
--- them up, and while it is above 0 a sample of batch members is looked
--- at, which takes it down by the members it took out (one at least). So
--- with no lock left to expire no member is looked up; with every one,
--- a grant in 16 (by its fence, its key's last byte and the millisecond:
--- fences of a slot's first keys are small) samples 32, two a grant, while a grant leaves at most one
--- such member: they stay fewer than the held keys'.
+-- a cursor picked by gk.now: a small hash answers all of its fields).
+-- What they still counted are holders that expired unreleased, each of
+-- which may have left its index member: the counts' field 'x' (not a
+-- second) adds them up, and while it is above 0 a sample of batch
+-- members is looked at, which takes it down by the members it took out
+-- (one at least). So with no lock left to expire no member is looked up;
+-- with every one, a grant in 16 (by its fence, its key's last byte and
+-- the millisecond: fences of a slot's first keys are small) samples 32,
+-- two a grant, while a grant leaves at most one such member: they stay
+-- fewer than the held keys'.
 local function held_prune(batch)
   if not gk.counts or not gk.index then return end
   local fs = redis.call('HSCAN', gk.counts, gk.now % 1048576, 'COUNT',
@@ -515,7 +530,7 @@ end
 local function holds(lock_key, exp_key, h, now)
   local cur = redis.call('HMGET', lock_key, 't', 'm')
   if cur[1] then
-    if cur[1] == h then return 1 end
+    if tok_is(cur[1], h) then return 1 end
     return -1
   end
   if not cur[2] then return 0 end
@@ -531,7 +546,7 @@ local holds_max = 1000000
 local function renew_one(lock_key, exp_key, h, ttl_ms, reenter, now)
   local cur = redis.call('HMGET', lock_key, 't', 'f', 'ttl', 'n', 'm', 'l')
   if cur[1] then
-    if cur[1] ~= h then return {-1} end
+    if not tok_is(cur[1], h) then return {-1} end
     local n = tonumber(cur[4] or '1')
     if reenter then
       if n >= holds_max then return {-3} end
@@ -574,7 +589,7 @@ local function release_one(lock_key, queue_key, exp_key, mwait_key,
                            fence_key, h, all, channel, key)
   local cur = redis.call('HMGET', lock_key, 't', 'n', 'm', 'a', 'g', 'f')
   if cur[1] then
-    if cur[1] ~= h then return {-1} end
+    if not tok_is(cur[1], h) then return {-1} end
     local n = tonumber(cur[2] or '1')
     if n > 1 and not all then
       redis.call('HSET', lock_key, 'n', n - 1)

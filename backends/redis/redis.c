@@ -13,7 +13,9 @@
  * (BACKEND_CAP_QUEUE, queue.c): FIFO across every instance.
  *
  * Layout, for a prefix P (default "lockd:") and a lockd key K (raw bytes):
- *   P "lock:{" K "}"    hash. Held EXCLUSIVE: t = sha1hex(token), f =
+ *   P "lock:{" K "}"    hash. Held EXCLUSIVE: t = the first 20 hex
+ *                       digits of sha1hex(token) (all 40 from an older
+ *                       lockd: holders.lua's tok_t()), f =
  *                       fence, ttl, a = when granted (Redis's unix ms;
  *                       g from an older lockd), [o = owner], [n = holds if
  *                       > 1], [x = sealed token, "i:" sha1hex(idem) = t],

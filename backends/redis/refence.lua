@@ -22,7 +22,7 @@ for i = 1, n do
     fence_keep(fence_key, f, left + retain, true)
   end
   local cur = redis.call('HMGET', lock_key, 't', 'm')
-  if cur[1] == h then
+  if tok_is(cur[1], h) then
     redis.call('HSET', lock_key, 'f', fs)
     count = count + 1
   elseif cur[2] then

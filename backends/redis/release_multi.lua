@@ -1,7 +1,7 @@
 -- release_multi: give back every hold a token has on each of n keys.
 -- KEYS: five per lockd key, in the request's order: lock, queue, exp,
--- mwait, fence; then the index and the holders' counts. ARGV by name, in the order
--- lockd sends them; then the n lockd keys, for PUBLISH.
+-- mwait, fence; then the index and the holders' counts. ARGV by name, in
+-- the order lockd sends them; then the n lockd keys, for PUBLISH.
 local token = ARGV[1]
 local channel = ARGV[2]
 local n = (#KEYS - 2) / 5

@@ -735,7 +735,8 @@ static void set_holds(const char *key, const char *tok, long holds)
         r = redisCommand(
             c, "EVAL %s 1 %s %s %ld",
             "local d = redis.sha1hex(ARGV[1]) "
-            "if redis.call('HGET', KEYS[1], 't') == d then "
+            "if redis.call('HGET', KEYS[1], 't') == string.sub(d, 1, 20) "
+            "then "
             "  return redis.call('HSET', KEYS[1], 'n', ARGV[2]) end "
             "local r = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'h:'..d)) "
             "r[3] = tonumber(ARGV[2]) "
@@ -1927,6 +1928,48 @@ static void test_release_keeps_an_older_lockds_counter(void)
     CHECK_EQ_INT(raw_int("EXISTS lockd:fence:{%s}", "fc/legacy"), 0);
 }
 
+/* An exclusive holder's hash keeps the first 20 hex digits (80 bits) of
+ * its token's SHA-1 (holders.lua's tok_t()), where an older lockd kept
+ * all 40: a holder of either form is its token's, for renew, re-entry, a
+ * retried acquire and release, and no other token's. */
+static void test_token_digest_is_80_bits_and_takes_the_older_40(void)
+{
+    redisReply *d = raw("EVAL %s 0 " TOK_A, "return redis.sha1hex(ARGV[1])");
+    redisReply *t;
+    struct lock_grant g, h;
+    uint32_t n;
+
+    CHECK(d != NULL && d->type == REDIS_REPLY_STRING && d->len == 40);
+    if (d == NULL || d->type != REDIS_REPLY_STRING || d->len != 40) {
+        freeReplyObject(d);
+        return;
+    }
+    CHECK_EQ_INT(acq(be_main, "tk/new", TOK_A, 5000, &g), BACKEND_OK);
+    t = raw("HGET lockd:lock:{tk/new} %s", "t");
+    CHECK(t != NULL && t->type == REDIS_REPLY_STRING && t->len == 20 &&
+          memcmp(t->str, d->str, 20) == 0);
+    freeReplyObject(t);
+    freeReplyObject(
+        raw("HSET lockd:lock:{tk/old} t %s f 7 ttl 5000 a 1", d->str));
+    CHECK_EQ_INT(raw_int("PEXPIRE lockd:lock:{tk/old} %s", "5000"), 1);
+    freeReplyObject(d);
+    for (int i = 0; i < 2; i++) {
+        const char *k = i == 0 ? "tk/new" : "tk/old";
+        CHECK_EQ_INT(acq(be_main, k, TOK_B, 5000, &h), BACKEND_HELD);
+        CHECK_EQ_INT(ren(be_main, k, TOK_B, 5000, &h), BACKEND_MISMATCH);
+        CHECK_EQ_INT(rel(be_main, k, TOK_B), BACKEND_MISMATCH);
+        CHECK_EQ_INT(acq(be_main, k, TOK_A, 5000, &h), BACKEND_OK);
+        CHECK_EQ_INT(h.fence, i == 0 ? g.fence : 7);
+        CHECK_EQ_INT(ren(be_main, k, TOK_A, 6000, &h), BACKEND_OK);
+        CHECK_EQ_INT(reenter(be_main, k, TOK_A, &h), BACKEND_OK);
+        CHECK_EQ_INT(h.holds, 2);
+        CHECK_EQ_INT(rel_holds(be_main, k, TOK_A, false, &n), BACKEND_OK);
+        CHECK_EQ_INT(n, 1);
+        CHECK_EQ_INT(rel(be_main, k, TOK_A), BACKEND_OK);
+        CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", k), 0);
+    }
+}
+
 /* The counts and the index expire REDIS_BE_RETAIN_MS after their last
  * holder, and one grant in 16 or so drops seconds passed of the counts
  * and, while those counted holders that expired unreleased, samples 32
@@ -2906,6 +2949,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_takeover_tells_the_expired_fence),
     CHECK_CASE(test_fence_is_in_the_index_member),
     CHECK_CASE(test_release_keeps_an_older_lockds_counter),
+    CHECK_CASE(test_token_digest_is_80_bits_and_takes_the_older_40),
     CHECK_CASE(test_grants_prune_what_expired_long_ago),
     CHECK_CASE(test_release_tells_when_the_hold_was_granted),
     CHECK_CASE(test_multi_ops_are_one_script_each),

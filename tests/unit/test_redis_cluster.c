@@ -104,7 +104,7 @@ static void test_every_key_of_a_lock_shares_its_slot(void)
                 slot = redis_cluster_keyslot(a.keys[0], n);
             CHECK_EQ_INT(redis_cluster_keyslot(a.keys[0], n), slot);
         }
-        /* the per-tag index and held set: the first key's slot */
+        /* the per-tag index and counts: the first key's slot */
         redis_arg_key(&be, &a, 0, "lock:", keys[k], kl);
         redis_arg_global(&be, &a, 1, REDIS_BE_INDEX);
         snprintf(want, sizeof(want), "lockd:{%s}keys", h);
