@@ -359,11 +359,8 @@ local function ix_sample(batch)
   local pick = gk.now
   local d = ix_dir()
   local n = redis.call('ZCARD', d)
-  local hi = false
-  if n > 0 and pick % (n + 1) < n then
-    local i = pick % (n + 1)
-    hi = redis.call('ZRANGE', d, i, i)[1] or false
-  end
+  local i, hi = pick % (n + 1), false
+  if i < n then hi = redis.call('ZRANGE', d, i, i)[1] or false end
   local b = ix_name(hi)
   local m = redis.call('ZCARD', b)
   local j = 0
