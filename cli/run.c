@@ -218,9 +218,10 @@ static int start_child(struct run *r)
         return -1;
     if (r->child == 0)
         exec_child(r, parent);
-    setpgid(r->child, r->child); /* the child does it too: whoever is first */
-    if (r->tty)
-        tcsetpgrp(STDIN_FILENO, r->child);
+    /* the child does it too, whoever is first (EACCES once it exec'd).
+     * The terminal only the child takes, before its exec: taken here, it
+     * could come after the command gave it to a job of its own. */
+    setpgid(r->child, r->child);
     return 0;
 }
 
