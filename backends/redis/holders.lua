@@ -20,6 +20,8 @@
 -- first; gk.expired collects the greatest fence of the holders reap()
 -- found expired. A function of the library finds gk as the last call left
 -- it: it sets every field first.
+-- Constant arguments are strings: Redis 7.0 formats each number it is
+-- passed with snprintf("%.17g"), a third of a microsecond each here.
 local gk = {index = false, counts = false, expired = 0, now = 0}
 local function clock()
   local t = redis.call('TIME')
@@ -148,7 +150,7 @@ end
 -- the hi of the bucket of key (false: the last), or of the bucket after
 -- hi's with '(' .. hi
 local function ix_hi_after(spec)
-  return redis.call('ZRANGEBYLEX', ix_dir(), spec, '+', 'LIMIT', 0, 1)[1]
+  return redis.call('ZRANGEBYLEX', ix_dir(), spec, '+', 'LIMIT', '0', '1')[1]
          or false
 end
 local function ix_hi(key)
@@ -194,7 +196,7 @@ end
 local function ix_add(b, ms)
   local args = {}
   for _, m in ipairs(ms) do
-    args[#args + 1] = 0
+    args[#args + 1] = '0'
     args[#args + 1] = m
   end
   redis.call('ZADD', b, unpack(args))
@@ -214,7 +216,7 @@ local function ix_split(b)
   ix_add(nb, ms)
   redis.call('ZREM', b, unpack(ms))
   local d = ix_dir()
-  if redis.call('ZADD', d, 0, k) == 1 and redis.call('ZCARD', d) == 1 then
+  if redis.call('ZADD', d, '0', k) == 1 and redis.call('ZCARD', d) == 1 then
     ix_expire_as(d, b)
   end
   ix_expire_as(nb, d)
@@ -257,10 +259,12 @@ end
 -- (exclusive: excl_expiry(); shared: its score) to the new one, a release
 -- or reap takes one from a second still ahead. Seconds passed are
 -- dropped a few at a time (held_prune()). The hash and the index stay
--- retain ms beyond the last holder's expiry (each grant and renew moves
--- that on, by retain more, so once a minute at most) and then go: on a
--- cluster they are per slot tag, next to the lock, and no other script of
--- that tag might come to take out what is left (scripts clock() first)
+-- retain ms beyond the expiry of a second's first holder (a grant or renew
+-- that makes the second moves that on, by retain more, so once a minute
+-- at most), so beyond each holder's by retain less a second, and then go:
+-- on a cluster they are per slot tag, next to the lock, and no other
+-- script of that tag might come to take out what is left (scripts clock()
+-- first)
 local function held_sec(expires)
   return math.ceil(expires / 1000)
 end
@@ -272,7 +276,7 @@ local function held_drop(expires)
   if not gk.counts or not expires or expires <= 0 then return end
   local s = held_sec(expires)
   if s * 1000 > gk.now and
-     redis.call('HINCRBY', gk.counts, s, -1) == 0 then
+     redis.call('HINCRBY', gk.counts, s, '-1') == 0 then
     redis.call('HDEL', gk.counts, s)
   end
 end
@@ -282,7 +286,9 @@ local function held_put(expires, before)
   local s = held_sec(expires)
   if before and before > 0 and held_sec(before) == s then return end
   held_drop(before)
-  redis.call('HINCRBY', gk.counts, s, 1)
+  -- only a second's first holder looks at the expiry: the later ones of
+  -- that second expire within a second of it, inside its retain
+  if redis.call('HINCRBY', gk.counts, s, '1') > 1 then return end
   local ms = expires - gk.now + retain
   if redis.call('PTTL', gk.counts) < ms then
     redis.call('PEXPIRE', gk.counts, ms + retain)
@@ -326,7 +332,7 @@ local function index_put(key, fs, ms, hi)
   for _, m in ipairs(ms) do
     if m ~= want then redis.call('ZREM', b, m) end
   end
-  if redis.call('ZADD', b, 0, want) == 0 then return end
+  if redis.call('ZADD', b, '0', want) == 0 then return end
   local n = redis.call('ZCARD', b)
   if n == 1 then
     ix_expire_as(b, hi and ix_dir() or gk.counts)
@@ -450,7 +456,7 @@ end
 -- after the shared holders changed: the key is free when none is left,
 -- else both keys expire with the last holder
 local function settle(lock_key, exp_key)
-  local last = redis.call('ZRANGE', exp_key, -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', exp_key, '-1', '-1', 'WITHSCORES')
   if not last[1] then
     redis.call('DEL', lock_key, exp_key)
     return
@@ -475,7 +481,7 @@ local function first_left(lock_key, exp_key, excl, now)
   if excl then
     left = redis.call('PTTL', lock_key)
   else
-    local first = redis.call('ZRANGE', exp_key, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', exp_key, '0', '0', 'WITHSCORES')
     left = first[2] and tonumber(first[2]) - now or 1
   end
   if left < 1 then left = 1 end
@@ -493,10 +499,10 @@ end
 -- O(log n), so thousands of waiters leaving one key cost no more each than
 -- a few (a list's LREM scanned the whole queue for every one of them).
 local function queue_first(queue_key)
-  return redis.call('ZRANGE', queue_key, 0, 0)[1]
+  return redis.call('ZRANGE', queue_key, '0', '0')[1]
 end
 local function queue_push(queue_key, uid)
-  local last = redis.call('ZRANGE', queue_key, -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', queue_key, '-1', '-1', 'WITHSCORES')
   local n = 1
   if last[2] then n = tonumber(last[2]) + 1 end
   redis.call('ZADD', queue_key, n, uid)

@@ -1404,8 +1404,9 @@ static void test_list_walks_past_names_of_gone_buckets(void)
         CHECK_EQ_INT(acq(be, k, TOK_A, 10000, &g), BACKEND_OK);
     }
     /* the buckets outlive their keys: with a minute left or less (here
-     * 300 ms), the next grant gives every bucket and the directory ten
-     * minutes more than its holder needs */
+     * 300 ms), the next grant that makes a second of the counts (a TTL
+     * ending in a second not counted yet) gives every bucket and the
+     * directory ten minutes more than its holder needs */
     CHECK_EQ_INT(
         raw_int("EVAL %s 0",
                 "for _, hi in ipairs(redis.call('ZRANGE', 'dl:keys@', 0, "
@@ -1413,7 +1414,7 @@ static void test_list_walks_past_names_of_gone_buckets(void)
                 "redis.call('PEXPIRE', 'dl:keys@', 300) "
                 "redis.call('PEXPIRE', 'dl:counts', 300) return 1"),
         1);
-    CHECK_EQ_INT(acq(be, "k/~", TOK_A, 10000, &g), BACKEND_OK);
+    CHECK_EQ_INT(acq(be, "k/~", TOK_A, 30000, &g), BACKEND_OK);
     CHECK_EQ_INT(
         raw_int("EVAL %s 0",
                 "local low = 0 for _, hi in ipairs(redis.call('ZRANGE',"
@@ -1968,6 +1969,59 @@ static void test_token_digest_is_80_bits_and_takes_the_older_40(void)
         CHECK_EQ_INT(rel(be_main, k, TOK_A), BACKEND_OK);
         CHECK_EQ_INT(raw_int("EXISTS lockd:lock:{%s}", k), 0);
     }
+}
+
+/* Only a second's first holder moves the counts' and the index's expiry
+ * on; each later one of that second expires within the second, so both
+ * still outlive every holder by at least REDIS_BE_RETAIN_MS less a second,
+ * through grants and renews into seconds new and seconds counted. */
+static void check_outlive(const char *const *keys, size_t n, const char *what)
+{
+    long long last = -1, counts, index;
+
+    for (size_t i = 0; i < n; i++) {
+        long long t = raw_int("PTTL co:lock:{%s}", keys[i]);
+        if (t > last)
+            last = t;
+    }
+    counts = raw_int("PTTL co:counts%s", "");
+    index = raw_int("PTTL co:keys%s", "");
+    CHECK_MSG(last > 0 && counts >= last + REDIS_BE_RETAIN_MS - 1000 &&
+                  index >= last + REDIS_BE_RETAIN_MS - 1000,
+              "%s: the last holder lives %lld ms, the counts %lld, the "
+              "index %lld",
+              what, last, counts, index);
+}
+
+static void test_counts_outlive_every_holder(void)
+{
+    static const char *const keys[] = { "a", "b", "c", "d" };
+    char u[160];
+    struct backend *be;
+    struct lock_grant g;
+
+    snprintf(u, sizeof(u), "%s?prefix=co:", url);
+    be = open_be(u);
+    CHECK(be != NULL);
+    if (be == NULL)
+        return;
+    CHECK_EQ_INT(acq(be, "a", TOK_A, 5000, &g), BACKEND_OK);
+    check_outlive(keys, 1, "a new second");
+    /* the same second, or the next: counted, or made */
+    CHECK_EQ_INT(acq(be, "b", TOK_A, 5000, &g), BACKEND_OK);
+    check_outlive(keys, 2, "a second counted");
+    CHECK_EQ_INT(acq(be, "c", TOK_A, 200000, &g), BACKEND_OK);
+    check_outlive(keys, 3, "a later second");
+    CHECK_EQ_INT(ren(be, "a", TOK_A, 200500, &g), BACKEND_OK);
+    check_outlive(keys, 3, "a renew to a later second");
+    CHECK_EQ_INT(acq(be, "d", TOK_A, 200400, &g), BACKEND_OK);
+    check_outlive(keys, 4, "a grant into a renew's second");
+    CHECK_EQ_INT(ren(be, "b", TOK_A, 200450, &g), BACKEND_OK);
+    check_outlive(keys, 4, "a renew into a counted second");
+    for (size_t i = 0; i < 4; i++)
+        CHECK_EQ_INT(rel(be, keys[i], TOK_A), BACKEND_OK);
+    CHECK_EQ_INT(raw_int("EXISTS co:counts%s", ""), 0);
+    redis_backend.close(be);
 }
 
 /* The counts and the index expire REDIS_BE_RETAIN_MS after their last
@@ -2946,6 +3000,7 @@ static const struct check_case cases[] = {
     CHECK_CASE(test_force_release_of_a_free_key_is_not_found),
     CHECK_CASE(test_force_release_wakes_a_waiter_on_another_instance),
     CHECK_CASE(test_held_count_counts_live_holders),
+    CHECK_CASE(test_counts_outlive_every_holder),
     CHECK_CASE(test_takeover_tells_the_expired_fence),
     CHECK_CASE(test_fence_is_in_the_index_member),
     CHECK_CASE(test_release_keeps_an_older_lockds_counter),
