@@ -57,6 +57,19 @@ static struct backend *open_be(const char *u)
     return be_open(u, notes_hook, NULL);
 }
 
+/* A backend on the test server with keys under prefix (URL-encoded); NULL
+ * (a failed check) if it did not open. */
+static struct backend *open_prefixed(const char *prefix)
+{
+    char u[160];
+    struct backend *be;
+
+    snprintf(u, sizeof(u), "%s?prefix=%s", url, prefix);
+    be = open_be(u);
+    CHECK(be != NULL);
+    return be;
+}
+
 static struct backend *be_main;
 
 /* ---- cases ---- */
@@ -271,13 +284,10 @@ static void test_distinct_keys_are_distinct_locks(void)
 
 static void test_prefixes_are_separate_namespaces(void)
 {
-    char u[160];
     struct backend *other;
     struct lock_grant g;
 
-    snprintf(u, sizeof(u), "%s?prefix=other%%3A", url);
-    other = open_be(u);
-    CHECK(other != NULL);
+    other = open_prefixed("other%3A");
     if (other == NULL)
         return;
     CHECK_EQ_INT(acq(be_main, "p1", TOK_A, 5000, &g), BACKEND_OK);
@@ -1387,16 +1397,14 @@ static void test_index_is_cut_into_small_buckets(void)
  * order; a page may end on such names, short, and resume past them. */
 static void test_list_walks_past_names_of_gone_buckets(void)
 {
-    char u[160], k[32];
+    char k[32];
     struct backend *be;
     struct lock_grant g;
     struct lock_list out;
     redisReply *r;
     int n, pages, shorts, a = -1, b = -1;
 
-    snprintf(u, sizeof(u), "%s?prefix=dl:", url);
-    be = open_be(u);
-    CHECK(be != NULL);
+    be = open_prefixed("dl:");
     if (be == NULL)
         return;
     for (int i = 0; i < 300; i++) {
@@ -1766,9 +1774,7 @@ static void test_held_count_counts_live_holders(void)
     struct lock_grant g;
     uint32_t n;
 
-    snprintf(u, sizeof(u), "%s?prefix=hc:", url);
-    be = open_be(u);
-    CHECK(be != NULL);
+    be = open_prefixed("hc:");
     if (be == NULL)
         return;
     CHECK_EQ_INT(redis_backend.held_count(be), 0);
@@ -1996,13 +2002,10 @@ static void check_outlive(const char *const *keys, size_t n, const char *what)
 static void test_counts_outlive_every_holder(void)
 {
     static const char *const keys[] = { "a", "b", "c", "d" };
-    char u[160];
     struct backend *be;
     struct lock_grant g;
 
-    snprintf(u, sizeof(u), "%s?prefix=co:", url);
-    be = open_be(u);
-    CHECK(be != NULL);
+    be = open_prefixed("co:");
     if (be == NULL)
         return;
     CHECK_EQ_INT(acq(be, "a", TOK_A, 5000, &g), BACKEND_OK);
@@ -2031,14 +2034,12 @@ static void test_counts_outlive_every_holder(void)
  * held, metrics scraped or not. */
 static void test_grants_prune_what_expired_long_ago(void)
 {
-    char u[160], k[32];
+    char k[32];
     struct backend *be;
     struct lock_grant g;
     long long pttl, n;
 
-    snprintf(u, sizeof(u), "%s?prefix=pr:", url);
-    be = open_be(u);
-    CHECK(be != NULL);
+    be = open_prefixed("pr:");
     if (be == NULL)
         return;
     freeReplyObject(raw("EVAL %s 0", "return redis.call('ZADD', "
